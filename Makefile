@@ -1,0 +1,50 @@
+# One task runner for people and CI alike. Every target creates the virtual
+# environment first, so `make run` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev,bench]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Start local Kafka and the demo system (Ctrl-C stops everything).
+run: $(STAMP)
+	$(PY) -m jobcore.demo
+
+## Run every test suite (unit, integration, acceptance) against a real Kafka
+## the suite starts itself, or KAFKA_BOOTSTRAP when set.
+test: $(STAMP)
+	$(PY) -m jobcore.localkafka fetch
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) -m benchmarks $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(QUICK),--quick)
+
+kafka-fetch: $(STAMP)
+	$(PY) -m jobcore.localkafka fetch
+
+kafka-start: $(STAMP)
+	$(PY) -m jobcore.localkafka start
+
+kafka-stop: $(STAMP)
+	$(PY) -m jobcore.localkafka stop
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

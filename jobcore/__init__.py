@@ -1,0 +1,1 @@
+"""Code shared by producer, leasekeeper and workers: config, topic names, the Kafka adapter."""

@@ -1,0 +1,216 @@
+"""The one module that imports ``confluent_kafka``.
+
+Every other package builds producers, consumers and admin clients here, so the
+client settings the invariants depend on (idempotence, ``acks=all``, manual
+offset commits) are written once, and errors are classified in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "Consumer",
+    "KafkaError",
+    "KafkaException",
+    "KafkaSettings",
+    "Message",
+    "Producer",
+    "TopicPartition",
+    "TopicSpec",
+    "committed_offsets",
+    "create_topics",
+    "end_offsets",
+    "is_retriable",
+    "make_admin",
+    "make_consumer",
+    "make_producer",
+    "produce_reliably",
+    "wait_for_brokers",
+]
+
+log = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaSettings:
+    """How to reach the cluster; ``extra`` passes librdkafka options through."""
+
+    bootstrap: str
+    client_id: str = "kafka-lease-queue"
+    extra: Mapping[str, str | int | bool] = field(default_factory=dict)
+
+    def base(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, "client.id": self.client_id, **self.extra}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
+    """An idempotent, ``acks=all`` producer: a returned enqueue is a durable job."""
+    config = {
+        **settings.base(),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        **overrides,
+    }
+    return Producer(config)
+
+
+def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
+    """A consumer that never commits on its own: offsets move only past resolved jobs."""
+    config = {
+        **settings.base(),
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 50,
+        "isolation.level": "read_committed",
+        **overrides,
+    }
+    return Consumer(config)
+
+
+def make_admin(settings: KafkaSettings) -> AdminClient:
+    return AdminClient(settings.base())
+
+
+def wait_for_brokers(bootstrap: str, count: int, timeout: float) -> bool:
+    """True once ``count`` brokers answer a metadata request within ``timeout`` s."""
+    # log_level 0: a broker that is still starting refuses connections, and the
+    # probe's job is to notice that quietly, not to print one line per attempt.
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "log_level": 0, "socket.connection.setup.timeout.ms": 1000}
+    )
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    return len(metadata.brokers) >= count
+
+
+def create_topics(
+    settings: KafkaSettings, specs: Iterable[TopicSpec], timeout: float = 30.0
+) -> None:
+    """Create topics, treating "already exists" as success so set-up is repeatable."""
+    admin = make_admin(settings)
+    new = [
+        NewTopic(
+            s.name,
+            num_partitions=s.partitions,
+            replication_factor=s.replication,
+            config=dict(s.config),
+        )
+        for s in specs
+    ]
+    if not new:
+        return
+    futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise RuntimeError(f"creating topic {name} failed: {error}") from exc
+    _await_topics_visible(admin, [s.name for s in specs], timeout)
+
+
+def _await_topics_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout).topics
+        if all(n in topics and not topics[n].error and topics[n].partitions for n in names):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"topics {names} not visible within {timeout}s")
+
+
+def end_offsets(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """High watermark of each partition (the offset the next record will get)."""
+    result = {}
+    for p in partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        result[p] = high
+    return result
+
+
+def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """The group's committed offset per partition (-1001 when none)."""
+    tps = [TopicPartition(topic, p) for p in partitions]
+    return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
+
+
+def is_retriable(error: KafkaError) -> bool:
+    """Transient errors are retried; fatal ones (authorization, _FATAL) are raised."""
+    if error.fatal():
+        return False
+    return bool(error.retriable()) or error.code() in (
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    )
+
+
+def produce_reliably(
+    producer: Producer,
+    topic: str,
+    *,
+    key: bytes | None,
+    value: bytes,
+    headers: list[tuple[str, bytes]] | None = None,
+    partition: int | None = None,
+    on_delivery: DeliveryCallback | None = None,
+) -> None:
+    """Produce one record, serving delivery reports while the local queue is full."""
+    kwargs: dict[str, Any] = {"key": key, "value": value}
+    if headers:
+        kwargs["headers"] = headers
+    if partition is not None:
+        kwargs["partition"] = partition
+    if on_delivery is not None:
+        kwargs["on_delivery"] = on_delivery
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            producer.poll(0)
+            return
+        except BufferError:
+            producer.poll(0.05)

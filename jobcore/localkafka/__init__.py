@@ -1,0 +1,21 @@
+"""A real Apache Kafka the project runs itself: fetch the jars, start, stop, chaos."""
+
+from jobcore.localkafka.cluster import BrokerNode, LocalKafka, free_port
+from jobcore.localkafka.distribution import (
+    DEFAULT_KAFKA_VERSION,
+    KafkaDistribution,
+    KafkaUnavailable,
+    cache_root,
+    obtain,
+)
+
+__all__ = [
+    "DEFAULT_KAFKA_VERSION",
+    "BrokerNode",
+    "KafkaDistribution",
+    "KafkaUnavailable",
+    "LocalKafka",
+    "cache_root",
+    "free_port",
+    "obtain",
+]

@@ -1,0 +1,1 @@
+"""Enqueue jobs: the API and CLI that append Avro-encoded jobs to Kafka."""

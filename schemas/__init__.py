@@ -1,0 +1,1 @@
+"""Avro schemas for the job envelope and payloads, and the worker RPC definition."""

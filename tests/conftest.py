@@ -1,0 +1,59 @@
+"""Session-wide real Kafka: ``KAFKA_BOOTSTRAP`` when set, else a broker the suite starts.
+
+Every test gets its own topic names and group ids (``unique``), so tests never
+see each other's data. When Kafka cannot start and ``CI`` is set, every test
+that needs it fails with the reason; locally such tests are skipped loudly.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jobcore.kafka import KafkaSettings
+from jobcore.localkafka import KafkaUnavailable, LocalKafka, obtain
+
+
+@pytest.fixture(scope="session")
+def local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka | None]:
+    """The suite's own broker, or None when ``KAFKA_BOOTSTRAP`` points elsewhere."""
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        yield None
+        return
+    workdir = Path(tmp_path_factory.mktemp("kafka"))
+    cluster = None
+    try:
+        cluster = LocalKafka(distribution=obtain(), workdir=workdir, brokers=1, heap="768m")
+        cluster.start()
+    except KafkaUnavailable as exc:
+        if cluster is not None:
+            cluster.stop(grace=5)
+        if os.environ.get("CI"):
+            pytest.fail(f"Kafka could not start in CI: {exc}", pytrace=False)
+        pytest.skip(f"Kafka could not start (set KAFKA_BOOTSTRAP to use another): {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(local_kafka: LocalKafka | None) -> str:
+    if local_kafka is None:
+        return os.environ["KAFKA_BOOTSTRAP"]
+    return local_kafka.bootstrap
+
+
+@pytest.fixture
+def kafka(kafka_bootstrap: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap=kafka_bootstrap, client_id="tests")
+
+
+@pytest.fixture
+def unique() -> str:
+    """A suffix for this test's topic names and consumer-group ids."""
+    return uuid.uuid4().hex[:10]

@@ -1,0 +1,1 @@
+"""Worker runtime: handler registry, concurrency, heartbeats, timeouts."""
