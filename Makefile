@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean
+.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,9 @@ kafka-stop: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+
+## Regenerate the gRPC stubs after editing schemas/worker.proto.
+proto: $(STAMP)
+	cd schemas && PATH=$(CURDIR)/$(VENV)/bin:$$PATH ../$(PY) -m grpc_tools.protoc -I. \
+	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. worker.proto
+	sed -i 's/^import worker_pb2 as/from schemas import worker_pb2 as/' schemas/worker_pb2_grpc.py schemas/worker_pb2_grpc.pyi

@@ -1,0 +1,38 @@
+"""Topic and group naming for a queue: the one place these strings are built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "jobs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueTopics:
+    """Names of every topic and group that belong to queue ``queue``."""
+
+    queue: str
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not self.queue or any(c in self.queue for c in " /\\:"):
+            raise ValueError(f"invalid queue name {self.queue!r}: use letters, digits, . _ -")
+
+    @property
+    def ready(self) -> str:
+        """Ready jobs, keyed by tenant: ``jobs.Q``."""
+        return f"{self.prefix}.{self.queue}"
+
+    @property
+    def dlq(self) -> str:
+        """Dead letters with their error history: ``jobs.Q.dlq``."""
+        return f"{self.prefix}.{self.queue}.dlq"
+
+    def retry(self, tier: str) -> str:
+        """A delay tier: ``jobs.Q.retry.<tier>``."""
+        return f"{self.prefix}.{self.queue}.retry.{tier}"
+
+    @property
+    def consumer_group(self) -> str:
+        """The leasekeepers of one queue share this consumer group."""
+        return f"leasekeeper.{self.prefix}.{self.queue}"
