@@ -1,15 +1,96 @@
-"""``leasekeeper`` command line."""
+"""``leasekeeper`` command line: serve, inspect, dev kafka."""
 
 from __future__ import annotations
 
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
 import click
 
+from jobcore.config import Environment
+from jobcore.kafka import KafkaSettings
 from jobcore.localkafka.cli import kafka_cli
+from leasekeeper.engine import EngineConfig
+from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
+from leasekeeper.service import LeaseKeeperService, ServeConfig
 
 
 @click.group()
 def main() -> None:
     """The lease-tracking sidecar of the job queue."""
+
+
+@main.command()
+@click.option("--queue", required=True, help="the queue to serve (topic jobs.QUEUE)")
+@click.option("--bootstrap", default=None, help="Kafka bootstrap servers [env KAFKA_BOOTSTRAP]")
+@click.option("--state-dir", type=click.Path(path_type=Path), required=True, help="RocksDB dir")
+@click.option("--listen", default=None, help="unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET]")
+@click.option("--lease", "lease_s", default=30.0, show_default=True, help="lease length (s)")
+@click.option("--window-records", default=10_000, show_default=True)
+@click.option("--window-bytes", default=64 * 1024 * 1024, show_default=True)
+@click.option("--group-id", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
+@click.option("--schema-path", multiple=True, help="extra directory of job payload schemas")
+@click.option("--log-level", default="INFO", show_default=True)
+def serve(
+    queue: str,
+    bootstrap: str | None,
+    state_dir: Path,
+    listen: str | None,
+    lease_s: float,
+    window_records: int,
+    window_bytes: int,
+    group_id: str | None,
+    schema_path: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C."""
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    env = Environment.from_env()
+    config = ServeConfig(
+        queue=queue,
+        kafka=KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id="leasekeeper"),
+        state_dir=state_dir,
+        listen=listen or env.leasekeeper_target,
+        prefix=env.topic_prefix,
+        token=env.leasekeeper_token,
+        group_id=group_id,
+        engine=EngineConfig(
+            lease_s=lease_s, window_records=window_records, window_bytes=window_bytes
+        ),
+        schema_dirs=schema_path + env.schema_path,
+    )
+    service = LeaseKeeperService(config)
+    stopper = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopper.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    service.start()
+    click.echo(f"leasekeeper serving queue {queue} on {config.listen}", err=True)
+    while not stopper.wait(0.5):
+        if service.wait(0):
+            break
+    service.stop()
+    click.echo("leasekeeper stopped", err=True)
+
+
+@main.command()
+@click.option("--target", default=None, help="the leasekeeper's unix:PATH or HOST:PORT")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def inspect(target: str | None, as_json: bool) -> None:
+    """Partitions, commit gaps and leases in flight of a running leasekeeper."""
+    env = Environment.from_env()
+    snapshot = fetch_snapshot(target or env.leasekeeper_target, env.leasekeeper_token)
+    if as_json:
+        click.echo(json.dumps(snapshot, indent=2))
+    else:
+        render_snapshot(snapshot)
 
 
 @main.group()

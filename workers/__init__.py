@@ -1,1 +1,12 @@
-"""Worker runtime: handler registry, concurrency, heartbeats, timeouts."""
+"""Worker runtime: handler registry, concurrency, heartbeats, timeouts, graceful shutdown.
+
+A worker module needs only what is exported here::
+
+    from workers import App, JobContext, Permanent, Retry
+"""
+
+from workers.app import App
+from workers.context import JobContext
+from workers.errors import Permanent, Retry
+
+__all__ = ["App", "JobContext", "Permanent", "Retry"]

@@ -1,10 +1,176 @@
-"""``workers`` command line."""
+"""``workers`` command line: ``workers run MODULE:APP``."""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
 import click
+
+from jobcore.config import Environment
+from schemas.codec import SchemaError
+from workers.app import App
+from workers.client import LeaseKeeperClient, LeaseKeeperRejected
+from workers.decoding import EnvelopeDecoder, default_decoder
+from workers.loading import AppNotFound, load_app
+from workers.runtime import Worker
+from workers.supervisor import run_in_foreground, supervise
+
+log = logging.getLogger(__name__)
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """``workers run``'s settings once defaults from the environment are applied."""
+
+    app_spec: str
+    target: str
+    token: str | None
+    concurrency: int
+    processes: int
+    worker_id: str
+    schema_dirs: tuple[str, ...]
+    grace_s: float
+    log_level: str
+
+    def child_command(self, index: int, parent_pid: int) -> list[str]:
+        """The command line of child ``index`` under ``--processes`` (token via environment)."""
+        return [
+            sys.executable, "-m", "workers", "run", self.app_spec,
+            "--target", self.target,
+            "--concurrency", str(self.concurrency),
+            "--worker-id", f"{self.worker_id}-{index}",
+            "--grace", str(self.grace_s),
+            "--log-level", self.log_level,
+            "--parent-pid", str(parent_pid),
+            *(f"--schema-path={d}" for d in self.schema_dirs),
+        ]  # fmt: skip
 
 
 @click.group()
 def main() -> None:
     """Run job handlers that claim work from a leasekeeper."""
+
+
+@main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--target", help="Leasekeeper gRPC target [env LEASEKEEPER_TARGET].")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Jobs run at once per process.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes to start; signals are forwarded to them.",
+)
+@click.option("--worker-id", help="Name reported to the leasekeeper [HOST-PID].")
+@click.option(
+    "--schema-path",
+    "schema_paths",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="Extra payload schema directory (repeatable) [env JOBS_SCHEMA_PATH].",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(_LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+@click.option("--parent-pid", type=int, hidden=True)
+def run(
+    app_spec: str,
+    target: str | None,
+    concurrency: int,
+    processes: int,
+    worker_id: str | None,
+    schema_paths: tuple[str, ...],
+    grace: float,
+    log_level: str,
+    parent_pid: int | None,
+) -> None:
+    """Run the handlers of MODULE:APP (imported like uvicorn does, from the current directory).
+
+    SIGTERM or Ctrl-C stops claiming, releases jobs that have not started and
+    waits up to --grace seconds for running ones; a second signal exits at once.
+    """
+    env = Environment.from_env()
+    options = RunOptions(
+        app_spec=app_spec,
+        target=target or env.leasekeeper_target,
+        token=env.leasekeeper_token,
+        concurrency=concurrency,
+        processes=processes,
+        worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}",
+        schema_dirs=schema_paths or env.schema_path,
+        grace_s=grace,
+        log_level=log_level.upper(),
+    )
+    logging.basicConfig(
+        level=options.log_level,
+        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s",
+    )
+    app = _load(app_spec)
+    decoder = _decoder(options)
+    if options.processes > 1:
+        commands = [options.child_command(i, os.getpid()) for i in range(options.processes)]
+        sys.exit(supervise(commands))
+    _run_one(app, decoder, options, parent_pid)
+
+
+def _load(app_spec: str) -> App:
+    try:
+        return load_app(app_spec)
+    except AppNotFound as exc:
+        raise click.BadParameter(str(exc), param_hint="MODULE:APP") from exc
+
+
+def _decoder(options: RunOptions) -> EnvelopeDecoder:
+    try:
+        return default_decoder(options.schema_dirs)
+    except SchemaError as exc:
+        raise click.ClickException(f"cannot load payload schemas: {exc}") from exc
+
+
+def _run_one(
+    app: App, decoder: EnvelopeDecoder, options: RunOptions, parent_pid: int | None
+) -> None:
+    with LeaseKeeperClient(
+        options.target, worker_id=options.worker_id, token=options.token
+    ) as client:
+        worker = Worker(
+            app,
+            client,
+            decoder=decoder,
+            concurrency=options.concurrency,
+            worker_id=options.worker_id,
+            shutdown_grace_s=options.grace_s,
+        )
+        try:
+            run_in_foreground(worker, parent_pid=parent_pid)
+        except LeaseKeeperRejected as exc:
+            raise click.ClickException(str(exc)) from exc
+    if worker.abandoned:
+        # Pool threads of handlers that outlived the grace period would keep
+        # the interpreter from exiting; their leases were released already.
+        log.warning("exiting with %d handler(s) still running", worker.abandoned)
+        logging.shutdown()
+        os._exit(0)

@@ -1,0 +1,547 @@
+"""The lease engine: the leasekeeper's state machine, free of Kafka and gRPC.
+
+The consumer loop offers fetched jobs; workers claim, heartbeat and settle
+through the RPC layer; the engine decides what is dispatched next (the fairness
+policy), what is persisted first (claims before hand-out, acks before answering),
+what goes to the retry path or the DLQ (through a ``Router``), and which offset
+each partition may commit (the ``CommitTracker``). One lock guards it all; every
+public method is short, so contention stays low at batch sizes of tens to
+hundreds of jobs per call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from leasekeeper.commit_tracker import CommitTracker
+from leasekeeper.fairness import TenantRoundRobin
+from leasekeeper.leases import (
+    Grant,
+    Lease,
+    LeaseAnswer,
+    Outcome,
+    Pending,
+    Settlement,
+    TopicPart,
+    mint_token,
+    parse_lease_id,
+)
+from leasekeeper.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
+from schemas.job import AttemptError, Job
+
+log = logging.getLogger(__name__)
+
+Done = Callable[[bool], None]
+Action = Callable[[], None]
+
+
+class Router(Protocol):
+    """Durably copies a job elsewhere; ``on_done(ok)`` fires on the delivery report."""
+
+    def retry(self, job: Job, *, source: TopicPart, offset: int, on_done: Done) -> None: ...
+
+    def dead(
+        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
+    ) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    lease_s: float = 30.0
+    lease_s_by_type: Mapping[str, float] = field(default_factory=dict)
+    window_records: int = 10_000
+    window_bytes: int = 64 * 1024 * 1024
+
+    def lease_for(self, job_type: str) -> float:
+        return self.lease_s_by_type.get(job_type, self.lease_s)
+
+
+@dataclass(kw_only=True)
+class PartitionState:
+    tp: TopicPart
+    generation: int
+    tracker: CommitTracker
+    resolved_before: dict[int, Resolution]
+    claims: dict[int, int]
+    stored_leases: dict[int, LeaseRecord]
+    leases: dict[int, Lease] = field(default_factory=dict)
+    committed: int = -1
+
+
+@dataclass(kw_only=True)
+class Counters:
+    acked: int = 0
+    nacked: int = 0
+    released: int = 0
+    expired: int = 0
+    retried: int = 0
+    dead: int = 0
+    skipped: int = 0
+    stale_rejected: int = 0
+
+
+def now_ms(clock: Callable[[], float]) -> int:
+    return int(clock() * 1000)
+
+
+class LeaseEngine:
+    def __init__(
+        self,
+        *,
+        store: LeaseStore,
+        router: Router,
+        config: EngineConfig,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._router = router
+        self._config = config
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._parts: dict[TopicPart, PartitionState] = {}
+        self._ready: TenantRoundRobin[Pending] = TenantRoundRobin()
+        self._ready_bytes = 0
+        self._generation = 0
+        self._closed = False
+        self.counters = Counters()
+
+    # -- partitions -------------------------------------------------------
+
+    def assign(self, tp: TopicPart, committed: int) -> None:
+        """Take a partition from ``committed`` on, remembering what the store knows."""
+        memory = self._store.load(tp.topic, tp.partition, max(committed, 0))
+        with self._cond:
+            self._generation += 1
+            self._parts[tp] = PartitionState(
+                tp=tp,
+                generation=self._generation,
+                tracker=CommitTracker(max(committed, 0)),
+                resolved_before=dict(memory.resolved),
+                claims=dict(memory.claims),
+                stored_leases=dict(memory.leases),
+                committed=committed,
+            )
+
+    def revoke(self, tp: TopicPart) -> None:
+        """Forget a partition: its ready jobs leave the window, its leases become unknown."""
+        with self._cond:
+            state = self._parts.pop(tp, None)
+            if state is None:
+                return
+            removed = self._ready.remove_if(lambda p: p.tp == tp)
+            self._ready_bytes -= sum(len(p.envelope) for p in removed)
+
+    def assigned(self) -> list[TopicPart]:
+        with self._cond:
+            return list(self._parts)
+
+    # -- fetching ---------------------------------------------------------
+
+    def offer(self, tp: TopicPart, offset: int, job: Job, envelope: bytes) -> None:
+        """A decoded record from Kafka: skip it if already resolved, else queue it."""
+        with self._cond:
+            state = self._parts.get(tp)
+            if state is None or offset <= state.tracker.highest_fetched:
+                return  # not ours, or re-fetched after a pause: already in hand
+            state.tracker.fetched(offset)
+            if offset in state.resolved_before:
+                state.tracker.resolve(offset)
+                self.counters.skipped += 1
+                return
+            pending = Pending(
+                tp=tp, offset=offset, generation=state.generation, job=job, envelope=envelope
+            )
+            stored = state.stored_leases.pop(offset, None)
+            if stored is not None:
+                # Leased before a restart: its worker may still ack with its token;
+                # otherwise the reaper takes it back after lease_until.
+                state.leases[offset] = self._restore(pending, stored)
+                return
+            self._ready.push(job.tenant_id, pending)
+            self._ready_bytes += len(envelope)
+            self._cond.notify()
+
+    def _restore(self, pending: Pending, stored: LeaseRecord) -> Lease:
+        return Lease(
+            pending=pending,
+            token=stored.token,
+            worker=stored.worker,
+            attempt=stored.attempt,
+            lease_s=self._config.lease_for(pending.job.type),
+            started_ms=stored.started_ms,
+            until_ms=stored.until_ms,
+        )
+
+    def offer_undecodable(self, tp: TopicPart, offset: int) -> int | None:
+        """Track a record that cannot be decoded; returns its generation for the DLQ copy."""
+        with self._cond:
+            state = self._parts.get(tp)
+            if state is None or offset <= state.tracker.highest_fetched:
+                return None
+            state.tracker.fetched(offset)
+            if offset in state.resolved_before:
+                state.tracker.resolve(offset)
+                return None
+            return state.generation
+
+    def window_full(self) -> bool:
+        with self._cond:
+            return (
+                len(self._ready) >= self._config.window_records
+                or self._ready_bytes >= self._config.window_bytes
+            )
+
+    # -- claiming ---------------------------------------------------------
+
+    def claim(self, worker: str, max_jobs: int, wait_s: float) -> list[Grant]:
+        """Hand out up to ``max_jobs``, waiting up to ``wait_s`` for the first one."""
+        deadline = self._clock() + wait_s
+        grants: list[Grant] = []
+        actions: list[Action] = []
+        with self._cond:
+            while not self._ready and not self._closed:
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    return []
+                self._cond.wait(remaining)
+            batch = self._store.batch()
+            while len(grants) < max_jobs and self._ready:
+                pending = self._ready.pop()
+                assert pending is not None
+                self._ready_bytes -= len(pending.envelope)
+                grant = self._lease(pending, worker, batch, actions)
+                if grant is not None:
+                    grants.append(grant)
+            # Attempts are counted before the jobs leave (invariant 4).
+            self._store.write(batch)
+        _run(actions)
+        return grants
+
+    def _lease(
+        self, pending: Pending, worker: str, batch: StoreBatch, actions: list[Action]
+    ) -> Grant | None:
+        state = self._parts.get(pending.tp)
+        if state is None or state.generation != pending.generation:
+            return None
+        job = pending.job
+        prior = state.claims.get(pending.offset, 0)
+        if job.attempt + prior >= job.max_attempts:
+            # The job used every attempt without ever being settled: its worker
+            # died each time (poison pill). It goes to the DLQ instead of looping.
+            actions.append(self._dead_action(pending, job, "attempts exhausted", _crash_note(job)))
+            return None
+        state.claims[pending.offset] = prior + 1
+        batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, prior + 1)
+        lease_s = self._config.lease_for(job.type)
+        start = now_ms(self._clock)
+        lease = Lease(
+            pending=pending,
+            token=mint_token(),
+            worker=worker,
+            attempt=job.attempt + prior + 1,
+            lease_s=lease_s,
+            started_ms=start,
+            until_ms=start + int(lease_s * 1000),
+        )
+        state.leases[pending.offset] = lease
+        batch.lease(pending.tp.topic, pending.tp.partition, pending.offset, _record(lease))
+        return Grant(
+            lease_id=pending.lease_id,
+            token=lease.token,
+            until_ms=lease.until_ms,
+            attempt=lease.attempt,
+            lease_s=lease_s,
+            envelope=pending.envelope,
+        )
+
+    # -- heartbeats and settlements ----------------------------------------
+
+    def _find(self, lease_id: str, token: str) -> tuple[PartitionState | None, Lease | None, str]:
+        try:
+            tp, offset = parse_lease_id(lease_id)
+        except ValueError:
+            return None, None, "malformed lease id"
+        state = self._parts.get(tp)
+        lease = state.leases.get(offset) if state else None
+        if state is None or lease is None:
+            return state, None, "unknown lease (expired, settled or moved)"
+        if lease.token != token:
+            return state, None, "stale token"
+        return state, lease, ""
+
+    def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
+        answers = []
+        with self._cond:
+            now = now_ms(self._clock)
+            batch = self._store.batch()
+            for lease_id, token in leases:
+                _, lease, reason = self._find(lease_id, token)
+                if lease is None:
+                    self.counters.stale_rejected += 1
+                    answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason=reason))
+                    continue
+                lease.until_ms = now + int(lease.lease_s * 1000)
+                tp, offset = lease.pending.tp, lease.pending.offset
+                batch.lease(tp.topic, tp.partition, offset, _record(lease))
+                answers.append(LeaseAnswer(lease_id=lease_id, ok=True, until_ms=lease.until_ms))
+            self._store.write(batch)
+        return answers
+
+    def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
+        """Acks are persisted before the answer; nacks are resolved once copied durably."""
+        answers: list[LeaseAnswer] = []
+        actions: list[Action] = []
+        with self._cond:
+            batch = self._store.batch()
+            for item in settlements:
+                state, lease, reason = self._find(item.lease_id, item.token)
+                if state is None or lease is None:
+                    self.counters.stale_rejected += 1
+                    answers.append(LeaseAnswer(lease_id=item.lease_id, ok=False, reason=reason))
+                    continue
+                del state.leases[lease.pending.offset]
+                batch.unlease(state.tp.topic, state.tp.partition, lease.pending.offset)
+                self._apply(state, lease, item, batch, actions)
+                answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
+            self._store.write(batch)
+        _run(actions)
+        return answers
+
+    def _apply(
+        self,
+        state: PartitionState,
+        lease: Lease,
+        item: Settlement,
+        batch: StoreBatch,
+        actions: list[Action],
+    ) -> None:
+        pending = lease.pending
+        if item.outcome is Outcome.ACK:
+            self.counters.acked += 1
+            batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
+            state.tracker.resolve(pending.offset)
+        elif item.outcome is Outcome.RELEASE:
+            # Not run: the attempt is given back and the job goes to the front.
+            self.counters.released += 1
+            count = max(0, state.claims.get(pending.offset, 1) - 1)
+            state.claims[pending.offset] = count
+            batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
+            self._ready.push_front(pending.job.tenant_id, pending)
+            self._ready_bytes += len(pending.envelope)
+            self._cond.notify()
+        else:
+            self.counters.nacked += 1
+            error = AttemptError(
+                attempt=lease.attempt,
+                at_ms=now_ms(self._clock),
+                worker=lease.worker,
+                error_class=item.error_class or "Error",
+                message=item.message,
+                traceback=item.traceback[-2000:],
+            )
+            actions.append(self._failure_action(lease, error, permanent=item.permanent))
+
+    def expire(self) -> int:
+        """The reaper: leases past ``until`` count as failed attempts (worker presumed dead)."""
+        actions: list[Action] = []
+        with self._cond:
+            now = now_ms(self._clock)
+            batch = self._store.batch()
+            for state in self._parts.values():
+                for offset, lease in list(state.leases.items()):
+                    if lease.until_ms >= now:
+                        continue
+                    del state.leases[offset]
+                    batch.unlease(state.tp.topic, state.tp.partition, offset)
+                    self.counters.expired += 1
+                    error = AttemptError(
+                        attempt=lease.attempt,
+                        at_ms=now,
+                        worker=lease.worker,
+                        error_class="LeaseExpired",
+                        message=f"lease expired after {lease.lease_s:g}s without ack",
+                        traceback="",
+                    )
+                    actions.append(self._failure_action(lease, error, permanent=False))
+            self._store.write(batch)
+        _run(actions)
+        return len(actions)
+
+    # -- the retry path -----------------------------------------------------
+
+    def _failure_action(self, lease: Lease, error: AttemptError, *, permanent: bool) -> Action:
+        pending = lease.pending
+        # Attempts made so far include claims whose worker died before settling.
+        job = replace(pending.job, attempt=lease.attempt, errors=(*pending.job.errors, error))
+        if permanent:
+            return self._dead_action(pending, job, "permanent error", error.message)
+        if lease.attempt >= job.max_attempts:
+            return self._dead_action(pending, job, "attempts exhausted", error.message)
+        return self._retry_action(pending, job)
+
+    def _retry_action(self, pending: Pending, job: Job) -> Action:
+        def act() -> None:
+            self._router.retry(
+                job,
+                source=pending.tp,
+                offset=pending.offset,
+                on_done=self._on_copied(pending, Resolution.RETRIED),
+            )
+
+        return act
+
+    def _dead_action(self, pending: Pending, job: Job, reason: str, detail: str) -> Action:
+        def act() -> None:
+            self._router.dead(
+                job,
+                reason=reason,
+                detail=detail,
+                source=pending.tp,
+                offset=pending.offset,
+                on_done=self._on_copied(pending, Resolution.DEAD),
+            )
+
+        return act
+
+    def _on_copied(self, pending: Pending, how: Resolution) -> Done:
+        def done(ok: bool) -> None:
+            if ok:
+                self.resolve(pending.tp, pending.offset, pending.generation, how)
+            else:
+                self._requeue(pending)
+
+        return done
+
+    def _requeue(self, pending: Pending) -> None:
+        """The copy was not delivered: keep the original unresolved and offer it again."""
+        with self._cond:
+            state = self._parts.get(pending.tp)
+            if state is None or state.generation != pending.generation:
+                return
+            self._ready.push_front(pending.job.tenant_id, pending)
+            self._ready_bytes += len(pending.envelope)
+            self._cond.notify()
+
+    def resolve(self, tp: TopicPart, offset: int, generation: int, how: Resolution) -> None:
+        """Mark an offset finished once its fate is durable (ack stored or copy delivered)."""
+        with self._cond:
+            state = self._parts.get(tp)
+            if state is None or state.generation != generation:
+                return
+            if how is Resolution.RETRIED:
+                self.counters.retried += 1
+            elif how is Resolution.DEAD:
+                self.counters.dead += 1
+            batch = self._store.batch()
+            batch.resolve(tp.topic, tp.partition, offset, how)
+            self._store.write(batch)
+            state.tracker.resolve(offset)
+
+    # -- committing ---------------------------------------------------------
+
+    def commit_positions(self) -> dict[TopicPart, int]:
+        """Partitions whose committable offset moved past the last commit."""
+        with self._cond:
+            return {
+                tp: state.tracker.committable
+                for tp, state in self._parts.items()
+                if state.tracker.highest_fetched >= 0
+                and state.tracker.committable > state.committed
+            }
+
+    def committed(self, positions: Mapping[TopicPart, int]) -> None:
+        """Kafka accepted these commits: the store can forget everything below them."""
+        with self._cond:
+            batch = self._store.batch()
+            for tp, offset in positions.items():
+                state = self._parts.get(tp)
+                if state is None:
+                    continue
+                state.committed = max(state.committed, offset)
+                batch.forget_below(tp.topic, tp.partition, offset)
+                for old in [o for o in state.resolved_before if o < offset]:
+                    del state.resolved_before[old]
+                for old in [o for o in state.claims if o < offset]:
+                    del state.claims[old]
+                for old in [o for o in state.stored_leases if o < offset]:
+                    del state.stored_leases[old]
+            self._store.write(batch)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # -- inspection ---------------------------------------------------------
+
+    def snapshot(self) -> dict[str, object]:
+        with self._cond:
+            now = now_ms(self._clock)
+            return {
+                "partitions": [_partition_view(s, now) for s in self._parts.values()],
+                "ready": len(self._ready),
+                "ready_bytes": self._ready_bytes,
+                "ready_by_tenant": self._ready.tenants(),
+                "in_flight_by_tenant": self._in_flight_by_tenant(),
+                "counters": dict(vars(self.counters)),
+            }
+
+    def _in_flight_by_tenant(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for state in self._parts.values():
+            for lease in state.leases.values():
+                tenant = lease.pending.job.tenant_id
+                counts[tenant] = counts.get(tenant, 0) + 1
+        return counts
+
+
+def _partition_view(state: PartitionState, now: int) -> dict[str, object]:
+    return {
+        "topic": state.tp.topic,
+        "partition": state.tp.partition,
+        "committed": state.committed,
+        "highest_fetched": state.tracker.highest_fetched,
+        "committable": state.tracker.committable,
+        "unresolved": state.tracker.unresolved(),
+        "unresolved_count": state.tracker.unresolved_count(),
+        "leases": [
+            {
+                "lease_id": lease.pending.lease_id,
+                "job_id": lease.pending.job.job_id,
+                "type": lease.pending.job.type,
+                "tenant": lease.pending.job.tenant_id,
+                "worker": lease.worker,
+                "attempt": lease.attempt,
+                "age_s": round((now - lease.started_ms) / 1000, 3),
+                "expires_in_s": round((lease.until_ms - now) / 1000, 3),
+            }
+            for lease in state.leases.values()
+        ],
+    }
+
+
+def _record(lease: Lease) -> LeaseRecord:
+    return LeaseRecord(
+        token=lease.token,
+        worker=lease.worker,
+        attempt=lease.attempt,
+        started_ms=lease.started_ms,
+        until_ms=lease.until_ms,
+    )
+
+
+def _crash_note(job: Job) -> str:
+    return (
+        f"claimed {job.max_attempts} times without a settlement "
+        "(the worker died or lost its lease each time)"
+    )
+
+
+def _run(actions: list[Action]) -> None:
+    for action in actions:
+        action()

@@ -1,0 +1,97 @@
+"""Values that move through the leasekeeper: fetched jobs, leases, grants, settlements."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from enum import StrEnum
+
+from schemas.job import Job
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPart:
+    topic: str
+    partition: int
+
+    def lease_id(self, offset: int) -> str:
+        return f"{self.topic}/{self.partition}/{offset}"
+
+
+def parse_lease_id(lease_id: str) -> tuple[TopicPart, int]:
+    """``topic/partition/offset`` back into its parts; ValueError when malformed."""
+    topic, partition, offset = lease_id.rsplit("/", 2)
+    return TopicPart(topic, int(partition)), int(offset)
+
+
+def mint_token() -> str:
+    """A fresh lease token per claim: the fence that rejects zombie workers."""
+    return secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pending:
+    """A fetched, decoded job waiting in the window for dispatch."""
+
+    tp: TopicPart
+    offset: int
+    generation: int
+    job: Job
+    envelope: bytes
+
+    @property
+    def lease_id(self) -> str:
+        return self.tp.lease_id(self.offset)
+
+
+@dataclass(slots=True, kw_only=True)
+class Lease:
+    """A job handed to a worker; only the holder of ``token`` may settle it."""
+
+    pending: Pending
+    token: str
+    worker: str
+    attempt: int
+    lease_s: float
+    started_ms: int
+    until_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """What a worker receives for one claimed job."""
+
+    lease_id: str
+    token: str
+    until_ms: int
+    attempt: int
+    lease_s: float
+    envelope: bytes
+
+
+class Outcome(StrEnum):
+    ACK = "ack"
+    NACK = "nack"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settlement:
+    lease_id: str
+    token: str
+    outcome: Outcome
+    error_class: str = ""
+    message: str = ""
+    traceback: str = ""
+    retry_after_s: float = 0.0
+    permanent: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseAnswer:
+    """The answer to one heartbeat or settlement."""
+
+    lease_id: str
+    ok: bool
+    reason: str = ""
+    until_ms: int = 0

@@ -1,0 +1,58 @@
+"""Create a queue's topics: ``jobs.Q`` for ready jobs and ``jobs.Q.dlq`` for dead letters.
+
+Both get the same partition count so a tenant's dead letters sit in the partition
+matching its jobs. Creating an existing queue again is a no-op, but a queue that
+exists with another partition count is an error: adding partitions later moves
+tenants between partitions and breaks their ordering, so it must be a decision.
+"""
+
+from __future__ import annotations
+
+from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
+from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+
+__all__ = ["DLQ_RETENTION_MS", "ensure_queue_topics"]
+
+# Dead letters wait for a human; a month covers holidays and slow incident reviews.
+DLQ_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
+
+
+def ensure_queue_topics(
+    settings: KafkaSettings,
+    queue: str,
+    *,
+    partitions: int,
+    prefix: str = DEFAULT_PREFIX,
+    replication: int = -1,
+) -> list[str]:
+    """Create the ready and dead-letter topics of ``queue`` if missing; returns their names.
+
+    ``replication=-1`` takes the broker's default replication factor.
+    """
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    topics = QueueTopics(queue=queue, prefix=prefix)
+    specs = [
+        TopicSpec(name=topics.ready, partitions=partitions, replication=replication),
+        TopicSpec(
+            name=topics.dlq,
+            partitions=partitions,
+            replication=replication,
+            config={"retention.ms": str(DLQ_RETENTION_MS)},
+        ),
+    ]
+    create_topics(settings, specs)
+    _check_partitions(settings, specs)
+    return [spec.name for spec in specs]
+
+
+def _check_partitions(settings: KafkaSettings, specs: list[TopicSpec]) -> None:
+    metadata = make_admin(settings).list_topics(timeout=30)
+    for spec in specs:
+        actual = len(metadata.topics[spec.name].partitions)
+        if actual != spec.partitions:
+            raise ValueError(
+                f"topic {spec.name} already exists with {actual} partitions, not "
+                f"{spec.partitions}; change a queue's partition count deliberately "
+                "(kafka-topics --alter), it moves tenants between partitions"
+            )

@@ -1,0 +1,306 @@
+"""The enqueue API: ``JobProducer`` appends Avro-encoded jobs to a queue's ready topic.
+
+A returned :meth:`JobProducer.enqueue` means the broker acknowledged the job with
+``acks=all`` on an idempotent producer: the job is durable and will be run at
+least once. Payloads are validated against their job type's schema first, so an
+invalid job is never written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_all
+from datetime import datetime, timedelta
+from types import TracebackType
+
+from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
+from jobcore.kafka import (
+    KafkaError,
+    KafkaException,
+    KafkaSettings,
+    Message,
+    make_producer,
+    produce_reliably,
+)
+from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+from producer.request import JobRequest, build_job
+from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
+from schemas.job import Job
+
+__all__ = ["EnqueueError", "JobProducer", "JobRequest"]
+
+log = logging.getLogger(__name__)
+
+
+class EnqueueError(Exception):
+    """Kafka did not acknowledge some jobs: ``failures`` maps their ids to the reason.
+
+    ``delivered`` lists the ids of a batch that did land, so a caller can retry
+    only the rest (re-enqueueing a delivered job would run it twice).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        failures: Mapping[str, str] | None = None,
+        delivered: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.failures = dict(failures or {})
+        self.delivered = list(delivered)
+
+
+class JobProducer:
+    """Enqueue jobs onto ``<prefix>.<queue>`` topics, keyed by tenant.
+
+    Owns one idempotent ``acks=all`` Kafka producer. A background thread serves
+    its delivery reports, so the futures of :meth:`enqueue_nowait` resolve
+    without the caller polling. Safe to share between threads; close it (or use
+    ``with``) to deliver what is still buffered.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        registry: SchemaRegistry | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._codec = EnvelopeCodec(registry if registry is not None else SchemaRegistry())
+        self._prefix = prefix
+        self._clock = clock
+        self._producer = make_producer(settings)
+        self._known_topics: set[str] = set()
+        self._closed = threading.Event()
+        self._poller = threading.Thread(
+            target=self._serve_delivery_reports, name="job-producer-delivery", daemon=True
+        )
+        self._poller.start()
+
+    def enqueue(
+        self,
+        queue: str,
+        type: str,
+        payload: Mapping[str, object],
+        *,
+        tenant_id: str,
+        dedupe_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        priority: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> str:
+        """Enqueue one job and return its id once the broker acknowledged it.
+
+        Raises PayloadError (nothing sent) for a payload its schema rejects,
+        ValueError for invalid options, NotImplementedError for a job that is not
+        due yet, EnqueueError when the queue has no topic or Kafka refused the job.
+        """
+        request = JobRequest(
+            queue=queue,
+            type=type,
+            payload=payload,
+            tenant_id=tenant_id,
+            dedupe_key=dedupe_key,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+        )
+        job = self._build(request)
+        return self._send(job, self._topic_for(job.queue)).result()
+
+    def enqueue_nowait(
+        self,
+        queue: str,
+        type: str,
+        payload: Mapping[str, object],
+        *,
+        tenant_id: str,
+        dedupe_key: str | None = None,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        priority: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> Future[str]:
+        """Like :meth:`enqueue`, but returns at once; the future resolves on delivery.
+
+        Validation errors are still raised here, before anything is sent; a
+        delivery failure is the future's EnqueueError.
+        """
+        request = JobRequest(
+            queue=queue,
+            type=type,
+            payload=payload,
+            tenant_id=tenant_id,
+            dedupe_key=dedupe_key,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+        )
+        job = self._build(request)
+        return self._send(job, self._topic_for(job.queue))
+
+    def enqueue_batch(self, requests: Iterable[JobRequest]) -> list[str]:
+        """Enqueue many jobs at full rate; returns their ids once all were acknowledged.
+
+        Every payload is validated before the first record is produced, so one
+        bad request (or a queue without topics) means nothing is sent. Delivery
+        failures are collected into one EnqueueError that also lists the jobs
+        that did land.
+        """
+        jobs = []
+        for index, request in enumerate(requests):
+            try:
+                jobs.append(self._build(request))
+            except PayloadError as exc:
+                raise PayloadError(f"request {index}: {exc}") from exc
+        topics = {queue: self._topic_for(queue) for queue in {job.queue for job in jobs}}
+        futures = [self._send(job, topics[job.queue]) for job in jobs]
+        wait_all(futures)
+        failures = {
+            job.job_id: str(future.exception())
+            for job, future in zip(jobs, futures, strict=True)
+            if future.exception() is not None
+        }
+        ids = [job.job_id for job in jobs]
+        if failures:
+            first = next(iter(failures.values()))
+            raise EnqueueError(
+                f"{len(failures)} of {len(jobs)} jobs were not delivered (first: {first})",
+                failures=failures,
+                delivered=[i for i in ids if i not in failures],
+            )
+        return ids
+
+    def flush(self, timeout: float = 30) -> None:
+        """Wait until every job produced so far was acknowledged or failed.
+
+        Raises EnqueueError when jobs are still buffered after ``timeout`` s;
+        individual failures are reported through their futures.
+        """
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            raise EnqueueError(f"{remaining} jobs still undelivered after {timeout:g}s")
+
+    async def flush_async(self, timeout: float = 30) -> None:
+        """:meth:`flush` without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.flush, timeout)
+
+    def close(self, timeout: float = 30) -> None:
+        """Deliver what is buffered, then stop; jobs still undelivered raise EnqueueError.
+
+        Their futures fail with a purge error rather than hang forever.
+        """
+        if self._closed.is_set():
+            return
+        try:
+            remaining = self._producer.flush(timeout)
+            if remaining:
+                self._producer.purge()
+                self._producer.flush(0)
+        finally:
+            self._closed.set()
+            self._poller.join()
+        if remaining:
+            raise EnqueueError(f"closed with {remaining} jobs undelivered after {timeout:g}s")
+
+    def __enter__(self) -> JobProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an error is already on its way out: do not replace it
+            self.close()
+        except EnqueueError:
+            log.exception("closing the job producer after an error")
+
+    # -- internals ------------------------------------------------------------
+
+    def _build(self, request: JobRequest) -> Job:
+        if self._closed.is_set():
+            raise RuntimeError("this JobProducer is closed")
+        return build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
+
+    def _send(self, job: Job, topic: str) -> Future[str]:
+        """Produce ``job``; the future holds its id or the EnqueueError that stopped it."""
+        future: Future[str] = Future()
+        future.set_running_or_notify_cancel()  # a produced record cannot be withdrawn
+        try:
+            produce_reliably(
+                self._producer,
+                topic,
+                key=job.tenant_id.encode(),
+                value=self._codec.encode(job),
+                headers=[("job_id", job.job_id.encode())],
+                on_delivery=_reporter(future, job.job_id),
+            )
+        except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
+            future.set_exception(
+                EnqueueError(
+                    f"job {job.job_id} was not produced: {exc}", failures={job.job_id: str(exc)}
+                )
+            )
+        return future
+
+    def _topic_for(self, queue: str) -> str:
+        """The ready topic of ``queue``, looked up once per producer.
+
+        A missing queue then fails at once, before anything is sent, rather than
+        after librdkafka's metadata timeout.
+        """
+        topic = QueueTopics(queue=queue, prefix=self._prefix).ready
+        if topic not in self._known_topics:
+            try:
+                metadata = self._producer.list_topics(topic, timeout=10)
+            except KafkaException as exc:
+                raise EnqueueError(f"cannot look up topic {topic}: {exc}") from exc
+            error = metadata.topics[topic].error if topic in metadata.topics else None
+            if topic not in metadata.topics or error is not None:
+                raise EnqueueError(
+                    f"queue {queue!r} has no topic {topic} ({error}); "
+                    f"create it first: producer create-queue {queue} --partitions N"
+                )
+            self._known_topics.add(topic)
+        return topic
+
+    def _serve_delivery_reports(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._producer.poll(0.1)
+            except Exception:
+                log.exception("serving delivery reports")
+
+
+def _reporter(future: Future[str], job_id: str) -> Callable[[KafkaError | None, Message], None]:
+    def report(error: KafkaError | None, _message: Message) -> None:
+        if error is None:
+            future.set_result(job_id)
+        else:
+            future.set_exception(
+                EnqueueError(
+                    f"job {job_id} was not delivered: {error}", failures={job_id: str(error)}
+                )
+            )
+
+    return report

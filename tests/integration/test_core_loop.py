@@ -1,0 +1,271 @@
+"""The job path end to end against real Kafka: producer → leasekeeper → worker processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+
+from jobcore.kafka import (
+    KafkaException,
+    KafkaSettings,
+    TopicPartition,
+    committed_offsets,
+    end_offsets,
+    make_consumer,
+    make_producer,
+)
+from jobcore.topics import QueueTopics
+from producer import JobProducer, JobRequest, ensure_queue_topics
+from schemas import worker_pb2 as pb
+from schemas import worker_pb2_grpc as pb_grpc
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+from tests.apps.recording import read_events
+from tests.system import Leasekeeper, WorkerProcess, wait_until
+
+APP = "tests.apps.recording:app"
+PARTITIONS = 4
+
+
+class System:
+    """A queue, one leasekeeper and N worker processes under ``tmp_path``."""
+
+    def __init__(self, kafka: KafkaSettings, unique: str, tmp_path: Path) -> None:
+        self.kafka = kafka
+        self.queue = f"core{unique}"
+        self.topics = QueueTopics(queue=self.queue)
+        self.tmp = tmp_path
+        self.recordings = tmp_path / "recordings"
+        self.recordings.mkdir()
+        ensure_queue_topics(kafka, self.queue, partitions=PARTITIONS)
+        self.leasekeeper = self._leasekeeper()
+        self.workers: list[WorkerProcess] = []
+
+    def _leasekeeper(self) -> Leasekeeper:
+        return Leasekeeper(
+            queue=self.queue,
+            bootstrap=self.kafka.bootstrap,
+            state_dir=self.tmp / "state",
+            socket=self.tmp / "lk.sock",
+            log=self.tmp / "leasekeeper.log",
+        )
+
+    def start(self, workers: int = 2, concurrency: int = 16) -> None:
+        self.leasekeeper.start().wait_assigned(PARTITIONS)
+        for i in range(workers):
+            worker = WorkerProcess(
+                app=APP,
+                target=self.leasekeeper.target,
+                log=self.tmp / f"worker-{i}.log",
+                env={"RECORDING_DIR": str(self.recordings)},
+                concurrency=concurrency,
+            )
+            self.workers.append(worker.start())
+
+    def restart_leasekeeper(self) -> None:
+        self.leasekeeper = self._leasekeeper()
+        self.leasekeeper.start().wait_assigned(PARTITIONS)
+
+    def enqueue(self, count: int, tenants: int = 3) -> list[str]:
+        with JobProducer(self.kafka) as producer:
+            return producer.enqueue_batch(
+                JobRequest(
+                    queue=self.queue,
+                    type="noop",
+                    payload={"n": i},
+                    tenant_id=f"tenant-{i % tenants}",
+                )
+                for i in range(count)
+            )
+
+    def runs(self) -> Counter[str]:
+        return Counter(read_events(self.recordings, "runs"))
+
+    def acks(self) -> set[str]:
+        return set(read_events(self.recordings, "acks"))
+
+    def committed(self) -> dict[int, int]:
+        consumer = make_consumer(self.kafka, self.topics.consumer_group)
+        try:
+            return committed_offsets(consumer, self.topics.ready, range(PARTITIONS))
+        finally:
+            consumer.close()
+
+    def caught_up(self) -> bool:
+        """Committed offsets equal end offsets on every partition."""
+        committed, end = self.committed(), self.end_offsets()
+        self.last_offsets = (committed, end, self.leasekeeper.snapshot())
+        return {p: max(o, 0) for p, o in committed.items()} == end
+
+    def end_offsets(self) -> dict[int, int]:
+        consumer = make_consumer(self.kafka, f"probe-{self.queue}")
+        try:
+            return end_offsets(consumer, self.topics.ready, range(PARTITIONS))
+        finally:
+            consumer.close()
+
+    def job_at_offsets(self) -> dict[tuple[int, int], str]:
+        """(partition, offset) → job id, read back from the topic."""
+        codec = EnvelopeCodec(SchemaRegistry())
+        consumer = make_consumer(self.kafka, f"reader-{self.queue}")
+        high = self.end_offsets()
+        consumer.assign([TopicPartition(self.topics.ready, p, 0) for p in range(PARTITIONS)])
+        found: dict[tuple[int, int], str] = {}
+        deadline = time.monotonic() + 60
+        while len(found) < sum(high.values()) and time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=1):
+                if msg.error() is None:
+                    found[(msg.partition(), msg.offset())] = codec.decode(msg.value()).job_id
+        consumer.close()
+        return found
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.leasekeeper.stop()
+
+
+@pytest.fixture
+def system(kafka: KafkaSettings, unique: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    sut = System(kafka, unique, tmp_path)
+    yield sut
+    sut.stop()
+
+
+class CommitSampler(threading.Thread):
+    """Samples committed offsets, then the jobs that have run, every 50 ms."""
+
+    def __init__(self, system: System) -> None:
+        super().__init__(daemon=True)
+        self.system = system
+        self.samples: list[tuple[dict[int, int], set[str]]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        consumer = make_consumer(self.system.kafka, self.system.topics.consumer_group)
+        try:
+            while not self.halt.is_set():
+                try:
+                    committed = committed_offsets(
+                        consumer, self.system.topics.ready, range(PARTITIONS)
+                    )
+                except KafkaException:  # coordinator moving or loading: sample again
+                    self.halt.wait(0.05)
+                    continue
+                ran = set(self.system.runs())  # read after the commit was observed
+                self.samples.append((committed, ran))
+                self.halt.wait(0.05)
+        finally:
+            consumer.close()
+
+    def violations(self, jobs: dict[tuple[int, int], str]) -> list[str]:
+        found = []
+        for committed, ran in self.samples:
+            for partition, offset in committed.items():
+                for below in range(max(offset, 0)):
+                    job_id = jobs[(partition, below)]
+                    if job_id not in ran:
+                        found.append(f"p{partition} committed {offset} but {below} not run")
+        return found
+
+
+def test_every_job_runs_exactly_once_and_commits_never_pass_an_unresolved_job(
+    system: System,
+) -> None:
+    system.start(workers=2)
+    sampler = CommitSampler(system)
+    sampler.start()
+    ids = system.enqueue(10_000)
+
+    wait_until(lambda: sum(system.runs().values()) >= len(ids), 240, "10,000 runs", step=0.25)
+    wait_until(
+        system.caught_up, 30, "commits to reach the end", describe=lambda: system.last_offsets
+    )
+    sampler.halt.set()
+    sampler.join()
+
+    runs = system.runs()
+    assert set(runs) == set(ids)
+    assert [job for job, count in runs.items() if count != 1] == []
+    assert len(sampler.samples) > 20
+    moving = {tuple(sorted(c.items())) for c, _ in sampler.samples}
+    assert len(moving) > 3, "commits did not advance while jobs ran"
+    assert sampler.violations(system.job_at_offsets()) == []
+
+
+def test_kill_9_of_the_leasekeeper_reruns_no_acked_job_and_loses_none(system: System) -> None:
+    system.start(workers=2)
+    ids = system.enqueue(6_000)
+    wait_until(lambda: sum(system.runs().values()) >= 2_000, 120, "a third of the runs")
+
+    system.leasekeeper.kill()
+    acked_before_restart = system.acks()
+    system.restart_leasekeeper()
+
+    wait_until(lambda: set(system.runs()) >= set(ids), 240, "every job to run", step=0.25)
+    wait_until(
+        system.caught_up, 30, "commits to reach the end", describe=lambda: system.last_offsets
+    )
+    runs = system.runs()
+    assert len(acked_before_restart) >= 1_000
+    rerun_after_ack = [job for job in acked_before_restart if runs[job] != 1]
+    assert rerun_after_ack == []
+    assert set(runs) == set(ids)
+
+
+def test_calls_with_a_stale_lease_token_are_rejected_and_counted(system: System) -> None:
+    system.leasekeeper.start().wait_assigned(PARTITIONS)
+    system.enqueue(1)
+    with grpc.insecure_channel(system.leasekeeper.target) as channel:
+        stub = pb_grpc.LeaseKeeperStub(channel)
+        (job,) = stub.Claim(pb.ClaimRequest(worker_id="t", max_jobs=1, wait_ms=10_000)).jobs
+        stale = pb.LeaseRef(lease_id=job.lease_id, lease_token="not-the-token")
+        heartbeat = stub.Heartbeat(pb.HeartbeatRequest(worker_id="t", leases=[stale]))
+        ack = pb.Settlement(lease=stale, outcome=pb.ACK)
+        settled = stub.Settle(pb.SettleRequest(worker_id="t", settlements=[ack]))
+        assert not heartbeat.results[0].ok and heartbeat.results[0].reason == "stale token"
+        assert not settled.results[0].ok and settled.results[0].reason == "stale token"
+
+        current = pb.LeaseRef(lease_id=job.lease_id, lease_token=job.lease_token)
+        good = pb.Settlement(lease=current, outcome=pb.ACK)
+        assert stub.Settle(pb.SettleRequest(worker_id="t", settlements=[good])).results[0].ok
+        again = stub.Settle(pb.SettleRequest(worker_id="t", settlements=[good])).results[0]
+        assert not again.ok  # settled leases are gone: a second ack is refused too
+    snapshot = system.leasekeeper.snapshot()
+    assert snapshot is not None
+    assert snapshot["counters"]["stale_rejected"] == 3
+    assert snapshot["counters"]["acked"] == 1
+
+
+def test_an_undecodable_record_goes_to_the_dlq_and_the_partition_keeps_moving(
+    system: System,
+) -> None:
+    system.start(workers=1)
+    producer = make_producer(system.kafka)
+    producer.produce(system.topics.ready, key=b"tenant-0", value=b"\x00not avro at all")
+    assert producer.flush(10) == 0
+    ids = system.enqueue(30, tenants=1)  # same key: behind the garbage in its partition
+
+    wait_until(lambda: set(system.runs()) >= set(ids), 60, "the jobs behind the garbage")
+    wait_until(
+        system.caught_up, 30, "commits to reach the end", describe=lambda: system.last_offsets
+    )
+
+    codec = EnvelopeCodec(SchemaRegistry())
+    consumer = make_consumer(system.kafka, f"dlq-reader-{system.queue}")
+    consumer.subscribe([system.topics.dlq])
+    letters = []
+    deadline = time.monotonic() + 30
+    while not letters and time.monotonic() < deadline:
+        letters = [m for m in consumer.consume(10, timeout=1) if m.error() is None]
+    consumer.close()
+    assert len(letters) == 1
+    letter = codec.decode_dead_letter(letters[0].value())
+    assert letter.reason == "undecodable"
+    assert letter.raw_value == b"\x00not avro at all"
+    assert letter.detail  # the decode error, in words
+    assert letter.source_topic == system.topics.ready

@@ -1,0 +1,285 @@
+"""The lease engine with a real RocksDB store, a recording router and an injected clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from leasekeeper.engine import Done, EngineConfig, LeaseEngine
+from leasekeeper.leases import Outcome, Settlement, TopicPart
+from leasekeeper.store import LeaseStore
+from schemas.job import Job
+
+TP = TopicPart("jobs.q", 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class RecordingRouter:
+    retries: list[tuple[Job, Done]] = field(default_factory=list)
+    deaths: list[tuple[Job, str, Done]] = field(default_factory=list)
+
+    def retry(self, job: Job, *, source: TopicPart, offset: int, on_done: Done) -> None:
+        self.retries.append((job, on_done))
+
+    def dead(
+        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
+    ) -> None:
+        self.deaths.append((job, reason, on_done))
+
+
+def job(i: int, tenant: str = "t1", max_attempts: int = 3) -> Job:
+    return Job(
+        job_id=f"job-{i}",
+        queue="q",
+        tenant_id=tenant,
+        type="noop",
+        payload=b"",
+        created_at_ms=0,
+        max_attempts=max_attempts,
+    )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def make_engine(path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -> LeaseEngine:
+    config = EngineConfig(lease_s=10, **cfg)  # type: ignore[arg-type]
+    return LeaseEngine(store=LeaseStore(path), router=router, config=config, clock=clock)
+
+
+def ack(grant_lease: str, token: str) -> Settlement:
+    return Settlement(lease_id=grant_lease, token=token, outcome=Outcome.ACK)
+
+
+def test_claims_round_robin_across_tenants(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, -1001)
+    for i in range(5):
+        engine.offer(TP, i, job(i, "noisy"), b"x")
+    engine.offer(TP, 5, job(5, "quiet"), b"x")
+    grants = engine.claim("w", 2, wait_s=0)
+    assert {g.lease_id for g in grants} == {"jobs.q/0/0", "jobs.q/0/5"}
+    assert all(g.attempt == 1 for g in grants)
+
+
+def test_commit_waits_for_the_lowest_unresolved_offset(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, -1001)
+    for i in range(3):
+        engine.offer(TP, i, job(i), b"x")
+    grants = engine.claim("w", 3, wait_s=0)
+    engine.settle([ack(grants[2].lease_id, grants[2].token)])
+    engine.settle([ack(grants[1].lease_id, grants[1].token)])
+    assert engine.commit_positions() == {TP: 0}
+    engine.settle([ack(grants[0].lease_id, grants[0].token)])
+    assert engine.commit_positions() == {TP: 3}
+
+
+def test_stale_tokens_are_rejected_and_counted(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    assert not engine.heartbeat([(grant.lease_id, "forged")])[0].ok
+    answer = engine.settle([ack(grant.lease_id, "forged")])[0]
+    assert not answer.ok and answer.reason == "stale token"
+    assert engine.counters.stale_rejected == 2
+    assert engine.heartbeat([(grant.lease_id, grant.token)])[0].ok
+    assert engine.settle([ack(grant.lease_id, grant.token)])[0].ok
+
+
+def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clock: Clock) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    nack = Settlement(
+        lease_id=grant.lease_id,
+        token=grant.token,
+        outcome=Outcome.NACK,
+        error_class="TimeoutError",
+        message="partner API timed out",
+    )
+    assert engine.settle([nack])[0].ok
+    ((copy, on_done),) = router.retries
+    assert copy.attempt == 1
+    assert [(e.error_class, e.worker) for e in copy.errors] == [("TimeoutError", "w")]
+    assert engine.commit_positions() == {}
+    on_done(True)
+    assert engine.commit_positions() == {TP: 1}
+
+
+def test_failed_copy_delivery_offers_the_job_again(tmp_path: Path, clock: Clock) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
+    router.retries[0][1](False)
+    (again,) = engine.claim("w", 1, wait_s=0)
+    assert again.lease_id == grant.lease_id and again.attempt == 2
+
+
+def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: Clock) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1, max_attempts=1), b"x")
+    g0, _g1 = engine.claim("w", 2, wait_s=0)
+    engine.settle(
+        [
+            Settlement(lease_id=g0.lease_id, token=g0.token, outcome=Outcome.NACK, permanent=True),
+            Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK),
+        ]
+    )
+    assert [reason for _, reason, _ in router.deaths] == ["permanent error", "attempts exhausted"]
+    assert router.retries == []
+
+
+def test_release_gives_the_attempt_back(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.RELEASE)])
+    (again,) = engine.claim("w2", 1, wait_s=0)
+    assert again.attempt == 1 and again.token != grant.token
+
+
+def test_expired_lease_is_a_failed_attempt(tmp_path: Path, clock: Clock) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    clock.now += 5
+    assert engine.expire() == 0
+    engine.heartbeat([(grant.lease_id, grant.token)])  # extends to now + 10
+    clock.now += 9
+    assert engine.expire() == 0
+    clock.now += 2
+    assert engine.expire() == 1
+    assert router.retries[0][0].errors[0].error_class == "LeaseExpired"
+    late = engine.settle([ack(grant.lease_id, grant.token)])[0]
+    assert not late.ok
+
+
+def test_restart_on_the_same_store_skips_acked_jobs(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    for i in range(3):
+        engine.offer(TP, i, job(i), b"x")
+    grants = engine.claim("w", 3, wait_s=0)
+    engine.settle([ack(grants[1].lease_id, grants[1].token)])
+    engine._store.close()  # the process dies; Kafka still has offset 0 committed
+
+    router = RecordingRouter()
+    restarted = make_engine(tmp_path, clock, router)
+    restarted.assign(TP, 0)
+    for i in range(3):
+        restarted.offer(TP, i, job(i), b"x")
+    assert restarted.claim("w", 3, wait_s=0) == []  # 0 and 2 are still leased
+    clock.now += 11
+    assert restarted.expire() == 2
+    assert sorted(copy.job_id for copy, _ in router.retries) == ["job-0", "job-2"]
+    assert all(copy.attempt == 1 for copy, _ in router.retries)
+
+
+def test_a_job_whose_worker_dies_every_time_reaches_the_dlq_with_every_attempt(
+    tmp_path: Path, clock: Clock
+) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    current = job(0, max_attempts=3)
+    for offset in range(3):
+        engine.offer(TP, offset, current, b"x")
+        (grant,) = engine.claim("w", 1, wait_s=0)
+        assert grant.attempt == offset + 1
+        clock.now += 11  # the worker died: no heartbeat, no settle
+        engine.expire()
+        if offset < 2:
+            current, delivered = router.retries[-1]
+            delivered(True)
+    ((dead, reason, _),) = router.deaths
+    assert reason == "attempts exhausted"
+    assert [e.attempt for e in dead.errors] == [1, 2, 3]
+    assert {e.error_class for e in dead.errors} == {"LeaseExpired"}
+
+
+def test_claims_counted_without_a_settlement_dead_letter_at_claim(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Claim counts alone (no lease record left) still stop a job at max_attempts."""
+    router = RecordingRouter()
+    store = LeaseStore(tmp_path)
+    batch = store.batch()
+    batch.claims(TP.topic, TP.partition, 0, 3)
+    store.write(batch)
+    store.close()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0, max_attempts=3), b"x")
+    assert engine.claim("w", 1, wait_s=0) == []
+    assert [reason for _, reason, _ in router.deaths] == ["attempts exhausted"]
+
+
+def test_window_fills_by_records(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter(), window_records=2)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    assert not engine.window_full()
+    engine.offer(TP, 1, job(1), b"x")
+    assert engine.window_full()
+    engine.claim("w", 1, wait_s=0)
+    assert not engine.window_full()
+
+
+def test_revoked_partition_leases_become_unknown(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.revoke(TP)
+    assert not engine.settle([ack(grant.lease_id, grant.token)])[0].ok
+    assert engine.claim("w", 1, wait_s=0) == []
+
+
+def test_a_lease_survives_a_leasekeeper_restart_until_it_expires(
+    tmp_path: Path, clock: Clock
+) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1), b"x")
+    g0, _g1 = engine.claim("w", 2, wait_s=0)
+    engine._store.close()
+
+    router = RecordingRouter()
+    restarted = make_engine(tmp_path, clock, router)
+    restarted.assign(TP, 0)
+    restarted.offer(TP, 0, job(0), b"x")
+    restarted.offer(TP, 1, job(1), b"x")
+    assert restarted.claim("w", 2, wait_s=0) == []  # both still leased
+    # The worker that held job 0 acks it with its old token: accepted.
+    assert restarted.settle([ack(g0.lease_id, g0.token)])[0].ok
+    # Job 1's worker is gone: after lease_until the reaper takes it back.
+    clock.now += 11
+    assert restarted.expire() == 1
+    assert router.retries[0][0].errors[0].error_class == "LeaseExpired"

@@ -1,0 +1,68 @@
+"""Settlement batching: at most ``max_batch`` per call, everything flushed on close."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from workers.batcher import SettleBatcher
+from workers.client import LeaseKeeperUnavailable
+from workers.messages import LeaseRef, LeaseResult, Settlement
+
+
+class RecordingClient:
+    def __init__(self, *, fail: bool = False) -> None:
+        self.batches: list[list[Settlement]] = []
+        self.fail = fail
+
+    def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]:
+        self.batches.append(list(settlements))
+        if self.fail:
+            raise LeaseKeeperUnavailable("gone", reconnecting=True)
+        return [LeaseResult(lease_id=s.ref.lease_id, ok=True) for s in settlements]
+
+
+def _ack(i: int) -> Settlement:
+    return Settlement.ack(LeaseRef(lease_id=f"t/0/{i}", token="tok"))
+
+
+def test_a_backlog_is_sent_in_batches_of_at_most_max_batch() -> None:
+    client = RecordingClient()
+    answered: list[tuple[int, bool]] = []
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client,
+        lambda batch, results: answered.extend((tag, results is not None) for _, tag in batch),
+        max_batch=100,
+    )
+    for i in range(250):
+        batcher.put(_ack(i), i)
+    batcher.start()
+    batcher.close(timeout=10)
+
+    assert [len(b) for b in client.batches] == [100, 100, 50]
+    assert answered == [(i, True) for i in range(250)]
+
+
+def test_close_flushes_what_is_queued() -> None:
+    client = RecordingClient()
+    done = threading.Event()
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: done.set(), interval_s=60.0
+    )
+    batcher.start()
+    batcher.put(_ack(1), 1)
+    batcher.close(timeout=10)  # does not wait out the 60 s window
+    assert done.is_set()
+    assert [len(b) for b in client.batches] == [1]
+
+
+def test_a_failed_call_drops_the_batch_and_reports_no_results() -> None:
+    client = RecordingClient(fail=True)
+    answered: list[object] = []
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: answered.append(results)
+    )
+    batcher.put(_ack(1), 1)
+    batcher.start()
+    batcher.close(timeout=10)
+    assert answered == [None]

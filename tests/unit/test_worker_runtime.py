@@ -1,0 +1,431 @@
+"""The worker runtime against an in-process fake LeaseKeeper on a Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.test_worker_support import (
+    Envelopes,
+    FakeLeaseKeeper,
+    running_worker,
+    serving,
+    start_server,
+    wait_until,
+)
+from workers.app import App
+from workers.client import LeaseKeeperRejected
+from workers.context import JobContext
+from workers.errors import Permanent, Retry
+
+
+@pytest.fixture
+def envelopes() -> Envelopes:
+    return Envelopes()
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    return tmp_path / "lk.sock"
+
+
+def test_sync_and_async_handlers_run_and_are_acked(envelopes: Envelopes, sock: Path) -> None:
+    app = App("test")
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+    confirmed: list[tuple[str, str, bool]] = []
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        seen.append(("sync", ctx.job_id, payload))
+
+    @app.job("send_receipt")
+    async def send_receipt(ctx: JobContext, payload: dict[str, Any]) -> None:
+        await asyncio.sleep(0)
+        seen.append(("async", ctx.job_id, payload))
+
+    @app.on_settled
+    def settled(ctx: JobContext, outcome: str, accepted: bool) -> None:
+        confirmed.append((ctx.job_id, outcome, accepted))
+
+    receipt = {"order_id": 7, "email": "a@example.com", "amount_cents": 1250}
+    fake = FakeLeaseKeeper(
+        [envelopes("noop", {"n": 1}), envelopes("send_receipt", receipt), envelopes("noop")]
+    )
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.outcomes("ack")) == 3, what="3 acks")
+        wait_until(lambda: len(confirmed) == 3, what="3 on_settled calls")
+
+    assert sorted(kind for kind, _, _ in seen) == ["async", "sync", "sync"]
+    assert ("sync", "job-1", {"n": 1}) in seen
+    assert ("async", "job-2", {**receipt, "currency": "EUR"}) in seen
+    assert sorted(confirmed) == [(f"job-{i}", "ack", True) for i in (1, 2, 3)]
+    assert all(s.accepted for s in fake.settled)
+
+
+def test_exception_is_nacked_with_class_message_and_traceback(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+
+    @app.job("noop")
+    def explode(ctx: JobContext, payload: dict[str, Any]) -> None:
+        raise ValueError(f"bad n {payload['n']}")
+
+    fake = FakeLeaseKeeper([envelopes("noop", {"n": 3})])
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.settled) == 1)
+
+    [nack] = fake.settled
+    assert (nack.outcome, nack.error_class, nack.error_message) == ("nack", "ValueError", "bad n 3")
+    assert "in explode" in nack.traceback
+    assert nack.traceback.rstrip().endswith("ValueError: bad n 3")
+    assert (nack.permanent, nack.retry_after_s) == (False, 0.0)
+
+
+def test_retry_after_becomes_retry_after_s(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+
+    @app.job("noop")
+    def later(ctx: JobContext, payload: dict[str, Any]) -> None:
+        raise Retry("rate limited", after=5)
+
+    fake = FakeLeaseKeeper([envelopes()])
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.settled) == 1)
+
+    [nack] = fake.settled
+    assert (nack.outcome, nack.retry_after_s, nack.permanent) == ("nack", 5.0, False)
+    assert nack.error_message == "rate limited"
+
+
+def test_permanent_is_nacked_permanent(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+
+    @app.job("noop")
+    def never(ctx: JobContext, payload: dict[str, Any]) -> None:
+        raise Permanent("address does not exist")
+
+    fake = FakeLeaseKeeper([envelopes()])
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.settled) == 1)
+
+    [nack] = fake.settled
+    assert (nack.outcome, nack.permanent, nack.error_class) == ("nack", True, "Permanent")
+    assert nack.error_message == "address does not exist"
+
+
+def test_never_more_jobs_in_hand_than_concurrency(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+    gate = threading.Event()
+    lock = threading.Lock()
+    running = [0, 0]  # now, peak
+
+    @app.job("noop")
+    def slow(ctx: JobContext, payload: dict[str, Any]) -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        gate.wait(10)
+        with lock:
+            running[0] -= 1
+
+    fake = FakeLeaseKeeper([envelopes() for _ in range(20)])
+    with serving(fake, sock) as target, running_worker(app, target, concurrency=3) as rw:
+        wait_until(lambda: running[0] == 3, what="3 handlers running")
+        assert rw.worker.in_hand == 3
+        assert len(fake.outstanding) == 3
+        gate.set()
+        wait_until(lambda: len(fake.outcomes("ack")) == 20, what="20 acks")
+
+    assert fake.max_outstanding <= 3
+    assert running[1] == 3
+    assert fake.claims[0] == 3, "one batched claim for every free slot"
+    assert max(fake.claims) <= 3
+
+
+def test_long_job_is_heartbeated_with_its_current_token(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+    release = threading.Event()
+
+    @app.job("noop")
+    def long(ctx: JobContext, payload: dict[str, Any]) -> None:
+        release.wait(10)
+
+    fake = FakeLeaseKeeper([envelopes()], lease_s=1)  # heartbeat every 1/3 s
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.heartbeats) >= 2, what="two heartbeats")
+        release.set()
+        wait_until(lambda: len(fake.settled) == 1)
+
+    [ack] = fake.settled
+    assert (ack.outcome, ack.accepted) == ("ack", True)
+    assert fake.heartbeats[:2] == [[(ack.lease_id, ack.token)]] * 2
+
+
+def test_refused_heartbeat_sets_lease_lost_and_the_job_is_not_acked(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+    reasons: list[str | None] = []
+
+    @app.job("noop")
+    def long(ctx: JobContext, payload: dict[str, Any]) -> None:
+        assert ctx.lease_lost.wait(10), "lease never reported lost"
+        reasons.append(ctx.lease_lost_reason)
+        assert ctx.is_cancelled
+
+    fake = FakeLeaseKeeper([envelopes()], lease_s=1)
+    fake.refuse_heartbeat["jobs.test/0/1"] = "stale token"
+    with serving(fake, sock) as target, running_worker(app, target) as rw:
+        wait_until(lambda: reasons != [], what="the handler to see the lost lease")
+        wait_until(lambda: rw.worker.in_hand == 0, what="the slot to be freed")
+
+    assert reasons == ["heartbeat refused: stale token"]
+    assert fake.settled == [], "a job whose lease was lost must not be acked"
+
+
+def test_stop_releases_claimed_jobs_that_have_not_started(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+    ran: list[str] = []
+
+    @app.job("noop")
+    def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ran.append(ctx.job_id)
+
+    fake = FakeLeaseKeeper()
+    fake.claim_gate = threading.Event()
+    with serving(fake, sock) as target, running_worker(app, target, concurrency=4) as rw:
+        wait_until(lambda: fake.claims_in_progress == 1, what="a claim in flight")
+        fake.add(envelopes(), envelopes())
+        rw.worker.stop()  # the claim in flight answers after stop: those jobs must not run
+        fake.claim_gate.set()
+        rw.stop()
+
+    assert ran == []
+    assert sorted(s.outcome for s in fake.settled) == ["release", "release"]
+    assert all(s.accepted for s in fake.settled)
+
+
+def test_stop_lets_running_jobs_finish_within_the_grace_period(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+    ran: list[str] = []
+    release = threading.Event()
+
+    @app.job("noop")
+    def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ran.append(ctx.job_id)
+        release.wait(10)
+
+    fake = FakeLeaseKeeper([envelopes()])
+    with serving(fake, sock) as target, running_worker(app, target, shutdown_grace_s=10) as rw:
+        wait_until(lambda: ran == ["job-1"])
+        rw.worker.stop()
+        fake.add(envelopes(), envelopes())  # too late: a claim racing stop() releases them
+        release.set()
+        rw.stop()
+        assert fake.outstanding == {}
+
+    assert ran == ["job-1"]
+    outcomes = {s.lease_id: s.outcome for s in fake.settled}
+    assert outcomes.pop("jobs.test/0/1") == "ack"
+    assert set(outcomes.values()) <= {"release"}
+
+
+def test_jobs_outliving_the_grace_period_are_released(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+    reasons: list[str | None] = []
+
+    @app.job("noop")
+    def stubborn(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ctx.lease_lost.wait(10)
+        reasons.append(ctx.lease_lost_reason)
+
+    fake = FakeLeaseKeeper([envelopes()])
+    with serving(fake, sock) as target, running_worker(app, target, shutdown_grace_s=0.2) as rw:
+        wait_until(lambda: rw.worker.in_hand == 1)
+        rw.stop()
+        wait_until(lambda: reasons != [])
+
+    assert [s.outcome for s in fake.settled] == ["release"]
+    assert reasons[0] is not None and reasons[0].startswith("worker shutting down")
+
+
+def test_unknown_job_type_is_nacked_permanent(envelopes: Envelopes, sock: Path) -> None:
+    app = App()  # no handler for mystery_job (nor a schema: it is never decoded)
+    fake = FakeLeaseKeeper([envelopes("mystery_job", raw_payload=b"")])
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.settled) == 1)
+
+    [nack] = fake.settled
+    assert (nack.outcome, nack.permanent, nack.error_class) == ("nack", True, "UnknownJobType")
+    assert "mystery_job" in nack.error_message
+
+
+def test_undecodable_envelope_and_payload_are_nacked_permanent(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+    ran: list[str] = []
+
+    @app.job("noop")
+    def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ran.append(ctx.job_id)
+
+    fake = FakeLeaseKeeper([b"not an envelope", envelopes("noop", raw_payload=b"\xc3\x01junk")])
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.settled) == 2)
+
+    assert ran == []
+    for nack in fake.settled:
+        assert (nack.outcome, nack.permanent, nack.error_class) == (
+            "nack",
+            True,
+            "PayloadDecodeError",
+        )
+    messages = sorted(s.error_message for s in fake.settled)
+    assert messages[0].startswith("cannot decode envelope")
+    assert messages[1].startswith("cannot decode noop payload")
+
+
+def test_handler_timeout_nacks_and_cancels(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+    reasons: list[str | None] = []
+
+    @app.job("noop", timeout_s=0.2)
+    def sync_slow(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ctx.lease_lost.wait(10)
+        reasons.append(ctx.lease_lost_reason)
+
+    @app.job("send_receipt", timeout_s=0.2)
+    async def async_slow(ctx: JobContext, payload: dict[str, Any]) -> None:
+        await asyncio.sleep(30)
+
+    receipt = {"order_id": 1, "email": "e", "amount_cents": 1}
+    fake = FakeLeaseKeeper([envelopes("noop"), envelopes("send_receipt", receipt)])
+    with serving(fake, sock) as target, running_worker(app, target) as rw:
+        wait_until(lambda: len(fake.settled) == 2)
+        wait_until(lambda: rw.worker.in_hand == 0)
+
+    assert [(s.outcome, s.error_class) for s in fake.settled] == [("nack", "JobTimeout")] * 2
+    assert reasons == ["timed out after 0.2s"]
+
+
+def test_job_timeout_comes_from_the_envelope_when_the_handler_sets_none(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+
+    @app.job("noop")
+    def slow(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ctx.lease_lost.wait(10)
+
+    fake = FakeLeaseKeeper([envelopes("noop", timeout_s=0.2)])
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.settled) == 1)
+
+    assert fake.settled[0].error_class == "JobTimeout"
+
+
+def test_every_call_carries_the_token(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+    release = threading.Event()
+
+    @app.job("noop")
+    def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        release.wait(10)
+
+    fake = FakeLeaseKeeper([envelopes()], lease_s=1, token="s3cret")
+    with serving(fake, sock) as target, running_worker(app, target, token="s3cret"):
+        wait_until(lambda: len(fake.heartbeats) >= 1)
+        release.set()
+        wait_until(lambda: len(fake.settled) == 1)
+
+    assert fake.tokens_seen and set(fake.tokens_seen) == {"s3cret"}
+    assert fake.settled[0].outcome == "ack"
+
+
+def test_a_refused_token_stops_the_worker_with_the_reason(sock: Path) -> None:
+    fake = FakeLeaseKeeper(token="s3cret")
+    with (
+        serving(fake, sock) as target,
+        pytest.raises(LeaseKeeperRejected, match="UNAUTHENTICATED"),
+        running_worker(App(), target, token="wrong") as rw,
+    ):
+        rw.thread.join(10)
+        assert not rw.thread.is_alive()
+
+
+def test_reconnects_to_a_leasekeeper_restarted_on_the_same_socket(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+
+    @app.job("noop")
+    def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        pass
+
+    first = FakeLeaseKeeper([envelopes()])
+    server = start_server(first, sock)
+    try:
+        with running_worker(app, f"unix:{sock}"):
+            wait_until(lambda: len(first.outcomes("ack")) == 1)
+            server.stop(0).wait()
+            second = FakeLeaseKeeper([envelopes()])
+            server = start_server(second, sock)
+            wait_until(lambda: len(second.outcomes("ack")) == 1, what="an ack to the new server")
+    finally:
+        server.stop(0).wait()
+
+
+def test_a_settle_the_leasekeeper_missed_is_dropped_not_fatal(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.job("noop")
+    def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        started.set()
+        release.wait(10)
+
+    first = FakeLeaseKeeper([envelopes()])
+    server = start_server(first, sock)
+    try:
+        with running_worker(app, f"unix:{sock}") as rw:
+            assert started.wait(10)
+            server.stop(0).wait()
+            release.set()  # its ack cannot be delivered: dropped, slot freed
+            wait_until(lambda: rw.worker.in_hand == 0, what="the dropped settle to free the slot")
+            second = FakeLeaseKeeper([envelopes()])
+            server = start_server(second, sock)
+            wait_until(lambda: len(second.outcomes("ack")) == 1, what="work to resume")
+    finally:
+        server.stop(0).wait()
+    assert first.settled == []
+
+
+def test_on_settled_reports_a_refused_settle(envelopes: Envelopes, sock: Path) -> None:
+    app = App()
+    confirmed: list[tuple[str, bool]] = []
+    fake = FakeLeaseKeeper([envelopes()])
+
+    @app.job("noop")
+    def handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+        with fake.cond:  # another worker got the job meanwhile: our token is stale
+            fake.outstanding[ctx.lease_id] = "newer-token"
+
+    @app.on_settled
+    def settled(ctx: JobContext, outcome: str, accepted: bool) -> None:
+        confirmed.append((outcome, accepted))
+
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: confirmed != [])
+
+    assert confirmed == [("ack", False)]

@@ -1,0 +1,112 @@
+"""Batches settlements: one Settle call per ~5 ms or per 100 jobs, whichever comes first.
+
+Batching is what lets one leasekeeper serve thousands of jobs a second (one
+round trip per job caps out near a thousand). The delay it adds is a few
+milliseconds on a job's settle, never on its run.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Generic, Protocol, TypeVar
+
+from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
+from workers.messages import LeaseResult, Settlement
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Called once per item batch: the items and the leasekeeper's results, or None
+# when the call failed and the batch was dropped.
+AnswerCallback = Callable[[Sequence[tuple[Settlement, T]], list[LeaseResult] | None], None]
+
+
+class SettleClient(Protocol):
+    """The one call the batcher needs (``LeaseKeeperClient`` has it)."""
+
+    def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]: ...
+
+
+class SettleBatcher(Generic[T]):
+    """A thread that sends queued settlements in batches; ``T`` tags each item for the callback."""
+
+    def __init__(
+        self,
+        client: SettleClient,
+        on_answer: AnswerCallback[T],
+        *,
+        interval_s: float = 0.005,
+        max_batch: int = 100,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._on_answer = on_answer
+        self._interval_s = interval_s
+        self._max_batch = max_batch
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._items: list[tuple[Settlement, T]] = []
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="worker-settle", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, settlement: Settlement, tag: T) -> None:
+        with self._cond:
+            self._items.append((settlement, tag))
+            if len(self._items) == 1 or len(self._items) >= self._max_batch:
+                self._cond.notify_all()
+
+    def close(self, timeout: float) -> None:
+        """Send what is queued, then stop; gives up after ``timeout`` seconds."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("settle thread still sending after %.1fs; abandoning it", timeout)
+
+    def _run(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._send(batch)
+
+    def _next_batch(self) -> list[tuple[Settlement, T]] | None:
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._items) or self._closing)
+            if not self._items:
+                return None
+            flush_at = self._clock() + self._interval_s
+            while len(self._items) < self._max_batch and not self._closing:
+                remaining = flush_at - self._clock()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            batch = self._items[: self._max_batch]
+            del self._items[: self._max_batch]
+            return batch
+
+    def _send(self, batch: list[tuple[Settlement, T]]) -> None:
+        results: list[LeaseResult] | None = None
+        try:
+            results = self._client.settle([settlement for settlement, _ in batch])
+        except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
+            log.warning(
+                "dropped %d settlement(s); the leasekeeper will redeliver those jobs: %s",
+                len(batch),
+                exc,
+            )
+        except Exception:
+            log.exception("dropped %d settlement(s) after an unexpected error", len(batch))
+        try:
+            self._on_answer(batch, results)
+        except Exception:
+            log.exception("settle callback failed")

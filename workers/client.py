@@ -1,0 +1,290 @@
+"""``LeaseKeeperClient``: the worker's batched Claim / Heartbeat / Settle calls.
+
+The leasekeeper is a sidecar that restarts (deploys, crashes). A worker must
+outlive that: when a call finds it gone (``UNAVAILABLE``) the client drops the
+channel and opens a new one on the next call, no sooner than a bounded,
+jittered backoff allows. Transient failures surface as
+``LeaseKeeperUnavailable`` so each caller can choose: the claim loop tries
+again, the heartbeat loop waits for its next tick, and a settle is dropped
+(the leasekeeper redelivers an unsettled job: at least once). Failures that
+retrying cannot fix (a wrong token, an incompatible server) surface as
+``LeaseKeeperRejected``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final, TypeVar
+
+import grpc
+
+from jobcore.config import AUTH_METADATA_KEY
+from schemas import worker_pb2
+from schemas.worker_pb2_grpc import LeaseKeeperStub
+from workers.messages import Lease, LeaseRef, LeaseResult, Outcome, Settlement
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Reconnect within ~2 s of the leasekeeper coming back, instead of grpc's
+# default channel backoff that grows to two minutes. Claims can carry hundreds
+# of envelopes, beyond grpc's default 4 MiB message limit.
+CHANNEL_OPTIONS: Final = (
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+)
+
+# Codes that another attempt cannot fix: configuration or version mismatches.
+_REJECTED: Final = frozenset(
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+    }
+)
+
+_OUTCOMES: Final = {
+    Outcome.ACK: worker_pb2.ACK,
+    Outcome.NACK: worker_pb2.NACK,
+    Outcome.RELEASE: worker_pb2.RELEASE,
+}
+
+
+class LeaseKeeperUnavailable(Exception):
+    """The call did not reach a working leasekeeper; trying again later may work.
+
+    ``reconnecting`` is True when the client already waits out a backoff
+    before its next call, so the caller need not pause on its own.
+    """
+
+    def __init__(self, message: str, *, reconnecting: bool = False) -> None:
+        super().__init__(message)
+        self.reconnecting = reconnecting
+
+
+class LeaseKeeperRejected(Exception):
+    """The leasekeeper refused the call in a way retrying cannot fix (token, version)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconnectBackoff:
+    """Delay before the n-th consecutive reconnect: exponential, capped, half-jittered.
+
+    The jitter keeps the worker processes of one pod from reconnecting to a
+    restarted leasekeeper in lockstep.
+    """
+
+    initial_s: float = 0.05
+    max_s: float = 2.0
+    factor: float = 2.0
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        if failures <= 0:
+            return 0.0
+        # The exponent is capped so a long outage cannot overflow the float.
+        base = min(self.max_s, self.initial_s * self.factor ** min(failures - 1, 64))
+        return base / 2 + rng.random() * base / 2
+
+
+class LeaseKeeperClient:
+    """Thread-safe; the claim, heartbeat and settle threads of a worker share one.
+
+    ``target`` is a grpc target: ``unix:/path/to.sock`` or ``127.0.0.1:PORT``.
+    When ``token`` is set every call carries it as ``AUTH_METADATA_KEY`` metadata.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        worker_id: str,
+        token: str | None = None,
+        backoff: ReconnectBackoff | None = None,
+        rpc_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.target = target
+        self.worker_id = worker_id
+        self._metadata = ((AUTH_METADATA_KEY, token),) if token else None
+        self._backoff = backoff or ReconnectBackoff()
+        self._rpc_timeout_s = rpc_timeout_s
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._channel: grpc.Channel | None = None
+        self._stub: LeaseKeeperStub | None = None
+        self._generation = 0
+        self._failures = 0
+        self._reconnect_at = 0.0
+
+    def claim(self, max_jobs: int, wait_ms: int) -> list[Lease]:
+        """Long-poll for up to ``max_jobs`` jobs; an empty list when none came in ``wait_ms``."""
+        request = worker_pb2.ClaimRequest(
+            worker_id=self.worker_id, max_jobs=max_jobs, wait_ms=wait_ms
+        )
+        timeout = wait_ms / 1000 + self._rpc_timeout_s
+        response = self._call(
+            "Claim", lambda stub: stub.Claim(request, timeout=timeout, metadata=self._metadata)
+        )
+        return [_lease(job) for job in response.jobs]
+
+    def heartbeat(self, refs: Sequence[LeaseRef]) -> list[LeaseResult]:
+        """Extend many leases in one call; each result says whether its token was current."""
+        request = worker_pb2.HeartbeatRequest(
+            worker_id=self.worker_id,
+            leases=[worker_pb2.LeaseRef(lease_id=r.lease_id, lease_token=r.token) for r in refs],
+        )
+        response = self._call(
+            "Heartbeat",
+            lambda stub: stub.Heartbeat(
+                request, timeout=self._rpc_timeout_s, metadata=self._metadata
+            ),
+        )
+        return [_result(r) for r in response.results]
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[LeaseResult]:
+        """Ack, nack or release many leases in one call."""
+        request = worker_pb2.SettleRequest(
+            worker_id=self.worker_id, settlements=[_settlement(s) for s in settlements]
+        )
+        response = self._call(
+            "Settle",
+            lambda stub: stub.Settle(request, timeout=self._rpc_timeout_s, metadata=self._metadata),
+        )
+        return [_result(r) for r in response.results]
+
+    def close(self) -> None:
+        """Close the channel; calls after this (or waiting to reconnect) fail at once."""
+        self._closed.set()
+        with self._lock:
+            channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            channel.close()
+
+    def __enter__(self) -> LeaseKeeperClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _call(self, name: str, invoke: Callable[[LeaseKeeperStub], T]) -> T:
+        stub, generation = self._connected()
+        try:
+            result = invoke(stub)
+        except grpc.RpcError as exc:
+            raise self._failed(name, exc, generation) from exc
+        except ValueError as exc:
+            # Another thread closed this channel after a failure ("Cannot invoke
+            # RPC on closed channel"): the same outage, seen a moment later.
+            if not self._replaced(generation):
+                raise
+            raise LeaseKeeperUnavailable(f"{name}: {exc}", reconnecting=True) from exc
+        if self._failures:
+            self._recovered(generation)
+        return result
+
+    def _connected(self) -> tuple[LeaseKeeperStub, int]:
+        """The current stub, opening a new channel once the backoff has passed."""
+        while True:
+            with self._lock:
+                if self._closed.is_set():
+                    raise LeaseKeeperUnavailable("client is closed", reconnecting=True)
+                if self._stub is not None:
+                    return self._stub, self._generation
+                wait = self._reconnect_at - self._clock()
+                if wait <= 0:
+                    self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+                    self._stub = LeaseKeeperStub(self._channel)
+                    self._generation += 1
+                    return self._stub, self._generation
+            if self._closed.wait(wait):
+                raise LeaseKeeperUnavailable("client is closed", reconnecting=True)
+
+    def _failed(self, name: str, exc: grpc.RpcError, generation: int) -> Exception:
+        code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
+        detail = f"{name} to leasekeeper at {self.target}: {code.name} {exc.details() or ''}"
+        if code in _REJECTED:
+            return LeaseKeeperRejected(detail.strip())
+        if code is grpc.StatusCode.UNAVAILABLE:
+            self._drop_channel(generation)
+            return LeaseKeeperUnavailable(detail.strip(), reconnecting=True)
+        return LeaseKeeperUnavailable(detail.strip())
+
+    def _replaced(self, generation: int) -> bool:
+        with self._lock:
+            return self._closed.is_set() or generation != self._generation or self._stub is None
+
+    def _drop_channel(self, generation: int) -> None:
+        """Forget a broken channel once, however many threads saw it fail."""
+        with self._lock:
+            if generation != self._generation or self._channel is None:
+                return
+            channel, self._channel, self._stub = self._channel, None, None
+            self._failures += 1
+            delay = self._backoff.delay(self._failures, self._rng)
+            self._reconnect_at = self._clock() + delay
+            failures = self._failures
+        channel.close()
+        level = logging.WARNING if failures == 1 else logging.DEBUG
+        log.log(level, "leasekeeper at %s unavailable; reconnecting in %.2fs", self.target, delay)
+
+    def _recovered(self, generation: int) -> None:
+        with self._lock:
+            if generation != self._generation or not self._failures:
+                return
+            self._failures = 0
+        log.info("reconnected to leasekeeper at %s", self.target)
+
+
+def _lease(job: worker_pb2.ClaimedJob) -> Lease:
+    return Lease(
+        ref=LeaseRef(lease_id=job.lease_id, token=job.lease_token),
+        until_ms=job.lease_until_ms,
+        attempt=job.attempt,
+        envelope=job.envelope,
+        lease_s=job.lease_s,
+    )
+
+
+def _result(result: worker_pb2.LeaseResult) -> LeaseResult:
+    return LeaseResult(
+        lease_id=result.lease_id,
+        ok=result.ok,
+        reason=result.reason,
+        until_ms=result.lease_until_ms,
+    )
+
+
+def _settlement(settlement: Settlement) -> worker_pb2.Settlement:
+    message = worker_pb2.Settlement(
+        lease=worker_pb2.LeaseRef(
+            lease_id=settlement.ref.lease_id, lease_token=settlement.ref.token
+        ),
+        outcome=_OUTCOMES[settlement.outcome],
+    )
+    failure = settlement.failure
+    if failure is not None:
+        message.error_class = failure.error_class
+        message.error_message = failure.message
+        message.traceback = failure.traceback
+        message.retry_after_s = failure.retry_after_s
+        message.permanent = failure.permanent
+    return message

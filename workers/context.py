@@ -1,0 +1,67 @@
+"""What a handler knows about the job it is running."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+
+class _LeaseLoss:
+    """Records once, thread-safely, why the job stopped being ours."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reason: str | None = None
+        self._lock = threading.Lock()
+
+    def mark(self, reason: str) -> bool:
+        with self._lock:
+            if self.event.is_set():
+                return False
+            self.reason = reason
+            self.event.set()
+            return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """Passed to every handler call next to the payload.
+
+    ``job_id`` is the idempotency key: delivery is at least once, so a handler
+    whose side effects must not repeat should record ``job_id`` with them.
+
+    ``lease_lost`` is set when the job is no longer this worker's to finish:
+    the leasekeeper refused a heartbeat (another worker may run it now), the
+    job ran past its ``timeout_s``, or shutdown's grace period ran out. A
+    long handler should poll ``ctx.lease_lost.is_set()`` (or ``is_cancelled``)
+    between steps and stop early; whatever it returns afterwards is not acked.
+    """
+
+    job_id: str
+    attempt: int
+    tenant_id: str
+    queue: str
+    type: str
+    created_at_ms: int
+    lease_id: str
+    max_attempts: int = 0
+    _loss: _LeaseLoss = field(default_factory=_LeaseLoss, repr=False, compare=False)
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        """Set once the lease is gone; a handler may ``wait()`` on it or poll it."""
+        return self._loss.event
+
+    @property
+    def lease_lost_reason(self) -> str | None:
+        """Why the lease was lost ("stale token", "timed out after 30s", ...), else None."""
+        return self._loss.reason
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True when the handler should stop: its result will not be acked."""
+        return self._loss.event.is_set()
+
+    def mark_lease_lost(self, reason: str) -> bool:
+        """Runtime use: record the loss; False when it was already recorded."""
+        return self._loss.mark(reason)

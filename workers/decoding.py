@@ -1,0 +1,115 @@
+"""From a claimed envelope to what a handler is called with, or to why it cannot be.
+
+Decoding sits behind the small ``EnvelopeDecoder`` protocol, so the runtime
+does not care which codec produced the bytes and unit tests can inject a fake.
+``default_decoder`` builds the real one, ``schemas.codec.EnvelopeCodec``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.job import Job
+from workers.app import App, Handler
+from workers.context import JobContext
+from workers.errors import PAYLOAD_DECODE_ERROR, UNKNOWN_JOB_TYPE, Failure, format_traceback
+from workers.messages import Lease
+
+
+class EnvelopeDecoder(Protocol):
+    """Decodes the envelope, then the payload by its job type's schema."""
+
+    def decode(self, data: bytes, /) -> Job: ...
+    def decode_payload(self, job_type: str, data: bytes, /) -> dict[str, Any]: ...
+
+
+def default_decoder(schema_dirs: Sequence[str | Path] = ()) -> EnvelopeDecoder:
+    """The project's Avro codec, reading extra payload schemas from ``schema_dirs``.
+
+    Raises ``schemas.codec.SchemaError`` when a directory is missing or a
+    schema does not load: a worker that cannot read its payloads should not start.
+    """
+    return EnvelopeCodec(SchemaRegistry(extra_dirs=schema_dirs))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runnable:
+    """A claimed job ready to run: its handler, context, payload and time limit."""
+
+    handler: Handler
+    ctx: JobContext
+    payload: dict[str, Any]
+    timeout_s: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unrunnable:
+    """A claimed job that can never run here; nacked permanently at once."""
+
+    ctx: JobContext
+    failure: Failure
+
+
+def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unrunnable:
+    """Decode ``lease``'s envelope and payload and find its handler.
+
+    Every failure here is permanent: another attempt would decode the same
+    bytes with the same schemas and find the same (missing) handler.
+    """
+    try:
+        envelope = decoder.decode(lease.envelope)
+    except Exception as exc:
+        return Unrunnable(ctx=_bare_context(lease), failure=_decode_failure("envelope", exc))
+    ctx = _context(lease, envelope)
+    handler = app.handler_for(envelope.type)
+    if handler is None:
+        message = f"no handler for job type {envelope.type!r} in app {app.name!r}"
+        return Unrunnable(
+            ctx=ctx,
+            failure=Failure(error_class=UNKNOWN_JOB_TYPE, message=message, permanent=True),
+        )
+    try:
+        payload = decoder.decode_payload(envelope.type, envelope.payload)
+    except Exception as exc:
+        return Unrunnable(ctx=ctx, failure=_decode_failure(f"{envelope.type} payload", exc))
+    timeout = handler.timeout_s or (envelope.timeout_s if envelope.timeout_s > 0 else None)
+    return Runnable(handler=handler, ctx=ctx, payload=payload, timeout_s=timeout)
+
+
+def _decode_failure(what: str, exc: Exception) -> Failure:
+    return Failure(
+        error_class=PAYLOAD_DECODE_ERROR,
+        message=f"cannot decode {what}: {type(exc).__qualname__}: {exc}",
+        traceback=format_traceback(exc),
+        permanent=True,
+    )
+
+
+def _context(lease: Lease, envelope: Job) -> JobContext:
+    return JobContext(
+        job_id=envelope.job_id,
+        attempt=lease.attempt,
+        tenant_id=envelope.tenant_id,
+        queue=envelope.queue,
+        type=envelope.type,
+        created_at_ms=envelope.created_at_ms,
+        lease_id=lease.ref.lease_id,
+        max_attempts=envelope.max_attempts,
+    )
+
+
+def _bare_context(lease: Lease) -> JobContext:
+    """A context for an envelope that could not be read: only the lease is known."""
+    return JobContext(
+        job_id="",
+        attempt=lease.attempt,
+        tenant_id="",
+        queue="",
+        type="",
+        created_at_ms=0,
+        lease_id=lease.ref.lease_id,
+    )

@@ -1,0 +1,205 @@
+"""The jobs a worker holds, from claim until the leasekeeper answered their settle.
+
+One lock guards all of it, because the claim loop, the handler threads, the
+heartbeat/timeout monitor and the settle thread all move the same jobs
+through their life. A job holds one of the worker's ``concurrency`` slots
+until it both stopped running and its settlement was answered (or dropped or
+skipped), so the worker never has more than ``concurrency`` leases in hand.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workers.context import JobContext
+from workers.messages import Lease, LeaseRef
+
+
+class Phase(enum.Enum):
+    CLAIMED = "claimed"  # handed out, handler not started
+    RUNNING = "running"
+    DONE = "done"  # handler returned, or the job will never run here
+
+
+@dataclass(kw_only=True, eq=False)
+class Held:
+    """Bookkeeping for one held lease; mutated only under ``InFlight``'s lock."""
+
+    lease: Lease
+    ctx: JobContext
+    until_ms: int
+    beat_interval_s: float
+    next_beat_at: float
+    phase: Phase = Phase.CLAIMED
+    timeout_s: float | None = None
+    deadline: float | None = None
+    decided: bool = False  # a settlement was queued or deliberately skipped
+    answered: bool = False  # ...and the leasekeeper answered it, or it was dropped
+    cancel: Callable[[], object] | None = None
+
+    @property
+    def ref(self) -> LeaseRef:
+        return self.lease.ref
+
+    @property
+    def beating(self) -> bool:
+        """Still ours and not yet settled, so its lease is worth extending."""
+        return not self.decided and not self.ctx.is_cancelled
+
+
+class InFlight:
+    """The worker's held jobs and free slots."""
+
+    def __init__(self, *, concurrency: int) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.concurrency = concurrency
+        self._cond = threading.Condition()
+        self._held: dict[LeaseRef, Held] = {}
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._held)
+
+    def free(self) -> int:
+        with self._cond:
+            return max(0, self.concurrency - len(self._held))
+
+    def wait_free(self, stop: threading.Event, timeout: float) -> int:
+        """Block until a slot is free or ``stop`` is set (``wake()`` is called on stop)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: stop.is_set() or len(self._held) < self.concurrency, timeout
+            )
+            return max(0, self.concurrency - len(self._held))
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def add(self, lease: Lease, ctx: JobContext, *, now: float, beat_interval_s: float) -> Held:
+        held = Held(
+            lease=lease,
+            ctx=ctx,
+            until_ms=lease.until_ms,
+            beat_interval_s=beat_interval_s,
+            next_beat_at=now + beat_interval_s,
+        )
+        with self._cond:
+            self._held[lease.ref] = held
+            self._cond.notify_all()
+        return held
+
+    def start(self, held: Held, *, now: float, timeout_s: float | None) -> bool:
+        """Move a claimed job to running; False when it was released meanwhile."""
+        with self._cond:
+            if held.phase is not Phase.CLAIMED or held.decided:
+                return False
+            held.phase = Phase.RUNNING
+            held.timeout_s = timeout_s
+            held.deadline = None if timeout_s is None else now + timeout_s
+            self._cond.notify_all()
+            return True
+
+    def decide(self, held: Held) -> bool:
+        """Claim the one right to settle this lease; False when already settled or lost."""
+        with self._cond:
+            if held.decided:
+                return False
+            held.decided = True
+            return True
+
+    def finish(self, held: Held) -> None:
+        """The handler returned (or the job will never run): it no longer needs a thread."""
+        with self._cond:
+            held.phase = Phase.DONE
+            self._release_slot(held)
+
+    def answer(self, held: Held) -> None:
+        """The settlement was answered, dropped or skipped: the lease is no longer ours."""
+        with self._cond:
+            held.decided = True
+            held.answered = True
+            self._release_slot(held)
+
+    def take_unstarted(self) -> list[Held]:
+        """Atomically claim the right to settle every job that has not started."""
+        with self._cond:
+            taken = [h for h in self._held.values() if h.phase is Phase.CLAIMED and not h.decided]
+            for held in taken:
+                held.decided = True
+                held.phase = Phase.DONE
+            return taken
+
+    def running(self) -> list[Held]:
+        with self._cond:
+            return [h for h in self._held.values() if h.phase is Phase.RUNNING]
+
+    def wait_until(self, predicate: Callable[[list[Held]], bool], timeout: float) -> bool:
+        """Wait until ``predicate(held jobs)`` holds; False when ``timeout`` ran out first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(list(self._held.values())), timeout)
+
+    def beats_due(self, now: float) -> list[Held]:
+        """All jobs worth heartbeating, when at least one of them is due; else nothing.
+
+        One batch carries every held lease, so a worker sends one Heartbeat per
+        shortest-lease third rather than one per job.
+        """
+        with self._cond:
+            beating = [h for h in self._held.values() if h.beating]
+            if any(h.next_beat_at <= now for h in beating):
+                return beating
+            return []
+
+    def timeouts_due(self, now: float) -> list[Held]:
+        with self._cond:
+            return [
+                h
+                for h in self._held.values()
+                if h.phase is Phase.RUNNING
+                and not h.decided
+                and h.deadline is not None
+                and h.deadline <= now
+            ]
+
+    def next_due(self) -> float | None:
+        """When the monitor next has something to do: a heartbeat or a deadline."""
+        with self._cond:
+            times = [h.next_beat_at for h in self._held.values() if h.beating]
+            times += [
+                h.deadline
+                for h in self._held.values()
+                if h.phase is Phase.RUNNING and not h.decided and h.deadline is not None
+            ]
+            return min(times, default=None)
+
+    def wait_change(self, timeout: float) -> None:
+        """Sleep until a job is added, started or freed, or ``timeout`` passes."""
+        with self._cond:
+            self._cond.wait(timeout)
+
+    def reschedule(self, held: list[Held], *, now: float, retry_s: float | None = None) -> None:
+        """Set the next heartbeat: a full interval on, or sooner (``retry_s``) after a failure."""
+        with self._cond:
+            for h in held:
+                step = h.beat_interval_s if retry_s is None else min(retry_s, h.beat_interval_s)
+                h.next_beat_at = now + step
+
+    def extend(self, held: Held, until_ms: int) -> None:
+        with self._cond:
+            held.until_ms = max(held.until_ms, until_ms)
+
+    def expired(self, now_ms: int) -> list[Held]:
+        """Leases whose deadline passed without a successful heartbeat (leasekeeper away)."""
+        with self._cond:
+            return [h for h in self._held.values() if h.beating and 0 < h.until_ms < now_ms]
+
+    def _release_slot(self, held: Held) -> None:
+        if held.phase is Phase.DONE and held.answered:
+            if self._held.get(held.ref) is held:
+                del self._held[held.ref]
+            self._cond.notify_all()

@@ -1,0 +1,71 @@
+"""The worker's side of the LeaseKeeper RPC as plain values.
+
+The runtime works with these frozen dataclasses; only ``workers.client`` sees
+the generated protobuf classes, so the rest of the package (and its tests) do
+not depend on protobuf's mutable message objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from workers.errors import Failure
+
+
+class Outcome(enum.StrEnum):
+    """How a job's lease ends; the string is what ``App.on_settled`` hooks receive."""
+
+    ACK = "ack"
+    NACK = "nack"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseRef:
+    """Names one lease; the token fences a worker whose lease was given to another."""
+
+    lease_id: str
+    token: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """One claimed job as the leasekeeper handed it out."""
+
+    ref: LeaseRef
+    until_ms: int
+    attempt: int
+    envelope: bytes
+    lease_s: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseResult:
+    """The leasekeeper's answer for one lease in a heartbeat or settle batch."""
+
+    lease_id: str
+    ok: bool
+    reason: str = ""
+    until_ms: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settlement:
+    """An ack, nack (with its classified failure) or release of one lease."""
+
+    ref: LeaseRef
+    outcome: Outcome
+    failure: Failure | None = None
+
+    @classmethod
+    def ack(cls, ref: LeaseRef) -> Settlement:
+        return cls(ref=ref, outcome=Outcome.ACK)
+
+    @classmethod
+    def nack(cls, ref: LeaseRef, failure: Failure) -> Settlement:
+        return cls(ref=ref, outcome=Outcome.NACK, failure=failure)
+
+    @classmethod
+    def release(cls, ref: LeaseRef) -> Settlement:
+        return cls(ref=ref, outcome=Outcome.RELEASE)

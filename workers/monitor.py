@@ -1,0 +1,115 @@
+"""Keeps held leases alive and enforces handler time limits, on one thread.
+
+Heartbeats are batched: whenever the first held job reaches a third of its
+lease, one Heartbeat extends every held lease at once. A refused lease (stale
+token, unknown lease) means another worker may be running the job now, so its
+context is marked ``lease_lost`` and its result will not be acked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
+from workers.inflight import Held, InFlight
+from workers.messages import LeaseRef, LeaseResult
+
+log = logging.getLogger(__name__)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class HeartbeatClient(Protocol):
+    """The one call the monitor needs (``LeaseKeeperClient`` has it)."""
+
+    def heartbeat(self, refs: Sequence[LeaseRef], /) -> list[LeaseResult]: ...
+
+
+class LeaseMonitor:
+    """Runs ``tick()`` whenever a heartbeat or a deadline is due, until ``stop`` is set."""
+
+    def __init__(
+        self,
+        *,
+        table: InFlight,
+        client: HeartbeatClient,
+        on_timeout: Callable[[Held], None],
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = _wall_ms,
+        retry_s: float = 1.0,
+        idle_s: float = 1.0,
+    ) -> None:
+        self._table = table
+        self._client = client
+        self._on_timeout = on_timeout
+        self._stop = stop
+        self._clock = clock
+        self._wall_ms = wall_ms
+        self._retry_s = retry_s
+        self._idle_s = idle_s
+        self._thread = threading.Thread(target=self._run, name="worker-leases", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def tick(self) -> None:
+        """Time out overdue handlers, give up expired leases, send a due heartbeat."""
+        now = self._clock()
+        for held in self._table.timeouts_due(now):
+            self._on_timeout(held)
+        for held in self._table.expired(self._wall_ms()):
+            _lose(held, "lease expired before a heartbeat reached the leasekeeper")
+        beats = self._table.beats_due(now)
+        if beats:
+            self._beat(beats)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("lease monitor tick failed")
+            due = self._table.next_due()
+            timeout = self._idle_s if due is None else min(self._idle_s, due - self._clock())
+            if timeout > 0:
+                self._table.wait_change(timeout)
+
+    def _beat(self, beats: list[Held]) -> None:
+        try:
+            results = self._client.heartbeat([held.ref for held in beats])
+        except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
+            log.warning("heartbeat for %d lease(s) failed; retrying: %s", len(beats), exc)
+            self._table.reschedule(beats, now=self._clock(), retry_s=self._retry_s)
+            return
+        self._table.reschedule(beats, now=self._clock())
+        by_id = {result.lease_id: result for result in results}
+        for held in beats:
+            result = by_id.get(held.ref.lease_id)
+            if result is None:
+                log.warning("heartbeat answer lacks lease %s", held.ref.lease_id)
+            elif not result.ok:
+                _lose(held, f"heartbeat refused: {result.reason or 'no reason given'}")
+            else:
+                self._table.extend(held, result.until_ms)
+
+
+def _lose(held: Held, reason: str) -> None:
+    if held.ctx.mark_lease_lost(reason):
+        log.warning(
+            "job %s (%s, lease %s) lost its lease: %s; its result will not be acked",
+            held.ctx.job_id,
+            held.ctx.type,
+            held.ref.lease_id,
+            reason,
+        )

@@ -1,0 +1,320 @@
+"""``Worker``: claims jobs from a leasekeeper, runs their handlers, settles them.
+
+Threads and what they do:
+
+- the caller of ``run()``: the claim loop, asking for as many jobs as there
+  are free slots, in one Claim call;
+- ``concurrency`` pool threads for ``def`` handlers, one event loop thread for
+  ``async def`` handlers;
+- the lease monitor: batched heartbeats and handler time limits;
+- the settle thread: batched acks, nacks and releases.
+
+``stop()`` (from another thread: see ``workers.supervisor``) stops claiming,
+releases jobs that have not started, and lets running ones finish within
+``shutdown_grace_s``; ``run()`` then returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from jobcore.config import DEFAULT_LEASE_S
+from workers.app import App
+from workers.batcher import SettleBatcher
+from workers.client import (
+    LeaseKeeperClient,
+    LeaseKeeperRejected,
+    LeaseKeeperUnavailable,
+    ReconnectBackoff,
+)
+from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, prepare
+from workers.errors import JOB_TIMEOUT, Failure
+from workers.execution import EventLoopThread, call_async, call_sync
+from workers.inflight import Held, InFlight, Phase
+from workers.messages import Lease, LeaseResult, Settlement
+from workers.monitor import LeaseMonitor
+
+log = logging.getLogger(__name__)
+
+_SETTLE_FLUSH_S = 10.0
+
+
+class Worker:
+    """One worker process's runtime; ``run()`` blocks until ``stop()`` and the drain finish."""
+
+    def __init__(
+        self,
+        app: App,
+        client: LeaseKeeperClient,
+        *,
+        decoder: EnvelopeDecoder,
+        concurrency: int = 8,
+        worker_id: str | None = None,
+        claim_wait_ms: int = 1000,
+        shutdown_grace_s: float = 30.0,
+        settle_interval_s: float = 0.005,
+        settle_batch: int = 100,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.worker_id = worker_id or client.worker_id
+        self.shutdown_grace_s = shutdown_grace_s
+        self._client = client
+        self._decoder = decoder
+        self._claim_wait_ms = claim_wait_ms
+        self._clock = clock
+        self._stopping = threading.Event()
+        self._monitor_stop = threading.Event()
+        self._rng = random.Random()
+        self._started = False
+        self._fatal: LeaseKeeperRejected | None = None
+        self._abandoned = 0
+        self._table = InFlight(concurrency=concurrency)
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="worker-handler")
+        self._loop = EventLoopThread()
+        self._batcher: SettleBatcher[Held] = SettleBatcher(
+            client,
+            self._answered,
+            interval_s=settle_interval_s,
+            max_batch=settle_batch,
+            clock=clock,
+        )
+        self._monitor = LeaseMonitor(
+            table=self._table,
+            client=client,
+            on_timeout=self._timed_out,
+            stop=self._monitor_stop,
+            clock=clock,
+        )
+
+    @property
+    def concurrency(self) -> int:
+        return self._table.concurrency
+
+    @property
+    def in_hand(self) -> int:
+        """Leases held right now: claimed and not yet settled."""
+        return len(self._table)
+
+    @property
+    def abandoned(self) -> int:
+        """Handlers still running when ``run()`` returned (they outlived the grace period)."""
+        return self._abandoned
+
+    def stop(self) -> None:
+        """Ask ``run()`` to drain and return; safe from any thread, idempotent."""
+        if not self._stopping.is_set():
+            log.info("worker %s stopping", self.worker_id)
+        self._stopping.set()
+        self._table.wake()
+
+    def run(self) -> None:
+        """Claim and run jobs until ``stop()``; raise ``LeaseKeeperRejected`` if refused."""
+        if self._started:
+            raise RuntimeError("a Worker runs once; build a new one")
+        self._started = True
+        if self.app.has_async_handlers:
+            self._loop.start()
+        self._batcher.start()
+        self._monitor.start()
+        log.info(
+            "worker %s claiming from %s (concurrency %d, handlers: %s)",
+            self.worker_id,
+            self._client.target,
+            self.concurrency,
+            ", ".join(sorted(self.app.handlers)) or "none",
+        )
+        try:
+            self._claim_loop()
+        finally:
+            self._drain()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _claim_loop(self) -> None:
+        failures = 0
+        pause = ReconnectBackoff()
+        while not self._stopping.is_set():
+            free = self._table.wait_free(self._stopping, timeout=1.0)
+            if free == 0 or self._stopping.is_set():
+                continue
+            try:
+                leases = self._client.claim(free, self._claim_wait_ms)
+            except LeaseKeeperUnavailable as exc:
+                failures += 1
+                log.debug("claim failed (%d in a row): %s", failures, exc)
+                if not exc.reconnecting:
+                    self._stopping.wait(pause.delay(failures, self._rng))
+                continue
+            except LeaseKeeperRejected as exc:
+                log.error("leasekeeper refused this worker; stopping: %s", exc)
+                self._fatal = exc
+                self.stop()
+                return
+            failures = 0
+            self._accept(leases, free)
+
+    def _accept(self, leases: Sequence[Lease], free: int) -> None:
+        if len(leases) > free:
+            log.warning("leasekeeper sent %d jobs for %d free slots", len(leases), free)
+        for index, lease in enumerate(leases):
+            prepared = prepare(self.app, self._decoder, lease)
+            interval = (lease.lease_s if lease.lease_s > 0 else DEFAULT_LEASE_S) / 3
+            held = self._table.add(lease, prepared.ctx, now=self._clock(), beat_interval_s=interval)
+            if self._stopping.is_set() or index >= free:
+                self._settle_now(held, Settlement.release(lease.ref))
+            elif isinstance(prepared, Unrunnable):
+                log.warning(
+                    "job %s (lease %s) cannot run: %s: %s",
+                    prepared.ctx.job_id,
+                    lease.ref.lease_id,
+                    prepared.failure.error_class,
+                    prepared.failure.message,
+                )
+                self._settle_now(held, Settlement.nack(lease.ref, prepared.failure))
+            else:
+                self._dispatch(held, prepared)
+
+    def _dispatch(self, held: Held, job: Runnable) -> None:
+        if not job.handler.is_async:
+            self._pool.submit(self._run_sync, held, job)
+            return
+        try:
+            future = self._loop.submit(self._run_async(held, job))
+        except RuntimeError:
+            self._settle_now(held, Settlement.release(held.ref))
+            return
+        held.cancel = future.cancel
+
+    def _run_sync(self, held: Held, job: Runnable) -> None:
+        if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
+            return
+        self._finish(held, call_sync(job.handler, job.ctx, job.payload))
+
+    async def _run_async(self, held: Held, job: Runnable) -> None:
+        if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
+            return
+        self._finish(held, await call_async(job.handler, job.ctx, job.payload))
+
+    def _finish(self, held: Held, failure: Failure | None) -> None:
+        """Settle a job whose handler returned, unless its lease is gone or it was settled."""
+        try:
+            if held.ctx.is_cancelled:
+                if self._table.decide(held):
+                    log.warning(
+                        "job %s finished after losing its lease (%s); not settling it",
+                        held.ctx.job_id,
+                        held.ctx.lease_lost_reason,
+                    )
+                    self._table.answer(held)
+            elif self._table.decide(held):
+                self._log_result(held, failure)
+                ref = held.ref
+                outcome = Settlement.ack(ref) if failure is None else Settlement.nack(ref, failure)
+                self._batcher.put(outcome, held)
+        finally:
+            self._table.finish(held)
+
+    def _settle_now(self, held: Held, settlement: Settlement) -> None:
+        """Settle a job that will not run (undecodable, released) and free its thread."""
+        if self._table.decide(held):
+            self._batcher.put(settlement, held)
+        self._table.finish(held)
+
+    def _timed_out(self, held: Held) -> None:
+        if not self._table.decide(held):
+            return
+        limit = held.timeout_s or 0.0
+        held.ctx.mark_lease_lost(f"timed out after {limit:g}s")
+        if held.cancel is not None:
+            held.cancel()
+        message = f"handler for {held.ctx.type!r} ran longer than timeout_s={limit:g}"
+        log.warning("job %s (lease %s): %s", held.ctx.job_id, held.ref.lease_id, message)
+        failure = Failure(error_class=JOB_TIMEOUT, message=message)
+        self._batcher.put(Settlement.nack(held.ref, failure), held)
+
+    def _answered(
+        self, batch: Sequence[tuple[Settlement, Held]], results: list[LeaseResult] | None
+    ) -> None:
+        by_id = {} if results is None else {result.lease_id: result for result in results}
+        for settlement, held in batch:
+            if results is not None:
+                result = by_id.get(settlement.ref.lease_id)
+                accepted = result is not None and result.ok
+                if not accepted:
+                    log.warning(
+                        "leasekeeper refused %s of job %s (lease %s): %s",
+                        settlement.outcome,
+                        held.ctx.job_id,
+                        settlement.ref.lease_id,
+                        result.reason if result is not None else "no answer for this lease",
+                    )
+                self.app.notify_settled(held.ctx, str(settlement.outcome), accepted)
+            self._table.answer(held)
+
+    def _log_result(self, held: Held, failure: Failure | None) -> None:
+        ctx = held.ctx
+        if failure is None:
+            log.debug("job %s (%s) succeeded", ctx.job_id, ctx.type)
+            return
+        if failure.permanent:
+            then = "permanent, not retried"
+        elif failure.retry_after_s > 0:
+            then = f"retry asked for in {failure.retry_after_s:g}s"
+        else:
+            then = "the leasekeeper decides the retry"
+        log.warning(
+            "job %s (%s, attempt %d) failed (%s): %s: %s",
+            ctx.job_id,
+            ctx.type,
+            ctx.attempt,
+            then,
+            failure.error_class,
+            failure.message,
+        )
+
+    def _drain(self) -> None:
+        """Release unstarted jobs, wait out the grace period, flush settlements, stop threads."""
+        self.stop()
+        unstarted = self._table.take_unstarted()
+        for held in unstarted:
+            self._batcher.put(Settlement.release(held.ref), held)
+        if unstarted:
+            log.info("released %d job(s) that had not started", len(unstarted))
+        deadline = self._clock() + self.shutdown_grace_s
+        running = self._table.running()
+        if running:
+            log.info(
+                "waiting up to %.0fs for %d running job(s)", self.shutdown_grace_s, len(running)
+            )
+        self._table.wait_until(_none_running, max(0.0, deadline - self._clock()))
+        self._release_overdue()
+        self._monitor_stop.set()
+        self._table.wake()
+        self._monitor.join(_SETTLE_FLUSH_S)
+        self._batcher.close(_SETTLE_FLUSH_S)
+        self._abandoned = len(self._table.running())
+        self._pool.shutdown(wait=self._abandoned == 0, cancel_futures=True)
+        self._loop.stop(timeout=1.0)
+        log.info("worker %s stopped", self.worker_id)
+
+    def _release_overdue(self) -> None:
+        """Hand back jobs still running after the grace period; their results are dropped."""
+        for held in self._table.running():
+            if not self._table.decide(held):
+                continue
+            reason = f"worker shutting down: grace period of {self.shutdown_grace_s:g}s ran out"
+            held.ctx.mark_lease_lost(reason)
+            if held.cancel is not None:
+                held.cancel()
+            log.warning("job %s still running at shutdown; releasing it", held.ctx.job_id)
+            self._batcher.put(Settlement.release(held.ref), held)
+
+
+def _none_running(held: list[Held]) -> bool:
+    return not any(h.phase is Phase.RUNNING for h in held)
