@@ -140,7 +140,7 @@ def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: C
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1, max_attempts=1), b"x")
-    g0, _g1 = engine.claim("w", 2, wait_s=0)
+    g0, g1 = engine.claim("w", 2, wait_s=0)
     engine.settle(
         [
             Settlement(lease_id=g0.lease_id, token=g0.token, outcome=Outcome.NACK, permanent=True),
