@@ -34,6 +34,12 @@ def main() -> None:
 @click.option("--window-bytes", default=64 * 1024 * 1024, show_default=True)
 @click.option("--group-id", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
 @click.option("--schema-path", multiple=True, help="extra directory of job payload schemas")
+@click.option(
+    "--instance-id",
+    default=None,
+    help="static group membership: restarting with the same id takes the partitions back at once",
+)
+@click.option("--session-timeout-ms", default=10_000, show_default=True)
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(
     queue: str,
@@ -45,6 +51,8 @@ def serve(
     window_bytes: int,
     group_id: str | None,
     schema_path: tuple[str, ...],
+    instance_id: str | None,
+    session_timeout_ms: int,
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C."""
@@ -62,6 +70,8 @@ def serve(
             lease_s=lease_s, window_records=window_records, window_bytes=window_bytes
         ),
         schema_dirs=schema_path + env.schema_path,
+        instance_id=instance_id,
+        session_timeout_ms=session_timeout_ms,
     )
     service = LeaseKeeperService(config)
     stopper = threading.Event()

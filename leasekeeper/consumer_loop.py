@@ -74,9 +74,12 @@ class ConsumerLoop:
             self._shutdown()
 
     def _step(self) -> None:
-        self._apply_backpressure()
+        room = self._apply_backpressure()
+        # Never fetch more than the window takes: the bound holds in records, and
+        # in bytes up to one batch. A paused consumer still serves callbacks.
         messages = self._consumer.consume(
-            num_messages=self._config.batch_size, timeout=self._config.poll_timeout_s
+            num_messages=max(1, min(self._config.batch_size, room)),
+            timeout=self._config.poll_timeout_s,
         )
         for message in messages:
             self._handle(message)
@@ -129,16 +132,20 @@ class ConsumerLoop:
             key=key, value=value, detail=reason, source=tp, offset=offset, on_done=done
         )
 
-    def _apply_backpressure(self) -> None:
-        full = self._engine.window_full()
-        if full == self._paused:
-            return
-        assignment = self._consumer.assignment()
-        if full:
-            self._consumer.pause(assignment)
-        else:
-            self._consumer.resume(assignment)
-        self._paused = full
+    def _apply_backpressure(self) -> int:
+        """Pause every partition while the window is full; returns the room left."""
+        room = self._engine.window_room()
+        # Hysteresis: pause when full, resume only once half the window is free,
+        # so a busy window does not flap between paused and fetching.
+        full = room == 0 or (self._paused and room < self._engine.window_records // 2)
+        if full != self._paused:
+            assignment = self._consumer.assignment()
+            if full:
+                self._consumer.pause(assignment)
+            else:
+                self._consumer.resume(assignment)
+            self._paused = full
+        return room
 
     def commit(self, only: set[TopicPart] | None = None) -> None:
         positions = self._engine.commit_positions()

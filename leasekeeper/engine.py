@@ -189,12 +189,19 @@ class LeaseEngine:
                 return None
             return state.generation
 
-    def window_full(self) -> bool:
+    @property
+    def window_records(self) -> int:
+        return self._config.window_records
+
+    def window_room(self) -> int:
+        """How many more records the window takes (0 when full by records or bytes)."""
         with self._cond:
-            return (
-                len(self._ready) >= self._config.window_records
-                or self._ready_bytes >= self._config.window_bytes
-            )
+            if self._ready_bytes >= self._config.window_bytes:
+                return 0
+            return max(0, self._config.window_records - len(self._ready))
+
+    def window_full(self) -> bool:
+        return self.window_room() == 0
 
     # -- claiming ---------------------------------------------------------
 

@@ -36,6 +36,10 @@ class ServeConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     schema_dirs: tuple[str, ...] = ()
     member_id: str = field(default_factory=socket.gethostname)
+    # Static group membership: a leasekeeper restarted with the same instance id
+    # gets its partitions back at once instead of after the session timeout.
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
 
 
 class LeaseKeeperService:
@@ -50,10 +54,15 @@ class LeaseKeeperService:
         self._producer = make_producer(config.kafka)
         router = KafkaRouter(producer=self._producer, codec=codec, topics=self.topics)
         self.engine = LeaseEngine(store=self._store, router=router, config=config.engine)
+        overrides: dict[str, str | int] = {
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": config.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
+        }
+        if config.instance_id:
+            overrides["group.instance.id"] = config.instance_id
         consumer = make_consumer(
-            config.kafka,
-            config.group_id or self.topics.consumer_group,
-            **{"partition.assignment.strategy": "cooperative-sticky"},
+            config.kafka, config.group_id or self.topics.consumer_group, **overrides
         )
         self.loop = ConsumerLoop(
             consumer=consumer,

@@ -41,9 +41,11 @@ class SettleBatcher(Generic[T]):
         *,
         interval_s: float = 0.005,
         max_batch: int = 100,
+        retry_window_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
+        self._retry_window_s = retry_window_s
         self._on_answer = on_answer
         self._interval_s = interval_s
         self._max_batch = max_batch
@@ -79,6 +81,21 @@ class SettleBatcher(Generic[T]):
                 return
             self._send(batch)
 
+    def _settle_with_retries(self, settlements: list[Settlement]) -> list[LeaseResult]:
+        """Keep trying while the leasekeeper is away (a restart on the same disk keeps
+        its leases, so an ack that arrives once it is back still counts and the job
+        does not run twice); give up after ``retry_window_s``."""
+        give_up_at = self._clock() + self._retry_window_s
+        while True:
+            try:
+                return self._client.settle(settlements)
+            except LeaseKeeperUnavailable:
+                if self._clock() >= give_up_at:
+                    raise
+                with self._cond:
+                    if self._cond.wait_for(lambda: self._closing, timeout=0.05):
+                        raise
+
     def _next_batch(self) -> list[tuple[Settlement, T]] | None:
         with self._cond:
             self._cond.wait_for(lambda: bool(self._items) or self._closing)
@@ -97,7 +114,7 @@ class SettleBatcher(Generic[T]):
     def _send(self, batch: list[tuple[Settlement, T]]) -> None:
         results: list[LeaseResult] | None = None
         try:
-            results = self._client.settle([settlement for settlement, _ in batch])
+            results = self._settle_with_retries([settlement for settlement, _ in batch])
         except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
             log.warning(
                 "dropped %d settlement(s); the leasekeeper will redeliver those jobs: %s",

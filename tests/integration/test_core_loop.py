@@ -34,8 +34,11 @@ PARTITIONS = 4
 class System:
     """A queue, one leasekeeper and N worker processes under ``tmp_path``."""
 
-    def __init__(self, kafka: KafkaSettings, unique: str, tmp_path: Path) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, unique: str, tmp_path: Path, lease_s: float = 30.0
+    ) -> None:
         self.kafka = kafka
+        self.lease_s = lease_s
         self.queue = f"core{unique}"
         self.topics = QueueTopics(queue=self.queue)
         self.tmp = tmp_path
@@ -52,11 +55,15 @@ class System:
             state_dir=self.tmp / "state",
             socket=self.tmp / "lk.sock",
             log=self.tmp / "leasekeeper.log",
+            lease_s=self.lease_s,
+            extra_args=["--instance-id", f"lk-{self.queue}"],
         )
 
     def start(self, workers: int = 2, concurrency: int = 16) -> None:
-        self.leasekeeper.start().wait_assigned(PARTITIONS)
-        for i in range(workers):
+        """Start the leasekeeper (unless it runs already) and ``workers`` worker processes."""
+        if self.leasekeeper.process is None:
+            self.leasekeeper.start().wait_assigned(PARTITIONS)
+        for i in range(len(self.workers), len(self.workers) + workers):
             worker = WorkerProcess(
                 app=APP,
                 target=self.leasekeeper.target,
@@ -198,6 +205,8 @@ def test_every_job_runs_exactly_once_and_commits_never_pass_an_unresolved_job(
 
 
 def test_kill_9_of_the_leasekeeper_reruns_no_acked_job_and_loses_none(system: System) -> None:
+    system.lease_s = 5.0  # what nobody acks after the crash comes back within 5 s
+    system.leasekeeper = system._leasekeeper()
     system.start(workers=2)
     ids = system.enqueue(6_000)
     wait_until(lambda: sum(system.runs().values()) >= 2_000, 120, "a third of the runs")
@@ -215,6 +224,8 @@ def test_kill_9_of_the_leasekeeper_reruns_no_acked_job_and_loses_none(system: Sy
     rerun_after_ack = [job for job in acked_before_restart if runs[job] != 1]
     assert rerun_after_ack == []
     assert set(runs) == set(ids)
+    duplicates = sum(count - 1 for count in runs.values())
+    print(f"kill -9 of the leasekeeper: {len(ids)} jobs, {duplicates} ran twice")
 
 
 def test_calls_with_a_stale_lease_token_are_rejected_and_counted(system: System) -> None:
@@ -269,3 +280,24 @@ def test_an_undecodable_record_goes_to_the_dlq_and_the_partition_keeps_moving(
     assert letter.raw_value == b"\x00not avro at all"
     assert letter.detail  # the decode error, in words
     assert letter.source_topic == system.topics.ready
+
+
+def test_a_full_window_pauses_fetching_until_workers_drain_it(system: System) -> None:
+    system.leasekeeper.extra_args += ["--window-records", "100"]
+    system.leasekeeper.start().wait_assigned(PARTITIONS)
+    ids = system.enqueue(1_000)
+
+    def fetched() -> int:
+        snap = system.leasekeeper.snapshot()
+        assert snap is not None
+        return sum(p["highest_fetched"] + 1 for p in snap["partitions"] if p["highest_fetched"] >= 0)
+
+    wait_until(lambda: fetched() >= 100, 30, "the window to fill")
+    # No worker is running: the leasekeeper holds 100 jobs and fetches no more.
+    settled = [fetched() for _ in range(5) if not time.sleep(0.2)]
+    assert max(settled) <= 100, settled
+    snap = system.leasekeeper.snapshot()
+    assert snap is not None and snap["ready"] == 100
+
+    system.start(workers=1)  # leasekeeper already running: start() only adds workers
+    wait_until(lambda: set(system.runs()) >= set(ids), 120, "the backlog to drain", step=0.25)

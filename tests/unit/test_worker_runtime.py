@@ -383,7 +383,7 @@ def test_reconnects_to_a_leasekeeper_restarted_on_the_same_socket(
         server.stop(0).wait()
 
 
-def test_a_settle_the_leasekeeper_missed_is_dropped_not_fatal(
+def test_a_settle_waits_for_a_restarted_leasekeeper_instead_of_being_dropped(
     envelopes: Envelopes, sock: Path
 ) -> None:
     app = App()
@@ -400,15 +400,35 @@ def test_a_settle_the_leasekeeper_missed_is_dropped_not_fatal(
     try:
         with running_worker(app, f"unix:{sock}") as rw:
             assert started.wait(10)
+            (lease_id,) = first.outstanding
             server.stop(0).wait()
-            release.set()  # its ack cannot be delivered: dropped, slot freed
-            wait_until(lambda: rw.worker.in_hand == 0, what="the dropped settle to free the slot")
-            second = FakeLeaseKeeper([envelopes()])
+            release.set()  # its ack cannot be delivered now: it is held, not dropped
+            second = FakeLeaseKeeper([])
             server = start_server(second, sock)
-            wait_until(lambda: len(second.outcomes("ack")) == 1, what="work to resume")
+            wait_until(
+                lambda: [s.lease_id for s in second.outcomes("ack")] == [lease_id],
+                what="the held ack to reach the restarted leasekeeper",
+            )
+            wait_until(lambda: rw.worker.in_hand == 0, what="the settled job to free its slot")
     finally:
         server.stop(0).wait()
     assert first.settled == []
+
+
+def test_a_settle_is_dropped_after_the_retry_window() -> None:
+    from tests.unit.test_worker_batcher import RecordingClient, _ack
+    from workers.batcher import SettleBatcher
+
+    client = RecordingClient(fail=True)
+    answered: list[object] = []
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: answered.append(results), retry_window_s=0.2
+    )
+    batcher.start()
+    batcher.put(_ack(1), 1)
+    wait_until(lambda: answered == [None], what="the batch to be given up")
+    assert len(client.batches) > 1  # it was retried before being dropped
+    batcher.close(timeout=10)
 
 
 def test_on_settled_reports_a_refused_settle(envelopes: Envelopes, sock: Path) -> None:
