@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -25,7 +28,7 @@ from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from tests.apps.recording import read_events
-from tests.system import Leasekeeper, WorkerProcess, wait_until
+from tests.system import BIN, Leasekeeper, WorkerProcess, wait_until
 
 APP = "tests.apps.recording:app"
 PARTITIONS = 4
@@ -290,7 +293,9 @@ def test_a_full_window_pauses_fetching_until_workers_drain_it(system: System) ->
     def fetched() -> int:
         snap = system.leasekeeper.snapshot()
         assert snap is not None
-        return sum(p["highest_fetched"] + 1 for p in snap["partitions"] if p["highest_fetched"] >= 0)
+        return sum(
+            p["highest_fetched"] + 1 for p in snap["partitions"] if p["highest_fetched"] >= 0
+        )
 
     wait_until(lambda: fetched() >= 100, 30, "the window to fill")
     # No worker is running: the leasekeeper holds 100 jobs and fetches no more.
@@ -301,3 +306,31 @@ def test_a_full_window_pauses_fetching_until_workers_drain_it(system: System) ->
 
     system.start(workers=1)  # leasekeeper already running: start() only adds workers
     wait_until(lambda: set(system.runs()) >= set(ids), 120, "the backlog to drain", step=0.25)
+
+
+def test_inspect_shows_the_lease_in_flight_and_the_offset_holding_the_commit(
+    system: System,
+) -> None:
+    system.leasekeeper.start().wait_assigned(PARTITIONS)
+    (job_id,) = system.enqueue(1)
+    with grpc.insecure_channel(system.leasekeeper.target) as channel:
+        stub = pb_grpc.LeaseKeeperStub(channel)
+        (job,) = stub.Claim(pb.ClaimRequest(worker_id="w-1", max_jobs=1, wait_ms=10_000)).jobs
+
+        shown = subprocess.run(
+            [str(BIN / "leasekeeper"), "inspect", "--target", system.leasekeeper.target, "--json"],
+            capture_output=True, text=True, check=True, timeout=30,
+        )  # fmt: skip
+        snapshot = json.loads(shown.stdout)
+        (partition,) = [p for p in snapshot["partitions"] if p["leases"]]
+        (lease,) = partition["leases"]
+        assert lease["job_id"] == job_id and lease["worker"] == "w-1"
+        assert (lease["type"], lease["tenant"], lease["attempt"]) == ("noop", "tenant-0", 1)
+        offset = int(job.lease_id.rsplit("/", 1)[1])
+        assert partition["unresolved"] == [offset]
+        table = subprocess.run(
+            [str(BIN / "leasekeeper"), "inspect", "--target", system.leasekeeper.target],
+            capture_output=True, text=True, check=True, timeout=30,
+            env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+        assert job_id in table.stdout and "leases in flight" in table.stdout
