@@ -14,6 +14,7 @@ import click
 from jobcore.config import Environment
 from jobcore.kafka import KafkaSettings
 from jobcore.localkafka.cli import kafka_cli
+from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.engine import EngineConfig
 from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
 from leasekeeper.service import LeaseKeeperService, ServeConfig
@@ -40,6 +41,19 @@ def main() -> None:
     help="static group membership: restarting with the same id takes the partitions back at once",
 )
 @click.option("--session-timeout-ms", default=10_000, show_default=True)
+@click.option(
+    "--lease-for",
+    multiple=True,
+    metavar="TYPE=SECONDS",
+    help="lease length for one job type (repeatable)",
+)
+@click.option(
+    "--drain-grace",
+    default=10.0,
+    show_default=True,
+    help="seconds moving or stopping partitions wait for jobs in flight",
+)
+@click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(
     queue: str,
@@ -53,6 +67,9 @@ def serve(
     schema_path: tuple[str, ...],
     instance_id: str | None,
     session_timeout_ms: int,
+    lease_for: tuple[str, ...],
+    drain_grace: float,
+    metrics_port: int | None,
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C."""
@@ -67,8 +84,13 @@ def serve(
         token=env.leasekeeper_token,
         group_id=group_id,
         engine=EngineConfig(
-            lease_s=lease_s, window_records=window_records, window_bytes=window_bytes
+            lease_s=lease_s,
+            lease_s_by_type=_leases_by_type(lease_for),
+            window_records=window_records,
+            window_bytes=window_bytes,
         ),
+        loop=LoopConfig(drain_grace_s=drain_grace),
+        metrics_port=metrics_port,
         schema_dirs=schema_path + env.schema_path,
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
@@ -88,6 +110,23 @@ def serve(
             break
     service.stop()
     click.echo("leasekeeper stopped", err=True)
+
+
+def _leases_by_type(pairs: tuple[str, ...]) -> dict[str, float]:
+    leases = {}
+    for pair in pairs:
+        job_type, _, seconds = pair.partition("=")
+        try:
+            leases[job_type] = float(seconds)
+        except ValueError:
+            raise click.BadParameter(
+                f"expected TYPE=SECONDS, got {pair!r}", param_hint="--lease-for"
+            ) from None
+        if not job_type or leases[job_type] <= 0:
+            raise click.BadParameter(
+                f"expected TYPE=SECONDS > 0, got {pair!r}", param_hint="--lease-for"
+            )
+    return leases
 
 
 @main.command()

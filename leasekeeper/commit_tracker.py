@@ -68,5 +68,9 @@ class CommitTracker:
                     break
         return result
 
+    def resolved_beyond(self) -> set[int]:
+        """Offsets resolved beyond the committable one (what a commit cannot say)."""
+        return set(self._resolved_ahead)
+
     def unresolved_count(self) -> int:
         return len(self._outstanding) - len(self._resolved_ahead)

@@ -32,6 +32,9 @@ class LoopConfig:
     commit_interval_s: float = 0.1
     commit_every_resolutions: int = 1000
     reaper_interval_s: float = 0.5
+    # How long partitions being revoked (rebalance) or a stopping leasekeeper wait
+    # for their jobs in flight to be settled before committing and letting go.
+    drain_grace_s: float = 10.0
 
 
 class ConsumerLoop:
@@ -55,7 +58,7 @@ class ConsumerLoop:
         self._topics = topics
         self._config = config
         self._clock = clock
-        self._paused = False
+        self._paused: set[TopicPart] = set()
         self._last_commit = 0.0
         self._last_reap = 0.0
         self.commits = 0
@@ -133,27 +136,37 @@ class ConsumerLoop:
         )
 
     def _apply_backpressure(self) -> int:
-        """Pause every partition while the window is full; returns the room left."""
+        """Pause every partition while the window is full, and any partition fetched as far
+        beyond its commit as commit metadata can describe; returns the window's room."""
         room = self._engine.window_room()
+        assignment = {TopicPart(tp.topic, tp.partition) for tp in self._consumer.assignment()}
         # Hysteresis: pause when full, resume only once half the window is free,
         # so a busy window does not flap between paused and fetching.
-        full = room == 0 or (self._paused and room < self._engine.window_records // 2)
-        if full != self._paused:
-            assignment = self._consumer.assignment()
-            if full:
-                self._consumer.pause(assignment)
-            else:
-                self._consumer.resume(assignment)
-            self._paused = full
+        was_full = bool(assignment) and assignment <= self._paused
+        full = room == 0 or (was_full and room < self._engine.window_records // 2)
+        wanted = assignment if full else self._engine.over_span() & assignment
+        self._set_paused(wanted, assignment)
         return room
 
+    def _set_paused(self, wanted: set[TopicPart], assignment: set[TopicPart]) -> None:
+        self._paused &= assignment
+        pause, resume = wanted - self._paused, self._paused - wanted
+        if pause:
+            self._consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in pause])
+        if resume:
+            self._consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in resume])
+        self._paused = set(wanted)
+
     def commit(self, only: set[TopicPart] | None = None) -> None:
-        positions = self._engine.commit_positions()
-        if only is not None:
-            positions = {tp: o for tp, o in positions.items() if tp in only}
+        """Commit each partition at its lowest unresolved offset, with the progress
+        beyond it in the metadata, when either changed."""
+        positions = self._engine.commit_positions(only)
         if not positions:
             return
-        offsets = [TopicPartition(tp.topic, tp.partition, o) for tp, o in positions.items()]
+        offsets = [
+            TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)
+            for tp, (offset, metadata) in positions.items()
+        ]
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -165,25 +178,52 @@ class ConsumerLoop:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = consumer.committed(partitions, timeout=30)
         for tp in committed:
-            self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset)
-        self._paused = False
+            self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Hand partitions over: stop dispatching them, let their jobs in flight finish
+        within the grace period, commit what is resolved (and the progress beyond it),
+        then let go. Jobs still leased after the grace are run again by the next owner."""
         moving = {TopicPart(tp.topic, tp.partition) for tp in partitions}
+        self._engine.begin_revoke(moving)
+        left = self._drain(moving)
         self.commit(only=moving)
         for tp in moving:
             self._engine.revoke(tp)
-        log.info("revoked %s", sorted((tp.topic, tp.partition) for tp in moving))
+        log.info(
+            "revoked %s (%d jobs still in flight after the grace period)",
+            sorted((tp.topic, tp.partition) for tp in moving),
+            left,
+        )
+
+    def _drain(self, tps: set[TopicPart] | None) -> int:
+        """Serve delivery reports until ``tps`` have nothing in flight or the grace ends."""
+        deadline = self._clock() + self._config.drain_grace_s
+        while self._engine.in_flight(tps) and self._clock() < deadline:
+            self._producer.poll(0.05)
+            self._engine.expire()
+        return self._engine.in_flight(tps)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._engine.revoke(TopicPart(tp.topic, tp.partition))
 
     def _shutdown(self) -> None:
-        """Stop fetching, deliver pending copies, commit what is resolved, leave the group."""
+        """Stop fetching, drain the jobs in flight, commit, leave the group."""
         try:
+            assignment = self._consumer.assignment()
+            if assignment:
+                self._consumer.pause(assignment)
+            self._drain_keeping_membership()
             self._producer.flush(10)
             self.commit()
         finally:
-            self._consumer.close()
+            self._consumer.close()  # revokes (nothing left in flight) and leaves the group
+
+    def _drain_keeping_membership(self) -> None:
+        deadline = self._clock() + self._config.drain_grace_s
+        while self._engine.in_flight() and self._clock() < deadline:
+            self._consumer.consume(num_messages=1, timeout=0.05)  # paused: serves the group
+            self._producer.poll(0)
+            self._engine.expire()

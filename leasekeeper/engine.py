@@ -31,6 +31,9 @@ from leasekeeper.leases import (
     mint_token,
     parse_lease_id,
 )
+from leasekeeper.offset_metadata import MAX_SPAN, Progress
+from leasekeeper.offset_metadata import decode as decode_progress
+from leasekeeper.offset_metadata import encode as encode_progress
 from leasekeeper.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
 from schemas.job import AttemptError, Job
 
@@ -56,6 +59,12 @@ class EngineConfig:
     lease_s_by_type: Mapping[str, float] = field(default_factory=dict)
     window_records: int = 10_000
     window_bytes: int = 64 * 1024 * 1024
+    # How far beyond its commit a partition may be fetched: what commit metadata
+    # can describe when the partition moves (see offset_metadata).
+    max_span: int = MAX_SPAN
+    # The reaper's backstop for a job that heartbeats but never finishes; the
+    # worker enforces timeout_s itself, this catches a worker that cannot.
+    timeout_grace_s: float = 5.0
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
@@ -71,6 +80,9 @@ class PartitionState:
     stored_leases: dict[int, LeaseRecord]
     leases: dict[int, Lease] = field(default_factory=dict)
     committed: int = -1
+    committed_metadata: str = ""
+    copies_in_flight: int = 0
+    draining: bool = False
 
 
 @dataclass(kw_only=True)
@@ -112,19 +124,47 @@ class LeaseEngine:
 
     # -- partitions -------------------------------------------------------
 
-    def assign(self, tp: TopicPart, committed: int) -> None:
-        """Take a partition from ``committed`` on, remembering what the store knows."""
-        memory = self._store.load(tp.topic, tp.partition, max(committed, 0))
+    def assign(self, tp: TopicPart, committed: int, metadata: str | None = None) -> None:
+        """Take a partition from ``committed`` on, remembering what the store knows and
+        what the previous owner left in the commit metadata (whichever knows more)."""
+        start = max(committed, 0)
+        memory = self._store.load(tp.topic, tp.partition, start)
+        moved = decode_progress(start, metadata)
+        resolved = {o: Resolution.SKIPPED for o in moved.resolved}
+        resolved.update(memory.resolved)
+        claims = dict(moved.claims)
+        for offset, count in memory.claims.items():
+            claims[offset] = max(count, claims.get(offset, 0))
         with self._cond:
             self._generation += 1
             self._parts[tp] = PartitionState(
                 tp=tp,
                 generation=self._generation,
-                tracker=CommitTracker(max(committed, 0)),
-                resolved_before=dict(memory.resolved),
-                claims=dict(memory.claims),
+                tracker=CommitTracker(start),
+                resolved_before=resolved,
+                claims=claims,
                 stored_leases=dict(memory.leases),
                 committed=committed,
+                committed_metadata=metadata or "",
+            )
+
+    def begin_revoke(self, tps: set[TopicPart]) -> None:
+        """Stop dispatching from partitions about to move; their leases may still settle."""
+        with self._cond:
+            for tp in tps:
+                state = self._parts.get(tp)
+                if state is not None:
+                    state.draining = True
+            removed = self._ready.remove_if(lambda p: p.tp in tps)
+            self._ready_bytes -= sum(len(p.envelope) for p in removed)
+
+    def in_flight(self, tps: set[TopicPart] | None = None) -> int:
+        """Leases and copies not yet settled in ``tps`` (all partitions by default)."""
+        with self._cond:
+            return sum(
+                len(state.leases) + state.copies_in_flight
+                for tp, state in self._parts.items()
+                if tps is None or tp in tps
             )
 
     def revoke(self, tp: TopicPart) -> None:
@@ -216,6 +256,13 @@ class LeaseEngine:
                 if remaining <= 0:
                     return []
                 self._cond.wait(remaining)
+            if self._closed:
+                # Draining for shutdown: hand out nothing new, but keep the long
+                # poll so workers do not spin while their last acks come in.
+                remaining = deadline - self._clock()
+                if remaining > 0:
+                    self._cond.wait(remaining)
+                return []
             batch = self._store.batch()
             while len(grants) < max_jobs and self._ready:
                 pending = self._ready.pop()
@@ -233,7 +280,7 @@ class LeaseEngine:
         self, pending: Pending, worker: str, batch: StoreBatch, actions: list[Action]
     ) -> Grant | None:
         state = self._parts.get(pending.tp)
-        if state is None or state.generation != pending.generation:
+        if state is None or state.generation != pending.generation or state.draining:
             return None
         job = pending.job
         prior = state.claims.get(pending.offset, 0)
@@ -361,23 +408,37 @@ class LeaseEngine:
             batch = self._store.batch()
             for state in self._parts.values():
                 for offset, lease in list(state.leases.items()):
-                    if lease.until_ms >= now:
+                    error = self._overdue(lease, now)
+                    if error is None:
                         continue
                     del state.leases[offset]
                     batch.unlease(state.tp.topic, state.tp.partition, offset)
                     self.counters.expired += 1
-                    error = AttemptError(
-                        attempt=lease.attempt,
-                        at_ms=now,
-                        worker=lease.worker,
-                        error_class="LeaseExpired",
-                        message=f"lease expired after {lease.lease_s:g}s without ack",
-                        traceback="",
-                    )
                     actions.append(self._failure_action(lease, error, permanent=False))
             self._store.write(batch)
         _run(actions)
         return len(actions)
+
+    def _overdue(self, lease: Lease, now: int) -> AttemptError | None:
+        """Why the reaper takes a lease back: expired, or running past timeout_s."""
+        job = lease.pending.job
+        deadline = lease.started_ms + int((job.timeout_s + self._config.timeout_grace_s) * 1000)
+        if now > deadline:
+            error_class = "JobTimeout"
+            message = f"ran longer than timeout_s={job.timeout_s:g}s (taken back by the reaper)"
+        elif lease.until_ms < now:
+            error_class = "LeaseExpired"
+            message = f"lease expired after {lease.lease_s:g}s without ack or heartbeat"
+        else:
+            return None
+        return AttemptError(
+            attempt=lease.attempt,
+            at_ms=now,
+            worker=lease.worker,
+            error_class=error_class,
+            message=message,
+            traceback="",
+        )
 
     # -- the retry path -----------------------------------------------------
 
@@ -416,7 +477,16 @@ class LeaseEngine:
         return act
 
     def _on_copied(self, pending: Pending, how: Resolution) -> Done:
+        with self._cond:
+            state = self._parts.get(pending.tp)
+            if state is not None and state.generation == pending.generation:
+                state.copies_in_flight += 1
+
         def done(ok: bool) -> None:
+            with self._cond:
+                state = self._parts.get(pending.tp)
+                if state is not None and state.generation == pending.generation:
+                    state.copies_in_flight -= 1
             if ok:
                 self.resolve(pending.tp, pending.offset, pending.generation, how)
             else:
@@ -451,25 +521,53 @@ class LeaseEngine:
 
     # -- committing ---------------------------------------------------------
 
-    def commit_positions(self) -> dict[TopicPart, int]:
-        """Partitions whose committable offset moved past the last commit."""
+    def commit_positions(
+        self, only: set[TopicPart] | None = None
+    ) -> dict[TopicPart, tuple[int, str]]:
+        """Partitions whose commit (offset, or progress beyond it) changed since the last."""
+        positions = {}
+        with self._cond:
+            for tp, state in self._parts.items():
+                if (only is not None and tp not in only) or state.tracker.highest_fetched < 0:
+                    continue
+                offset = state.tracker.committable
+                metadata = self._metadata(state, offset)
+                if (offset, metadata) != (state.committed, state.committed_metadata):
+                    positions[tp] = (offset, metadata)
+        return positions
+
+    def _metadata(self, state: PartitionState, offset: int) -> str:
+        resolved = state.tracker.resolved_beyond()
+        progress = Progress(
+            resolved=frozenset(resolved),
+            claims={
+                o: n for o, n in state.claims.items() if o >= offset and n > 0 and o not in resolved
+            },
+        )
+        if not progress.resolved and not progress.claims:
+            return ""
+        return encode_progress(offset, progress)
+
+    def over_span(self) -> set[TopicPart]:
+        """Partitions fetched so far beyond their commit that metadata could not describe."""
         with self._cond:
             return {
-                tp: state.tracker.committable
+                tp
                 for tp, state in self._parts.items()
-                if state.tracker.highest_fetched >= 0
-                and state.tracker.committable > state.committed
+                if state.tracker.highest_fetched - state.tracker.committable
+                >= self._config.max_span - 1
             }
 
-    def committed(self, positions: Mapping[TopicPart, int]) -> None:
+    def committed(self, positions: Mapping[TopicPart, tuple[int, str]]) -> None:
         """Kafka accepted these commits: the store can forget everything below them."""
         with self._cond:
             batch = self._store.batch()
-            for tp, offset in positions.items():
+            for tp, (offset, metadata) in positions.items():
                 state = self._parts.get(tp)
                 if state is None:
                     continue
                 state.committed = max(state.committed, offset)
+                state.committed_metadata = metadata
                 batch.forget_below(tp.topic, tp.partition, offset)
                 for old in [o for o in state.resolved_before if o < offset]:
                     del state.resolved_before[old]

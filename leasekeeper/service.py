@@ -15,6 +15,7 @@ from jobcore.kafka import KafkaSettings, make_consumer, make_producer
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.metrics import serve_metrics
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import start_rpc_server
 from leasekeeper.store import LeaseStore
@@ -40,6 +41,7 @@ class ServeConfig:
     # gets its partitions back at once instead of after the session timeout.
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
+    metrics_port: int | None = None
 
 
 class LeaseKeeperService:
@@ -85,6 +87,8 @@ class LeaseKeeperService:
             token=self.config.token,
         )
         self._thread.start()
+        if self.config.metrics_port:
+            serve_metrics(self.snapshot, self.config.queue, self.config.metrics_port)
 
     def _run_loop(self) -> None:
         try:

@@ -16,6 +16,7 @@ import pytest
 
 from jobcore.kafka import KafkaSettings
 from jobcore.localkafka import KafkaUnavailable, LocalKafka, obtain
+from tests.system import System
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +58,11 @@ def kafka(kafka_bootstrap: str) -> KafkaSettings:
 def unique() -> str:
     """A suffix for this test's topic names and consumer-group ids."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def system(kafka: KafkaSettings, unique: str, tmp_path: Path) -> Iterator[System]:
+    """A queue with its leasekeeper(s) and worker processes, stopped after the test."""
+    sut = System(kafka, unique, tmp_path)
+    yield sut
+    sut.stop()

@@ -7,14 +7,30 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from jobcore.kafka import (
+    KafkaSettings,
+    Message,
+    TopicPartition,
+    committed_offsets,
+    end_offsets,
+    make_admin,
+    make_consumer,
+)
+from jobcore.topics import QueueTopics
 from leasekeeper.inspect_view import fetch_snapshot
+from producer import JobProducer, JobRequest, ensure_queue_topics
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.job import DeadLetter
+from tests.apps.recording import SCHEMAS, Event, read_events, read_log
 
 BIN = Path(sys.executable).parent
 
@@ -111,6 +127,7 @@ class WorkerProcess:
     log: Path
     env: dict[str, str]
     concurrency: int = 8
+    extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
@@ -120,6 +137,7 @@ class WorkerProcess:
             self.app,
             "--target", self.target,
             "--concurrency", str(self.concurrency),
+            *self.extra_args,
         ]  # fmt: skip
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
@@ -140,3 +158,180 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+APP = "tests.apps.recording:app"
+PARTITIONS = 4
+
+
+class System:
+    """A queue, its leasekeepers and worker processes under ``tmp``, the way users run them."""
+
+    def __init__(self, kafka: KafkaSettings, unique: str, tmp: Path, lease_s: float = 30.0) -> None:
+        self.kafka = kafka
+        self.lease_s = lease_s
+        self.queue = f"q{unique}"
+        self.topics = QueueTopics(queue=self.queue)
+        self.tmp = tmp
+        self.recordings = tmp / "recordings"
+        self.recordings.mkdir()
+        ensure_queue_topics(kafka, self.queue, partitions=PARTITIONS)
+        self.leasekeeper = self.new_leasekeeper()
+        self.leasekeepers = [self.leasekeeper]
+        self.workers: list[WorkerProcess] = []
+        self.last_offsets: object = None
+
+    def configure(self, *, lease_s: float, extra: list[str] | None = None) -> None:
+        """Change the (not yet started) first leasekeeper's lease and options."""
+        assert self.leasekeeper.process is None
+        self.lease_s = lease_s
+        self.leasekeeper = self.leasekeepers[0] = self.new_leasekeeper(extra=extra)
+
+    def new_leasekeeper(self, name: str = "lk", extra: list[str] | None = None) -> Leasekeeper:
+        """A leasekeeper with its own state dir and socket (``name`` tells them apart)."""
+        return Leasekeeper(
+            queue=self.queue,
+            bootstrap=self.kafka.bootstrap,
+            state_dir=self.tmp / f"state-{name}",
+            socket=self.tmp / f"{name}.sock",
+            log=self.tmp / f"{name}.log",
+            lease_s=self.lease_s,
+            extra_args=["--instance-id", f"{name}-{self.queue}", *(extra or [])],
+        )
+
+    def start(self, workers: int = 2, concurrency: int = 16, **worker_args: Any) -> None:
+        """Start the leasekeeper (unless it runs already) and ``workers`` worker processes."""
+        if self.leasekeeper.process is None:
+            self.leasekeeper.start().wait_assigned(PARTITIONS)
+        for _ in range(workers):
+            self.add_worker(self.leasekeeper, concurrency=concurrency, **worker_args)
+
+    def add_worker(
+        self, leasekeeper: Leasekeeper, concurrency: int = 16, extra: list[str] | None = None
+    ) -> WorkerProcess:
+        worker = WorkerProcess(
+            app=APP,
+            target=leasekeeper.target,
+            log=self.tmp / f"worker-{len(self.workers)}.log",
+            env={"RECORDING_DIR": str(self.recordings)},
+            concurrency=concurrency,
+            extra_args=["--schema-path", str(SCHEMAS), *(extra or [])],
+        )
+        self.workers.append(worker.start())
+        return worker
+
+    def restart_leasekeeper(self) -> None:
+        """A new process on the same state dir and instance id (a restart in place)."""
+        self.leasekeeper = self.new_leasekeeper(extra=self.leasekeeper.extra_args[2:])
+        self.leasekeepers.append(self.leasekeeper)
+        self.leasekeeper.start().wait_assigned(PARTITIONS)
+
+    def enqueue(self, count: int, tenants: int = 3, **options: Any) -> list[str]:
+        """``count`` noop jobs spread over ``tenants`` tenants."""
+        return self.enqueue_requests(
+            JobRequest(
+                queue=self.queue,
+                type="noop",
+                payload={"n": i},
+                tenant_id=f"tenant-{i % tenants}",
+                **options,
+            )
+            for i in range(count)
+        )
+
+    def enqueue_tasks(self, count: int, tenant: str = "tenant-0", **task: Any) -> list[str]:
+        """``count`` task jobs; ``task`` holds payload fields and job options."""
+        options = {k: task.pop(k) for k in ("max_attempts", "timeout_s") if k in task}
+        return self.enqueue_requests(
+            JobRequest(
+                queue=self.queue,
+                type="task",
+                payload={"n": i, **task},
+                tenant_id=tenant,
+                **options,
+            )
+            for i in range(count)
+        )
+
+    def enqueue_requests(self, requests: Iterable[JobRequest]) -> list[str]:
+        registry = SchemaRegistry(extra_dirs=[SCHEMAS])
+        with JobProducer(self.kafka, registry=registry) as producer:
+            return producer.enqueue_batch(requests)
+
+    def refused(self) -> list[Event]:
+        return read_log(self.recordings, "refused")
+
+    def ack_events(self) -> list[Event]:
+        return read_log(self.recordings, "acks")
+
+    def runs(self) -> Counter[str]:
+        return Counter(read_events(self.recordings, "runs"))
+
+    def starts(self) -> list[Event]:
+        return read_log(self.recordings, "starts")
+
+    def acks(self) -> set[str]:
+        return set(read_events(self.recordings, "acks"))
+
+    def committed(self) -> dict[int, int]:
+        consumer = make_consumer(self.kafka, self.topics.consumer_group)
+        try:
+            return committed_offsets(consumer, self.topics.ready, range(PARTITIONS))
+        finally:
+            consumer.close()
+
+    def end_offsets(self) -> dict[int, int]:
+        consumer = make_consumer(self.kafka, f"probe-{self.queue}")
+        try:
+            return end_offsets(consumer, self.topics.ready, range(PARTITIONS))
+        finally:
+            consumer.close()
+
+    def caught_up(self) -> bool:
+        """Committed offsets equal end offsets on every partition."""
+        committed, end = self.committed(), self.end_offsets()
+        self.last_offsets = (committed, end, self.leasekeeper.snapshot())
+        return {p: max(o, 0) for p, o in committed.items()} == end
+
+    def wait_caught_up(self, timeout: float = 30) -> None:
+        wait_until(
+            self.caught_up, timeout, "commits to reach the end", describe=lambda: self.last_offsets
+        )
+
+    def read_topic(self, topic: str) -> list[Message]:
+        """Every record of ``topic`` up to its current end."""
+        consumer = make_consumer(self.kafka, f"reader-{uuid.uuid4().hex[:8]}")
+        try:
+            partitions = len(
+                make_admin(self.kafka).list_topics(topic, timeout=10).topics[topic].partitions
+            )
+            high = end_offsets(consumer, topic, range(partitions))
+            consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+            found: list[Message] = []
+            deadline = time.monotonic() + 60
+            while len(found) < sum(high.values()) and time.monotonic() < deadline:
+                found += [m for m in consumer.consume(500, timeout=1) if m.error() is None]
+            return found
+        finally:
+            consumer.close()
+
+    def job_at_offsets(self) -> dict[tuple[int, int], str]:
+        """(partition, offset) → job id, read back from the ready topic."""
+        codec = EnvelopeCodec(SchemaRegistry())
+        return {
+            (m.partition(), m.offset()): codec.decode(m.value()).job_id
+            for m in self.read_topic(self.topics.ready)
+        }  # type: ignore[misc]
+
+    def codec(self) -> EnvelopeCodec:
+        return EnvelopeCodec(SchemaRegistry(extra_dirs=[SCHEMAS]))
+
+    def dead_letters(self) -> list[DeadLetter]:
+        codec = self.codec()
+        return [codec.decode_dead_letter(m.value()) for m in self.read_topic(self.topics.dlq)]
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        for leasekeeper in self.leasekeepers:
+            leasekeeper.stop()

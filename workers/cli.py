@@ -37,6 +37,7 @@ class RunOptions:
     schema_dirs: tuple[str, ...]
     grace_s: float
     log_level: str
+    heartbeats: bool = True
 
     def child_command(self, index: int, parent_pid: int) -> list[str]:
         """The command line of child ``index`` under ``--processes`` (token via environment)."""
@@ -96,6 +97,12 @@ def main() -> None:
     show_default=True,
 )
 @click.option("--parent-pid", type=int, hidden=True)
+@click.option(
+    "--heartbeats/--no-heartbeats",
+    default=True,
+    hidden=True,
+    help="--no-heartbeats acts like a worker cut off from its leasekeeper (fencing tests)",
+)
 def run(
     app_spec: str,
     target: str | None,
@@ -106,6 +113,7 @@ def run(
     grace: float,
     log_level: str,
     parent_pid: int | None,
+    heartbeats: bool,
 ) -> None:
     """Run the handlers of MODULE:APP (imported like uvicorn does, from the current directory).
 
@@ -123,6 +131,7 @@ def run(
         schema_dirs=schema_paths or env.schema_path,
         grace_s=grace,
         log_level=log_level.upper(),
+        heartbeats=heartbeats,
     )
     logging.basicConfig(
         level=options.log_level,
@@ -163,6 +172,7 @@ def _run_one(
             concurrency=options.concurrency,
             worker_id=options.worker_id,
             shutdown_grace_s=options.grace_s,
+            heartbeats=options.heartbeats,
         )
         try:
             run_in_foreground(worker, parent_pid=parent_pid)

@@ -59,6 +59,7 @@ class Worker:
         shutdown_grace_s: float = 30.0,
         settle_interval_s: float = 0.005,
         settle_batch: int = 100,
+        heartbeats: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
@@ -90,6 +91,7 @@ class Worker:
             on_timeout=self._timed_out,
             stop=self._monitor_stop,
             clock=clock,
+            heartbeats=heartbeats,
         )
 
     @property

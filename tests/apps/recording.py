@@ -1,8 +1,9 @@
-"""A worker app for system tests: records every run and every confirmed ack.
+"""A worker app for system tests: records every start, every run and every ack.
 
 Each process appends to its own files in ``$RECORDING_DIR`` (one line per
-event, written before the handler returns), so a test can tell which jobs ran,
-how often, and which acks the leasekeeper confirmed.
+event, written before the handler returns), so a test can tell which jobs
+started and ran where, how often, at which attempt, and which acks the
+leasekeeper confirmed or refused.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,13 @@ from workers.app import App
 from workers.context import JobContext
 
 app = App("recording")
+SCHEMAS = Path(__file__).with_name("schemas")
 
 
-def _append(kind: str, line: str) -> None:
+def _append(kind: str, *fields: object) -> None:
     directory = Path(os.environ["RECORDING_DIR"])
     with (directory / f"{kind}-{os.getpid()}.log").open("a") as out:
-        out.write(line + "\n")
+        out.write(" ".join(str(f) for f in fields) + "\n")
         out.flush()
 
 
@@ -30,21 +33,49 @@ def _append(kind: str, line: str) -> None:
 def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
     # Random durations make acks arrive out of offset order.
     max_ms = float(os.environ.get("RECORDING_MAX_MS", "5"))
+    _append("starts", ctx.job_id, ctx.attempt, time.time())
     time.sleep(random.uniform(0, max_ms) / 1000)
-    _append("runs", f"{ctx.job_id} {ctx.attempt}")
+    _append("runs", ctx.job_id, ctx.attempt, time.time())
+
+
+@app.job("task")
+def task(ctx: JobContext, payload: dict[str, Any]) -> None:
+    _append("starts", ctx.job_id, ctx.attempt, time.time())
+    if ctx.attempt <= payload["exit_attempts"]:
+        os._exit(3)  # a poison pill: the worker process dies mid-job
+    if ctx.attempt <= payload["hang_attempts"]:
+        while True:  # never returns; only timeout_s stops it
+            time.sleep(1)
+    time.sleep(payload["sleep_ms"] / 1000)
+    _append("runs", ctx.job_id, ctx.attempt, time.time())
 
 
 @app.on_settled
 def settled(ctx: JobContext, outcome: str, accepted: bool) -> None:
-    if accepted and outcome == "ack":
-        _append("acks", ctx.job_id)
+    if outcome == "ack":
+        _append("acks" if accepted else "refused", ctx.job_id, ctx.attempt, time.time())
+
+
+@dataclass(frozen=True)
+class Event:
+    job_id: str
+    attempt: int
+    at: float
+    pid: int
+
+
+def read_log(directory: Path, kind: str) -> list[Event]:
+    """Every ``kind`` event of every process (a torn last line is skipped)."""
+    events = []
+    for path in directory.glob(f"{kind}-*.log"):
+        pid = int(path.stem.rsplit("-", 1)[1])
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                events.append(Event(parts[0], int(parts[1]), float(parts[2]), pid))
+    return events
 
 
 def read_events(directory: Path, kind: str) -> list[str]:
-    """Every job id recorded as ``kind`` by any process (partial last lines skipped)."""
-    ids: list[str] = []
-    for path in directory.glob(f"{kind}-*.log"):
-        for line in path.read_text().splitlines():
-            if line.strip():
-                ids.append(line.split()[0])
-    return ids
+    """The job id of every ``kind`` event."""
+    return [event.job_id for event in read_log(directory, kind)]

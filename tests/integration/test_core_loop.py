@@ -7,143 +7,19 @@ import os
 import subprocess
 import threading
 import time
-from collections import Counter
-from pathlib import Path
 
 import grpc
-import pytest
 
 from jobcore.kafka import (
     KafkaException,
-    KafkaSettings,
-    TopicPartition,
     committed_offsets,
-    end_offsets,
     make_consumer,
     make_producer,
 )
-from jobcore.topics import QueueTopics
-from producer import JobProducer, JobRequest, ensure_queue_topics
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 from schemas.codec import EnvelopeCodec, SchemaRegistry
-from tests.apps.recording import read_events
-from tests.system import BIN, Leasekeeper, WorkerProcess, wait_until
-
-APP = "tests.apps.recording:app"
-PARTITIONS = 4
-
-
-class System:
-    """A queue, one leasekeeper and N worker processes under ``tmp_path``."""
-
-    def __init__(
-        self, kafka: KafkaSettings, unique: str, tmp_path: Path, lease_s: float = 30.0
-    ) -> None:
-        self.kafka = kafka
-        self.lease_s = lease_s
-        self.queue = f"core{unique}"
-        self.topics = QueueTopics(queue=self.queue)
-        self.tmp = tmp_path
-        self.recordings = tmp_path / "recordings"
-        self.recordings.mkdir()
-        ensure_queue_topics(kafka, self.queue, partitions=PARTITIONS)
-        self.leasekeeper = self._leasekeeper()
-        self.workers: list[WorkerProcess] = []
-
-    def _leasekeeper(self) -> Leasekeeper:
-        return Leasekeeper(
-            queue=self.queue,
-            bootstrap=self.kafka.bootstrap,
-            state_dir=self.tmp / "state",
-            socket=self.tmp / "lk.sock",
-            log=self.tmp / "leasekeeper.log",
-            lease_s=self.lease_s,
-            extra_args=["--instance-id", f"lk-{self.queue}"],
-        )
-
-    def start(self, workers: int = 2, concurrency: int = 16) -> None:
-        """Start the leasekeeper (unless it runs already) and ``workers`` worker processes."""
-        if self.leasekeeper.process is None:
-            self.leasekeeper.start().wait_assigned(PARTITIONS)
-        for i in range(len(self.workers), len(self.workers) + workers):
-            worker = WorkerProcess(
-                app=APP,
-                target=self.leasekeeper.target,
-                log=self.tmp / f"worker-{i}.log",
-                env={"RECORDING_DIR": str(self.recordings)},
-                concurrency=concurrency,
-            )
-            self.workers.append(worker.start())
-
-    def restart_leasekeeper(self) -> None:
-        self.leasekeeper = self._leasekeeper()
-        self.leasekeeper.start().wait_assigned(PARTITIONS)
-
-    def enqueue(self, count: int, tenants: int = 3) -> list[str]:
-        with JobProducer(self.kafka) as producer:
-            return producer.enqueue_batch(
-                JobRequest(
-                    queue=self.queue,
-                    type="noop",
-                    payload={"n": i},
-                    tenant_id=f"tenant-{i % tenants}",
-                )
-                for i in range(count)
-            )
-
-    def runs(self) -> Counter[str]:
-        return Counter(read_events(self.recordings, "runs"))
-
-    def acks(self) -> set[str]:
-        return set(read_events(self.recordings, "acks"))
-
-    def committed(self) -> dict[int, int]:
-        consumer = make_consumer(self.kafka, self.topics.consumer_group)
-        try:
-            return committed_offsets(consumer, self.topics.ready, range(PARTITIONS))
-        finally:
-            consumer.close()
-
-    def caught_up(self) -> bool:
-        """Committed offsets equal end offsets on every partition."""
-        committed, end = self.committed(), self.end_offsets()
-        self.last_offsets = (committed, end, self.leasekeeper.snapshot())
-        return {p: max(o, 0) for p, o in committed.items()} == end
-
-    def end_offsets(self) -> dict[int, int]:
-        consumer = make_consumer(self.kafka, f"probe-{self.queue}")
-        try:
-            return end_offsets(consumer, self.topics.ready, range(PARTITIONS))
-        finally:
-            consumer.close()
-
-    def job_at_offsets(self) -> dict[tuple[int, int], str]:
-        """(partition, offset) → job id, read back from the topic."""
-        codec = EnvelopeCodec(SchemaRegistry())
-        consumer = make_consumer(self.kafka, f"reader-{self.queue}")
-        high = self.end_offsets()
-        consumer.assign([TopicPartition(self.topics.ready, p, 0) for p in range(PARTITIONS)])
-        found: dict[tuple[int, int], str] = {}
-        deadline = time.monotonic() + 60
-        while len(found) < sum(high.values()) and time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=1):
-                if msg.error() is None:
-                    found[(msg.partition(), msg.offset())] = codec.decode(msg.value()).job_id
-        consumer.close()
-        return found
-
-    def stop(self) -> None:
-        for worker in self.workers:
-            worker.stop()
-        self.leasekeeper.stop()
-
-
-@pytest.fixture
-def system(kafka: KafkaSettings, unique: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    sut = System(kafka, unique, tmp_path)
-    yield sut
-    sut.stop()
+from tests.system import BIN, PARTITIONS, System, wait_until
 
 
 class CommitSampler(threading.Thread):
@@ -192,9 +68,7 @@ def test_every_job_runs_exactly_once_and_commits_never_pass_an_unresolved_job(
     ids = system.enqueue(10_000)
 
     wait_until(lambda: sum(system.runs().values()) >= len(ids), 240, "10,000 runs", step=0.25)
-    wait_until(
-        system.caught_up, 30, "commits to reach the end", describe=lambda: system.last_offsets
-    )
+    system.wait_caught_up()
     sampler.halt.set()
     sampler.join()
 
@@ -208,8 +82,7 @@ def test_every_job_runs_exactly_once_and_commits_never_pass_an_unresolved_job(
 
 
 def test_kill_9_of_the_leasekeeper_reruns_no_acked_job_and_loses_none(system: System) -> None:
-    system.lease_s = 5.0  # what nobody acks after the crash comes back within 5 s
-    system.leasekeeper = system._leasekeeper()
+    system.configure(lease_s=5.0)  # what nobody acks after the crash is back within 5 s
     system.start(workers=2)
     ids = system.enqueue(6_000)
     wait_until(lambda: sum(system.runs().values()) >= 2_000, 120, "a third of the runs")
@@ -219,9 +92,7 @@ def test_kill_9_of_the_leasekeeper_reruns_no_acked_job_and_loses_none(system: Sy
     system.restart_leasekeeper()
 
     wait_until(lambda: set(system.runs()) >= set(ids), 240, "every job to run", step=0.25)
-    wait_until(
-        system.caught_up, 30, "commits to reach the end", describe=lambda: system.last_offsets
-    )
+    system.wait_caught_up()
     runs = system.runs()
     assert len(acked_before_restart) >= 1_000
     rerun_after_ack = [job for job in acked_before_restart if runs[job] != 1]
@@ -265,9 +136,7 @@ def test_an_undecodable_record_goes_to_the_dlq_and_the_partition_keeps_moving(
     ids = system.enqueue(30, tenants=1)  # same key: behind the garbage in its partition
 
     wait_until(lambda: set(system.runs()) >= set(ids), 60, "the jobs behind the garbage")
-    wait_until(
-        system.caught_up, 30, "commits to reach the end", describe=lambda: system.last_offsets
-    )
+    system.wait_caught_up()
 
     codec = EnvelopeCodec(SchemaRegistry())
     consumer = make_consumer(system.kafka, f"dlq-reader-{system.queue}")

@@ -9,6 +9,7 @@ import pytest
 
 from leasekeeper.engine import Done, EngineConfig, LeaseEngine
 from leasekeeper.leases import Outcome, Settlement, TopicPart
+from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.store import LeaseStore
 from schemas.job import Job
 
@@ -82,9 +83,11 @@ def test_commit_waits_for_the_lowest_unresolved_offset(tmp_path: Path, clock: Cl
     grants = engine.claim("w", 3, wait_s=0)
     engine.settle([ack(grants[2].lease_id, grants[2].token)])
     engine.settle([ack(grants[1].lease_id, grants[1].token)])
-    assert engine.commit_positions() == {TP: 0}
+    offset, metadata = engine.commit_positions()[TP]
+    assert offset == 0
+    assert decode_progress(0, metadata).resolved == {1, 2}
     engine.settle([ack(grants[0].lease_id, grants[0].token)])
-    assert engine.commit_positions() == {TP: 3}
+    assert engine.commit_positions() == {TP: (3, "")}
 
 
 def test_stale_tokens_are_rejected_and_counted(tmp_path: Path, clock: Clock) -> None:
@@ -117,9 +120,9 @@ def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clo
     ((copy, on_done),) = router.retries
     assert copy.attempt == 1
     assert [(e.error_class, e.worker) for e in copy.errors] == [("TimeoutError", "w")]
-    assert engine.commit_positions() == {}
+    assert engine.commit_positions()[TP][0] == 0
     on_done(True)
-    assert engine.commit_positions() == {TP: 1}
+    assert engine.commit_positions() == {TP: (1, "")}
 
 
 def test_failed_copy_delivery_offers_the_job_again(tmp_path: Path, clock: Clock) -> None:
@@ -283,3 +286,56 @@ def test_a_lease_survives_a_leasekeeper_restart_until_it_expires(
     clock.now += 11
     assert restarted.expire() == 1
     assert router.retries[0][0].errors[0].error_class == "LeaseExpired"
+
+
+def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metadata(
+    tmp_path: Path, clock: Clock
+) -> None:
+    first = make_engine(tmp_path / "a", clock, RecordingRouter())
+    first.assign(TP, 0)
+    for i in range(4):
+        first.offer(TP, i, job(i), b"x")
+    grants = {g.lease_id: g for g in first.claim("w", 4, wait_s=0)}
+    first.settle([ack("jobs.q/0/1", grants["jobs.q/0/1"].token)])
+    first.settle([ack("jobs.q/0/3", grants["jobs.q/0/3"].token)])
+    first.begin_revoke({TP})
+    offset, metadata = first.commit_positions()[TP]
+    assert offset == 0
+
+    second = make_engine(tmp_path / "b", clock, RecordingRouter())  # another disk
+    second.assign(TP, offset, metadata)
+    for i in range(4):
+        second.offer(TP, i, job(i), b"x")
+    again = second.claim("w2", 4, wait_s=0)
+    assert sorted(g.lease_id for g in again) == ["jobs.q/0/0", "jobs.q/0/2"]
+    assert {g.attempt for g in again} == {2}  # the first owner's claims count
+
+
+def test_a_draining_partition_dispatches_nothing_but_accepts_acks(
+    tmp_path: Path, clock: Clock
+) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.begin_revoke({TP})
+    assert engine.claim("w", 1, wait_s=0) == []
+    assert engine.in_flight({TP}) == 1
+    assert engine.settle([ack(grant.lease_id, grant.token)])[0].ok
+    assert engine.in_flight({TP}) == 0
+
+
+def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, clock: Clock) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    slow = Job(job_id="slow", queue="q", tenant_id="t", type="noop", payload=b"",
+               created_at_ms=0, timeout_s=20)  # fmt: skip
+    engine.offer(TP, 0, slow, b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    for _ in range(6):  # heartbeats keep the lease, but not past timeout_s + grace
+        clock.now += 5
+        engine.heartbeat([(grant.lease_id, grant.token)])
+        engine.expire()
+    assert router.retries[0][0].errors[-1].error_class == "JobTimeout"

@@ -1,0 +1,108 @@
+"""What must survive a partition moving to another leasekeeper, packed into the
+offset commit's metadata string (as Confluent's Parallel Consumer does).
+
+A commit says "everything below offset C is done"; jobs finish out of order, so
+some offsets beyond C are done too, and some jobs there have used attempts.
+Without that, the next owner would re-run every finished job beyond C and give
+every job a fresh attempt count (a poison job could loop across moves). The
+metadata carries both, compressed:
+
+    lq1:<span>:<resolved bitmap>:<claims>
+
+``span`` offsets from C are described; bit i of the bitmap says whether C+i is
+resolved; ``claims`` lists (offset - C, claim count) pairs as varints. Both are
+zlib-compressed and URL-safe base64 encoded. The broker's limit is
+``offset.metadata.max.bytes`` (4096 by default), so the leasekeeper keeps each
+partition's span within ``MAX_SPAN`` offsets (it pauses fetching beyond it:
+back-pressure); claims that do not fit are dropped, which only makes the next
+owner count those jobs' attempts from the envelope again.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+PREFIX = "lq1"
+METADATA_LIMIT = 4000  # under the broker's default 4096 bytes
+MAX_SPAN = 16_000  # worst case (no compression): 2,000 bytes of bitmap, 2,668 in base64
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress:
+    """Offsets resolved beyond the commit, and claims of the unresolved ones."""
+
+    resolved: frozenset[int]
+    claims: Mapping[int, int]
+
+
+def _varints(values: Iterable[int]) -> bytes:
+    out = bytearray()
+    for value in values:
+        while True:
+            byte = value & 0x7F
+            value >>= 7
+            if value:
+                out.append(byte | 0x80)
+            else:
+                out.append(byte)
+                break
+    return bytes(out)
+
+
+def _read_varints(data: bytes) -> list[int]:
+    values, current, shift = [], 0, 0
+    for byte in data:
+        current |= (byte & 0x7F) << shift
+        if byte & 0x80:
+            shift += 7
+        else:
+            values.append(current)
+            current, shift = 0, 0
+    return values
+
+
+def _pack(data: bytes) -> str:
+    return base64.urlsafe_b64encode(zlib.compress(data, 9)).decode().rstrip("=")
+
+
+def _unpack(text: str) -> bytes:
+    return zlib.decompress(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def encode(committed: int, progress: Progress, limit: int = METADATA_LIMIT) -> str:
+    """The metadata string for a commit at ``committed``; always within ``limit``."""
+    beyond = sorted(o - committed for o in progress.resolved if o >= committed)
+    span = beyond[-1] + 1 if beyond else 0
+    bitmap = bytearray((span + 7) // 8)
+    for index in beyond:
+        bitmap[index // 8] |= 1 << (index % 8)
+    head = f"{PREFIX}:{span}:{_pack(bytes(bitmap))}:"
+    if len(head) > limit:
+        return ""  # cannot describe it: the next owner re-runs what is beyond the commit
+    claims = sorted((o - committed, n) for o, n in progress.claims.items() if o >= committed)
+    while claims:
+        text = head + _pack(_varints(v for pair in claims for v in pair))
+        if len(text) <= limit:
+            return text
+        claims = claims[: len(claims) // 2]  # keep the oldest: they are likelier poison
+    return head
+
+
+def decode(committed: int, metadata: str | None) -> Progress:
+    """The progress in ``metadata`` (empty for foreign or malformed metadata)."""
+    empty = Progress(resolved=frozenset(), claims={})
+    if not metadata or not metadata.startswith(PREFIX + ":"):
+        return empty
+    try:
+        _, span_text, bitmap_text, claims_text = metadata.split(":", 3)
+        span = int(span_text)
+        bitmap = _unpack(bitmap_text)
+        resolved = frozenset(committed + i for i in range(span) if bitmap[i // 8] & (1 << (i % 8)))
+        pairs = _read_varints(_unpack(claims_text)) if claims_text else []
+        claims = {committed + pairs[i]: pairs[i + 1] for i in range(0, len(pairs) - 1, 2)}
+    except (ValueError, IndexError, zlib.error):
+        return empty
+    return Progress(resolved=resolved, claims=claims)
