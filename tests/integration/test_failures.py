@@ -4,13 +4,16 @@ leasekeepers that die, stall, time out or move (invariants 1 to 5)."""
 from __future__ import annotations
 
 import random
+import re
 import signal
 import threading
 import time
+import urllib.request
 from collections import Counter
 
 import pytest
 
+from jobcore.localkafka import free_port
 from tests.system import PARTITIONS, System, wait_until
 
 REAPER_S = 0.5
@@ -78,7 +81,8 @@ def test_a_long_job_that_heartbeats_runs_once(system: System) -> None:
 def test_without_heartbeats_the_job_is_redelivered_and_the_late_ack_rejected(
     system: System,
 ) -> None:
-    system.configure(lease_s=2.0)
+    metrics_port = free_port()
+    system.configure(lease_s=2.0, extra=["--metrics-port", str(metrics_port)])
     system.start(workers=0)
     zombie = system.add_worker(system.leasekeeper, concurrency=1, extra=["--no-heartbeats"])
     (job,) = system.enqueue_tasks(1, sleep_ms=6_000)
@@ -94,6 +98,11 @@ def test_without_heartbeats_the_job_is_redelivered_and_the_late_ack_rejected(
     assert snapshot is not None
     assert snapshot["counters"]["stale_rejected"] >= 1
     assert snapshot["counters"]["expired"] == 1
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+    rejected = re.search(
+        r'^leasekeeper_stale_rejected_total\{queue="[^"]+"\} (\S+)$', metrics, re.M
+    )
+    assert rejected is not None and float(rejected.group(1)) >= 1
 
 
 def test_a_handler_that_never_returns_is_stopped_by_its_timeout_and_retried(

@@ -339,3 +339,15 @@ def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, cl
         engine.heartbeat([(grant.lease_id, grant.token)])
         engine.expire()
     assert router.retries[0][0].errors[-1].error_class == "JobTimeout"
+
+
+def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock) -> None:
+    config = EngineConfig(lease_s=10, lease_s_by_type={"report": 600})
+    engine = LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(), config=config,
+                         clock=clock)  # fmt: skip
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, Job(job_id="r", queue="q", tenant_id="t2", type="report", payload=b"",
+                            created_at_ms=0), b"x")  # fmt: skip
+    leases = {g.lease_id: g.lease_s for g in engine.claim("w", 2, wait_s=0)}
+    assert leases == {"jobs.q/0/0": 10, "jobs.q/0/1": 600}
