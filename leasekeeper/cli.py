@@ -12,11 +12,14 @@ from types import FrameType
 import click
 
 from jobcore.config import Environment
+from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaSettings
 from jobcore.localkafka.cli import kafka_cli
 from leasekeeper.consumer_loop import LoopConfig
+from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
 from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
+from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
 
 
@@ -54,6 +57,31 @@ def main() -> None:
     help="seconds moving or stopping partitions wait for jobs in flight",
 )
 @click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+@click.option(
+    "--retry-tiers",
+    default=",".join(DEFAULT_TIERS),
+    show_default=True,
+    help="delay tiers (topics jobs.QUEUE.retry.<tier>)",
+)
+@click.option(
+    "--jitter",
+    type=click.Choice([j.value for j in Jitter]),
+    default=Jitter.FULL.value,
+    show_default=True,
+)
+@click.option("--retry-base", default=1.0, show_default=True, help="backoff base (s)")
+@click.option("--retry-cap", default=3600.0, show_default=True, help="backoff cap (s)")
+@click.option(
+    "--retry-budget",
+    default=0.10,
+    show_default=True,
+    help="share of recent throughput retries may use",
+)
+@click.option(
+    "--permanent-error",
+    multiple=True,
+    help="an exception class name that is never retried (repeatable)",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(
     queue: str,
@@ -70,6 +98,12 @@ def serve(
     lease_for: tuple[str, ...],
     drain_grace: float,
     metrics_port: int | None,
+    retry_tiers: str,
+    jitter: str,
+    retry_base: float,
+    retry_cap: float,
+    retry_budget: float,
+    permanent_error: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C."""
@@ -88,7 +122,17 @@ def serve(
             lease_s_by_type=_leases_by_type(lease_for),
             window_records=window_records,
             window_bytes=window_bytes,
+            retries=RetryPolicies(
+                default=RetryPolicy(
+                    base_s=retry_base,
+                    cap_s=retry_cap,
+                    jitter=Jitter(jitter),
+                    permanent_errors=DEFAULT_PERMANENT_ERRORS | frozenset(permanent_error),
+                )
+            ),
         ),
+        tiers=_tiers(retry_tiers),
+        retry_budget_share=retry_budget,
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
         schema_dirs=schema_path + env.schema_path,
@@ -110,6 +154,13 @@ def serve(
             break
     service.stop()
     click.echo("leasekeeper stopped", err=True)
+
+
+def _tiers(spec: str) -> DelayTiers:
+    try:
+        return DelayTiers.parse(spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--retry-tiers") from None
 
 
 def _leases_by_type(pairs: tuple[str, ...]) -> dict[str, float]:
@@ -148,3 +199,4 @@ def dev() -> None:
 
 
 dev.add_command(kafka_cli)
+main.add_command(dlq)

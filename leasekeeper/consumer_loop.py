@@ -20,7 +20,9 @@ from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.router import KafkaRouter
 from leasekeeper.store import Resolution
+from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
+from schemas.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ class ConsumerLoop:
         codec: EnvelopeCodec,
         router: KafkaRouter,
         topics: QueueTopics,
+        gate: TierGate,
         config: LoopConfig,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -56,6 +59,7 @@ class ConsumerLoop:
         self._codec = codec
         self._router = router
         self._topics = topics
+        self._gate = gate
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
@@ -65,7 +69,7 @@ class ConsumerLoop:
 
     def run(self, stop: threading.Event) -> None:
         self._consumer.subscribe(
-            [self._topics.ready],
+            [self._topics.ready, *self._gate.topics],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
@@ -87,6 +91,8 @@ class ConsumerLoop:
         for message in messages:
             self._handle(message)
         self._producer.poll(0)
+        self._gate.release_due()
+        self._engine.promote_due()
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
@@ -104,6 +110,8 @@ class ConsumerLoop:
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         assert topic is not None and partition is not None and offset is not None
         tp = TopicPart(topic, partition)
+        if self._gate.is_held(tp):
+            return  # behind a held head: fetched again once the head is due
         value = message.value()
         try:
             if value is None:
@@ -112,13 +120,56 @@ class ConsumerLoop:
         except DecodeError as exc:
             self._dead_letter_raw(tp, offset, message.key(), value, str(exc))
             return
-        self._engine.offer(tp, offset, job, value)
+        tier = self._gate.tier_of(topic)
+        if tier is None:
+            self._engine.offer(tp, offset, job, value)
+        else:
+            self._from_tier(tier, tp, offset, job, message)
+
+    def _from_tier(self, tier: str, tp: TopicPart, offset: int, job: Job, message: Message) -> None:
+        """A delay-tier record: dispatch it when due; wait out the last fraction of a tier
+        in the engine's timer (the record stays unresolved in Kafka meanwhile); hold the
+        partition (seek back, pause) until the head's tier wait is over; or hop to the
+        tier that fits the wait that is left."""
+        now = wall_ms()
+        value = message.value()
+        assert value is not None
+        if job.run_at_ms - now < self._gate.tiers.seconds[0] * 1000:
+            self._engine.offer(tp, offset, job, value, not_before_ms=job.run_at_ms)
+            return
+        _, produced_ms = message.timestamp()
+        release_at = self._gate.release_at_ms(
+            tier, produced_ms if produced_ms > 0 else now, job.run_at_ms
+        )
+        if release_at > now:
+            self._gate.hold(tp, release_at)
+            self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
+            self._paused.add(tp)
+            return
+        hop = self._gate.tiers.next_hop(job.run_at_ms, now)
+        assert hop is not None  # not due: checked above
+        self._hop(tp, offset, job, hop)
+
+    def _hop(self, tp: TopicPart, offset: int, job: Job, hop: str) -> None:
+        """Copy the job to tier ``hop``; the original resolves on the copy's delivery."""
+        generation = self._engine.track_unoffered(tp, offset)
+        if generation is None:
+            return
+
+        def done(ok: bool) -> None:
+            if ok:
+                self._engine.resolve(tp, offset, generation, Resolution.HOPPED)
+            else:
+                self._router.hop(job, tier=hop, on_done=done)
+
+        self._router.hop(job, tier=hop, on_done=done)
 
     def _dead_letter_raw(
         self, tp: TopicPart, offset: int, key: bytes | None, value: bytes | None, reason: str
     ) -> None:
         """Undecodable input goes to the DLQ with the reason; the partition keeps moving."""
-        generation = self._engine.offer_undecodable(tp, offset)
+        generation = self._engine.track_unoffered(tp, offset)
         if generation is None:
             return
         log.warning("undecodable record %s/%d/%d: %s", tp.topic, tp.partition, offset, reason)
@@ -145,6 +196,7 @@ class ConsumerLoop:
         was_full = bool(assignment) and assignment <= self._paused
         full = room == 0 or (was_full and room < self._engine.window_records // 2)
         wanted = assignment if full else self._engine.over_span() & assignment
+        wanted |= self._gate.held() & assignment
         self._set_paused(wanted, assignment)
         return room
 
@@ -186,6 +238,7 @@ class ConsumerLoop:
         within the grace period, commit what is resolved (and the progress beyond it),
         then let go. Jobs still leased after the grace are run again by the next owner."""
         moving = {TopicPart(tp.topic, tp.partition) for tp in partitions}
+        self._gate.forget(moving)
         self._engine.begin_revoke(moving)
         left = self._drain(moving)
         self.commit(only=moving)
@@ -206,6 +259,7 @@ class ConsumerLoop:
         return self._engine.in_flight(tps)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._gate.forget({TopicPart(tp.topic, tp.partition) for tp in partitions})
         for tp in partitions:
             self._engine.revoke(TopicPart(tp.topic, tp.partition))
 

@@ -11,7 +11,10 @@ hundreds of jobs per call.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +37,8 @@ from leasekeeper.leases import (
 from leasekeeper.offset_metadata import MAX_SPAN, Progress
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.offset_metadata import encode as encode_progress
+from leasekeeper.retry_budget import RetryBudget
+from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
 from schemas.job import AttemptError, Job
 
@@ -46,7 +51,9 @@ Action = Callable[[], None]
 class Router(Protocol):
     """Durably copies a job elsewhere; ``on_done(ok)`` fires on the delivery report."""
 
-    def retry(self, job: Job, *, source: TopicPart, offset: int, on_done: Done) -> None: ...
+    def retry(
+        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
+    ) -> None: ...
 
     def dead(
         self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
@@ -65,6 +72,7 @@ class EngineConfig:
     # The reaper's backstop for a job that heartbeats but never finishes; the
     # worker enforces timeout_s itself, this catches a worker that cannot.
     timeout_grace_s: float = 5.0
+    retries: RetryPolicies = field(default_factory=RetryPolicies)
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
@@ -108,8 +116,12 @@ class LeaseEngine:
         store: LeaseStore,
         router: Router,
         config: EngineConfig,
+        budget: RetryBudget | None = None,
         clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
+        self._budget = budget or RetryBudget()
+        self._rng = rng or random.Random()
         self._store = store
         self._router = router
         self._config = config
@@ -118,6 +130,10 @@ class LeaseEngine:
         self._parts: dict[TopicPart, PartitionState] = {}
         self._ready: TenantRoundRobin[Pending] = TenantRoundRobin()
         self._ready_bytes = 0
+        # Jobs fetched less than one tier before their run_at wait here, not in a
+        # paused partition (which would hold back the records behind them).
+        self._delayed: list[tuple[int, int, Pending]] = []
+        self._delay_seq = itertools.count()
         self._generation = 0
         self._closed = False
         self.counters = Counters()
@@ -157,6 +173,11 @@ class LeaseEngine:
                     state.draining = True
             removed = self._ready.remove_if(lambda p: p.tp in tps)
             self._ready_bytes -= sum(len(p.envelope) for p in removed)
+            self._drop_delayed(lambda p: p.tp in tps)
+
+    def _drop_delayed(self, predicate: Callable[[Pending], bool]) -> None:
+        self._delayed = [item for item in self._delayed if not predicate(item[2])]
+        heapq.heapify(self._delayed)
 
     def in_flight(self, tps: set[TopicPart] | None = None) -> int:
         """Leases and copies not yet settled in ``tps`` (all partitions by default)."""
@@ -175,6 +196,7 @@ class LeaseEngine:
                 return
             removed = self._ready.remove_if(lambda p: p.tp == tp)
             self._ready_bytes -= sum(len(p.envelope) for p in removed)
+            self._drop_delayed(lambda p: p.tp == tp)
 
     def assigned(self) -> list[TopicPart]:
         with self._cond:
@@ -182,8 +204,11 @@ class LeaseEngine:
 
     # -- fetching ---------------------------------------------------------
 
-    def offer(self, tp: TopicPart, offset: int, job: Job, envelope: bytes) -> None:
-        """A decoded record from Kafka: skip it if already resolved, else queue it."""
+    def offer(
+        self, tp: TopicPart, offset: int, job: Job, envelope: bytes, not_before_ms: int = 0
+    ) -> None:
+        """A decoded record from Kafka: skip it if already resolved, else queue it (for
+        dispatch at once, or at ``not_before_ms``)."""
         with self._cond:
             state = self._parts.get(tp)
             if state is None or offset <= state.tracker.highest_fetched:
@@ -202,9 +227,29 @@ class LeaseEngine:
                 # otherwise the reaper takes it back after lease_until.
                 state.leases[offset] = self._restore(pending, stored)
                 return
+            if not_before_ms > now_ms(self._clock):
+                heapq.heappush(self._delayed, (not_before_ms, next(self._delay_seq), pending))
+                return
             self._ready.push(job.tenant_id, pending)
             self._ready_bytes += len(envelope)
             self._cond.notify()
+
+    def promote_due(self) -> int:
+        """Move delayed jobs whose time came to the ready window; returns how many."""
+        with self._cond:
+            now = now_ms(self._clock)
+            moved = 0
+            while self._delayed and self._delayed[0][0] <= now:
+                _, _, pending = heapq.heappop(self._delayed)
+                state = self._parts.get(pending.tp)
+                if state is None or state.generation != pending.generation or state.draining:
+                    continue
+                self._ready.push(pending.job.tenant_id, pending)
+                self._ready_bytes += len(pending.envelope)
+                moved += 1
+            if moved:
+                self._cond.notify_all()
+            return moved
 
     def _restore(self, pending: Pending, stored: LeaseRecord) -> Lease:
         return Lease(
@@ -217,8 +262,9 @@ class LeaseEngine:
             until_ms=stored.until_ms,
         )
 
-    def offer_undecodable(self, tp: TopicPart, offset: int) -> int | None:
-        """Track a record that cannot be decoded; returns its generation for the DLQ copy."""
+    def track_unoffered(self, tp: TopicPart, offset: int) -> int | None:
+        """Track a record that will not be dispatched (undecodable, or hopping to another
+        delay tier); returns its generation for the copy, None if it needs none."""
         with self._cond:
             state = self._parts.get(tp)
             if state is None or offset <= state.tracker.highest_fetched:
@@ -238,7 +284,8 @@ class LeaseEngine:
         with self._cond:
             if self._ready_bytes >= self._config.window_bytes:
                 return 0
-            return max(0, self._config.window_records - len(self._ready))
+            held = len(self._ready) + len(self._delayed)
+            return max(0, self._config.window_records - held)
 
     def window_full(self) -> bool:
         return self.window_room() == 0
@@ -289,6 +336,8 @@ class LeaseEngine:
             # died each time (poison pill). It goes to the DLQ instead of looping.
             actions.append(self._dead_action(pending, job, "attempts exhausted", _crash_note(job)))
             return None
+        if job.attempt == 0 and prior == 0:
+            self._budget.record_first_attempt()
         state.claims[pending.offset] = prior + 1
         batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, prior + 1)
         lease_s = self._config.lease_for(job.type)
@@ -398,7 +447,11 @@ class LeaseEngine:
                 message=item.message,
                 traceback=item.traceback[-2000:],
             )
-            actions.append(self._failure_action(lease, error, permanent=item.permanent))
+            actions.append(
+                self._failure_action(
+                    lease, error, permanent=item.permanent, retry_after_s=item.retry_after_s
+                )
+            )
 
     def expire(self) -> int:
         """The reaper: leases past ``until`` count as failed attempts (worker presumed dead)."""
@@ -442,20 +495,33 @@ class LeaseEngine:
 
     # -- the retry path -----------------------------------------------------
 
-    def _failure_action(self, lease: Lease, error: AttemptError, *, permanent: bool) -> Action:
+    def _failure_action(
+        self, lease: Lease, error: AttemptError, *, permanent: bool, retry_after_s: float = 0.0
+    ) -> Action:
+        """Retry after a jittered delay (within the retry budget), or dead-letter."""
         pending = lease.pending
         # Attempts made so far include claims whose worker died before settling.
         job = replace(pending.job, attempt=lease.attempt, errors=(*pending.job.errors, error))
-        if permanent:
-            return self._dead_action(pending, job, "permanent error", error.message)
-        if lease.attempt >= job.max_attempts:
-            return self._dead_action(pending, job, "attempts exhausted", error.message)
-        return self._retry_action(pending, job)
+        policy = self._config.retries.for_job(job.type, job.max_attempts)
+        decision = policy.decide(
+            attempt=lease.attempt,
+            error_class=error.error_class,
+            permanent=permanent,
+            retry_after_s=retry_after_s,
+            previous_delay_s=_previous_delay_s(pending.job),
+            rng=self._rng,
+        )
+        if not decision.retry:
+            return self._dead_action(pending, job, decision.reason.value, error.message)
+        delay_s = decision.delay_s + self._budget.admit_retry()
+        run_at_ms = now_ms(self._clock) + int(delay_s * 1000)
+        return self._retry_action(pending, replace(job, run_at_ms=run_at_ms), delay_s)
 
-    def _retry_action(self, pending: Pending, job: Job) -> Action:
+    def _retry_action(self, pending: Pending, job: Job, delay_s: float) -> Action:
         def act() -> None:
             self._router.retry(
                 job,
+                delay_s=delay_s,
                 source=pending.tp,
                 offset=pending.offset,
                 on_done=self._on_copied(pending, Resolution.RETRIED),
@@ -588,8 +654,11 @@ class LeaseEngine:
         with self._cond:
             now = now_ms(self._clock)
             return {
+                "retry_budget": self._budget.snapshot().to_dict(),
                 "partitions": [_partition_view(s, now) for s in self._parts.values()],
                 "ready": len(self._ready),
+                "delayed": len(self._delayed),
+                "next_delayed_due_ms": self._delayed[0][0] if self._delayed else None,
                 "ready_bytes": self._ready_bytes,
                 "ready_by_tenant": self._ready.tenants(),
                 "in_flight_by_tenant": self._in_flight_by_tenant(),
@@ -628,6 +697,14 @@ def _partition_view(state: PartitionState, now: int) -> dict[str, object]:
             for lease in state.leases.values()
         ],
     }
+
+
+def _previous_delay_s(job: Job) -> float | None:
+    """The delay before this attempt (decorrelated jitter grows from it), if it had one."""
+    if not job.errors or job.run_at_ms <= 0:
+        return None
+    delay_ms = job.run_at_ms - job.errors[-1].at_ms
+    return delay_ms / 1000 if delay_ms > 0 else None
 
 
 def _record(lease: Lease) -> LeaseRecord:

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, Message, Producer, produce_reliably
 from jobcore.topics import QueueTopics
 from leasekeeper.leases import TopicPart
@@ -32,11 +33,8 @@ def _report(on_done: Done, what: str) -> Callable[[KafkaError | None, Message], 
 
 
 class KafkaRouter:
-    """Re-produces failed jobs for another attempt and dead letters to ``jobs.Q.dlq``.
-
-    Retries go back to the ready topic at once for now; delay tiers with
-    jittered backoff replace this path without changing its contract.
-    """
+    """Re-produces failed jobs to the delay tier that fits their backoff, and dead
+    letters to ``jobs.Q.dlq``; the job never exists only in local state."""
 
     def __init__(
         self,
@@ -44,21 +42,34 @@ class KafkaRouter:
         producer: Producer,
         codec: EnvelopeCodec,
         topics: QueueTopics,
+        tiers: DelayTiers,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._producer = producer
         self._codec = codec
         self._topics = topics
+        self._tiers = tiers
         self._clock = clock
 
-    def retry(self, job: Job, *, source: TopicPart, offset: int, on_done: Done) -> None:
+    def retry(
+        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
+    ) -> None:
+        """To ``jobs.Q.retry.<tier>``, the largest tier not longer than ``delay_s``."""
+        self._to_tier(job, self._tiers.tier_for(delay_s), on_done)
+
+    def hop(self, job: Job, *, tier: str, on_done: Done) -> None:
+        """A delay longer than its tier: wait again, in the tier that fits what is left."""
+        self._to_tier(job, tier, on_done)
+
+    def _to_tier(self, job: Job, tier: str, on_done: Done) -> None:
+        topic = self._topics.retry(tier)
         produce_reliably(
             self._producer,
-            self._topics.ready,
+            topic,
             key=job.tenant_id.encode(),
             value=self._codec.encode(job),
             headers=[("job_id", job.job_id.encode())],
-            on_delivery=_report(on_done, self._topics.ready),
+            on_delivery=_report(on_done, topic),
         )
 
     def dead(

@@ -11,14 +11,18 @@ from pathlib import Path
 
 import grpc
 
-from jobcore.kafka import KafkaSettings, make_consumer, make_producer
+from jobcore.delay_tiers import DelayTiers
+from jobcore.kafka import KafkaSettings, make_admin, make_consumer, make_producer
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.metrics import serve_metrics
+from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import start_rpc_server
 from leasekeeper.store import LeaseStore
+from leasekeeper.tier_gate import TierGate
+from producer.admin import ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,11 @@ class ServeConfig:
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
+    tiers: DelayTiers = field(default_factory=DelayTiers)
+    retry_budget_share: float = 0.10
+    # Retries always allowed per minute, however quiet the queue: a budget of 10%
+    # of a handful of jobs would hold a small queue's retries back for minutes.
+    retry_budget_floor: int = 60
 
 
 class LeaseKeeperService:
@@ -54,8 +63,18 @@ class LeaseKeeperService:
         self._store = LeaseStore(config.state_dir)
         codec = EnvelopeCodec(SchemaRegistry(extra_dirs=config.schema_dirs))
         self._producer = make_producer(config.kafka)
-        router = KafkaRouter(producer=self._producer, codec=codec, topics=self.topics)
-        self.engine = LeaseEngine(store=self._store, router=router, config=config.engine)
+        router = KafkaRouter(
+            producer=self._producer, codec=codec, topics=self.topics, tiers=config.tiers
+        )
+        self.engine = LeaseEngine(
+            store=self._store,
+            router=router,
+            config=config.engine,
+            budget=RetryBudget(
+                share=config.retry_budget_share, min_retries=config.retry_budget_floor
+            ),
+        )
+        self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": config.session_timeout_ms,
@@ -73,6 +92,7 @@ class LeaseKeeperService:
             codec=codec,
             router=router,
             topics=self.topics,
+            gate=self.gate,
             config=config.loop,
         )
         self._thread = threading.Thread(target=self._run_loop, name="kafka-loop", daemon=True)
@@ -80,6 +100,7 @@ class LeaseKeeperService:
         self._started = time.time()
 
     def start(self) -> None:
+        self._ensure_tier_topics()
         self._server = start_rpc_server(
             engine=self.engine,
             snapshot=self.snapshot,
@@ -89,6 +110,23 @@ class LeaseKeeperService:
         self._thread.start()
         if self.config.metrics_port:
             serve_metrics(self.snapshot, self.config.queue, self.config.metrics_port)
+
+    def _ensure_tier_topics(self) -> None:
+        """The delay tiers this leasekeeper consumes exist, partitioned like the queue."""
+        topics = make_admin(self.config.kafka).list_topics(self.topics.ready, timeout=30).topics
+        ready = topics.get(self.topics.ready)
+        if ready is None or ready.error is not None or not ready.partitions:
+            raise RuntimeError(
+                f"queue topic {self.topics.ready} does not exist: run `producer create-queue "
+                f"{self.config.queue} --partitions N` first"
+            )
+        ensure_queue_topics(
+            self.config.kafka,
+            self.config.queue,
+            partitions=len(ready.partitions),
+            prefix=self.config.prefix,
+            tiers=self.config.tiers,
+        )
 
     def _run_loop(self) -> None:
         try:
@@ -105,6 +143,7 @@ class LeaseKeeperService:
             member=self.config.member_id,
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
+            held_tiers=self.gate.snapshot(),
         )
         return view
 

@@ -25,6 +25,7 @@ OFFSET_WIDTH = 20
 class Resolution(StrEnum):
     ACKED = "acked"
     RETRIED = "retried"
+    HOPPED = "hopped"
     DEAD = "dead"
     SKIPPED = "skipped"
 

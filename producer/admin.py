@@ -1,13 +1,15 @@
-"""Create a queue's topics: ``jobs.Q`` for ready jobs and ``jobs.Q.dlq`` for dead letters.
+"""Create a queue's topics: ``jobs.Q`` for ready jobs, ``jobs.Q.retry.<tier>`` for
+jobs waiting out a delay, and ``jobs.Q.dlq`` for dead letters.
 
-Both get the same partition count so a tenant's dead letters sit in the partition
-matching its jobs. Creating an existing queue again is a no-op, but a queue that
+All get the same partition count so a tenant's retries and dead letters sit in the
+partition matching its jobs. Creating an existing queue again is a no-op, but a queue that
 exists with another partition count is an error: adding partitions later moves
 tenants between partitions and breaks their ordering, so it must be a decision.
 """
 
 from __future__ import annotations
 
+from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
 
@@ -24,8 +26,10 @@ def ensure_queue_topics(
     partitions: int,
     prefix: str = DEFAULT_PREFIX,
     replication: int = -1,
+    tiers: DelayTiers | None = None,
 ) -> list[str]:
-    """Create the ready and dead-letter topics of ``queue`` if missing; returns their names.
+    """Create the ready, delay-tier and dead-letter topics of ``queue`` if missing; returns
+    their names.
 
     ``replication=-1`` takes the broker's default replication factor.
     """
@@ -39,6 +43,10 @@ def ensure_queue_topics(
             partitions=partitions,
             replication=replication,
             config={"retention.ms": str(DLQ_RETENTION_MS)},
+        ),
+        *(
+            TopicSpec(name=name, partitions=partitions, replication=replication)
+            for name in (tiers or DelayTiers()).topics(topics)
         ),
     ]
     create_topics(settings, specs)

@@ -16,6 +16,7 @@ from jobcore.kafka import KafkaException, KafkaSettings
 from producer.admin import ensure_queue_topics
 from producer.api import EnqueueError, JobProducer
 from producer.request import JobRequest
+from producer.scheduler.cli import cron
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
@@ -25,6 +26,9 @@ _BOOTSTRAP_HELP = "Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP or 127.0.0
 @click.group()
 def main() -> None:
     """Enqueue jobs onto a Kafka-backed queue."""
+
+
+main.add_command(cron)
 
 
 @main.command("enqueue", short_help="Enqueue one job; print its id.")

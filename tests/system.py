@@ -241,16 +241,14 @@ class System:
 
     def enqueue_tasks(self, count: int, tenant: str = "tenant-0", **task: Any) -> list[str]:
         """``count`` task jobs; ``task`` holds payload fields and job options."""
-        options = {k: task.pop(k) for k in ("max_attempts", "timeout_s") if k in task}
         return self.enqueue_requests(
-            JobRequest(
-                queue=self.queue,
-                type="task",
-                payload={"n": i, **task},
-                tenant_id=tenant,
-                **options,
-            )
-            for i in range(count)
+            self.task_request(i, tenant=tenant, **task) for i in range(count)
+        )
+
+    def task_request(self, n: int, tenant: str = "tenant-0", **task: Any) -> JobRequest:
+        options = {k: task.pop(k) for k in ("max_attempts", "timeout_s") if k in task}
+        return JobRequest(
+            queue=self.queue, type="task", payload={"n": n, **task}, tenant_id=tenant, **options
         )
 
     def enqueue_requests(self, requests: Iterable[JobRequest]) -> list[str]:

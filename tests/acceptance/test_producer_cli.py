@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jobcore.delay_tiers import DEFAULT_TIERS
 from jobcore.kafka import (
     OFFSET_BEGINNING,
     KafkaSettings,
@@ -49,7 +50,11 @@ def queue(kafka: KafkaSettings, unique: str) -> str:
         "create-queue", name, "--partitions", str(PARTITIONS), "--bootstrap", kafka.bootstrap
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [f"jobs.{name}", f"jobs.{name}.dlq"]
+    assert result.stdout.split() == [
+        f"jobs.{name}",
+        f"jobs.{name}.dlq",
+        *(f"jobs.{name}.retry.{t}" for t in DEFAULT_TIERS),
+    ]
     return name
 
 
@@ -79,7 +84,11 @@ def test_create_queue_twice_is_a_no_op(kafka: KafkaSettings, queue: str) -> None
         "create-queue", queue, "--partitions", str(PARTITIONS), "--bootstrap", kafka.bootstrap
     )
     assert again.returncode == 0, again.stderr
-    assert again.stdout.split() == [f"jobs.{queue}", f"jobs.{queue}.dlq"]
+    assert again.stdout.split() == [
+        f"jobs.{queue}",
+        f"jobs.{queue}.dlq",
+        *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
+    ]
 
     resized = run("create-queue", queue, "--partitions", "5", "--bootstrap", kafka.bootstrap)
     assert resized.returncode != 0

@@ -15,16 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workers.app import App
-from workers.context import JobContext
+from workers import App, JobContext, Permanent, Retry
 
 app = App("recording")
 SCHEMAS = Path(__file__).with_name("schemas")
 
 
+def _directory() -> Path:
+    return Path(os.environ["RECORDING_DIR"])
+
+
 def _append(kind: str, *fields: object) -> None:
-    directory = Path(os.environ["RECORDING_DIR"])
-    with (directory / f"{kind}-{os.getpid()}.log").open("a") as out:
+    with (_directory() / f"{kind}-{os.getpid()}.log").open("a") as out:
         out.write(" ".join(str(f) for f in fields) + "\n")
         out.flush()
 
@@ -46,6 +48,15 @@ def task(ctx: JobContext, payload: dict[str, Any]) -> None:
     if ctx.attempt <= payload["hang_attempts"]:
         while True:  # never returns; only timeout_s stops it
             time.sleep(1)
+    if payload["fail_while_broken"] and (_directory() / "broken").exists():
+        raise Permanent("the dependency is broken")
+    if ctx.attempt <= payload["fail_attempts"]:
+        _append("failures", ctx.job_id, ctx.attempt, time.time())
+        if payload["permanent"]:
+            raise Permanent(f"attempt {ctx.attempt} refused for good")
+        if payload["retry_after_ms"]:
+            raise Retry("come back later", after=payload["retry_after_ms"] / 1000)
+        raise ConnectionError(f"attempt {ctx.attempt} failed")
     time.sleep(payload["sleep_ms"] / 1000)
     _append("runs", ctx.job_id, ctx.attempt, time.time())
 

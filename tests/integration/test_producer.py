@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import pytest
 
+from jobcore.delay_tiers import DEFAULT_TIERS
 from jobcore.kafka import (
     OFFSET_BEGINNING,
     KafkaSettings,
@@ -173,6 +174,7 @@ def test_a_custom_prefix_selects_the_topics(kafka: KafkaSettings, unique: str) -
     assert ensure_queue_topics(kafka, topics.queue, partitions=1, prefix="staging") == [
         topics.ready,
         topics.dlq,
+        *(topics.retry(t) for t in DEFAULT_TIERS),
     ]
     with JobProducer(kafka, prefix="staging") as producer:
         producer.enqueue(topics.queue, "noop", {}, tenant_id="acme")
@@ -188,11 +190,16 @@ def test_ensure_queue_topics_is_idempotent(kafka: KafkaSettings, unique: str) ->
     first = ensure_queue_topics(kafka, queue, partitions=4)
     again = ensure_queue_topics(kafka, queue, partitions=4)
 
-    assert first == again == [f"jobs.{queue}", f"jobs.{queue}.dlq"]
+    assert (
+        first
+        == again
+        == [
+            f"jobs.{queue}",
+            f"jobs.{queue}.dlq",
+            *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
+        ]
+    )
     metadata = make_admin(kafka).list_topics(timeout=10)
-    assert {name: len(metadata.topics[name].partitions) for name in first} == {
-        f"jobs.{queue}": 4,
-        f"jobs.{queue}.dlq": 4,
-    }
+    assert {len(metadata.topics[name].partitions) for name in first} == {4}
     with pytest.raises(ValueError, match="already exists with 4 partitions, not 2"):
         ensure_queue_topics(kafka, queue, partitions=2)

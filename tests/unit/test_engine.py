@@ -28,8 +28,12 @@ class Clock:
 class RecordingRouter:
     retries: list[tuple[Job, Done]] = field(default_factory=list)
     deaths: list[tuple[Job, str, Done]] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
 
-    def retry(self, job: Job, *, source: TopicPart, offset: int, on_done: Done) -> None:
+    def retry(
+        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
+    ) -> None:
+        self.delays.append(delay_s)
         self.retries.append((job, on_done))
 
     def dead(
@@ -351,3 +355,24 @@ def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock)
                             created_at_ms=0), b"x")  # fmt: skip
     leases = {g.lease_id: g.lease_s for g in engine.claim("w", 2, wait_s=0)}
     assert leases == {"jobs.q/0/0": 10, "jobs.q/0/1": 600}
+
+
+def test_a_failed_job_waits_its_jittered_backoff_and_retry_after_wins(
+    tmp_path: Path, clock: Clock
+) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1), b"x")
+    g0, g1 = engine.claim("w", 2, wait_s=0)
+    engine.settle([
+        Settlement(lease_id=g0.lease_id, token=g0.token, outcome=Outcome.NACK),
+        Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK, retry_after_s=42),
+    ])  # fmt: skip
+    backoff, retry_after = router.delays
+    assert 0 <= backoff <= 2.0  # full jitter after attempt 1: uniform(0, base * 2)
+    assert retry_after == 42
+    (copy0, _), (copy1, _) = router.retries
+    assert copy1.run_at_ms == int(clock.now * 1000) + 42_000
+    assert copy0.run_at_ms == int(clock.now * 1000) + int(backoff * 1000)

@@ -1,0 +1,291 @@
+"""``leasekeeper dlq``: list, show and replay a queue's dead letters.
+
+Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
+``JOBS_SCHEMA_PATH``), read once here; flags take precedence. The group is a
+plain ``click`` group so the leasekeeper CLI mounts it with one line, and
+``python -m leasekeeper.dlq`` runs it on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from jobcore.config import Environment
+from jobcore.kafka import KafkaSettings, make_consumer, make_producer
+from jobcore.topics import QueueTopics
+from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
+from leasekeeper.dlq.reader import DlqError, read_dead_letters
+from leasekeeper.dlq.render import (
+    detail,
+    entries_table,
+    location,
+    render_detail,
+    summary,
+    to_json,
+)
+from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+
+__all__ = ["dlq"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_LOCATION = re.compile(r"^(\d+):(\d+)$")
+_BOOTSTRAP_HELP = "Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Target:
+    """The queue a command works on and how to reach and decode it."""
+
+    kafka: KafkaSettings
+    topics: QueueTopics
+    codec: EnvelopeCodec
+
+
+def _target(queue: str, bootstrap: str | None, schema_paths: tuple[str, ...]) -> _Target:
+    env = Environment.from_env()
+    try:
+        topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from exc
+    registry = SchemaRegistry(extra_dirs=schema_paths + env.schema_path)
+    return _Target(
+        kafka=KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id="leasekeeper-dlq"),
+        topics=topics,
+        codec=EnvelopeCodec(registry),
+    )
+
+
+def _queue_options(command: _F) -> _F:
+    options = [
+        click.option("--queue", required=True, help="the queue (dead letters on jobs.QUEUE.dlq)"),
+        click.option("--bootstrap", default=None, help=_BOOTSTRAP_HELP),
+        click.option(
+            "--schema-path",
+            "schema_paths",
+            multiple=True,
+            type=click.Path(exists=True, file_okay=False),
+            help="extra directory of job payload schemas (adds to $JOBS_SCHEMA_PATH)",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _filter_options(command: _F) -> _F:
+    options = [
+        click.option("--type", "job_type", default=None, help="only this job type"),
+        click.option("--tenant", default=None, help="only this tenant"),
+        click.option("--error-class", default=None, help="only jobs whose last attempt raised it"),
+        click.option(
+            "--reason", default=None, help="undecodable, attempts exhausted, permanent error"
+        ),
+        click.option("--since", default=None, help="died at or after (ISO 8601; UTC if no zone)"),
+        click.option("--until", default=None, help="died before (ISO 8601; UTC if no zone)"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _selection(
+    job_type: str | None,
+    tenant: str | None,
+    error_class: str | None,
+    reason: str | None,
+    since: str | None,
+    until: str | None,
+) -> DeadLetterFilter:
+    return DeadLetterFilter(
+        type=job_type,
+        tenant=tenant,
+        error_class=error_class,
+        reason=reason,
+        since_ms=_time_ms(since, "--since"),
+        until_ms=_time_ms(until, "--until"),
+    )
+
+
+def _time_ms(text: str | None, flag: str) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_time_ms(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from exc
+
+
+@contextmanager
+def _dlq_errors() -> Iterator[None]:
+    try:
+        yield
+    except DlqError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group(name="dlq")
+def dlq() -> None:
+    """Search, inspect and replay a queue's dead letters (jobs.QUEUE.dlq)."""
+
+
+@dlq.command("list")
+@_queue_options
+@_filter_options
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+def list_command(
+    queue: str,
+    bootstrap: str | None,
+    schema_paths: tuple[str, ...],
+    as_json: bool,
+    **filters: str | None,
+) -> None:
+    """List the dead letters of QUEUE, optionally filtered."""
+    target = _target(queue, bootstrap, schema_paths)
+    selection = _selection(**filters)
+    with _dlq_errors():
+        entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection))
+    entries.sort(key=_died_first)
+    if as_json:
+        for entry in entries:
+            click.echo(to_json(summary(entry)))
+        return
+    console = Console()
+    console.print(entries_table(entries, title=target.topics.dlq))
+    console.print(f"{len(entries)} dead letters" + ("" if selection.is_empty else " match"))
+
+
+def _died_first(entry: DlqEntry) -> tuple[int, int, int]:
+    died = entry.letter.died_at_ms if entry.letter is not None else 0
+    return (died, entry.partition, entry.offset)
+
+
+@dlq.command("show")
+@click.argument("job_id")
+@_queue_options
+@click.option("--json", "as_json", is_flag=True, help="the full record as JSON")
+def show(
+    job_id: str, queue: str, bootstrap: str | None, schema_paths: tuple[str, ...], as_json: bool
+) -> None:
+    """Everything about one dead letter: JOB_ID, or PARTITION:OFFSET for an undecodable one.
+
+    A job that died more than once (replayed, then dead again) shows every time.
+    """
+    target = _target(queue, bootstrap, schema_paths)
+    at = _LOCATION.match(job_id)
+    selection = DeadLetterFilter() if at else DeadLetterFilter(job_id=job_id)
+    with _dlq_errors():
+        entries = [
+            entry
+            for entry in read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection)
+            if at is None or location(entry) == job_id
+        ]
+    if not entries:
+        raise click.ClickException(f"no dead letter {job_id} in {target.topics.dlq}")
+    console = Console()
+    for entry in entries:
+        record = detail(entry, target.codec)
+        if as_json:
+            click.echo(to_json(record))
+        else:
+            render_detail(record, console)
+
+
+@dlq.command("replay")
+@_queue_options
+@_filter_options
+@click.option("--dry-run", is_flag=True, help="show what would be replayed; change nothing")
+@click.option("--group", default=None, help="consumer group keeping the replay's progress")
+@click.option("--json", "as_json", is_flag=True, help="with --dry-run: JSON lines")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None, hidden=True)
+def replay(
+    queue: str,
+    bootstrap: str | None,
+    schema_paths: tuple[str, ...],
+    dry_run: bool,
+    group: str | None,
+    as_json: bool,
+    rate: float | None,
+    **filters: str | None,
+) -> None:
+    """Enqueue the selected dead letters of QUEUE again, with their original job ids.
+
+    Attempts restart at 0 and replay_count goes up by one; the error history is
+    kept. Progress is committed to a consumer group, only past records whose
+    replayed job Kafka acknowledged: an interrupted replay is simply run again.
+    The default group is dlq-replay.jobs.QUEUE, plus a fingerprint of the
+    filters when there are any, so each selection keeps its own progress.
+    """
+    target = _target(queue, bootstrap, schema_paths)
+    selection = _selection(**filters)
+    options = ReplayOptions(
+        topics=target.topics,
+        selection=selection,
+        group=group or default_group(target.topics, selection),
+        dry_run=dry_run,
+        rate=rate,
+    )
+    with _dlq_errors():
+        report = _run_replay(target, options)
+    _print_report(report, target, as_json)
+    if not report.ok:
+        raise click.ClickException(f"{len(report.failed)} dead letters were not replayed")
+
+
+def _run_replay(target: _Target, options: ReplayOptions) -> ReplayReport:
+    consumer = make_consumer(target.kafka, options.group)
+    producer = None if options.dry_run else make_producer(target.kafka)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    try:
+        with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
+            task = progress.add_task("scanning", total=None)
+
+            def on_progress(report: ReplayReport) -> None:
+                verb = "would replay" if report.dry_run else "replayed"
+                count = len(report.selected) if report.dry_run else report.replayed
+                progress.update(
+                    task,
+                    total=report.to_scan,
+                    completed=report.scanned,
+                    description=f"{verb} {count}",
+                )
+
+            replayer = Replayer(
+                consumer=consumer,
+                producer=producer,
+                codec=target.codec,
+                options=options,
+                on_progress=on_progress,
+            )
+            return replayer.run()
+    finally:
+        consumer.close()
+        if producer is not None:
+            producer.flush(10)
+
+
+def _print_report(report: ReplayReport, target: _Target, as_json: bool) -> None:
+    if report.dry_run:
+        if as_json:
+            for entry in report.selected:
+                click.echo(to_json(summary(entry)))
+        else:
+            Console().print(entries_table(report.selected, title="would replay"))
+    for entry in report.undecodable:
+        click.echo(f"skipped undecodable dead letter {location(entry)}: {entry.problem}")
+    for failure in report.failed:
+        click.echo(f"not replayed: {failure}", err=True)
+    replayed = len(report.selected) if report.dry_run else report.replayed
+    click.echo(
+        f"{'dry run: would replay' if report.dry_run else 'replayed'} {replayed} to "
+        f"{target.topics.ready}; {report.not_matching} not matching, "
+        f"{len(report.undecodable)} undecodable, {report.scanned} read (group {report.group})"
+    )

@@ -1,0 +1,186 @@
+"""How dead letters look on a terminal (``rich``) and to scripts (JSON)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from leasekeeper.dlq.entries import DlqEntry, format_ms
+from schemas.codec import DecodeError, EnvelopeCodec, SchemaError
+
+__all__ = ["detail", "entries_table", "location", "render_detail", "summary", "to_json"]
+
+_TRACEBACK_LINES = 12
+_RAW_EXCERPT = 64
+_LETTER_FIELDS = (
+    "reason",
+    "detail",
+    "died_at",
+    "source_topic",
+    "source_partition",
+    "source_offset",
+    "problem",
+)
+_JOB_FIELDS = (
+    "queue",
+    "type",
+    "tenant_id",
+    "attempt",
+    "max_attempts",
+    "replay_count",
+    "timeout_s",
+    "dedupe_key",
+    "priority",
+    "created_at_ms",
+)
+
+
+def location(entry: DlqEntry) -> str:
+    """``PARTITION:OFFSET`` on the DLQ topic: how ``show`` finds an entry without a job id."""
+    return f"{entry.partition}:{entry.offset}"
+
+
+def summary(entry: DlqEntry) -> dict[str, Any]:
+    """One dead letter as a flat record: a ``list --json`` line."""
+    letter, job, last = entry.letter, entry.job, entry.last_error
+    return {
+        "job_id": job.job_id if job else None,
+        "type": job.type if job else None,
+        "tenant": job.tenant_id if job else None,
+        "reason": letter.reason if letter else None,
+        "detail": letter.detail if letter else entry.problem,
+        "attempts": job.attempt if job else None,
+        "max_attempts": job.max_attempts if job else None,
+        "replay_count": job.replay_count if job else None,
+        "last_error_class": last.error_class if last else None,
+        "last_error_message": last.message if last else None,
+        "died_at": format_ms(letter.died_at_ms) if letter else None,
+        "died_at_ms": letter.died_at_ms if letter else None,
+        "dlq_partition": entry.partition,
+        "dlq_offset": entry.offset,
+        "problem": entry.problem,
+    }
+
+
+def entries_table(entries: Iterable[DlqEntry], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("job id", "type", "tenant", "reason", "attempts", "last error", "died at"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        row = summary(entry)
+        last = row["last_error_class"]
+        error = (
+            f"{last}: {_clip(row['last_error_message'], 60)}" if last else _clip(row["detail"], 70)
+        )
+        attempts = f"{row['attempts']}/{row['max_attempts']}" if entry.job else "-"
+        table.add_row(
+            row["job_id"] or location(entry),
+            row["type"] or "(undecodable)",
+            row["tenant"] or "-",
+            row["reason"] or "-",
+            attempts,
+            error or "-",
+            row["died_at"] or "-",
+        )
+    return table
+
+
+def detail(entry: DlqEntry, codec: EnvelopeCodec) -> dict[str, Any]:
+    """Everything about one dead letter: a ``show --json`` record."""
+    letter, job = entry.letter, entry.job
+    record: dict[str, Any] = {
+        "dlq_partition": entry.partition,
+        "dlq_offset": entry.offset,
+        "problem": entry.problem,
+    }
+    if letter is not None:
+        record.update(
+            reason=letter.reason,
+            detail=letter.detail,
+            source_topic=letter.source_topic,
+            source_partition=letter.source_partition,
+            source_offset=letter.source_offset,
+            died_at=format_ms(letter.died_at_ms),
+            died_at_ms=letter.died_at_ms,
+            raw_key=_b64(letter.raw_key),
+            raw_value=_b64(letter.raw_value),
+        )
+    if job is not None:
+        envelope = job.to_avro()
+        envelope["payload"] = _payload(codec, job.type, job.payload)
+        envelope["errors"] = [error.to_avro() for error in job.errors]
+        record["job"] = envelope
+    return record
+
+
+def render_detail(record: dict[str, Any], console: Console) -> None:
+    """The full record: where it died and why, the envelope, the payload, every attempt."""
+    job = record.get("job")
+    where = f"{record['dlq_partition']}:{record['dlq_offset']}"
+    title = f"dead letter {job['job_id']}" if job else f"dead letter at {where}"
+    console.print(Panel(_fields(record), title=title, expand=False))
+    if job:
+        payload = json.dumps(job["payload"], indent=2, default=_json_default)
+        console.print(Panel(payload, title="payload", expand=False))
+        for error in job["errors"]:
+            console.print(_attempt_panel(error))
+
+
+def _fields(record: dict[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    for key in _LETTER_FIELDS:
+        if record.get(key) is not None:
+            grid.add_row(key, str(record[key]))
+    job = record.get("job")
+    if job:
+        for key in _JOB_FIELDS:
+            grid.add_row(key, str(job[key]))
+        return grid
+    for key in ("raw_key", "raw_value"):
+        value = record.get(key)
+        grid.add_row(key, "null" if value is None else f"{value[:_RAW_EXCERPT]}... (base64)")
+    return grid
+
+
+def _attempt_panel(error: dict[str, Any]) -> Panel:
+    when = format_ms(error["at_ms"])
+    header = f"{error['error_class']}: {error['message']}\nworker {error['worker']} at {when}"
+    lines = str(error["traceback"]).strip().splitlines()
+    excerpt = "\n".join(lines[-_TRACEBACK_LINES:])
+    if len(lines) > _TRACEBACK_LINES:
+        excerpt = f"... ({len(lines) - _TRACEBACK_LINES} lines above)\n{excerpt}"
+    body = f"{header}\n\n{excerpt}" if excerpt else header
+    return Panel(body, title=f"attempt {error['attempt']}", expand=False)
+
+
+def to_json(record: dict[str, Any]) -> str:
+    return json.dumps(record, default=_json_default, sort_keys=False)
+
+
+def _payload(codec: EnvelopeCodec, job_type: str, data: bytes) -> Any:
+    """The payload decoded when this reader has its schema, else its bytes and why not."""
+    try:
+        return codec.decode_payload(job_type, data)
+    except (DecodeError, SchemaError) as exc:
+        return {"undecoded_base64": _b64(data), "why": str(exc)}
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, bytes | bytearray):
+        return _b64(bytes(value))
+    return str(value)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _clip(text: object, limit: int) -> str:
+    value = "" if text is None else str(text).replace("\n", " ")
+    return value if len(value) <= limit else value[: limit - 1] + "…"

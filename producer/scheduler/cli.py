@@ -1,0 +1,161 @@
+"""``producer cron run`` and ``producer cron list``.
+
+Settings: the ``[scheduler]`` table of the config file, overridden by flags;
+Kafka and topic prefix from the environment as for every ``producer`` command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from jobcore.config import Environment
+from jobcore.kafka import KafkaException, KafkaSettings
+from producer.scheduler.config import CronConfig, load_config
+from producer.scheduler.listing import list_rows, render_rows
+from producer.scheduler.service import Scheduler
+from producer.scheduler.state import LastFire, read_last_fires
+from schemas.codec import SchemaRegistry
+
+__all__ = ["cron"]
+
+_CLIENT_ID = "producer-cron"
+_CONFIG = click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML file with [[cron]] entries (and an optional [scheduler] table).",
+)
+_BOOTSTRAP = click.option(
+    "--bootstrap",
+    default=None,
+    help="Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092]",
+)
+_GROUP = click.option(
+    "--group",
+    default=None,
+    help="Scheduler name: schedulers sharing it elect one leader [default: from the file, "
+    "else 'default'].",
+)
+
+
+@click.group()
+def cron() -> None:
+    """Cron entries: fired by one leader among any number of schedulers."""
+
+
+@cron.command("run", short_help="Run a scheduler until SIGTERM or Ctrl-C.")
+@_CONFIG
+@_BOOTSTRAP
+@_GROUP
+@click.option(
+    "--session-timeout-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How long a dead leader goes unnoticed [default: from the file, else 6000].",
+)
+@click.option(
+    "--misfire-grace",
+    "misfire_grace_s",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Seconds late after which a fire counts as missed [default: from the file, else 60].",
+)
+@click.option(
+    "--schema-path",
+    "schema_paths",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    default="INFO",
+    show_default=True,
+)
+def run(
+    config_path: Path,
+    bootstrap: str | None,
+    group: str | None,
+    session_timeout_ms: int | None,
+    misfire_grace_s: float | None,
+    schema_paths: Sequence[str],
+    log_level: str,
+) -> None:
+    """Take part in the leader election of the scheduler group; while leader, enqueue
+    every entry of the config file at its fire times (each fire is logged)."""
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    env = Environment.from_env()
+    try:
+        config = _load(config_path, env, group)
+        options = config.options
+        if session_timeout_ms is not None:
+            options = dataclasses.replace(options, session_timeout_ms=session_timeout_ms)
+        if misfire_grace_s is not None:
+            options = dataclasses.replace(options, misfire_grace_s=misfire_grace_s)
+        scheduler = Scheduler(
+            _settings(bootstrap, env),
+            options=options,
+            entries=config.entries,
+            registry=SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths]),
+        )
+    except ValueError as exc:
+        raise click.ClickException(f"{config_path}: {exc}") from exc
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    click.echo(
+        f"cron scheduler {options.name}: {len(config.entries)} entries, group {options.group}",
+        err=True,
+    )
+    try:
+        scheduler.run(stop)
+    except (KafkaException, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo("cron scheduler stopped", err=True)
+
+
+@cron.command("list", short_help="Show entries, next fires and last fires.")
+@_CONFIG
+@_BOOTSTRAP
+@_GROUP
+def list_entries(config_path: Path, bootstrap: str | None, group: str | None) -> None:
+    """A table of the entries in the config file: schedule, zone, the next fire in the
+    entry's zone and in UTC, and the last fire recorded in Kafka."""
+    env = Environment.from_env()
+    try:
+        config = _load(config_path, env, group)
+    except ValueError as exc:
+        raise click.ClickException(f"{config_path}: {exc}") from exc
+    last_fires: dict[str, LastFire] | None
+    try:
+        last_fires = read_last_fires(_settings(bootstrap, env), config.options, timeout=10)
+    except (KafkaException, TimeoutError) as exc:
+        click.echo(f"cannot read the last fires from Kafka: {exc}", err=True)
+        last_fires = None
+    render_rows(list_rows(config.entries, last_fires, datetime.now(UTC)))
+
+
+def _load(path: Path, env: Environment, group: str | None) -> CronConfig:
+    config = load_config(path, prefix=env.topic_prefix)
+    if group is None:
+        return config
+    return dataclasses.replace(config, options=dataclasses.replace(config.options, name=group))
+
+
+def _settings(bootstrap: str | None, env: Environment) -> KafkaSettings:
+    return KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)
