@@ -33,6 +33,16 @@ class QueueTopics:
         return f"{self.prefix}.{self.queue}.retry.{tier}"
 
     @property
+    def control(self) -> str:
+        """Cancellations (compacted, keyed by job id), read whole by every leasekeeper."""
+        return f"{self.prefix}.{self.queue}.control"
+
+    @property
+    def dedupe(self) -> str:
+        """First job seen per (tenant, dedupe key) (compacted), read whole by every leasekeeper."""
+        return f"{self.prefix}.{self.queue}.dedupe"
+
+    @property
     def consumer_group(self) -> str:
         """The leasekeepers of one queue share this consumer group."""
         return f"leasekeeper.{self.prefix}.{self.queue}"

@@ -78,6 +78,12 @@ def main() -> None:
     help="share of recent throughput retries may use",
 )
 @click.option(
+    "--dedupe-window",
+    default=86_400.0,
+    show_default=True,
+    help="seconds a dedupe key blocks later jobs with the same key (from the first)",
+)
+@click.option(
     "--permanent-error",
     multiple=True,
     help="an exception class name that is never retried (repeatable)",
@@ -103,6 +109,7 @@ def serve(
     retry_base: float,
     retry_cap: float,
     retry_budget: float,
+    dedupe_window: float,
     permanent_error: tuple[str, ...],
     log_level: str,
 ) -> None:
@@ -133,6 +140,7 @@ def serve(
         ),
         tiers=_tiers(retry_tiers),
         retry_budget_share=retry_budget,
+        dedupe_window_s=dedupe_window,
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
         schema_dirs=schema_path + env.schema_path,
@@ -180,17 +188,50 @@ def _leases_by_type(pairs: tuple[str, ...]) -> dict[str, float]:
     return leases
 
 
-@main.command()
-@click.option("--target", default=None, help="the leasekeeper's unix:PATH or HOST:PORT")
+_TARGET_HELP = "the leasekeeper's unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET]"
+
+
+@main.group(invoke_without_command=True)
+@click.option("--target", default=None, help=_TARGET_HELP)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def inspect(target: str | None, as_json: bool) -> None:
+@click.pass_context
+def inspect(ctx: click.Context, target: str | None, as_json: bool) -> None:
     """Partitions, commit gaps and leases in flight of a running leasekeeper."""
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = (target, as_json)
+        return
     env = Environment.from_env()
     snapshot = fetch_snapshot(target or env.leasekeeper_target, env.leasekeeper_token)
     if as_json:
         click.echo(json.dumps(snapshot, indent=2))
     else:
         render_snapshot(snapshot)
+
+
+@inspect.command("job")
+@click.argument("job_id")
+@click.option("--target", default=None, help=_TARGET_HELP)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.pass_context
+def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bool) -> None:
+    """Where JOB_ID is: ready, delayed, leased (to whom, which attempt), or cancelled."""
+    group_target, group_json = ctx.obj or (None, False)
+    env = Environment.from_env()
+    view = fetch_snapshot(
+        target or group_target or env.leasekeeper_target, env.leasekeeper_token, job_id=job_id
+    )
+    if as_json or group_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    click.echo(f"job {job_id}: {view['state']}")
+    for key, value in view.items():
+        if key not in ("job_id", "state", "member_knows"):
+            click.echo(f"  {key}: {value}")
+    if not view["member_knows"]:
+        click.echo(
+            "  (this leasekeeper does not hold it: finished, not fetched yet, owned by "
+            "another leasekeeper, or in the DLQ: see `leasekeeper dlq show`)"
+        )
 
 
 @main.group()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from jobcore.kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from jobcore.topics import QueueTopics
+from leasekeeper.control_feed import ControlFeed
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.router import KafkaRouter
@@ -63,6 +64,7 @@ class ConsumerLoop:
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
+        self.control: ControlFeed | None = None
         self._last_commit = 0.0
         self._last_reap = 0.0
         self.commits = 0
@@ -93,6 +95,8 @@ class ConsumerLoop:
         self._producer.poll(0)
         self._gate.release_due()
         self._engine.promote_due()
+        if self.control is not None:
+            self.control.poll()
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now

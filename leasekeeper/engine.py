@@ -21,7 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from jobcore.control import DedupeClaim
 from leasekeeper.commit_tracker import CommitTracker
+from leasekeeper.control_state import ControlState
 from leasekeeper.fairness import TenantRoundRobin
 from leasekeeper.leases import (
     Grant,
@@ -58,6 +60,8 @@ class Router(Protocol):
     def dead(
         self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
     ) -> None: ...
+
+    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +106,8 @@ class Counters:
     retried: int = 0
     dead: int = 0
     skipped: int = 0
+    cancelled: int = 0
+    deduplicated: int = 0
     stale_rejected: int = 0
 
 
@@ -117,9 +123,11 @@ class LeaseEngine:
         router: Router,
         config: EngineConfig,
         budget: RetryBudget | None = None,
+        control: ControlState | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
+        self.control = control or ControlState()
         self._budget = budget or RetryBudget()
         self._rng = rng or random.Random()
         self._store = store
@@ -134,6 +142,7 @@ class LeaseEngine:
         # paused partition (which would hold back the records behind them).
         self._delayed: list[tuple[int, int, Pending]] = []
         self._delay_seq = itertools.count()
+        self._awaiting_claim: dict[str, Pending] = {}
         self._generation = 0
         self._closed = False
         self.counters = Counters()
@@ -182,7 +191,8 @@ class LeaseEngine:
     def in_flight(self, tps: set[TopicPart] | None = None) -> int:
         """Leases and copies not yet settled in ``tps`` (all partitions by default)."""
         with self._cond:
-            return sum(
+            awaiting = sum(1 for p in self._awaiting_claim.values() if tps is None or p.tp in tps)
+            return awaiting + sum(
                 len(state.leases) + state.copies_in_flight
                 for tp, state in self._parts.items()
                 if tps is None or tp in tps
@@ -227,12 +237,67 @@ class LeaseEngine:
                 # otherwise the reaper takes it back after lease_until.
                 state.leases[offset] = self._restore(pending, stored)
                 return
-            if not_before_ms > now_ms(self._clock):
-                heapq.heappush(self._delayed, (not_before_ms, next(self._delay_seq), pending))
+            if self._skipped(state, pending):
                 return
-            self._ready.push(job.tenant_id, pending)
-            self._ready_bytes += len(envelope)
-            self._cond.notify()
+            if not self.control.needs_claim(job, now_ms(self._clock)):
+                self._queue(pending, not_before_ms)
+                return
+            action = self._claim_key(pending, not_before_ms)
+        action()
+
+    def _queue(self, pending: Pending, not_before_ms: int) -> None:
+        """Into the ready window, or the delay timer when it is not due yet."""
+        if not_before_ms > now_ms(self._clock):
+            heapq.heappush(self._delayed, (not_before_ms, next(self._delay_seq), pending))
+        else:
+            self._push_ready(pending)
+
+    def _push_ready(self, pending: Pending) -> None:
+        self._ready.push(pending.job.tenant_id, pending)
+        self._ready_bytes += len(pending.envelope)
+        self._cond.notify()
+
+    def _skipped(self, state: PartitionState, pending: Pending) -> bool:
+        """Resolve without running a job that was cancelled, or duplicates a dedupe key."""
+        job = pending.job
+        if self.control.is_cancelled(job.job_id):
+            self.counters.cancelled += 1
+        elif self.control.duplicate_of(job, now_ms(self._clock)) is not None:
+            self.counters.deduplicated += 1
+        else:
+            return False
+        batch = self._store.batch()
+        batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
+        self._store.write(batch)
+        state.tracker.resolve(pending.offset)
+        return True
+
+    def _claim_key(self, pending: Pending, not_before_ms: int) -> Action:
+        """Claim the job's dedupe key durably before the job may run: a restart must not
+        forget that the key was used. Later jobs with the key are skipped at once."""
+        job = pending.job
+        assert job.dedupe_key is not None
+        claim = DedupeClaim(
+            tenant_id=job.tenant_id,
+            dedupe_key=job.dedupe_key,
+            job_id=job.job_id,
+            seen_at_ms=now_ms(self._clock),
+        )
+        self.control.remember(claim)
+        self._awaiting_claim[pending.lease_id] = pending
+
+        def done(ok: bool) -> None:
+            if not ok:
+                self._router.claim_dedupe(claim, on_done=done)
+                return
+            with self._cond:
+                if self._awaiting_claim.pop(pending.lease_id, None) is None:
+                    return
+                state = self._parts.get(pending.tp)
+                if state is not None and state.generation == pending.generation:
+                    self._queue(pending, not_before_ms)
+
+        return lambda: self._router.claim_dedupe(claim, on_done=done)
 
     def promote_due(self) -> int:
         """Move delayed jobs whose time came to the ready window; returns how many."""
@@ -329,6 +394,8 @@ class LeaseEngine:
         state = self._parts.get(pending.tp)
         if state is None or state.generation != pending.generation or state.draining:
             return None
+        if self._skipped(state, pending):
+            return None  # cancelled while it waited
         job = pending.job
         prior = state.claims.get(pending.offset, 0)
         if job.attempt + prior >= job.max_attempts:
@@ -383,10 +450,14 @@ class LeaseEngine:
             now = now_ms(self._clock)
             batch = self._store.batch()
             for lease_id, token in leases:
-                _, lease, reason = self._find(lease_id, token)
+                state, lease, reason = self._find(lease_id, token)
                 if lease is None:
                     self.counters.stale_rejected += 1
                     answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason=reason))
+                    continue
+                assert state is not None
+                if self._end_if_cancelled(state, lease, batch):
+                    answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
                     continue
                 lease.until_ms = now + int(lease.lease_s * 1000)
                 tp, offset = lease.pending.tp, lease.pending.offset
@@ -394,6 +465,18 @@ class LeaseEngine:
                 answers.append(LeaseAnswer(lease_id=lease_id, ok=True, until_ms=lease.until_ms))
             self._store.write(batch)
         return answers
+
+    def _end_if_cancelled(self, state: PartitionState, lease: Lease, batch: StoreBatch) -> bool:
+        """A running job that was cancelled loses its lease and is never run again."""
+        if not self.control.is_cancelled(lease.pending.job.job_id):
+            return False
+        offset = lease.pending.offset
+        del state.leases[offset]
+        batch.unlease(state.tp.topic, state.tp.partition, offset)
+        batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
+        state.tracker.resolve(offset)
+        self.counters.cancelled += 1
+        return True
 
     def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
         """Acks are persisted before the answer; nacks are resolved once copied durably."""
@@ -665,6 +748,37 @@ class LeaseEngine:
                 "counters": dict(vars(self.counters)),
             }
 
+    def job_view(self, job_id: str) -> dict[str, object]:
+        """Where one job is in this leasekeeper: for ``inspect job ID``."""
+        with self._cond:
+            view: dict[str, object] = {"job_id": job_id, "member_knows": True}
+            cancellation = self.control.cancelled.get(job_id)
+            if cancellation is not None:
+                view.update(state="cancelled", cancelled_at_ms=cancellation.cancelled_at_ms,
+                            reason=cancellation.reason)  # fmt: skip
+                return view
+            for state in self._parts.values():
+                for lease in state.leases.values():
+                    if lease.pending.job.job_id == job_id:
+                        view.update(
+                            state="leased",
+                            worker=lease.worker,
+                            attempt=lease.attempt,
+                            lease_id=lease.pending.lease_id,
+                            until_ms=lease.until_ms,
+                        )
+                        return _with_job(view, lease.pending.job)
+            for pending in self._ready:
+                if pending.job.job_id == job_id:
+                    view.update(state="ready", lease_id=pending.lease_id)
+                    return _with_job(view, pending.job)
+            for due, _, pending in self._delayed:
+                if pending.job.job_id == job_id:
+                    view.update(state="delayed", due_ms=due, lease_id=pending.lease_id)
+                    return _with_job(view, pending.job)
+            view.update(state="unknown", member_knows=False)
+            return view
+
     def _in_flight_by_tenant(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for state in self._parts.values():
@@ -705,6 +819,20 @@ def _previous_delay_s(job: Job) -> float | None:
         return None
     delay_ms = job.run_at_ms - job.errors[-1].at_ms
     return delay_ms / 1000 if delay_ms > 0 else None
+
+
+def _with_job(view: dict[str, object], job: Job) -> dict[str, object]:
+    view.update(
+        type=job.type,
+        tenant=job.tenant_id,
+        run_at_ms=job.run_at_ms,
+        max_attempts=job.max_attempts,
+        errors=[
+            {"attempt": e.attempt, "error_class": e.error_class, "message": e.message}
+            for e in job.errors
+        ],
+    )
+    return view
 
 
 def _record(lease: Lease) -> LeaseRecord:

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from jobcore.control import DedupeClaim
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, Message, Producer, produce_reliably
 from jobcore.topics import QueueTopics
@@ -111,6 +112,16 @@ class KafkaRouter:
             died_at_ms=int(self._clock() * 1000),
         )
         self._send_dead(key, letter, "", on_done)
+
+    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None:
+        """Record a dedupe key's first job in ``jobs.Q.dedupe`` (compacted, read by all)."""
+        produce_reliably(
+            self._producer,
+            self._topics.dedupe,
+            key=claim.key,
+            value=claim.encode(),
+            on_delivery=_report(on_done, self._topics.dedupe),
+        )
 
     def _send_dead(self, key: bytes | None, letter: DeadLetter, job_id: str, on_done: Done) -> None:
         produce_reliably(

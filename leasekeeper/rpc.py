@@ -35,6 +35,7 @@ def _results(answers: list[LeaseAnswer]) -> list[pb.LeaseResult]:
 
 class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
     def __init__(self, engine: LeaseEngine, snapshot: Callable[[], dict[str, object]]) -> None:
+        """``snapshot`` is the service's whole view; one job's view comes from the engine."""
         self._engine = engine
         self._snapshot = snapshot
 
@@ -84,6 +85,10 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
     def Inspect(
         self, request: pb.InspectRequest, context: grpc.ServicerContext
     ) -> pb.InspectResponse:
+        if request.job_id:
+            return pb.InspectResponse(
+                snapshot_json=json.dumps(self._engine.job_view(request.job_id))
+            )
         return pb.InspectResponse(snapshot_json=json.dumps(self._snapshot()))
 
 

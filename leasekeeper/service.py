@@ -15,6 +15,8 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaSettings, make_admin, make_consumer, make_producer
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.control_feed import ControlFeed
+from leasekeeper.control_state import ControlState
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.retry_budget import RetryBudget
@@ -51,6 +53,7 @@ class ServeConfig:
     # Retries always allowed per minute, however quiet the queue: a budget of 10%
     # of a handful of jobs would hold a small queue's retries back for minutes.
     retry_budget_floor: int = 60
+    dedupe_window_s: float = 24 * 3600
 
 
 class LeaseKeeperService:
@@ -73,7 +76,9 @@ class LeaseKeeperService:
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
             ),
+            control=ControlState(dedupe_window_ms=int(config.dedupe_window_s * 1000)),
         )
+        self._feed: ControlFeed | None = None
         self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
             "partition.assignment.strategy": "cooperative-sticky",
@@ -101,6 +106,12 @@ class LeaseKeeperService:
 
     def start(self) -> None:
         self._ensure_tier_topics()
+        # Cancellations and dedupe keys are known before the first job is offered.
+        self._feed = ControlFeed(
+            settings=self.config.kafka, topics=self.topics, state=self.engine.control
+        )
+        self._feed.catch_up()
+        self.loop.control = self._feed
         self._server = start_rpc_server(
             engine=self.engine,
             snapshot=self.snapshot,
@@ -159,3 +170,5 @@ class LeaseKeeperService:
         if self._server is not None:
             self._server.stop(grace_s).wait()
         self._store.close()
+        if self._feed is not None:
+            self._feed.close()

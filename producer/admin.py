@@ -17,6 +17,8 @@ __all__ = ["DLQ_RETENTION_MS", "ensure_queue_topics"]
 
 # Dead letters wait for a human; a month covers holidays and slow incident reviews.
 DLQ_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
+# Cancellations and dedupe keys must outlive the longest delay (30 days) they can concern.
+CONTROL_RETENTION_MS = 35 * 24 * 60 * 60 * 1000
 
 
 def ensure_queue_topics(
@@ -49,6 +51,13 @@ def ensure_queue_topics(
             for name in (tiers or DelayTiers()).topics(topics)
         ),
     ]
+    # Small compacted topics every leasekeeper reads whole: one partition each.
+    compacted = {"cleanup.policy": "compact,delete", "retention.ms": str(CONTROL_RETENTION_MS)}
+    internal = [
+        TopicSpec(name=topics.control, partitions=1, replication=replication, config=compacted),
+        TopicSpec(name=topics.dedupe, partitions=1, replication=replication, config=compacted),
+    ]
+    create_topics(settings, internal)
     create_topics(settings, specs)
     _check_partitions(settings, specs)
     return [spec.name for spec in specs]

@@ -315,12 +315,17 @@ Global___SettleResponse: _TypeAlias = SettleResponse  # noqa: Y015
 class InspectRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """when set: where that one job is, instead of the whole snapshot"""
     def __init__(
         self,
+        *,
+        job_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -81,7 +81,8 @@ class LeaseKeeperServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Inspect(self, request, context):
-        """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`.
+        """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
+        or of one job for `leasekeeper inspect job ID`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -42,7 +42,9 @@ class LeaseKeeperStub:
     Settle: _grpc.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]
     """Acks and nacks; a stale token is refused and counted."""
     Inspect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.InspectRequest, _worker_pb2.InspectResponse]
-    """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`."""
+    """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
+    or of one job for `leasekeeper inspect job ID`.
+    """
 
 @_typing.type_check_only
 class LeaseKeeperAsyncStub(LeaseKeeperStub):
@@ -54,7 +56,9 @@ class LeaseKeeperAsyncStub(LeaseKeeperStub):
     Settle: _aio.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]  # type: ignore[assignment]
     """Acks and nacks; a stale token is refused and counted."""
     Inspect: _aio.UnaryUnaryMultiCallable[_worker_pb2.InspectRequest, _worker_pb2.InspectResponse]  # type: ignore[assignment]
-    """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`."""
+    """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
+    or of one job for `leasekeeper inspect job ID`.
+    """
 
 class LeaseKeeperServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -87,6 +91,8 @@ class LeaseKeeperServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.InspectRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.InspectResponse, _abc.Awaitable[_worker_pb2.InspectResponse]]:
-        """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`."""
+        """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
+        or of one job for `leasekeeper inspect job ID`.
+        """
 
 def add_LeaseKeeperServicer_to_server(servicer: LeaseKeeperServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

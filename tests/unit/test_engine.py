@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jobcore.control import Cancellation, DedupeClaim
 from leasekeeper.engine import Done, EngineConfig, LeaseEngine
 from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.offset_metadata import decode as decode_progress
@@ -29,6 +30,10 @@ class RecordingRouter:
     retries: list[tuple[Job, Done]] = field(default_factory=list)
     deaths: list[tuple[Job, str, Done]] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)
+    claims: list[tuple[DedupeClaim, Done]] = field(default_factory=list)
+
+    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None:
+        self.claims.append((claim, on_done))
 
     def retry(
         self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
@@ -376,3 +381,54 @@ def test_a_failed_job_waits_its_jittered_backoff_and_retry_after_wins(
     (copy0, _), (copy1, _) = router.retries
     assert copy1.run_at_ms == int(clock.now * 1000) + 42_000
     assert copy0.run_at_ms == int(clock.now * 1000) + int(backoff * 1000)
+
+
+def keyed(i: int, key: str) -> Job:
+    return Job(job_id=f"job-{i}", queue="q", tenant_id="t1", type="noop", payload=b"",
+               created_at_ms=0, dedupe_key=key)  # fmt: skip
+
+
+def test_a_cancelled_job_is_skipped_wherever_it_waits(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
+    engine.offer(TP, 0, job(0), b"x")  # cancelled before it was fetched
+    engine.offer(TP, 1, job(1), b"x")
+    engine.offer(TP, 2, job(2), b"x")
+    engine.control.cancel(Cancellation(job_id="job-1", cancelled_at_ms=0))  # while ready
+    (grant,) = engine.claim("w", 3, wait_s=0)
+    assert grant.lease_id == "jobs.q/0/2"
+    engine.control.cancel(Cancellation(job_id="job-2", cancelled_at_ms=0))  # while running
+    answer = engine.heartbeat([(grant.lease_id, grant.token)])[0]
+    assert (answer.ok, answer.reason) == (False, "cancelled")
+    assert engine.counters.cancelled == 3
+    assert engine.commit_positions()[TP][0] == 3
+    assert engine.job_view("job-1")["state"] == "cancelled"
+
+
+def test_a_second_job_with_a_claimed_dedupe_key_is_skipped(tmp_path: Path, clock: Clock) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, keyed(0, "receipt:42"), b"x")
+    assert engine.claim("w", 1, wait_s=0) == []  # waits for its key's claim to be durable
+    engine.offer(TP, 1, keyed(1, "receipt:42"), b"x")
+    ((claim, delivered),) = router.claims
+    assert (claim.dedupe_key, claim.job_id) == ("receipt:42", "job-0")
+    delivered(True)
+    (grant,) = engine.claim("w", 2, wait_s=0)
+    assert grant.lease_id == "jobs.q/0/0"
+    assert engine.counters.deduplicated == 1
+
+
+def test_a_dedupe_key_read_from_kafka_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.control.remember(DedupeClaim(tenant_id="t1", dedupe_key="k", job_id="job-0",
+                                        seen_at_ms=int(clock.now * 1000)))  # fmt: skip
+    engine.assign(TP, 0)
+    engine.offer(TP, 5, keyed(5, "k"), b"x")
+    assert engine.claim("w", 1, wait_s=0) == []
+    assert engine.counters.deduplicated == 1
+    clock.now += 2 * 86_400  # past the dedupe window: the key is free again
+    engine.offer(TP, 6, keyed(6, "k"), b"x")
+    assert engine.counters.deduplicated == 1

@@ -1,0 +1,78 @@
+"""Records of a queue's small internal topics: cancellations and dedupe keys.
+
+They are compacted topics that every leasekeeper of the queue reads whole (they
+are small: one record per cancelled job or per deduplicated key), so the facts
+survive restarts and partition moves without any local state. JSON, versioned:
+nothing outside the project reads them, and they stay readable with
+``kafka-console-consumer``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cancellation:
+    """``job_id`` must not run: skipped wherever it waits, its lease ended if running."""
+
+    job_id: str
+    cancelled_at_ms: int
+    reason: str = ""
+
+    @property
+    def key(self) -> bytes:
+        return self.job_id.encode()
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"v": VERSION, "job_id": self.job_id, "at": self.cancelled_at_ms, "reason": self.reason}
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Cancellation:
+        record = json.loads(data)
+        return cls(job_id=record["job_id"], cancelled_at_ms=record["at"], reason=record["reason"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class DedupeClaim:
+    """The first job admitted with ``key`` for ``tenant``; later ones are skipped."""
+
+    tenant_id: str
+    dedupe_key: str
+    job_id: str
+    seen_at_ms: int
+
+    @property
+    def key(self) -> bytes:
+        return dedupe_index_key(self.tenant_id, self.dedupe_key)
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "v": VERSION,
+                "tenant": self.tenant_id,
+                "key": self.dedupe_key,
+                "job_id": self.job_id,
+                "at": self.seen_at_ms,
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> DedupeClaim:
+        record = json.loads(data)
+        return cls(
+            tenant_id=record["tenant"],
+            dedupe_key=record["key"],
+            job_id=record["job_id"],
+            seen_at_ms=record["at"],
+        )
+
+
+def dedupe_index_key(tenant_id: str, dedupe_key: str) -> bytes:
+    """Dedupe keys are scoped to a queue (the topic) and a tenant."""
+    return f"{tenant_id}\x00{dedupe_key}".encode()

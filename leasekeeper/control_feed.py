@@ -1,0 +1,99 @@
+"""Reads a queue's control and dedupe topics whole, into a ``ControlState``.
+
+Every leasekeeper reads every partition of both (they are small and
+compacted), without a consumer group: a cancellation or a dedupe key applies
+wherever the job waits, and survives restarts and partition moves because it
+lives in Kafka. At start the feed reads to the end before any job is
+dispatched; then the consumer loop polls it without blocking.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from jobcore.control import Cancellation, DedupeClaim
+from jobcore.kafka import (
+    OFFSET_BEGINNING,
+    KafkaSettings,
+    Message,
+    TopicPartition,
+    make_admin,
+    make_consumer,
+)
+from jobcore.topics import QueueTopics
+from leasekeeper.control_state import ControlState
+
+log = logging.getLogger(__name__)
+
+
+class ControlFeed:
+    def __init__(
+        self,
+        *,
+        settings: KafkaSettings,
+        topics: QueueTopics,
+        state: ControlState,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._topics = topics
+        self._state = state
+        self._on_change = on_change
+        self._consumer = make_consumer(settings, f"control-reader-{uuid.uuid4().hex[:8]}")
+        metadata = make_admin(settings).list_topics(timeout=30).topics
+        self._partitions = [
+            TopicPartition(topic, p, OFFSET_BEGINNING)
+            for topic in (topics.control, topics.dedupe)
+            if topic in metadata
+            for p in metadata[topic].partitions
+        ]
+        self._consumer.assign(self._partitions)
+
+    def catch_up(self, timeout_s: float = 60.0) -> None:
+        """Read everything written so far; raises if that takes longer than ``timeout_s``."""
+        ends = {
+            (tp.topic, tp.partition): self._consumer.get_watermark_offsets(tp, timeout=10)[1]
+            for tp in self._partitions
+        }
+        deadline = time.monotonic() + timeout_s
+        while not self._reached(ends):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"control topics not read within {timeout_s}s")
+            for message in self._consumer.consume(500, timeout=0.2):
+                if message.error() is None:
+                    self._apply(message)
+
+    def _reached(self, ends: dict[tuple[str, int], int]) -> bool:
+        for tp in self._consumer.position(self._partitions):
+            end = ends.get((tp.topic, tp.partition), 0)
+            if end > 0 and tp.offset < end:
+                return False
+        return True
+
+    def poll(self) -> None:
+        """Apply what arrived since the last call, without waiting."""
+        messages = self._consumer.consume(100, timeout=0)
+        changed = False
+        for message in messages:
+            if message.error() is None:
+                self._apply(message)
+                changed = True
+        if changed:
+            self._on_change()
+
+    def _apply(self, message: Message) -> None:
+        value = message.value()
+        if value is None:
+            return
+        try:
+            if message.topic() == self._topics.control:
+                self._state.cancel(Cancellation.decode(value))
+            else:
+                self._state.remember(DedupeClaim.decode(value))
+        except (ValueError, KeyError) as exc:
+            log.warning("ignoring a malformed record on %s: %s", message.topic(), exc)
+
+    def close(self) -> None:
+        self._consumer.close()
