@@ -209,6 +209,8 @@ class LocalKafka:
             "--ignore-formatted",
         ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:  # one more try: a JVM start can fail on a loaded machine
+            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise KafkaUnavailable(
                 f"formatting KRaft storage of node {node.node_id} failed:\n"
