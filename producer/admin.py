@@ -9,16 +9,19 @@ tenants between partitions and breaks their ordering, so it must be a decision.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+from producer.request import MAX_DELAY
 
 __all__ = ["DLQ_RETENTION_MS", "ensure_queue_topics"]
 
 # Dead letters wait for a human; a month covers holidays and slow incident reviews.
 DLQ_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
-# Cancellations and dedupe keys must outlive the longest delay (30 days) they can concern.
-CONTROL_RETENTION_MS = 35 * 24 * 60 * 60 * 1000
+# Cancellations and dedupe keys must outlive the longest delay they can concern.
+CONTROL_RETENTION_MS = (MAX_DELAY + timedelta(days=5)) // timedelta(milliseconds=1)
 
 
 def ensure_queue_topics(

@@ -1,9 +1,12 @@
-"""The enqueue API: ``JobProducer`` appends Avro-encoded jobs to a queue's ready topic.
+"""The enqueue API: ``JobProducer`` appends Avro-encoded jobs to a queue's topics.
 
 A returned :meth:`JobProducer.enqueue` means the broker acknowledged the job with
 ``acks=all`` on an idempotent producer: the job is durable and will be run at
 least once. Payloads are validated against their job type's schema first, so an
-invalid job is never written.
+invalid job is never written. A job due now goes to ``jobs.Q``; a delayed one to
+the delay tier that fits its wait, from where the leasekeeper releases it when it
+is due. :meth:`JobProducer.cancel` records on ``jobs.Q.control`` that a job must
+not run.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from datetime import datetime, timedelta
 from types import TracebackType
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
+from jobcore.control import Cancellation
+from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
     KafkaError,
     KafkaException,
@@ -29,11 +34,11 @@ from jobcore.kafka import (
     produce_reliably,
 )
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
-from producer.request import JobRequest, build_job
+from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
 
-__all__ = ["EnqueueError", "JobProducer", "JobRequest"]
+__all__ = ["CancelError", "EnqueueError", "JobProducer", "JobRequest"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,11 @@ class EnqueueError(Exception):
         self.delivered = list(delivered)
 
 
+class CancelError(Exception):
+    """The cancellation was not recorded (no control topic, or Kafka refused it): the
+    job may still run, so the caller must know rather than assume it was stopped."""
+
+
 class JobProducer:
     """Enqueue jobs onto ``<prefix>.<queue>`` topics, keyed by tenant.
 
@@ -64,6 +74,11 @@ class JobProducer:
     its delivery reports, so the futures of :meth:`enqueue_nowait` resolve
     without the caller polling. Safe to share between threads; close it (or use
     ``with``) to deliver what is still buffered.
+
+    ``tiers`` pick the topic a delayed job waits in; they must be the
+    leasekeeper's ``--retry-tiers`` (default: both use ``DelayTiers()``), since a
+    leasekeeper reads only the tier topics of its own tiers. ``clock`` (epoch
+    seconds) stamps ``created_at`` and turns a ``delay`` into a due time.
     """
 
     def __init__(
@@ -72,10 +87,12 @@ class JobProducer:
         *,
         registry: SchemaRegistry | None = None,
         prefix: str = DEFAULT_PREFIX,
+        tiers: DelayTiers | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._codec = EnvelopeCodec(registry if registry is not None else SchemaRegistry())
         self._prefix = prefix
+        self._tiers = tiers if tiers is not None else DelayTiers()
         self._clock = clock
         self._producer = make_producer(settings)
         self._known_topics: set[str] = set()
@@ -101,9 +118,13 @@ class JobProducer:
     ) -> str:
         """Enqueue one job and return its id once the broker acknowledged it.
 
+        ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta, up to
+        ``MAX_DELAY``, 30 days) hold the job back until then; a time already past
+        means now.
+
         Raises PayloadError (nothing sent) for a payload its schema rejects,
-        ValueError for invalid options, NotImplementedError for a job that is not
-        due yet, EnqueueError when the queue has no topic or Kafka refused the job.
+        ValueError for invalid options, EnqueueError when the queue has no topic
+        (or no topic for the delay tier it needs) or Kafka refused the job.
         """
         request = JobRequest(
             queue=queue,
@@ -118,7 +139,7 @@ class JobProducer:
             timeout_s=timeout_s,
         )
         job = self._build(request)
-        return self._send(job, self._topic_for(job.queue)).result()
+        return self._send(job, self._destination(job)).result()
 
     def enqueue_nowait(
         self,
@@ -152,7 +173,7 @@ class JobProducer:
             timeout_s=timeout_s,
         )
         job = self._build(request)
-        return self._send(job, self._topic_for(job.queue))
+        return self._send(job, self._destination(job))
 
     def enqueue_batch(self, requests: Iterable[JobRequest]) -> list[str]:
         """Enqueue many jobs at full rate; returns their ids once all were acknowledged.
@@ -168,8 +189,8 @@ class JobProducer:
                 jobs.append(self._build(request))
             except PayloadError as exc:
                 raise PayloadError(f"request {index}: {exc}") from exc
-        topics = {queue: self._topic_for(queue) for queue in {job.queue for job in jobs}}
-        futures = [self._send(job, topics[job.queue]) for job in jobs]
+        topics = [self._destination(job) for job in jobs]  # all checked before any send
+        futures = [self._send(job, topic) for job, topic in zip(jobs, topics, strict=True)]
         wait_all(futures)
         failures = {
             job.job_id: str(future.exception())
@@ -185,6 +206,39 @@ class JobProducer:
                 delivered=[i for i in ids if i not in failures],
             )
         return ids
+
+    def cancel(self, queue: str, job_id: str, *, reason: str = "") -> None:
+        """Record that job ``job_id`` of ``queue`` must not run; returns once the broker
+        acknowledged the record.
+
+        The leasekeepers of the queue read ``jobs.Q.control`` whole: a cancelled job
+        is skipped wherever it waits (a delay tier, the ready topic), and a running
+        one loses its lease. Cancelling a job that already finished, or an unknown
+        id, records the fact and changes nothing. Raises CancelError when the
+        cancellation was not recorded.
+        """
+        if not job_id:
+            raise ValueError("job_id must be a non-empty string")
+        if self._closed.is_set():
+            raise RuntimeError("this JobProducer is closed")
+        cancellation = Cancellation(
+            job_id=job_id, cancelled_at_ms=int(self._clock() * 1000), reason=reason
+        )
+        topics = QueueTopics(queue=queue, prefix=self._prefix)
+        try:
+            self._check_topic(
+                topics.control,
+                f"queue {queue!r} has no control topic {topics.control}",
+                f"create it: producer create-queue {queue} --partitions N (adds missing topics)",
+            )
+            self._produce(
+                topics.control,
+                key=cancellation.key,
+                value=cancellation.encode(),
+                record_id=job_id,
+            ).result()
+        except EnqueueError as exc:
+            raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
 
     def flush(self, timeout: float = 30) -> None:
         """Wait until every job produced so far was acknowledged or failed.
@@ -243,46 +297,69 @@ class JobProducer:
         return build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
 
     def _send(self, job: Job, topic: str) -> Future[str]:
-        """Produce ``job``; the future holds its id or the EnqueueError that stopped it."""
+        """Produce ``job`` keyed by its tenant (a tier keeps the tenant's partition)."""
+        return self._produce(
+            topic, key=job.tenant_id.encode(), value=self._codec.encode(job), record_id=job.job_id
+        )
+
+    def _produce(self, topic: str, *, key: bytes, value: bytes, record_id: str) -> Future[str]:
+        """The future holds ``record_id`` once acknowledged, or the EnqueueError that
+        stopped the record."""
         future: Future[str] = Future()
         future.set_running_or_notify_cancel()  # a produced record cannot be withdrawn
         try:
             produce_reliably(
                 self._producer,
                 topic,
-                key=job.tenant_id.encode(),
-                value=self._codec.encode(job),
-                headers=[("job_id", job.job_id.encode())],
-                on_delivery=_reporter(future, job.job_id),
+                key=key,
+                value=value,
+                headers=[("job_id", record_id.encode())],
+                on_delivery=_reporter(future, record_id),
             )
         except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
             future.set_exception(
                 EnqueueError(
-                    f"job {job.job_id} was not produced: {exc}", failures={job.job_id: str(exc)}
+                    f"job {record_id} was not produced: {exc}", failures={record_id: str(exc)}
                 )
             )
         return future
 
-    def _topic_for(self, queue: str) -> str:
-        """The ready topic of ``queue``, looked up once per producer.
+    def _destination(self, job: Job) -> str:
+        """The topic ``job`` goes to, checked to exist (see :meth:`_check_topic`).
 
-        A missing queue then fails at once, before anything is sent, rather than
-        after librdkafka's metadata timeout.
+        The ready topic is checked even for a delayed job: a missing queue is the
+        likelier mistake and has the clearer fix.
         """
-        topic = QueueTopics(queue=queue, prefix=self._prefix).ready
-        if topic not in self._known_topics:
-            try:
-                metadata = self._producer.list_topics(topic, timeout=10)
-            except KafkaException as exc:
-                raise EnqueueError(f"cannot look up topic {topic}: {exc}") from exc
-            error = metadata.topics[topic].error if topic in metadata.topics else None
-            if topic not in metadata.topics or error is not None:
-                raise EnqueueError(
-                    f"queue {queue!r} has no topic {topic} ({error}); "
-                    f"create it first: producer create-queue {queue} --partitions N"
-                )
-            self._known_topics.add(topic)
+        topics = QueueTopics(queue=job.queue, prefix=self._prefix)
+        self._check_topic(
+            topics.ready,
+            f"queue {job.queue!r} has no topic {topics.ready}",
+            f"create it first: producer create-queue {job.queue} --partitions N",
+        )
+        topic = destination(job, topics, self._tiers)
+        if topic != topics.ready:
+            self._check_topic(
+                topic,
+                f"queue {job.queue!r} has no delay tier topic {topic}",
+                f"this producer's tiers ({','.join(self._tiers.names)}) must be the "
+                "leasekeeper's --retry-tiers, which creates their topics when it starts "
+                f"(or: producer create-queue {job.queue} --partitions N --retry-tiers ...)",
+            )
         return topic
+
+    def _check_topic(self, topic: str, missing: str, fix: str = "") -> None:
+        """Fail at once, before anything is sent, when ``topic`` does not exist, rather
+        than after librdkafka's metadata timeout; each topic is looked up once."""
+        if topic in self._known_topics:
+            return
+        try:
+            metadata = self._producer.list_topics(topic, timeout=10)
+        except KafkaException as exc:
+            raise EnqueueError(f"cannot look up topic {topic}: {exc}") from exc
+        error = metadata.topics[topic].error if topic in metadata.topics else None
+        if topic not in metadata.topics or error is not None:
+            raise EnqueueError(f"{missing} ({error}){'; ' + fix if fix else ''}")
+        self._known_topics.add(topic)
 
     def _serve_delivery_reports(self) -> None:
         while not self._closed.is_set():

@@ -1,4 +1,5 @@
-"""``producer`` command line: create a queue's topics and enqueue jobs by hand.
+"""``producer`` command line: create a queue's topics, enqueue (now or later) and
+cancel jobs by hand.
 
 Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
 ``JOBS_SCHEMA_PATH``) read once here, with flags taking precedence.
@@ -7,20 +8,51 @@ Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TypeVar
 
 import click
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
+from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings
 from producer.admin import ensure_queue_topics
-from producer.api import EnqueueError, JobProducer
+from producer.api import CancelError, EnqueueError, JobProducer
+from producer.durations import parse_at, parse_delay
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
 _BOOTSTRAP_HELP = "Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092]"
+_T = TypeVar("_T")
+
+
+def _converter(
+    parse: Callable[[str], _T],
+) -> Callable[[click.Context, click.Parameter, str | None], _T | None]:
+    """A click callback turning a parser's ValueError into a usage error naming the flag."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> _T | None:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    return convert
+
+
+_TIERS = click.option(
+    "--retry-tiers",
+    "tiers",
+    default=",".join(DEFAULT_TIERS),
+    show_default=True,
+    callback=_converter(DelayTiers.parse),
+    help="Delay tiers (topics jobs.QUEUE.retry.<tier>); must be the leasekeeper's --retry-tiers.",
+)
 
 
 @click.group()
@@ -38,6 +70,19 @@ main.add_command(cron)
 @click.option("--payload", "payload_json", required=True, help="The payload as a JSON object.")
 @click.option("--dedupe-key", default=None, help="Idempotency key stored in the envelope.")
 @click.option("--priority", type=int, default=None, help="Priority stored in the envelope.")
+@click.option(
+    "--delay",
+    callback=_converter(parse_delay),
+    help="Run no earlier than this from now: 90s, 10m, 2h, 3d, or plain seconds.",
+)
+@click.option(
+    "--at",
+    "run_at",
+    callback=_converter(parse_at),
+    metavar="ISO8601",
+    help="Run no earlier than this instant, with its offset: 2030-01-01T09:00:00Z.",
+)
+@_TIERS
 @click.option(
     "--max-attempts",
     type=click.IntRange(min=1),
@@ -68,6 +113,9 @@ def enqueue(
     tenant: str,
     dedupe_key: str | None,
     priority: int | None,
+    delay: timedelta | None,
+    run_at: datetime | None,
+    tiers: DelayTiers,
     max_attempts: int,
     timeout_s: float,
     bootstrap: str | None,
@@ -76,8 +124,11 @@ def enqueue(
     """Enqueue a TYPE job on QUEUE; print its id once Kafka acknowledged it.
 
     The payload is validated against TYPE's schema first; an invalid one exits
-    with the offending field named and nothing sent.
+    with the offending field named and nothing sent. With --delay or --at the job
+    waits in a delay tier until then (at most 30 days ahead).
     """
+    if delay is not None and run_at is not None:
+        raise click.UsageError("give --delay or --at, not both")
     env = Environment.from_env()
     try:
         registry = SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths])
@@ -87,6 +138,8 @@ def enqueue(
             payload=_parse_payload(payload_json),
             tenant_id=tenant,
             dedupe_key=dedupe_key,
+            run_at=run_at,
+            delay=delay,
             priority=priority,
             max_attempts=max_attempts,
             timeout_s=timeout_s,
@@ -94,21 +147,47 @@ def enqueue(
         # Checked before connecting: a bad payload fails fast, even with no broker.
         EnvelopeCodec(registry).validate_payload(request.type, request.payload)
         settings = KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)
-        job_id = _send(settings, registry, request, prefix=env.topic_prefix)
+        job_id = _send(settings, registry, request, prefix=env.topic_prefix, tiers=tiers)
     except (ValueError, EnqueueError, KafkaException) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(job_id)
+
+
+@main.command("cancel", short_help="Cancel a job: it will not run.")
+@click.argument("queue")
+@click.argument("job_id")
+@click.option("--reason", default="", help="Why; kept with the cancellation.")
+@click.option("--bootstrap", default=None, help=_BOOTSTRAP_HELP)
+def cancel(queue: str, job_id: str, reason: str, bootstrap: str | None) -> None:
+    """Record that JOB_ID of QUEUE must not run, once Kafka acknowledged it.
+
+    A waiting job (delayed, or not yet claimed) is skipped; a running one loses
+    its lease. Exits non-zero when the cancellation was not recorded.
+    """
+    env = Environment.from_env()
+    settings = KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)
+    try:
+        with JobProducer(settings, prefix=env.topic_prefix) as producer:
+            producer.cancel(queue, job_id, reason=reason)
+    except (ValueError, CancelError, EnqueueError, KafkaException) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"cancelled {job_id}")
 
 
 @main.command("create-queue", short_help="Create a queue's topics.")
 @click.argument("queue")
 @click.option("--partitions", type=click.IntRange(min=1), required=True)
 @click.option("--replication", type=int, default=-1, help="Default: the broker's default.")
+@_TIERS
 @click.option("--bootstrap", default=None, help=_BOOTSTRAP_HELP)
-def create_queue(queue: str, partitions: int, replication: int, bootstrap: str | None) -> None:
-    """Create QUEUE's ready and dead-letter topics; print their names.
+def create_queue(
+    queue: str, partitions: int, replication: int, tiers: DelayTiers, bootstrap: str | None
+) -> None:
+    """Create QUEUE's ready, delay-tier and dead-letter topics (and its control
+    topics); print their names.
 
-    A no-op when they already exist with the same partition count.
+    A no-op when they already exist with the same partition count; missing ones
+    are added.
     """
     env = Environment.from_env()
     settings = KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)
@@ -119,6 +198,7 @@ def create_queue(queue: str, partitions: int, replication: int, bootstrap: str |
             partitions=partitions,
             prefix=env.topic_prefix,
             replication=replication,
+            tiers=tiers,
         )
     except (ValueError, RuntimeError, KafkaException) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -127,16 +207,23 @@ def create_queue(queue: str, partitions: int, replication: int, bootstrap: str |
 
 
 def _send(
-    settings: KafkaSettings, registry: SchemaRegistry, request: JobRequest, *, prefix: str
+    settings: KafkaSettings,
+    registry: SchemaRegistry,
+    request: JobRequest,
+    *,
+    prefix: str,
+    tiers: DelayTiers,
 ) -> str:
     """Enqueue ``request`` and wait for the broker's acknowledgement."""
-    with JobProducer(settings, registry=registry, prefix=prefix) as producer:
+    with JobProducer(settings, registry=registry, prefix=prefix, tiers=tiers) as producer:
         return producer.enqueue(
             request.queue,
             request.type,
             request.payload,
             tenant_id=request.tenant_id,
             dedupe_key=request.dedupe_key,
+            run_at=request.run_at,
+            delay=request.delay,
             priority=request.priority,
             max_attempts=request.max_attempts,
             timeout_s=request.timeout_s,

@@ -1,7 +1,12 @@
-"""What a caller asks to enqueue, and how it becomes a :class:`~schemas.job.Job`.
+"""What a caller asks to enqueue, how it becomes a :class:`~schemas.job.Job`, and
+which topic that job is written to.
 
-Kept apart from the Kafka client so the rules (limits, scheduling, payload
-validation) are pure functions with their own unit tests.
+Kept apart from the Kafka client so the rules (limits, scheduling, routing,
+payload validation) are pure functions with their own unit tests.
+
+A job that may not run yet is written to a delay tier (``jobs.Q.retry.<tier>``)
+with its due time in ``run_at_ms``; the leasekeeper releases it from there at that
+time, exactly as it releases a retry. Nothing of the delay lives in the producer.
 """
 
 from __future__ import annotations
@@ -9,16 +14,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
+from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 
-__all__ = ["JobRequest", "build_job"]
+__all__ = ["MAX_DELAY", "JobRequest", "build_job", "destination"]
 
 _INT32 = (-(2**31), 2**31 - 1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The longest delay: a cancellation must outlive the job it concerns, so the control
+# topic keeps records a little longer than this (producer/admin.py derives its
+# retention from it), and the leasekeepers hold that many days of cancellations.
+# The bound also makes a delay in the wrong unit (ms passed as seconds) fail loudly.
+MAX_DELAY = timedelta(days=30)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,9 +76,17 @@ class JobRequest:
         if self.run_at is not None and self.delay is not None:
             raise ValueError("give run_at or delay, not both")
         if self.run_at is not None and self.run_at.utcoffset() is None:
-            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
-        if self.delay is not None and _seconds(self.delay) < 0:
-            raise ValueError(f"delay must be >= 0, got {self.delay}")
+            # A naive datetime means local time on one machine and UTC on another.
+            raise ValueError(
+                "run_at must be timezone-aware: use an aware datetime, e.g. datetime.now(UTC)"
+            )
+        if self.delay is not None:
+            if isinstance(self.delay, bool):
+                raise ValueError("delay must be seconds or a timedelta, got a bool")
+            seconds = _seconds(self.delay)
+            if not math.isfinite(seconds) or seconds < 0:
+                raise ValueError(f"delay must be >= 0 seconds, got {self.delay}")
+            _check_horizon(seconds, "delay")
 
     def delay_s(self, now: float) -> float:
         """Seconds from ``now`` (epoch seconds) until the job may run; <= 0 means now."""
@@ -74,23 +94,46 @@ class JobRequest:
             return self.run_at.timestamp() - now
         return 0.0 if self.delay is None else _seconds(self.delay)
 
+    def due_ms(self, now: float) -> int | None:
+        """When a job that may not run yet is due (epoch ms, rounded up so it never
+        runs early), or None when it is due at ``now``."""
+        delay_s = self.delay_s(now)
+        if delay_s <= 0:
+            return None
+        _check_horizon(delay_s, "run_at")
+        if self.run_at is not None:  # exact: no float round trip through timestamp()
+            micros = (self.run_at - _EPOCH) // timedelta(microseconds=1)
+            return -(-micros // 1000)
+        # Added below the whole milliseconds: at 1.7e12 ms a float has no room left
+        # for a sub-millisecond delay, which would then round away to "now". Rounded
+        # to nanoseconds first, so float noise (2.007 s is 2007.0000000000002 ms) does
+        # not add a millisecond.
+        now_ms = int(now * 1000)
+        return now_ms + math.ceil(round(now * 1000 - now_ms + delay_s * 1000, 6))
+
 
 def _seconds(delay: timedelta | float) -> float:
     return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
 
 
-def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: str) -> Job:
-    """The envelope for ``request``; raises PayloadError before anything could be sent.
-
-    Delayed jobs need the scheduling work (delay topics); until then a job that
-    may not run yet is refused rather than run early.
-    """
-    if request.delay_s(now) > 0:
-        raise NotImplementedError(
-            "delayed jobs (run_at/delay in the future) are not supported yet; "
-            "they arrive with the scheduling work. Enqueue when the job is due."
+def _check_horizon(delay_s: float, what: str) -> None:
+    if delay_s > MAX_DELAY.total_seconds():
+        raise ValueError(
+            f"{what} is {delay_s / 86400:.1f} days ahead; at most {MAX_DELAY.days} days are "
+            "allowed, as long as cancellations are kept (is the unit right? a float delay "
+            "is seconds)"
         )
+
+
+def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: str) -> Job:
+    """The envelope for ``request``; raises PayloadError (or ValueError for a ``run_at``
+    too far ahead) before anything could be sent.
+
+    ``run_at_ms`` is ``now`` for a job due now, else its due time: a job is delayed
+    exactly when ``run_at_ms > created_at_ms`` (see :func:`destination`).
+    """
     now_ms = int(now * 1000)
+    due_ms = request.due_ms(now)
     return Job(
         job_id=job_id,
         queue=request.queue,
@@ -98,9 +141,23 @@ def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: 
         type=request.type,
         payload=codec.encode_payload(request.type, request.payload),
         priority=request.priority or 0,
-        run_at_ms=now_ms,
+        run_at_ms=now_ms if due_ms is None else due_ms,
         max_attempts=request.max_attempts,
         timeout_s=float(request.timeout_s),
         dedupe_key=request.dedupe_key,
         created_at_ms=now_ms,
     )
+
+
+def destination(job: Job, topics: QueueTopics, tiers: DelayTiers) -> str:
+    """The topic ``job`` is written to: the ready topic when it is due, else the delay
+    tier for its wait (the largest tier not longer than it).
+
+    A wait longer than the largest tier is fine: the leasekeeper re-produces
+    ("hops") the job through the tiers until it is due. ``tiers`` must be the
+    leasekeeper's ``--retry-tiers``: it reads only the topics of its own tiers.
+    """
+    wait_ms = job.run_at_ms - job.created_at_ms
+    if wait_ms <= 0:
+        return topics.ready
+    return topics.retry(tiers.tier_for(wait_ms / 1000))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from click.testing import CliRunner
 
-from jobcore.delay_tiers import DEFAULT_TIERS
+from jobcore.control import Cancellation
+from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import (
     OFFSET_BEGINNING,
     KafkaSettings,
@@ -19,7 +22,15 @@ from jobcore.kafka import (
     make_consumer,
 )
 from jobcore.topics import QueueTopics
-from producer import EnqueueError, JobProducer, JobRequest, PayloadError, ensure_queue_topics
+from producer import (
+    CancelError,
+    EnqueueError,
+    JobProducer,
+    JobRequest,
+    PayloadError,
+    ensure_queue_topics,
+)
+from producer.cli import main as producer_cli
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 
@@ -40,18 +51,20 @@ def codec() -> EnvelopeCodec:
     return EnvelopeCodec(SchemaRegistry())
 
 
-def written(kafka: KafkaSettings, topic: str) -> int:
+def written(kafka: KafkaSettings, topic: str, partitions: int = PARTITIONS) -> int:
     consumer = make_consumer(kafka, f"probe-{topic}")
     try:
-        return sum(end_offsets(consumer, topic, range(PARTITIONS)).values())
+        return sum(end_offsets(consumer, topic, range(partitions)).values())
     finally:
         consumer.close()
 
 
-def read_all(kafka: KafkaSettings, topic: str, count: int) -> list[Message]:
+def read_all(
+    kafka: KafkaSettings, topic: str, count: int, partitions: int = PARTITIONS
+) -> list[Message]:
     """Every record of ``topic`` from the beginning, waiting up to 30 s for ``count``."""
     consumer = make_consumer(kafka, f"reader-{topic}")
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     got: list[Message] = []
     deadline = time.monotonic() + 30
     try:
@@ -203,3 +216,136 @@ def test_ensure_queue_topics_is_idempotent(kafka: KafkaSettings, unique: str) ->
     assert {len(metadata.topics[name].partitions) for name in first} == {4}
     with pytest.raises(ValueError, match="already exists with 4 partitions, not 2"):
         ensure_queue_topics(kafka, queue, partitions=2)
+
+
+# -- delayed jobs and cancellations ---------------------------------------------------------
+
+
+def test_a_delayed_job_lands_on_its_delay_tier_with_its_due_time(
+    kafka: KafkaSettings, queue: str, codec: EnvelopeCodec
+) -> None:
+    with JobProducer(kafka, clock=lambda: NOW) as producer:
+        later = producer.enqueue(
+            queue, "noop", {"n": 1}, tenant_id="acme", delay=timedelta(minutes=10)
+        )
+        at = producer.enqueue(
+            queue,
+            "noop",
+            {"n": 2},
+            tenant_id="acme",
+            run_at=datetime.fromtimestamp(NOW + 90, tz=UTC),
+        )
+
+    [msg] = read_all(kafka, f"jobs.{queue}.retry.10m", 1)
+    assert msg.key() == b"acme"
+    assert dict(msg.headers() or []) == {"job_id": later.encode()}
+    job = codec.decode(msg.value())
+    assert (job.job_id, job.created_at_ms, job.run_at_ms) == (
+        later,
+        int(NOW * 1000),
+        int(NOW * 1000) + 600_000,
+    )
+    [msg] = read_all(kafka, f"jobs.{queue}.retry.1m", 1)
+    job = codec.decode(msg.value())
+    assert (job.job_id, job.run_at_ms) == (at, int(NOW * 1000) + 90_000)
+    assert written(kafka, f"jobs.{queue}") == 0, "a delayed job reached the ready topic"
+
+
+def test_a_batch_sends_each_job_to_its_own_topic_in_the_tenants_partition(
+    kafka: KafkaSettings, queue: str, codec: EnvelopeCodec
+) -> None:
+    waits = {"now": None, "1s": 0.2, "10s": 12.0, "1h": timedelta(days=30)}
+    requests = [
+        JobRequest(queue=queue, type="noop", payload={"n": n}, tenant_id="acme", delay=wait)
+        for n, wait in enumerate(waits.values())
+    ]
+    with JobProducer(kafka, clock=lambda: NOW) as producer:
+        ids = producer.enqueue_batch(requests)
+
+    [ready] = read_all(kafka, f"jobs.{queue}", 1)
+    for (tier, wait), job_id in zip(waits.items(), ids, strict=True):
+        topic = f"jobs.{queue}" if wait is None else f"jobs.{queue}.retry.{tier}"
+        [msg] = read_all(kafka, topic, 1)
+        assert msg.partition() == ready.partition(), f"{topic}: not the tenant's partition"
+        assert codec.decode(msg.value()).job_id == job_id, topic
+
+
+def test_a_producer_whose_tiers_have_no_topics_fails_fast_and_sends_nothing(
+    kafka: KafkaSettings, queue: str
+) -> None:
+    due = JobRequest(queue=queue, type="noop", payload={}, tenant_id="acme")
+    delayed = JobRequest(queue=queue, type="noop", payload={}, tenant_id="acme", delay=3)
+    with JobProducer(kafka, tiers=DelayTiers.parse("1s,3s")) as producer:
+        with pytest.raises(EnqueueError, match=rf"no delay tier topic jobs\.{queue}\.retry\.3s"):
+            producer.enqueue_batch([due, delayed])
+        with pytest.raises(EnqueueError, match=r"tiers \(1s,3s\) must be the leasekeeper's"):
+            producer.enqueue(queue, "noop", {}, tenant_id="acme", delay=3)
+        producer.enqueue(queue, "noop", {}, tenant_id="acme", delay=1)  # 1s exists
+
+    assert written(kafka, f"jobs.{queue}") == 0
+    assert written(kafka, f"jobs.{queue}.retry.1s") == 1
+
+
+def test_cancel_records_the_cancellation_on_the_control_topic(
+    kafka: KafkaSettings, queue: str
+) -> None:
+    with JobProducer(kafka, clock=lambda: NOW) as producer:
+        job_id = producer.enqueue(queue, "noop", {}, tenant_id="acme", delay=600)
+        producer.cancel(queue, job_id, reason="customer changed their mind")
+        producer.cancel(queue, "unknown-id")  # recorded all the same: harmless
+
+    first, second = read_all(kafka, f"jobs.{queue}.control", 2, partitions=1)
+    assert first.key() == job_id.encode()
+    assert Cancellation.decode(first.value()) == Cancellation(
+        job_id=job_id, cancelled_at_ms=int(NOW * 1000), reason="customer changed their mind"
+    )
+    assert (second.key(), Cancellation.decode(second.value()).reason) == (b"unknown-id", "")
+
+
+def test_cancel_on_a_queue_without_topics_raises(kafka: KafkaSettings, unique: str) -> None:
+    with JobProducer(kafka) as producer:
+        with pytest.raises(CancelError, match=r"no control topic .*producer create-queue"):
+            producer.cancel(f"missing{unique}", "some-job")
+        with pytest.raises(ValueError, match="job_id must be a non-empty string"):
+            producer.cancel(f"missing{unique}", "")
+
+
+def test_the_cli_enqueues_later_and_cancels(
+    kafka: KafkaSettings, queue: str, codec: EnvelopeCodec
+) -> None:
+    def cli(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(
+            producer_cli, [*args, "--bootstrap", kafka.bootstrap], env={"JOBS_TOPIC_PREFIX": "jobs"}
+        )
+        assert result.exit_code == code, result.output
+        return result.output.strip()
+
+    enqueue = ("enqueue", queue, "noop", "--tenant", "acme", "--payload", "{}")
+    before_ms = int(time.time() * 1000)
+    in_ten = cli(*enqueue, "--delay", "10m")
+    at = datetime.fromtimestamp(before_ms // 1000 + 2 * 3600, tz=UTC)
+    at_job = cli(*enqueue, "--at", at.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    assert cli("cancel", queue, at_job, "--reason", "not needed") == f"cancelled {at_job}"
+
+    [msg] = read_all(kafka, f"jobs.{queue}.retry.10m", 1)
+    job = codec.decode(msg.value())
+    assert job.job_id == in_ten
+    assert before_ms + 600_000 <= job.run_at_ms <= int(time.time() * 1000) + 600_000
+    [msg] = read_all(kafka, f"jobs.{queue}.retry.1h", 1)
+    job = codec.decode(msg.value())
+    assert (job.job_id, job.run_at_ms) == (at_job, int(at.timestamp()) * 1000)
+    [control] = read_all(kafka, f"jobs.{queue}.control", 1, partitions=1)
+    cancellation = Cancellation.decode(control.value())
+    assert (control.key(), cancellation.job_id, cancellation.reason) == (
+        at_job.encode(),
+        at_job,
+        "not needed",
+    )
+
+    assert "--delay or --at, not both" in cli(
+        *enqueue, "--delay", "1m", "--at", "2030-01-01T00:00:00Z", code=2
+    )
+    assert "invalid delay '10 minutes'" in cli(*enqueue, "--delay", "10 minutes", code=2)
+    assert "has no offset: add Z" in cli(*enqueue, "--at", "2030-01-01T09:00:00", code=2)
+    assert "at most 30 days" in cli(*enqueue, "--delay", "31d", code=1)
+    assert written(kafka, f"jobs.{queue}") == 0
