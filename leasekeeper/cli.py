@@ -78,6 +78,12 @@ def main() -> None:
     help="share of recent throughput retries may use",
 )
 @click.option(
+    "--retry-budget-floor",
+    default=60,
+    show_default=True,
+    help="retries always allowed per 60 s window, however quiet the queue",
+)
+@click.option(
     "--dedupe-window",
     default=86_400.0,
     show_default=True,
@@ -109,6 +115,7 @@ def serve(
     retry_base: float,
     retry_cap: float,
     retry_budget: float,
+    retry_budget_floor: int,
     dedupe_window: float,
     permanent_error: tuple[str, ...],
     log_level: str,
@@ -140,6 +147,7 @@ def serve(
         ),
         tiers=_tiers(retry_tiers),
         retry_budget_share=retry_budget,
+        retry_budget_floor=retry_budget_floor,
         dedupe_window_s=dedupe_window,
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,

@@ -1,8 +1,15 @@
-"""``leasekeeper inspect``: fetch a running leasekeeper's snapshot and show it."""
+"""``leasekeeper inspect``: fetch a running leasekeeper's snapshot and show it.
+
+The rich view is for a person at a terminal during an incident; ``--json``
+prints the snapshot as it came and is what scripts should read. Every section
+beyond the partitions reads its fields with ``.get``, so the view still works
+against a leasekeeper of an older version that does not send them.
+"""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import grpc
@@ -14,19 +21,26 @@ from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
 
-def fetch_snapshot(target: str, token: str | None, timeout: float = 10.0) -> dict[str, Any]:
+def fetch_snapshot(
+    target: str, token: str | None, timeout: float = 10.0, job_id: str = ""
+) -> dict[str, Any]:
     metadata: tuple[tuple[str, str | bytes], ...] | None = (
         ((AUTH_METADATA_KEY, token),) if token else None
     )
     with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.LeaseKeeperStub(channel)
-        response = stub.Inspect(pb.InspectRequest(), timeout=timeout, metadata=metadata)
+        request = pb.InspectRequest(job_id=job_id)
+        response = stub.Inspect(request, timeout=timeout, metadata=metadata)
     snapshot: dict[str, Any] = json.loads(response.snapshot_json)
     return snapshot
 
 
-def render_snapshot(snapshot: dict[str, Any], console: Console | None = None) -> None:
+def render_snapshot(
+    snapshot: dict[str, Any], console: Console | None = None, now_ms: int | None = None
+) -> None:
+    """Print the snapshot; ``now_ms`` (epoch ms) turns due times into "in N s"."""
     console = console or Console()
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     console.print(
         f"[bold]queue[/] {snapshot.get('queue')}  member {snapshot.get('member')}  "
         f"ready {snapshot['ready']}  commits {snapshot.get('commits')}"
@@ -40,6 +54,53 @@ def render_snapshot(snapshot: dict[str, Any], console: Console | None = None) ->
     tenants = snapshot.get("in_flight_by_tenant") or {}
     if tenants:
         console.print("in flight by tenant: " + ", ".join(f"{t} {n}" for t, n in tenants.items()))
+    for line in retry_lines(snapshot, now):
+        console.print(line, highlight=False)
+
+
+# Held tier partitions listed before "… (N)": a queue has partitions x tiers of
+# them, and the soonest few say whether retries are moving.
+HELD_SHOWN = 8
+
+
+def retry_lines(snapshot: dict[str, Any], now_ms: int) -> list[str]:
+    """The retry path in a few lines: jobs waiting on the timer, held tier
+    partitions, and the retry budget. Empty when the snapshot has none of them.
+
+    During a dependency outage these answer "are retries waiting, and why":
+    in the in-memory timer (the last part of a delay, shorter than the
+    smallest tier), in a held tier partition (its head is not due yet), or
+    deferred by the budget (retries over their share of the queue's throughput).
+    """
+    lines = []
+    if "delayed" in snapshot:
+        due = snapshot.get("next_delayed_due_ms")
+        when = "" if due is None else f" (next due {_due(due, now_ms)})"
+        lines.append(f"[bold]delayed[/] {snapshot['delayed']} jobs waiting on the timer{when}")
+    held = snapshot.get("held_tiers")
+    if held is not None:
+        soonest = sorted(held.items(), key=lambda item: (item[1], item[0]))
+        listed = ", ".join(f"{tp} {_due(at, now_ms)}" for tp, at in soonest[:HELD_SHOWN])
+        if len(soonest) > HELD_SHOWN:
+            listed += f" … ({len(soonest)})"
+        lines.append(f"[bold]held tier partitions[/] {len(held)}" + (f": {listed}" if held else ""))
+    budget = snapshot.get("retry_budget")
+    if budget:
+        lines.append(
+            f"[bold]retry budget[/] {budget['share']:.0%} of first attempts over "
+            f"{budget['window_s']:g}s: first attempts {budget['first_attempts_in_window']}, "
+            f"allowed {budget['allowed_in_window']}, retries {budget['retries_in_window']}, "
+            f"scheduled ahead {budget['retries_scheduled_ahead']}; since start admitted "
+            f"{budget['retries_admitted']}, deferred {budget['retries_deferred']} "
+            f"(longest {budget['longest_deferral_s']:.1f}s)"
+        )
+    return lines
+
+
+def _due(at_ms: int, now_ms: int) -> str:
+    """A due time as the wait left: what an operator compares with the tiers."""
+    seconds = (at_ms - now_ms) / 1000
+    return "now" if seconds <= 0 else f"in {seconds:.1f}s"
 
 
 def _partitions_table(partitions: list[dict[str, Any]]) -> Table:

@@ -61,6 +61,50 @@ class EngineCollector(Collector):
         yield leases
         yield unresolved
         yield lag
+        yield from self._retry_path(snap)
+
+    def _retry_path(
+        self, snap: dict[str, Any]
+    ) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Where retries wait, and whether the budget holds them back.
+
+        In an outage these are the signals to alert on: deferrals rising mean
+        retries exceed their share of the queue's throughput (the budget is
+        protecting the dependency); delayed jobs and held tier partitions show
+        how much work waits on backoff. A field the snapshot lacks (an older
+        engine) yields no family rather than a misleading zero.
+        """
+        budget = snap.get("retry_budget")
+        if budget:
+            yield self._gauge(
+                "leasekeeper_retry_budget_allowed",
+                "retries the budget allows in its current window",
+                budget["allowed_in_window"],
+            )
+            yield self._gauge(
+                "leasekeeper_retry_budget_retries_in_window",
+                "retries counted in the budget's current window",
+                budget["retries_in_window"],
+            )
+            deferred = CounterMetricFamily(
+                "leasekeeper_retry_budget_retries_deferred",
+                "retries the budget moved to a later window (delayed, never dropped)",
+                labels=["queue"],
+            )
+            deferred.add_metric([self._queue], budget["retries_deferred"])
+            yield deferred
+        if "delayed" in snap:
+            yield self._gauge(
+                "leasekeeper_delayed_jobs",
+                "jobs waiting in the in-memory timer for the rest of a sub-tier delay",
+                snap["delayed"],
+            )
+        if "held_tiers" in snap:
+            yield self._gauge(
+                "leasekeeper_held_tier_partitions",
+                "delay-tier partitions paused until their head record is due",
+                len(snap["held_tiers"]),
+            )
 
     def _gauge(self, name: str, text: str, value: float) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, text, labels=["queue"])

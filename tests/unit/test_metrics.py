@@ -1,0 +1,101 @@
+"""The Prometheus collector turns one engine snapshot into samples, retry path included.
+
+Read back through ``generate_latest`` on a registry of its own: exactly what a
+scrape of ``/metrics`` returns, without a leasekeeper or a port.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from leasekeeper.metrics import COUNTERS, EngineCollector
+
+
+def snapshot(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "ready": 7,
+        "partitions": [
+            {
+                "topic": "jobs.emails",
+                "partition": 2,
+                "committed": 100,
+                "highest_fetched": 104,
+                "unresolved_count": 3,
+                "leases": [{}, {}],
+            }
+        ],
+        "counters": dict.fromkeys(COUNTERS, 0) | {"acked": 42, "retried": 9},
+    }
+    return {**base, **fields}
+
+
+def scrape(snap: dict[str, Any]) -> str:
+    registry = CollectorRegistry()
+    registry.register(EngineCollector(lambda: snap, "emails"))
+    return generate_latest(registry).decode()
+
+
+RETRY_FIELDS: dict[str, Any] = {
+    "retry_budget": {
+        "share": 0.1,
+        "window_s": 60.0,
+        "first_attempts_in_window": 3000,
+        "allowed_in_window": 300,
+        "retries_in_window": 287,
+        "retries_scheduled_ahead": 4,
+        "retries_admitted": 1200,
+        "retries_deferred": 56,
+        "longest_deferral_s": 3.5,
+    },
+    "delayed": 12,
+    "next_delayed_due_ms": 1_800_000_000_500,
+    "held_tiers": {"jobs.emails.retry.1s/0": 1_800_000_000_900, "jobs.emails.retry.1m/3": 0},
+}
+
+
+def test_the_retry_budget_the_timer_and_held_tiers_are_exported() -> None:
+    text = scrape(snapshot(**RETRY_FIELDS))
+    assert 'leasekeeper_retry_budget_allowed{queue="emails"} 300.0' in text
+    assert 'leasekeeper_retry_budget_retries_in_window{queue="emails"} 287.0' in text
+    assert "# TYPE leasekeeper_retry_budget_retries_deferred_total counter" in text
+    assert 'leasekeeper_retry_budget_retries_deferred_total{queue="emails"} 56.0' in text
+    assert 'leasekeeper_delayed_jobs{queue="emails"} 12.0' in text
+    assert 'leasekeeper_held_tier_partitions{queue="emails"} 2.0' in text
+
+
+def test_the_existing_families_are_unchanged() -> None:
+    text = scrape(snapshot(**RETRY_FIELDS))
+    assert 'leasekeeper_acked_total{queue="emails"} 42.0' in text
+    assert 'leasekeeper_retried_total{queue="emails"} 9.0' in text
+    assert 'leasekeeper_ready_jobs{queue="emails"} 7.0' in text
+    assert 'leasekeeper_leases_in_flight{partition="2",queue="emails"} 2.0' in text
+    assert 'leasekeeper_unresolved_offsets{partition="2",queue="emails"} 3.0' in text
+    assert 'leasekeeper_commit_gap{partition="2",queue="emails"} 5.0' in text
+
+
+def test_nothing_waiting_is_a_zero_not_a_missing_series() -> None:
+    idle = {
+        **RETRY_FIELDS,
+        "delayed": 0,
+        "next_delayed_due_ms": None,
+        "held_tiers": {},
+    }
+    text = scrape(snapshot(**idle))
+    assert 'leasekeeper_delayed_jobs{queue="emails"} 0.0' in text
+    assert 'leasekeeper_held_tier_partitions{queue="emails"} 0.0' in text
+
+
+def test_a_snapshot_without_the_retry_fields_exports_no_retry_families() -> None:
+    """An engine that predates them: absent series, not zeros that look like health."""
+    text = scrape(snapshot())
+    for name in (
+        "leasekeeper_retry_budget_allowed",
+        "leasekeeper_retry_budget_retries_deferred",
+        "leasekeeper_delayed_jobs",
+        "leasekeeper_held_tier_partitions",
+    ):
+        assert name not in text
+    assert 'leasekeeper_acked_total{queue="emails"} 42.0' in text
