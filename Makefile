@@ -34,8 +34,11 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
+## Benchmarks side by side (results in benchmarks/results/, see BENCHMARKS.md):
+## SCENARIO=drain|raw|share|peers|latency|recovery|memory (or 1-7), QUICK=1,
+## BENCH_ARGS for anything else (e.g. BENCH_ARGS="--no-pin").
 bench: $(STAMP)
-	$(PY) -m benchmarks $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(QUICK),--quick)
+	$(PY) -m benchmarks $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 kafka-fetch: $(STAMP)
 	$(PY) -m jobcore.localkafka fetch

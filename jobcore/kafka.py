@@ -22,9 +22,12 @@ from confluent_kafka import (
     KafkaException,
     Message,
     Producer,
+    ShareConsumer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "KafkaSettings",
     "Message",
     "Producer",
+    "ShareConsumer",
     "TopicPartition",
     "TopicSpec",
     "committed_offsets",
@@ -46,7 +50,9 @@ __all__ = [
     "make_admin",
     "make_consumer",
     "make_producer",
+    "make_share_consumer",
     "produce_reliably",
+    "set_group_config",
     "wait_for_brokers",
 ]
 
@@ -101,6 +107,30 @@ def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> C
         **overrides,
     }
     return Consumer(config)
+
+
+def make_share_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> ShareConsumer:
+    """A KIP-932 share-group member that acknowledges each record itself (benchmarks)."""
+    config = {
+        **settings.base(),
+        "group.id": group_id,
+        "share.acknowledgement.mode": "explicit",
+        **overrides,
+    }
+    return ShareConsumer(config)
+
+
+def set_group_config(
+    settings: KafkaSettings, group_id: str, configs: Mapping[str, str], timeout: float = 30.0
+) -> None:
+    """Set group-level configs, e.g. ``share.auto.offset.reset`` of a share group."""
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=entries)
+    admin = make_admin(settings)  # must outlive the futures it resolves
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=timeout)
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:

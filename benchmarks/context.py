@@ -1,0 +1,109 @@
+"""What every scenario shares: the broker, a scratch directory, pinning and the backlog.
+
+The 200,000-job backlog is written once and drained many times: each drain
+(ours with 1, 2, 4 workers, the raw loop, the share group) reads it with its
+own consumer group, so every system sees the very same records.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import procs
+from benchmarks.config import BenchConfig
+from benchmarks.load import Preloader
+from jobcore.kafka import KafkaSettings
+from jobcore.localkafka import LocalKafka, obtain
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+
+
+@dataclass
+class BenchContext:
+    """Owned resources of one ``python -m benchmarks`` run; :meth:`close` releases them."""
+
+    config: BenchConfig
+    out_dir: Path
+    pinning: procs.Pinning
+    bootstrap: str | None = None
+    kafka: LocalKafka | None = None
+    scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
+    enqueue_rates: list[dict[str, Any]] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Measurements two scenarios share (ours under the 10 ms load), made once.
+    cache: dict[str, Any] = field(default_factory=dict)
+    _preloaders: dict[str, Preloader] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.pinning.pin_self_to_clients()
+        if self.bootstrap is None:
+            self.kafka = LocalKafka(
+                distribution=obtain(), workdir=self.scratch / "kafka", brokers=1, heap="1g"
+            )
+            self.bootstrap = self.kafka.start()
+            self.pinning.pin_server(self.broker_pid() or 0)
+
+    @property
+    def settings(self) -> KafkaSettings:
+        assert self.bootstrap is not None, "start() first"
+        return KafkaSettings(bootstrap=self.bootstrap, client_id="bench")
+
+    def broker_pid(self) -> int | None:
+        """The broker's pid when we started it (its CPU is then measured too)."""
+        if self.kafka is None or not self.kafka.nodes or self.kafka.nodes[0].process is None:
+            return None
+        return self.kafka.nodes[0].process.pid
+
+    def broker_pids(self) -> list[int]:
+        pid = self.broker_pid()
+        return [pid] if pid else []
+
+    def fresh_dir(self, name: str) -> Path:
+        path = self.scratch / f"{name}-{uuid.uuid4().hex[:6]}"
+        path.mkdir(parents=True)
+        return path
+
+    def preloader(self, name: str = "main") -> Preloader:
+        """The loader of backlog ``name`` ("main": the no-op drains; "io": the 10 ms load)."""
+        if name not in self._preloaders:
+            self._preloaders[name] = Preloader(
+                self.settings,
+                queue=f"bench{name}{uuid.uuid4().hex[:6]}",
+                partitions=self.config.partitions,
+                tenants=self.config.tenants,
+                payload_bytes=self.config.payload_bytes,
+                schema_dir=SCHEMA_DIR,
+            )
+        return self._preloaders[name]
+
+    def backlog(self, jobs: int, name: str = "main") -> str:
+        """Backlog ``name``, topped up to at least ``jobs`` jobs; returns its queue name."""
+        loader = self.preloader(name)
+        if loader.loaded < jobs:
+            started = time.monotonic()
+            added = jobs - loader.loaded
+            loader.load(added)
+            seconds = time.monotonic() - started
+            self.enqueue_rates.append(
+                {
+                    "backlog": name,
+                    "jobs": added,
+                    "seconds": round(seconds, 3),
+                    "jobs_per_s": round(added / seconds),
+                }
+            )
+        return loader.queue
+
+    def close(self) -> None:
+        for loader in self._preloaders.values():
+            loader.close()
+        if self.kafka is not None:
+            self.kafka.stop()
+        shutil.rmtree(self.scratch, ignore_errors=True)

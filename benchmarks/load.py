@@ -1,0 +1,109 @@
+"""Jobs for our queue: the pre-loaded backlog and a paced stream, through the real producer.
+
+Loading goes through ``JobProducer`` (validation, Avro, ``acks=all``), so the
+enqueue rate it reports is the one a user gets, and the records every drain
+reads are byte for byte what production would write.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+from benchmarks.apps import JOB_TYPE
+from jobcore.kafka import KafkaSettings
+from producer import JobProducer, JobRequest, ensure_queue_topics
+from producer.request import build_job
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+
+CHUNK = 20_000
+
+
+def blob(payload_bytes: int) -> str:
+    """Filler that brings the Avro payload (a long plus a string) to about ``payload_bytes``."""
+    return "x" * max(0, payload_bytes - 4)
+
+
+class Preloader:
+    """Owns one queue and appends jobs to it, spread over tenants round-robin."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        queue: str,
+        partitions: int,
+        tenants: int,
+        payload_bytes: int,
+        schema_dir: Path,
+    ) -> None:
+        self.queue = queue
+        self.tenants = tenants
+        self.blob = blob(payload_bytes)
+        self.registry = SchemaRegistry(extra_dirs=[schema_dir])
+        ensure_queue_topics(settings, queue, partitions=partitions)
+        self.producer = JobProducer(settings, registry=self.registry)
+        self.loaded = 0
+
+    def requests(self, start: int, count: int) -> Iterator[JobRequest]:
+        for n in range(start, start + count):
+            yield JobRequest(
+                queue=self.queue,
+                type=JOB_TYPE,
+                payload={"n": n, "blob": self.blob},
+                tenant_id=f"tenant-{n % self.tenants}",
+            )
+
+    def load(self, count: int, keep_ids: bool = False) -> list[str]:
+        """Append ``count`` jobs, returning once the broker acknowledged every one.
+
+        ``keep_ids`` returns their job ids (the recovery scenario checks none is lost).
+        """
+        done = 0
+        ids: list[str] = []
+        while done < count:
+            chunk = min(CHUNK, count - done)
+            sent = self.producer.enqueue_batch(self.requests(self.loaded, chunk))
+            if keep_ids:
+                ids.extend(sent)
+            self.loaded += chunk
+            done += chunk
+        return ids
+
+    def paced(self, rate: float, seconds: float, delay: float | None = None) -> list[str]:
+        """Enqueue at ``rate`` jobs/s for ``seconds`` (10 ms ticks); returns the delivered ids.
+
+        ``delay``: every job is due that many seconds after it is enqueued.
+        """
+        tick = 0.01
+        started = time.monotonic()
+        futures: list[Future[str]] = []
+        while (elapsed := time.monotonic() - started) < seconds:
+            due = max(0, int(rate * elapsed) - len(futures))
+            for request in self.requests(self.loaded + len(futures), due):
+                futures.append(
+                    self.producer.enqueue_nowait(
+                        request.queue,
+                        request.type,
+                        request.payload,
+                        tenant_id=request.tenant_id,
+                        delay=delay,
+                    )
+                )
+            time.sleep(max(0.0, started + (elapsed // tick + 1) * tick - time.monotonic()))
+        self.producer.flush(60)
+        self.loaded += len(futures)
+        return [future.result() for future in futures]
+
+    def sample_record(self) -> tuple[bytes, bytes]:
+        """(key, value) of one encoded job: what the raw Kafka loop produces over and over."""
+        codec = EnvelopeCodec(self.registry)
+        request = next(self.requests(0, 1))
+        job = build_job(request, codec=codec, now=time.time(), job_id=uuid.uuid4().hex)
+        return request.tenant_id.encode(), codec.encode(job)
+
+    def close(self) -> None:
+        self.producer.close()
