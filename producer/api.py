@@ -126,10 +126,10 @@ class JobProducer:
         ValueError for invalid options, EnqueueError when the queue has no topic
         (or no topic for the delay tier it needs) or Kafka refused the job.
         """
-        request = JobRequest(
-            queue=queue,
-            type=type,
-            payload=payload,
+        return self.enqueue_nowait(
+            queue,
+            type,
+            payload,
             tenant_id=tenant_id,
             dedupe_key=dedupe_key,
             run_at=run_at,
@@ -137,9 +137,7 @@ class JobProducer:
             priority=priority,
             max_attempts=max_attempts,
             timeout_s=timeout_s,
-        )
-        job = self._build(request)
-        return self._send(job, self._destination(job)).result()
+        ).result()
 
     def enqueue_nowait(
         self,
