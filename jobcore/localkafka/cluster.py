@@ -202,8 +202,8 @@ class LocalKafka:
             self.distribution.classpath,
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            self.cluster_id,
+            # One argument, so an id that starts with "-" is not read as a flag.
+            f"--cluster-id={self.cluster_id}",
             "-c",
             str(node.directory / "server.properties"),
             "--ignore-formatted",
@@ -246,7 +246,13 @@ class LocalKafka:
 
 
 def _random_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding.
+
+    Like Kafka's own ``Uuid.randomUuid``, never one that starts with "-": such an id
+    reads as a flag to tools that take it as a separate argument."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id

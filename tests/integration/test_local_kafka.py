@@ -57,3 +57,28 @@ def test_a_broker_that_cannot_start_reports_its_log(tmp_path: Path) -> None:
     message = str(raised.value)
     assert "broker process exited" in message
     assert "heap" in message.lower()
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats_and_starts(tmp_path: Path) -> None:
+    # About one random id in 64 starts with "-"; the storage tool once read it as a flag.
+    cluster = LocalKafka(
+        distribution=obtain(), workdir=tmp_path, brokers=1, cluster_id="-" + "A" * 21
+    )
+    try:
+        cluster.start()
+        assert wait_for_brokers(cluster.bootstrap, 1, timeout=10)
+    finally:
+        cluster.stop()
+
+
+def test_generated_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uuid
+
+    from jobcore.localkafka import cluster as cluster_module
+
+    # uuid bytes 0xf8... encode to "-" first in URL-safe base64; then a normal one.
+    ids = iter([uuid.UUID(bytes=b"\xf8" + b"\x00" * 15), uuid.UUID(int=1 << 100)])
+    monkeypatch.setattr(cluster_module.uuid, "uuid4", lambda: next(ids))
+    generated = cluster_module._random_cluster_id()
+    assert not generated.startswith("-")
+    assert len(generated) == 22
