@@ -686,7 +686,12 @@ class LeaseEngine:
         return positions
 
     def _metadata(self, state: PartitionState, offset: int) -> str:
+        """Progress beyond ``offset``: what this owner resolved, and what it inherited
+        (store or previous owner's metadata) but has not fetched again yet. Without the
+        inherited part, the first commit after an assignment would erase it, and a
+        second move would re-run every job acked beyond the commit."""
         resolved = state.tracker.resolved_beyond()
+        resolved.update(o for o in state.resolved_before if o >= offset)
         progress = Progress(
             resolved=frozenset(resolved),
             claims={

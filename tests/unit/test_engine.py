@@ -432,3 +432,59 @@ def test_a_dedupe_key_read_from_kafka_survives_a_restart(tmp_path: Path, clock: 
     clock.now += 2 * 86_400  # past the dedupe window: the key is free again
     engine.offer(TP, 6, keyed(6, "k"), b"x")
     assert engine.counters.deduplicated == 1
+
+
+def test_inherited_progress_survives_the_new_owners_first_commit(
+    tmp_path: Path, clock: Clock
+) -> None:
+    from leasekeeper.offset_metadata import Progress
+    from leasekeeper.offset_metadata import encode as encode_progress
+
+    inherited = encode_progress(100, Progress(resolved=frozenset(range(105, 111)), claims={}))
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 100, inherited)
+    committed = (100, inherited)
+
+    def commit() -> tuple[int, str]:
+        positions = engine.commit_positions()
+        engine.committed(positions)
+        return positions.get(TP, committed)
+
+    # Nothing fetched yet: the commit ~100 ms after the assignment must keep the set.
+    committed = commit()
+    assert committed[0] == 100
+    assert decode_progress(100, committed[1]).resolved == set(range(105, 111))
+    # Halfway through the refetch, the commit still carries what is not fetched yet.
+    for i in range(100, 107):
+        engine.offer(TP, i, job(i), b"x")
+    committed = commit()
+    assert committed[0] == 100
+    assert decode_progress(100, committed[1]).resolved == set(range(105, 111))
+
+
+def test_a_second_move_does_not_rerun_jobs_acked_beyond_the_commit(
+    tmp_path: Path, clock: Clock
+) -> None:
+    first = make_engine(tmp_path / "a", clock, RecordingRouter())
+    first.assign(TP, 0)
+    for i in range(4):
+        first.offer(TP, i, job(i), b"x")
+    grants = {g.lease_id: g for g in first.claim("w", 4, wait_s=0)}
+    first.settle([ack(f"jobs.q/0/{i}", grants[f"jobs.q/0/{i}"].token) for i in (0, 3)])
+    first.begin_revoke({TP})
+    offset, metadata = first.commit_positions()[TP]
+    assert offset == 1
+
+    # The second owner commits before it fetches anything, then loses the partition.
+    second = make_engine(tmp_path / "b", clock, RecordingRouter())
+    second.assign(TP, offset, metadata)
+    positions = second.commit_positions()
+    second.committed(positions)
+    offset, metadata = positions.get(TP, (offset, metadata))
+
+    third = make_engine(tmp_path / "c", clock, RecordingRouter())
+    third.assign(TP, offset, metadata)
+    for i in range(1, 4):
+        third.offer(TP, i, job(i), b"x")
+    again = third.claim("w3", 4, wait_s=0)
+    assert sorted(g.lease_id for g in again) == ["jobs.q/0/1", "jobs.q/0/2"]
