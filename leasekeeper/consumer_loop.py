@@ -226,10 +226,38 @@ class ConsumerLoop:
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE:
+                self._commit_each(positions)
+                return
             log.warning("commit failed (will retry): %s", exc)
             return
         self.commits += 1
         self._engine.committed(positions)
+
+    def _commit_each(self, positions: dict[TopicPart, tuple[int, str]]) -> None:
+        """Some partition's metadata is over the broker's limit (the others may have been
+        committed): commit one by one, shrinking the refused metadata until it fits."""
+        done: dict[TopicPart, tuple[int, str]] = {}
+        for tp, first in positions.items():
+            position: tuple[int, str] | None = first
+            while position is not None:
+                offset, metadata = position
+                try:
+                    self._consumer.commit(
+                        offsets=[TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)],
+                        asynchronous=False,
+                    )
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.OFFSET_METADATA_TOO_LARGE or not metadata:
+                        log.warning("commit of %s failed (will retry): %s", tp, exc)
+                        break
+                    position = self._engine.shrink_metadata(tp)
+                    continue
+                done[tp] = position
+                break
+        if done:
+            self.commits += 1
+            self._engine.committed(done)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = consumer.committed(partitions, timeout=30)

@@ -36,7 +36,7 @@ from leasekeeper.leases import (
     mint_token,
     parse_lease_id,
 )
-from leasekeeper.offset_metadata import MAX_SPAN, Progress
+from leasekeeper.offset_metadata import MAX_SPAN, METADATA_LIMIT, Progress
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.offset_metadata import encode as encode_progress
 from leasekeeper.retry_budget import RetryBudget
@@ -95,6 +95,8 @@ class PartitionState:
     committed_metadata: str = ""
     copies_in_flight: int = 0
     draining: bool = False
+    # Lowered when the broker refuses the metadata (offset.metadata.max.bytes < 4 KB).
+    metadata_limit: int = METADATA_LIMIT
 
 
 @dataclass(kw_only=True)
@@ -145,6 +147,8 @@ class LeaseEngine:
         self._awaiting_claim: dict[str, Pending] = {}
         self._generation = 0
         self._closed = False
+        # The smallest metadata limit a broker accepted so far: new partitions start there.
+        self._metadata_limit = METADATA_LIMIT
         self.counters = Counters()
 
     # -- partitions -------------------------------------------------------
@@ -171,6 +175,7 @@ class LeaseEngine:
                 stored_leases=dict(memory.leases),
                 committed=committed,
                 committed_metadata=metadata or "",
+                metadata_limit=self._metadata_limit,
             )
 
     def begin_revoke(self, tps: set[TopicPart]) -> None:
@@ -700,7 +705,32 @@ class LeaseEngine:
         )
         if not progress.resolved and not progress.claims:
             return ""
-        return encode_progress(offset, progress)
+        return encode_progress(offset, progress, limit=state.metadata_limit)
+
+    def shrink_metadata(self, tp: TopicPart) -> tuple[int, str] | None:
+        """The broker refused ``tp``'s commit metadata as too large: the position to
+        commit instead, with at most half as much metadata (none at the end). A move
+        then re-runs more of the jobs finished beyond the commit, but the commit moves."""
+        with self._cond:
+            state = self._parts.get(tp)
+            if state is None:
+                return None
+            offset = state.tracker.committable
+            refused = len(self._metadata(state, offset))
+            state.metadata_limit = min(state.metadata_limit, refused) // 2
+            if state.metadata_limit < 64:
+                state.metadata_limit = 0
+            self._metadata_limit = min(self._metadata_limit, state.metadata_limit)
+            log.warning(
+                "the broker refused %d bytes of commit metadata for %s/%d; using at most %d "
+                "(raise the broker's offset.metadata.max.bytes to 4096 to keep progress "
+                "across partition moves)",
+                refused,
+                tp.topic,
+                tp.partition,
+                state.metadata_limit,
+            )
+            return offset, self._metadata(state, offset)
 
     def over_span(self) -> set[TopicPart]:
         """Partitions fetched so far beyond their commit that metadata could not describe."""

@@ -488,3 +488,26 @@ def test_a_second_move_does_not_rerun_jobs_acked_beyond_the_commit(
         third.offer(TP, i, job(i), b"x")
     again = third.claim("w3", 4, wait_s=0)
     assert sorted(g.lease_id for g in again) == ["jobs.q/0/1", "jobs.q/0/2"]
+
+
+def test_refused_metadata_shrinks_to_fit_then_to_none(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    for i in range(0, 3000):
+        engine.offer(TP, i, job(i), b"x")
+    grants = engine.claim("w", 3000, wait_s=0)
+    # Every third job acked: a bitmap that compresses badly, beyond a held head.
+    engine.settle([ack(g.lease_id, g.token) for g in grants[1::3]])
+    offset, metadata = engine.commit_positions()[TP]
+    assert offset == 0 and len(metadata) > 64
+    sizes = [len(metadata)]
+    while sizes[-1]:
+        shrunk = engine.shrink_metadata(TP)
+        assert shrunk is not None and shrunk[0] == 0
+        assert len(shrunk[1]) < sizes[-1]
+        sizes.append(len(shrunk[1]))
+    assert sizes[-1] == 0
+    # A partition assigned later starts from the limit the broker accepted.
+    other = TopicPart("jobs.q", 1)
+    engine.assign(other, 0)
+    assert engine.shrink_metadata(other) == (0, "")
