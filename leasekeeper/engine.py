@@ -17,6 +17,7 @@ import logging
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 
 Done = Callable[[bool], None]
 Action = Callable[[], None]
+
+# Settlements remembered so that a resend (the first answer was lost to an RPC
+# deadline) is answered "applied", not refused as an unknown lease.
+RECENT_SETTLEMENTS = 100_000
 
 
 class Router(Protocol):
@@ -147,6 +152,7 @@ class LeaseEngine:
         self._awaiting_claim: dict[str, Pending] = {}
         self._generation = 0
         self._closed = False
+        self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
         # The smallest metadata limit a broker accepted so far: new partitions start there.
         self._metadata_limit = METADATA_LIMIT
         self.counters = Counters()
@@ -492,9 +498,15 @@ class LeaseEngine:
             for item in settlements:
                 state, lease, reason = self._find(item.lease_id, item.token)
                 if state is None or lease is None:
+                    if (item.lease_id, item.token) in self._recently_settled:
+                        answers.append(
+                            LeaseAnswer(lease_id=item.lease_id, ok=True, reason="already settled")
+                        )
+                        continue
                     self.counters.stale_rejected += 1
                     answers.append(LeaseAnswer(lease_id=item.lease_id, ok=False, reason=reason))
                     continue
+                self._remember_settled(item.lease_id, item.token)
                 del state.leases[lease.pending.offset]
                 batch.unlease(state.tp.topic, state.tp.partition, lease.pending.offset)
                 self._apply(state, lease, item, batch, actions)
@@ -502,6 +514,11 @@ class LeaseEngine:
             self._store.write(batch)
         _run(actions)
         return answers
+
+    def _remember_settled(self, lease_id: str, token: str) -> None:
+        self._recently_settled[(lease_id, token)] = None
+        if len(self._recently_settled) > RECENT_SETTLEMENTS:
+            self._recently_settled.popitem(last=False)
 
     def _apply(
         self,

@@ -511,3 +511,18 @@ def test_refused_metadata_shrinks_to_fit_then_to_none(tmp_path: Path, clock: Clo
     other = TopicPart("jobs.q", 1)
     engine.assign(other, 0)
     assert engine.shrink_metadata(other) == (0, "")
+
+
+def test_a_settlement_sent_again_is_answered_as_applied(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    (first,) = engine.settle([ack(grant.lease_id, grant.token)])
+    # The answer was lost to an RPC deadline; the worker sends the same ack again.
+    (again,) = engine.settle([ack(grant.lease_id, grant.token)])
+    assert first.ok and again.ok
+    assert engine.counters.acked == 1 and engine.counters.stale_rejected == 0
+    # Another token for the same lease is still a zombie's, and refused.
+    (zombie,) = engine.settle([ack(grant.lease_id, "not-the-token")])
+    assert not zombie.ok and engine.counters.stale_rejected == 1
