@@ -132,8 +132,11 @@ class LeaseEngine:
         budget: RetryBudget | None = None,
         control: ControlState | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
+        """``clock`` is wall time (run_at, dedupe windows, what workers see);
+        ``monotonic`` times lease deadlines, timeouts and waits."""
         self.control = control or ControlState()
         self._budget = budget or RetryBudget()
         self._rng = rng or random.Random()
@@ -141,6 +144,7 @@ class LeaseEngine:
         self._router = router
         self._config = config
         self._clock = clock
+        self._monotonic = monotonic
         self._cond = threading.Condition()
         self._parts: dict[TopicPart, PartitionState] = {}
         self._ready: TenantRoundRobin[Pending] = TenantRoundRobin()
@@ -328,6 +332,9 @@ class LeaseEngine:
             return moved
 
     def _restore(self, pending: Pending, stored: LeaseRecord) -> Lease:
+        """A lease from before a restart: the one place epoch times become deadlines
+        (the monotonic clock does not survive the process)."""
+        wall, mono = self._clock(), self._monotonic()
         return Lease(
             pending=pending,
             token=stored.token,
@@ -336,6 +343,8 @@ class LeaseEngine:
             lease_s=self._config.lease_for(pending.job.type),
             started_ms=stored.started_ms,
             until_ms=stored.until_ms,
+            started_at=mono - max(0.0, wall - stored.started_ms / 1000),
+            deadline=mono + (stored.until_ms / 1000 - wall),
         )
 
     def track_unoffered(self, tp: TopicPart, offset: int) -> int | None:
@@ -370,19 +379,19 @@ class LeaseEngine:
 
     def claim(self, worker: str, max_jobs: int, wait_s: float) -> list[Grant]:
         """Hand out up to ``max_jobs``, waiting up to ``wait_s`` for the first one."""
-        deadline = self._clock() + wait_s
+        deadline = self._monotonic() + wait_s
         grants: list[Grant] = []
         actions: list[Action] = []
         with self._cond:
             while not self._ready and not self._closed:
-                remaining = deadline - self._clock()
+                remaining = deadline - self._monotonic()
                 if remaining <= 0:
                     return []
                 self._cond.wait(remaining)
             if self._closed:
                 # Draining for shutdown: hand out nothing new, but keep the long
                 # poll so workers do not spin while their last acks come in.
-                remaining = deadline - self._clock()
+                remaining = deadline - self._monotonic()
                 if remaining > 0:
                     self._cond.wait(remaining)
                 return []
@@ -420,6 +429,7 @@ class LeaseEngine:
         batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, prior + 1)
         lease_s = self._config.lease_for(job.type)
         start = now_ms(self._clock)
+        mono = self._monotonic()
         lease = Lease(
             pending=pending,
             token=mint_token(),
@@ -428,6 +438,8 @@ class LeaseEngine:
             lease_s=lease_s,
             started_ms=start,
             until_ms=start + int(lease_s * 1000),
+            started_at=mono,
+            deadline=mono + lease_s,
         )
         state.leases[pending.offset] = lease
         batch.lease(pending.tp.topic, pending.tp.partition, pending.offset, _record(lease))
@@ -471,6 +483,7 @@ class LeaseEngine:
                     answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
                     continue
                 lease.until_ms = now + int(lease.lease_s * 1000)
+                lease.deadline = self._monotonic() + lease.lease_s
                 tp, offset = lease.pending.tp, lease.pending.offset
                 batch.lease(tp.topic, tp.partition, offset, _record(lease))
                 answers.append(LeaseAnswer(lease_id=lease_id, ok=True, until_ms=lease.until_ms))
@@ -562,7 +575,7 @@ class LeaseEngine:
         """The reaper: leases past ``until`` count as failed attempts (worker presumed dead)."""
         actions: list[Action] = []
         with self._cond:
-            now = now_ms(self._clock)
+            now = self._monotonic()
             batch = self._store.batch()
             for state in self._parts.values():
                 for offset, lease in list(state.leases.items()):
@@ -577,21 +590,21 @@ class LeaseEngine:
         _run(actions)
         return len(actions)
 
-    def _overdue(self, lease: Lease, now: int) -> AttemptError | None:
-        """Why the reaper takes a lease back: expired, or running past timeout_s."""
+    def _overdue(self, lease: Lease, now: float) -> AttemptError | None:
+        """Why the reaper takes a lease back (``now`` is monotonic): expired, or running
+        past timeout_s."""
         job = lease.pending.job
-        deadline = lease.started_ms + int((job.timeout_s + self._config.timeout_grace_s) * 1000)
-        if now > deadline:
+        if now > lease.started_at + job.timeout_s + self._config.timeout_grace_s:
             error_class = "JobTimeout"
             message = f"ran longer than timeout_s={job.timeout_s:g}s (taken back by the reaper)"
-        elif lease.until_ms < now:
+        elif lease.deadline < now:
             error_class = "LeaseExpired"
             message = f"lease expired after {lease.lease_s:g}s without ack or heartbeat"
         else:
             return None
         return AttemptError(
             attempt=lease.attempt,
-            at_ms=now,
+            at_ms=now_ms(self._clock),
             worker=lease.worker,
             error_class=error_class,
             message=message,
@@ -787,10 +800,10 @@ class LeaseEngine:
 
     def snapshot(self) -> dict[str, object]:
         with self._cond:
-            now = now_ms(self._clock)
+            mono = self._monotonic()
             return {
                 "retry_budget": self._budget.snapshot().to_dict(),
-                "partitions": [_partition_view(s, now) for s in self._parts.values()],
+                "partitions": [_partition_view(s, mono) for s in self._parts.values()],
                 "ready": len(self._ready),
                 "delayed": len(self._delayed),
                 "next_delayed_due_ms": self._delayed[0][0] if self._delayed else None,
@@ -840,7 +853,8 @@ class LeaseEngine:
         return counts
 
 
-def _partition_view(state: PartitionState, now: int) -> dict[str, object]:
+def _partition_view(state: PartitionState, now: float) -> dict[str, object]:
+    """``now`` is monotonic seconds."""
     return {
         "topic": state.tp.topic,
         "partition": state.tp.partition,
@@ -857,8 +871,8 @@ def _partition_view(state: PartitionState, now: int) -> dict[str, object]:
                 "tenant": lease.pending.job.tenant_id,
                 "worker": lease.worker,
                 "attempt": lease.attempt,
-                "age_s": round((now - lease.started_ms) / 1000, 3),
-                "expires_in_s": round((lease.until_ms - now) / 1000, 3),
+                "age_s": round(now - lease.started_at, 3),
+                "expires_in_s": round(lease.deadline - now, 3),
             }
             for lease in state.leases.values()
         ],

@@ -53,8 +53,12 @@ class Lease:
     worker: str
     attempt: int
     lease_s: float
-    started_ms: int
+    started_ms: int  # epoch: for the wire, the store and display
     until_ms: int
+    # Monotonic seconds: what the reaper compares, so a wall-clock step (NTP, a
+    # suspended VM) cannot expire every lease at once.
+    started_at: float
+    deadline: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

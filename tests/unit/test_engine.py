@@ -66,7 +66,9 @@ def clock() -> Clock:
 
 def make_engine(path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -> LeaseEngine:
     config = EngineConfig(lease_s=10, **cfg)  # type: ignore[arg-type]
-    return LeaseEngine(store=LeaseStore(path), router=router, config=config, clock=clock)
+    return LeaseEngine(
+        store=LeaseStore(path), router=router, config=config, clock=clock, monotonic=clock
+    )
 
 
 def ack(grant_lease: str, token: str) -> Settlement:
@@ -353,7 +355,7 @@ def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, cl
 def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock) -> None:
     config = EngineConfig(lease_s=10, lease_s_by_type={"report": 600})
     engine = LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(), config=config,
-                         clock=clock)  # fmt: skip
+                         clock=clock, monotonic=clock)  # fmt: skip
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, Job(job_id="r", queue="q", tenant_id="t2", type="report", payload=b"",
@@ -526,3 +528,41 @@ def test_a_settlement_sent_again_is_answered_as_applied(tmp_path: Path, clock: C
     # Another token for the same lease is still a zombie's, and refused.
     (zombie,) = engine.settle([ack(grant.lease_id, "not-the-token")])
     assert not zombie.ok and engine.counters.stale_rejected == 1
+
+
+def test_a_wall_clock_step_expires_no_lease(tmp_path: Path) -> None:
+    wall, mono = Clock(), Clock()
+    engine = LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(),
+                         config=EngineConfig(lease_s=10), clock=wall, monotonic=mono)  # fmt: skip
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    wall.now += 3600  # NTP, or a VM that was suspended
+    assert engine.expire() == 0
+    assert engine.heartbeat([(grant.lease_id, grant.token)])[0].ok
+    mono.now += 11  # the worker really went quiet for longer than the lease
+    assert engine.expire() == 1
+
+
+def test_a_restart_turns_stored_epoch_deadlines_into_monotonic_ones(tmp_path: Path) -> None:
+    wall, mono = Clock(), Clock()
+
+    def engine(m: Clock) -> LeaseEngine:
+        return LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(),
+                           config=EngineConfig(lease_s=10), clock=wall, monotonic=m)  # fmt: skip
+
+    first = engine(mono)
+    first.assign(TP, 0)
+    first.offer(TP, 0, job(0), b"x")
+    first.claim("w", 1, wait_s=0)
+    first._store.close()
+    wall.now += 4
+    restarted_mono = Clock()
+    restarted_mono.now = 5.0  # a new process: its monotonic clock has another origin
+    second = engine(restarted_mono)
+    second.assign(TP, 0)
+    second.offer(TP, 0, job(0), b"x")
+    restarted_mono.now += 5  # 9 s of the 10 s lease used
+    assert second.expire() == 0
+    restarted_mono.now += 2
+    assert second.expire() == 1
