@@ -22,6 +22,7 @@ COUNTERS = {
     "dead": "jobs copied to the dead-letter topic",
     "skipped": "fetched jobs skipped as already resolved (after a restart or move)",
     "stale_rejected": "heartbeats, acks and nacks refused for a stale or unknown lease token",
+    "invalid_retry_after": "nacks whose retry_after_s was NaN, negative or too long (clamped)",
 }
 
 
@@ -34,8 +35,10 @@ class EngineCollector(Collector):
         snap = self._snapshot()
         for name, text in COUNTERS.items():
             family = CounterMetricFamily(f"leasekeeper_{name}", text, labels=["queue"])
-            family.add_metric([self._queue], snap["counters"][name])
-            yield family
+            value = snap["counters"].get(name)
+            if value is not None:  # a counter the snapshot lacks yields no family
+                family.add_metric([self._queue], value)
+                yield family
         yield self._gauge(
             "leasekeeper_ready_jobs", "fetched jobs waiting for dispatch", snap["ready"]
         )

@@ -21,7 +21,7 @@ from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
-from leasekeeper.rpc import start_rpc_server
+from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
 from producer.admin import ensure_queue_topics
@@ -102,6 +102,7 @@ class LeaseKeeperService:
         )
         self._thread = threading.Thread(target=self._run_loop, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
+        self._rpc_counters = RpcCounters()
         self._started = time.time()
 
     def start(self) -> None:
@@ -117,6 +118,7 @@ class LeaseKeeperService:
             snapshot=self.snapshot,
             listen=self.config.listen,
             token=self.config.token,
+            counters=self._rpc_counters,
         )
         self._thread.start()
         if self.config.metrics_port:
@@ -156,6 +158,9 @@ class LeaseKeeperService:
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
         )
+        counters = view["counters"]
+        assert isinstance(counters, dict)
+        counters["invalid_retry_after"] = self._rpc_counters.invalid_retry_after
         return view
 
     def wait(self, timeout: float | None = None) -> bool:
