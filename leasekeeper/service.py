@@ -12,7 +12,14 @@ from pathlib import Path
 import grpc
 
 from jobcore.delay_tiers import DelayTiers
-from jobcore.kafka import KafkaSettings, make_admin, make_consumer, make_producer
+from jobcore.kafka import (
+    KafkaSettings,
+    cluster_id,
+    make_admin,
+    make_consumer,
+    make_producer,
+    topic_ids,
+)
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
@@ -22,6 +29,7 @@ from leasekeeper.metrics import serve_metrics
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
+from leasekeeper.state_identity import StateIdentity, check_identity
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
 from producer.admin import ensure_queue_topics
@@ -54,6 +62,8 @@ class ServeConfig:
     # of a handful of jobs would hold a small queue's retries back for minutes.
     retry_budget_floor: int = 60
     dedupe_window_s: float = 24 * 3600
+    # On a state dir of another cluster, group or topic: wipe it instead of refusing.
+    reset_state: bool = False
 
 
 class LeaseKeeperService:
@@ -78,6 +88,7 @@ class LeaseKeeperService:
             ),
             control=ControlState(dedupe_window_ms=int(config.dedupe_window_s * 1000)),
         )
+        self._group_id = config.group_id or self.topics.consumer_group
         self._feed: ControlFeed | None = None
         self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
@@ -87,9 +98,7 @@ class LeaseKeeperService:
         }
         if config.instance_id:
             overrides["group.instance.id"] = config.instance_id
-        consumer = make_consumer(
-            config.kafka, config.group_id or self.topics.consumer_group, **overrides
-        )
+        consumer = make_consumer(config.kafka, self._group_id, **overrides)
         self.loop = ConsumerLoop(
             consumer=consumer,
             producer=self._producer,
@@ -106,7 +115,9 @@ class LeaseKeeperService:
         self._started = time.time()
 
     def start(self) -> None:
+        """Raises StateMismatch (nothing started) when the state dir is another's."""
         self._ensure_tier_topics()
+        self._check_state_identity()
         # Cancellations and dedupe keys are known before the first job is offered.
         self._feed = ControlFeed(
             settings=self.config.kafka, topics=self.topics, state=self.engine.control
@@ -140,6 +151,19 @@ class LeaseKeeperService:
             prefix=self.config.prefix,
             tiers=self.config.tiers,
         )
+
+    def _check_state_identity(self) -> None:
+        """Before any partition's state is loaded: is the state dir this queue's?"""
+        consumed = [self.topics.ready, *self.config.tiers.topics(self.topics)]
+        found = StateIdentity(
+            cluster_id=cluster_id(self.config.kafka),
+            group_id=self._group_id,
+            topic_ids=topic_ids(self.config.kafka, consumed),
+        )
+        outcome = check_identity(
+            self._store, found, state_dir=self.config.state_dir, reset=self.config.reset_state
+        )
+        log.info("state dir %s: identity %s", self.config.state_dir, outcome.value)
 
     def _run_loop(self) -> None:
         try:
