@@ -32,7 +32,7 @@ from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.state_identity import StateIdentity, check_identity
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
-from producer.admin import ensure_queue_topics
+from producer.admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,10 @@ class LeaseKeeperService:
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
             ),
-            control=ControlState(dedupe_window_ms=int(config.dedupe_window_s * 1000)),
+            control=ControlState(
+                dedupe_window_ms=int(config.dedupe_window_s * 1000),
+                cancel_retention_ms=CONTROL_RETENTION_MS,
+            ),
         )
         self._group_id = config.group_id or self.topics.consumer_group
         self._feed: ControlFeed | None = None
@@ -185,6 +188,8 @@ class LeaseKeeperService:
         counters = view["counters"]
         assert isinstance(counters, dict)
         counters["invalid_retry_after"] = self._rpc_counters.invalid_retry_after
+        if self._feed is not None:
+            view["control"] = self._feed.snapshot().to_dict()
         return view
 
     def wait(self, timeout: float | None = None) -> bool:
