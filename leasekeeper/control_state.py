@@ -39,7 +39,7 @@ class ControlState:
     claims: dict[bytes, DedupeClaim] = field(default_factory=dict)
     pruned: int = 0
     # Writers are the Kafka loop and the engine; readers only use ``get`` and ``in``.
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def cancel(self, cancellation: Cancellation, now_ms: int | None = None) -> None:
         """Remember a cancellation, unless it is already past its retention at ``now_ms``."""

@@ -46,7 +46,7 @@ class RpcCounters:
     """What workers sent that the engine cannot use as is, counted at the RPC edge."""
 
     invalid_retry_after: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count_invalid_retry_after(self, n: int) -> None:
         with self._lock:
