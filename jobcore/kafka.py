@@ -23,6 +23,7 @@ from confluent_kafka import (
     Message,
     Producer,
     ShareConsumer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -43,6 +44,7 @@ __all__ = [
     "ShareConsumer",
     "TopicPartition",
     "TopicSpec",
+    "cluster_id",
     "committed_offsets",
     "create_topics",
     "end_offsets",
@@ -53,6 +55,7 @@ __all__ = [
     "make_share_consumer",
     "produce_reliably",
     "set_group_config",
+    "topic_ids",
     "wait_for_brokers",
 ]
 
@@ -135,6 +138,26 @@ def set_group_config(
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
     return AdminClient(settings.base())
+
+
+def cluster_id(settings: KafkaSettings, timeout: float = 30.0) -> str:
+    """The cluster's id (KRaft or ZooKeeper), which a new cluster never reuses."""
+    admin = make_admin(settings)  # must outlive the future it resolves
+    future = admin.describe_cluster(request_timeout=timeout)
+    found = future.result(timeout=timeout).cluster_id
+    if not found:
+        raise RuntimeError(f"the cluster at {settings.bootstrap} did not report its id")
+    return str(found)
+
+
+def topic_ids(
+    settings: KafkaSettings, names: Iterable[str], timeout: float = 30.0
+) -> dict[str, str]:
+    """Each topic's id (a UUID): a topic deleted and created again gets a new one."""
+    admin = make_admin(settings)
+    wanted = sorted(set(names))
+    futures = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
+    return {name: str(futures[name].result(timeout=timeout).topic_id) for name in wanted}
 
 
 def wait_for_brokers(bootstrap: str, count: int, timeout: float) -> bool:

@@ -21,6 +21,7 @@ from leasekeeper.engine import EngineConfig
 from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
+from leasekeeper.state_identity import StateMismatch
 
 
 @click.group()
@@ -94,6 +95,12 @@ def main() -> None:
     multiple=True,
     help="an exception class name that is never retried (repeatable)",
 )
+@click.option(
+    "--reset-state",
+    is_flag=True,
+    help="when --state-dir belongs to another cluster, group or topic, wipe it "
+    "instead of refusing to start",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(
     queue: str,
@@ -118,6 +125,7 @@ def serve(
     retry_budget_floor: int,
     dedupe_window: float,
     permanent_error: tuple[str, ...],
+    reset_state: bool,
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C."""
@@ -154,6 +162,7 @@ def serve(
         schema_dirs=schema_path + env.schema_path,
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
+        reset_state=reset_state,
     )
     service = LeaseKeeperService(config)
     stopper = threading.Event()
@@ -163,13 +172,23 @@ def serve(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    service.start()
+    _start(service)
     click.echo(f"leasekeeper serving queue {queue} on {config.listen}", err=True)
     while not stopper.wait(0.5):
         if service.wait(0):
             break
     service.stop()
     click.echo("leasekeeper stopped", err=True)
+
+
+def _start(service: LeaseKeeperService) -> None:
+    """Start, or exit 2 with one line when the state dir is another queue's."""
+    try:
+        service.start()
+    except StateMismatch as exc:
+        service.stop()
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
 
 
 def _tiers(spec: str) -> DelayTiers:

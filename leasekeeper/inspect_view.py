@@ -56,6 +56,26 @@ def render_snapshot(
         console.print("in flight by tenant: " + ", ".join(f"{t} {n}" for t, n in tenants.items()))
     for line in retry_lines(snapshot, now):
         console.print(line, highlight=False)
+    control = control_line(snapshot)
+    if control:
+        console.print(control, highlight=False)
+
+
+def control_line(snapshot: dict[str, Any]) -> str:
+    """Control-state size and the start-up read; empty from an older leasekeeper."""
+    control = snapshot.get("control")
+    if not control:
+        return ""
+    caught_up = control.get("catch_up_s")
+    read = (
+        ""
+        if caught_up is None
+        else f", read {control['catch_up_records']} records in {caught_up:.2f}s at start"
+    )
+    return (
+        f"[bold]control state[/] cancellations {control['cancellations']}, "
+        f"dedupe keys {control['dedupe_claims']}, pruned {control['pruned']}{read}"
+    )
 
 
 # Held tier partitions listed before "… (N)": a queue has partitions x tiers of

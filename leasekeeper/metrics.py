@@ -22,6 +22,7 @@ COUNTERS = {
     "dead": "jobs copied to the dead-letter topic",
     "skipped": "fetched jobs skipped as already resolved (after a restart or move)",
     "stale_rejected": "heartbeats, acks and nacks refused for a stale or unknown lease token",
+    "invalid_retry_after": "nacks whose retry_after_s was NaN, negative or too long (clamped)",
 }
 
 
@@ -34,8 +35,10 @@ class EngineCollector(Collector):
         snap = self._snapshot()
         for name, text in COUNTERS.items():
             family = CounterMetricFamily(f"leasekeeper_{name}", text, labels=["queue"])
-            family.add_metric([self._queue], snap["counters"][name])
-            yield family
+            value = snap["counters"].get(name)
+            if value is not None:  # a counter the snapshot lacks yields no family
+                family.add_metric([self._queue], value)
+                yield family
         yield self._gauge(
             "leasekeeper_ready_jobs", "fetched jobs waiting for dispatch", snap["ready"]
         )
@@ -62,6 +65,37 @@ class EngineCollector(Collector):
         yield unresolved
         yield lag
         yield from self._retry_path(snap)
+        yield from self._control(snap)
+
+    def _control(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Control-state size and the start-up read: the memory and start-up cost of
+        cancellations and dedupe keys, which grow with traffic until pruned."""
+        control = snap.get("control")
+        if not control:
+            return
+        yield self._gauge(
+            "leasekeeper_control_cancellations",
+            "cancellations held in memory (pruned after the control topic's retention)",
+            control["cancellations"],
+        )
+        yield self._gauge(
+            "leasekeeper_control_dedupe_claims",
+            "dedupe keys held in memory (pruned after the dedupe window)",
+            control["dedupe_claims"],
+        )
+        pruned = CounterMetricFamily(
+            "leasekeeper_control_pruned",
+            "cancellations and dedupe keys dropped from memory past their window",
+            labels=["queue"],
+        )
+        pruned.add_metric([self._queue], control["pruned"])
+        yield pruned
+        if control.get("catch_up_s") is not None:
+            yield self._gauge(
+                "leasekeeper_control_catch_up_seconds",
+                "time the start-up read of the control and dedupe topics took",
+                control["catch_up_s"],
+            )
 
     def _retry_path(
         self, snap: dict[str, Any]

@@ -7,8 +7,12 @@ shared token is configured every call must carry it in its metadata.
 from __future__ import annotations
 
 import json
+import logging
+import math
+import threading
 from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +24,12 @@ from leasekeeper.leases import LeaseAnswer, Outcome, Settlement
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
+log = logging.getLogger(__name__)
+
 MAX_CLAIM_WAIT_S = 30.0
 MAX_CLAIM_JOBS = 1000
+# The longest delay the queue can hold (the delay tiers reach 30 days).
+MAX_RETRY_AFTER_S = 30 * 24 * 3600.0
 
 _OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.RELEASE}
 
@@ -33,11 +41,43 @@ def _results(answers: list[LeaseAnswer]) -> list[pb.LeaseResult]:
     ]
 
 
+@dataclass(kw_only=True)
+class RpcCounters:
+    """What workers sent that the engine cannot use as is, counted at the RPC edge."""
+
+    invalid_retry_after: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_invalid_retry_after(self, n: int) -> None:
+        with self._lock:
+            self.invalid_retry_after += n
+
+
+def clamp_retry_after(value: float) -> float | None:
+    """``value`` made usable by the backoff arithmetic, or None when it already is.
+
+    A foreign or buggy worker may send NaN, a negative number or infinity:
+    NaN and negative mean "no hint" (0, the backoff decides); infinity and
+    anything longer than the queue can delay become the longest delay.
+    """
+    if math.isnan(value) or value < 0:
+        return 0.0
+    if value > MAX_RETRY_AFTER_S:
+        return MAX_RETRY_AFTER_S
+    return None
+
+
 class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
-    def __init__(self, engine: LeaseEngine, snapshot: Callable[[], dict[str, object]]) -> None:
+    def __init__(
+        self,
+        engine: LeaseEngine,
+        snapshot: Callable[[], dict[str, object]],
+        counters: RpcCounters | None = None,
+    ) -> None:
         """``snapshot`` is the service's whole view; one job's view comes from the engine."""
         self._engine = engine
         self._snapshot = snapshot
+        self._counters = counters or RpcCounters()
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
         wait_s = min(max(request.wait_ms, 0) / 1000, MAX_CLAIM_WAIT_S)
@@ -75,12 +115,25 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
                 error_class=s.error_class,
                 message=s.error_message,
                 traceback=s.traceback,
-                retry_after_s=s.retry_after_s,
+                retry_after_s=self._retry_after(s.retry_after_s, s.lease.lease_id),
                 permanent=s.permanent,
             )
             for s in request.settlements
         ]
         return pb.SettleResponse(results=_results(self._engine.settle(settlements)))
+
+    def _retry_after(self, value: float, lease_id: str) -> float:
+        clamped = clamp_retry_after(value)
+        if clamped is None:
+            return value
+        self._counters.count_invalid_retry_after(1)
+        log.warning(
+            "settle of lease %s: retry_after_s=%s is not a usable delay; using %gs",
+            lease_id,
+            value,
+            clamped,
+        )
+        return clamped
 
     def Inspect(
         self, request: pb.InspectRequest, context: grpc.ServicerContext
@@ -117,6 +170,7 @@ def start_rpc_server(
     listen: str,
     token: str | None,
     threads: int = 32,
+    counters: RpcCounters | None = None,
 ) -> grpc.Server:
     """Start serving on ``listen`` (``unix:PATH`` or ``HOST:PORT``)."""
     interceptors: list[grpc.ServerInterceptor[Any, Any]] = (
@@ -126,7 +180,9 @@ def start_rpc_server(
         futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
         interceptors=interceptors,
     )
-    pb_grpc.add_LeaseKeeperServicer_to_server(LeaseKeeperServicer(engine, snapshot), server)
+    pb_grpc.add_LeaseKeeperServicer_to_server(
+        LeaseKeeperServicer(engine, snapshot, counters), server
+    )
     if listen.startswith("unix:"):
         path = Path(listen.removeprefix("unix:").removeprefix("//"))
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,14 @@ from pathlib import Path
 import grpc
 
 from jobcore.delay_tiers import DelayTiers
-from jobcore.kafka import KafkaSettings, make_admin, make_consumer, make_producer
+from jobcore.kafka import (
+    KafkaSettings,
+    cluster_id,
+    make_admin,
+    make_consumer,
+    make_producer,
+    topic_ids,
+)
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
@@ -21,10 +28,11 @@ from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
-from leasekeeper.rpc import start_rpc_server
+from leasekeeper.rpc import RpcCounters, start_rpc_server
+from leasekeeper.state_identity import StateIdentity, check_identity
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
-from producer.admin import ensure_queue_topics
+from producer.admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
@@ -54,6 +62,8 @@ class ServeConfig:
     # of a handful of jobs would hold a small queue's retries back for minutes.
     retry_budget_floor: int = 60
     dedupe_window_s: float = 24 * 3600
+    # On a state dir of another cluster, group or topic: wipe it instead of refusing.
+    reset_state: bool = False
 
 
 class LeaseKeeperService:
@@ -76,8 +86,12 @@ class LeaseKeeperService:
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
             ),
-            control=ControlState(dedupe_window_ms=int(config.dedupe_window_s * 1000)),
+            control=ControlState(
+                dedupe_window_ms=int(config.dedupe_window_s * 1000),
+                cancel_retention_ms=CONTROL_RETENTION_MS,
+            ),
         )
+        self._group_id = config.group_id or self.topics.consumer_group
         self._feed: ControlFeed | None = None
         self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
@@ -87,9 +101,7 @@ class LeaseKeeperService:
         }
         if config.instance_id:
             overrides["group.instance.id"] = config.instance_id
-        consumer = make_consumer(
-            config.kafka, config.group_id or self.topics.consumer_group, **overrides
-        )
+        consumer = make_consumer(config.kafka, self._group_id, **overrides)
         self.loop = ConsumerLoop(
             consumer=consumer,
             producer=self._producer,
@@ -102,10 +114,13 @@ class LeaseKeeperService:
         )
         self._thread = threading.Thread(target=self._run_loop, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
+        self._rpc_counters = RpcCounters()
         self._started = time.time()
 
     def start(self) -> None:
+        """Raises StateMismatch (nothing started) when the state dir is another's."""
         self._ensure_tier_topics()
+        self._check_state_identity()
         # Cancellations and dedupe keys are known before the first job is offered.
         self._feed = ControlFeed(
             settings=self.config.kafka, topics=self.topics, state=self.engine.control
@@ -117,6 +132,7 @@ class LeaseKeeperService:
             snapshot=self.snapshot,
             listen=self.config.listen,
             token=self.config.token,
+            counters=self._rpc_counters,
         )
         self._thread.start()
         if self.config.metrics_port:
@@ -139,6 +155,19 @@ class LeaseKeeperService:
             tiers=self.config.tiers,
         )
 
+    def _check_state_identity(self) -> None:
+        """Before any partition's state is loaded: is the state dir this queue's?"""
+        consumed = [self.topics.ready, *self.config.tiers.topics(self.topics)]
+        found = StateIdentity(
+            cluster_id=cluster_id(self.config.kafka),
+            group_id=self._group_id,
+            topic_ids=topic_ids(self.config.kafka, consumed),
+        )
+        outcome = check_identity(
+            self._store, found, state_dir=self.config.state_dir, reset=self.config.reset_state
+        )
+        log.info("state dir %s: identity %s", self.config.state_dir, outcome.value)
+
     def _run_loop(self) -> None:
         try:
             self.loop.run(self._stop)
@@ -156,6 +185,11 @@ class LeaseKeeperService:
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
         )
+        counters = view["counters"]
+        assert isinstance(counters, dict)
+        counters["invalid_retry_after"] = self._rpc_counters.invalid_retry_after
+        if self._feed is not None:
+            view["control"] = self._feed.snapshot().to_dict()
         return view
 
     def wait(self, timeout: float | None = None) -> bool:

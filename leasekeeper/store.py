@@ -20,6 +20,11 @@ from pathlib import Path
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 OFFSET_WIDTH = 20
+# Facts about the store itself live under their own prefix, apart from the
+# per-partition keys ("r/", "c/", "l/").
+_META = b"meta/"
+# Every key the store writes is printable ASCII, so this range holds them all.
+_ALL_KEYS = (b"\x00", b"\xff")
 
 
 class Resolution(StrEnum):
@@ -122,6 +127,19 @@ class LeaseStore:
     def write(self, batch: StoreBatch) -> None:
         if len(batch):
             self._db.write(batch.raw, self._write_options)
+
+    def meta(self, name: str) -> bytes | None:
+        """A fact about the store (e.g. which cluster and topics it belongs to)."""
+        value = self._db.get(_META + name.encode())
+        assert value is None or isinstance(value, bytes)  # raw mode
+        return value
+
+    def put_meta(self, name: str, value: bytes) -> None:
+        self._db.put(_META + name.encode(), value, self._write_options)
+
+    def clear(self) -> None:
+        """Forget everything: the state of another cluster or topic is worse than none."""
+        self._db.delete_range(*_ALL_KEYS, self._write_options)
 
     def load(self, topic: str, partition: int, from_offset: int) -> PartitionMemory:
         """Resolutions and claim counts at or beyond ``from_offset``."""
