@@ -1,20 +1,22 @@
-"""The lease engine with a real RocksDB store, a recording router and an injected clock."""
+"""The lease engine with a real RocksDB store, a recording outbox and an injected clock."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from jobcore.control import Cancellation, DedupeClaim
-from leasekeeper.engine import Done, EngineConfig, LeaseEngine
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.store import LeaseStore
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)
+Done = Callable[[bool], None]
 
 
 class Clock:
@@ -25,26 +27,41 @@ class Clock:
         return self.now
 
 
-@dataclass
-class RecordingRouter:
-    retries: list[tuple[Job, Done]] = field(default_factory=list)
-    deaths: list[tuple[Job, str, Done]] = field(default_factory=list)
-    delays: list[float] = field(default_factory=list)
-    claims: list[tuple[DedupeClaim, Done]] = field(default_factory=list)
+class RecordingOutbox:
+    """Takes the engine's copy requests as the outbox would; a test delivers them."""
 
-    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None:
-        self.claims.append((claim, on_done))
+    def __init__(self) -> None:
+        self.engine: LeaseEngine | None = None
+        self._taken: list[CopyRequest] = []
 
-    def retry(
-        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        self.delays.append(delay_s)
-        self.retries.append((job, on_done))
+    def _of(self, kind: CopyKind) -> list[CopyRequest]:
+        assert self.engine is not None
+        self._taken.extend(self.engine.take_copies())
+        return [r for r in self._taken if r.kind is kind]
 
-    def dead(
-        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        self.deaths.append((job, reason, on_done))
+    def _done(self, request: CopyRequest) -> Done:
+        def done(ok: bool) -> None:
+            assert self.engine is not None
+            if ok:  # a failed delivery stays with the outbox, which sends it again
+                self.engine.copy_delivered(request)
+
+        return done
+
+    @property
+    def retries(self) -> list[tuple[Job, Done]]:
+        return [(r.job, self._done(r)) for r in self._of(CopyKind.RETRY) if r.job]
+
+    @property
+    def delays(self) -> list[float]:
+        return [r.delay_s for r in self._of(CopyKind.RETRY)]
+
+    @property
+    def deaths(self) -> list[tuple[Job, str, Done]]:
+        return [(r.job, r.reason, self._done(r)) for r in self._of(CopyKind.DEAD) if r.job]
+
+    @property
+    def claims(self) -> list[tuple[DedupeClaim, Done]]:
+        return [(r.claim, self._done(r)) for r in self._of(CopyKind.DEDUPE_CLAIM) if r.claim]
 
 
 def job(i: int, tenant: str = "t1", max_attempts: int = 3) -> Job:
@@ -64,9 +81,11 @@ def clock() -> Clock:
     return Clock()
 
 
-def make_engine(path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -> LeaseEngine:
+def make_engine(path: Path, clock: Clock, outbox: RecordingOutbox, **cfg: int) -> LeaseEngine:
     config = EngineConfig(lease_s=10, **cfg)  # type: ignore[arg-type]
-    return LeaseEngine(store=LeaseStore(path), router=router, config=config, clock=clock)
+    engine = LeaseEngine(store=LeaseStore(path), config=config, clock=clock)
+    outbox.engine = engine
+    return engine
 
 
 def ack(grant_lease: str, token: str) -> Settlement:
@@ -74,7 +93,7 @@ def ack(grant_lease: str, token: str) -> Settlement:
 
 
 def test_claims_round_robin_across_tenants(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, -1001)
     for i in range(5):
         engine.offer(TP, i, job(i, "noisy"), b"x")
@@ -85,7 +104,7 @@ def test_claims_round_robin_across_tenants(tmp_path: Path, clock: Clock) -> None
 
 
 def test_commit_waits_for_the_lowest_unresolved_offset(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, -1001)
     for i in range(3):
         engine.offer(TP, i, job(i), b"x")
@@ -100,7 +119,7 @@ def test_commit_waits_for_the_lowest_unresolved_offset(tmp_path: Path, clock: Cl
 
 
 def test_stale_tokens_are_rejected_and_counted(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -113,8 +132,8 @@ def test_stale_tokens_are_rejected_and_counted(tmp_path: Path, clock: Clock) -> 
 
 
 def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clock: Clock) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -126,7 +145,7 @@ def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clo
         message="partner API timed out",
     )
     assert engine.settle([nack])[0].ok
-    ((copy, on_done),) = router.retries
+    ((copy, on_done),) = outbox.retries
     assert copy.attempt == 1
     assert [(e.error_class, e.worker) for e in copy.errors] == [("TimeoutError", "w")]
     assert engine.commit_positions()[TP][0] == 0
@@ -134,21 +153,25 @@ def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clo
     assert engine.commit_positions() == {TP: (1, "")}
 
 
-def test_failed_copy_delivery_offers_the_job_again(tmp_path: Path, clock: Clock) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+def test_an_undelivered_copy_stays_in_flight_and_the_job_is_not_run_again(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The outbox sends a failed copy again; the engine neither resolves nor re-runs it."""
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
     engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
-    router.retries[0][1](False)
-    (again,) = engine.claim("w", 1, wait_s=0)
-    assert again.lease_id == grant.lease_id and again.attempt == 2
+    outbox.retries[0][1](False)
+    assert engine.claim("w", 1, wait_s=0) == []
+    assert engine.in_flight({TP}) == 1
+    assert engine.commit_positions()[TP][0] == 0
 
 
 def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: Clock) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1, max_attempts=1), b"x")
@@ -159,12 +182,12 @@ def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: C
             Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK),
         ]
     )
-    assert [reason for _, reason, _ in router.deaths] == ["permanent error", "attempts exhausted"]
-    assert router.retries == []
+    assert [reason for _, reason, _ in outbox.deaths] == ["permanent error", "attempts exhausted"]
+    assert outbox.retries == []
 
 
 def test_release_gives_the_attempt_back(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -174,8 +197,8 @@ def test_release_gives_the_attempt_back(tmp_path: Path, clock: Clock) -> None:
 
 
 def test_expired_lease_is_a_failed_attempt(tmp_path: Path, clock: Clock) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -186,13 +209,13 @@ def test_expired_lease_is_a_failed_attempt(tmp_path: Path, clock: Clock) -> None
     assert engine.expire() == 0
     clock.now += 2
     assert engine.expire() == 1
-    assert router.retries[0][0].errors[0].error_class == "LeaseExpired"
+    assert outbox.retries[0][0].errors[0].error_class == "LeaseExpired"
     late = engine.settle([ack(grant.lease_id, grant.token)])[0]
     assert not late.ok
 
 
 def test_restart_on_the_same_store_skips_acked_jobs(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, 0)
     for i in range(3):
         engine.offer(TP, i, job(i), b"x")
@@ -200,23 +223,23 @@ def test_restart_on_the_same_store_skips_acked_jobs(tmp_path: Path, clock: Clock
     engine.settle([ack(grants[1].lease_id, grants[1].token)])
     engine._store.close()  # the process dies; Kafka still has offset 0 committed
 
-    router = RecordingRouter()
-    restarted = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    restarted = make_engine(tmp_path, clock, outbox)
     restarted.assign(TP, 0)
     for i in range(3):
         restarted.offer(TP, i, job(i), b"x")
     assert restarted.claim("w", 3, wait_s=0) == []  # 0 and 2 are still leased
     clock.now += 11
     assert restarted.expire() == 2
-    assert sorted(copy.job_id for copy, _ in router.retries) == ["job-0", "job-2"]
-    assert all(copy.attempt == 1 for copy, _ in router.retries)
+    assert sorted(copy.job_id for copy, _ in outbox.retries) == ["job-0", "job-2"]
+    assert all(copy.attempt == 1 for copy, _ in outbox.retries)
 
 
 def test_a_job_whose_worker_dies_every_time_reaches_the_dlq_with_every_attempt(
     tmp_path: Path, clock: Clock
 ) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     current = job(0, max_attempts=3)
     for offset in range(3):
@@ -226,9 +249,9 @@ def test_a_job_whose_worker_dies_every_time_reaches_the_dlq_with_every_attempt(
         clock.now += 11  # the worker died: no heartbeat, no settle
         engine.expire()
         if offset < 2:
-            current, delivered = router.retries[-1]
+            current, delivered = outbox.retries[-1]
             delivered(True)
-    ((dead, reason, _),) = router.deaths
+    ((dead, reason, _),) = outbox.deaths
     assert reason == "attempts exhausted"
     assert [e.attempt for e in dead.errors] == [1, 2, 3]
     assert {e.error_class for e in dead.errors} == {"LeaseExpired"}
@@ -238,21 +261,21 @@ def test_claims_counted_without_a_settlement_dead_letter_at_claim(
     tmp_path: Path, clock: Clock
 ) -> None:
     """Claim counts alone (no lease record left) still stop a job at max_attempts."""
-    router = RecordingRouter()
+    outbox = RecordingOutbox()
     store = LeaseStore(tmp_path)
     batch = store.batch()
     batch.claims(TP.topic, TP.partition, 0, 3)
     store.write(batch)
     store.close()
-    engine = make_engine(tmp_path, clock, router)
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0, max_attempts=3), b"x")
     assert engine.claim("w", 1, wait_s=0) == []
-    assert [reason for _, reason, _ in router.deaths] == ["attempts exhausted"]
+    assert [reason for _, reason, _ in outbox.deaths] == ["attempts exhausted"]
 
 
 def test_window_fills_by_records(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter(), window_records=2)
+    engine = make_engine(tmp_path, clock, RecordingOutbox(), window_records=2)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     assert not engine.window_full()
@@ -263,7 +286,7 @@ def test_window_fills_by_records(tmp_path: Path, clock: Clock) -> None:
 
 
 def test_revoked_partition_leases_become_unknown(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
@@ -276,15 +299,15 @@ def test_revoked_partition_leases_become_unknown(tmp_path: Path, clock: Clock) -
 def test_a_lease_survives_a_leasekeeper_restart_until_it_expires(
     tmp_path: Path, clock: Clock
 ) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
     g0, _g1 = engine.claim("w", 2, wait_s=0)
     engine._store.close()
 
-    router = RecordingRouter()
-    restarted = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    restarted = make_engine(tmp_path, clock, outbox)
     restarted.assign(TP, 0)
     restarted.offer(TP, 0, job(0), b"x")
     restarted.offer(TP, 1, job(1), b"x")
@@ -294,13 +317,13 @@ def test_a_lease_survives_a_leasekeeper_restart_until_it_expires(
     # Job 1's worker is gone: after lease_until the reaper takes it back.
     clock.now += 11
     assert restarted.expire() == 1
-    assert router.retries[0][0].errors[0].error_class == "LeaseExpired"
+    assert outbox.retries[0][0].errors[0].error_class == "LeaseExpired"
 
 
 def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metadata(
     tmp_path: Path, clock: Clock
 ) -> None:
-    first = make_engine(tmp_path / "a", clock, RecordingRouter())
+    first = make_engine(tmp_path / "a", clock, RecordingOutbox())
     first.assign(TP, 0)
     for i in range(4):
         first.offer(TP, i, job(i), b"x")
@@ -311,7 +334,7 @@ def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metada
     offset, metadata = first.commit_positions()[TP]
     assert offset == 0
 
-    second = make_engine(tmp_path / "b", clock, RecordingRouter())  # another disk
+    second = make_engine(tmp_path / "b", clock, RecordingOutbox())  # another disk
     second.assign(TP, offset, metadata)
     for i in range(4):
         second.offer(TP, i, job(i), b"x")
@@ -323,7 +346,7 @@ def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metada
 def test_a_draining_partition_dispatches_nothing_but_accepts_acks(
     tmp_path: Path, clock: Clock
 ) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
@@ -336,8 +359,8 @@ def test_a_draining_partition_dispatches_nothing_but_accepts_acks(
 
 
 def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, clock: Clock) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     slow = Job(job_id="slow", queue="q", tenant_id="t", type="noop", payload=b"",
                created_at_ms=0, timeout_s=20)  # fmt: skip
@@ -347,13 +370,12 @@ def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, cl
         clock.now += 5
         engine.heartbeat([(grant.lease_id, grant.token)])
         engine.expire()
-    assert router.retries[0][0].errors[-1].error_class == "JobTimeout"
+    assert outbox.retries[0][0].errors[-1].error_class == "JobTimeout"
 
 
 def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock) -> None:
     config = EngineConfig(lease_s=10, lease_s_by_type={"report": 600})
-    engine = LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(), config=config,
-                         clock=clock)  # fmt: skip
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, Job(job_id="r", queue="q", tenant_id="t2", type="report", payload=b"",
@@ -365,8 +387,8 @@ def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock)
 def test_a_failed_job_waits_its_jittered_backoff_and_retry_after_wins(
     tmp_path: Path, clock: Clock
 ) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
@@ -375,10 +397,10 @@ def test_a_failed_job_waits_its_jittered_backoff_and_retry_after_wins(
         Settlement(lease_id=g0.lease_id, token=g0.token, outcome=Outcome.NACK),
         Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK, retry_after_s=42),
     ])  # fmt: skip
-    backoff, retry_after = router.delays
+    backoff, retry_after = outbox.delays
     assert 0 <= backoff <= 2.0  # full jitter after attempt 1: uniform(0, base * 2)
     assert retry_after == 42
-    (copy0, _), (copy1, _) = router.retries
+    (copy0, _), (copy1, _) = outbox.retries
     assert copy1.run_at_ms == int(clock.now * 1000) + 42_000
     assert copy0.run_at_ms == int(clock.now * 1000) + int(backoff * 1000)
 
@@ -389,7 +411,7 @@ def keyed(i: int, key: str) -> Job:
 
 
 def test_a_cancelled_job_is_skipped_wherever_it_waits(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.assign(TP, 0)
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
     engine.offer(TP, 0, job(0), b"x")  # cancelled before it was fetched
@@ -407,13 +429,13 @@ def test_a_cancelled_job_is_skipped_wherever_it_waits(tmp_path: Path, clock: Clo
 
 
 def test_a_second_job_with_a_claimed_dedupe_key_is_skipped(tmp_path: Path, clock: Clock) -> None:
-    router = RecordingRouter()
-    engine = make_engine(tmp_path, clock, router)
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
     engine.assign(TP, 0)
     engine.offer(TP, 0, keyed(0, "receipt:42"), b"x")
     assert engine.claim("w", 1, wait_s=0) == []  # waits for its key's claim to be durable
     engine.offer(TP, 1, keyed(1, "receipt:42"), b"x")
-    ((claim, delivered),) = router.claims
+    ((claim, delivered),) = outbox.claims
     assert (claim.dedupe_key, claim.job_id) == ("receipt:42", "job-0")
     delivered(True)
     (grant,) = engine.claim("w", 2, wait_s=0)
@@ -422,7 +444,7 @@ def test_a_second_job_with_a_claimed_dedupe_key_is_skipped(tmp_path: Path, clock
 
 
 def test_a_dedupe_key_read_from_kafka_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine = make_engine(tmp_path, clock, RecordingOutbox())
     engine.control.remember(DedupeClaim(tenant_id="t1", dedupe_key="k", job_id="job-0",
                                         seen_at_ms=int(clock.now * 1000)))  # fmt: skip
     engine.assign(TP, 0)
