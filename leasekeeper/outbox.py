@@ -106,7 +106,7 @@ class Outbox:
         self._clock = clock
         self._waiting: list[_Entry] = []
         self._in_flight = 0
-        self._counters = {"delivered": 0, "transient_failures": 0, "shrunk": 0, "blocked": 0}
+        self._counters = {"delivered": 0, "transient_failures": 0, "shrunk": 0, "blocked_events": 0}
         self._view_lock = threading.Lock()
         self._view = OutboxView()
 
@@ -190,7 +190,7 @@ class Outbox:
             entry.blocked = reason
             return
         entry.blocked = reason
-        self._counters["blocked"] += 1
+        self._counters["blocked_events"] += 1
         log.error(
             "partition %s is stuck: cannot produce the %s (%s). Create the topic or grant "
             "this leasekeeper Write on it; retrying every %.0fs at most.",

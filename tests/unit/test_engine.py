@@ -454,3 +454,21 @@ def test_a_dedupe_key_read_from_kafka_survives_a_restart(tmp_path: Path, clock: 
     clock.now += 2 * 86_400  # past the dedupe window: the key is free again
     engine.offer(TP, 6, keyed(6, "k"), b"x")
     assert engine.counters.deduplicated == 1
+
+
+def test_error_messages_and_tracebacks_in_the_history_are_capped(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A handler's megabyte message must not make every later copy of the job too large."""
+    outbox = RecordingOutbox()
+    engine = make_engine(tmp_path, clock, outbox)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    huge = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+                      message="m" * 1_000_000, traceback="t" * 999_999 + "raise")  # fmt: skip
+    engine.settle([huge])
+    ((copy, _),) = outbox.retries
+    (error,) = copy.errors
+    assert 0 < len(error.message) <= 2000
+    assert 0 < len(error.traceback) <= 4000 and error.traceback.endswith("raise")
