@@ -50,6 +50,7 @@ class _Entry:
     shrink: Shrink = Shrink.FULL
     attempts: int = 0  # failed sends that needed a backoff
     due: float = 0.0
+    topic: str = ""  # where the last send went
     blocked: str = ""  # why the copy cannot be sent, while it cannot
 
 
@@ -137,6 +138,7 @@ class Outbox:
             self._engine.copy_dropped(request)  # moved: the next owner runs the job again
             return True
         record = self._router.record(request, entry.shrink)
+        entry.topic = record.topic
         try:
             produce_once(
                 self._producer,
@@ -147,7 +149,7 @@ class Outbox:
                 on_delivery=lambda failure, text: self._delivered(entry, failure, text),
             )
         except ProduceError as exc:
-            self._failed(entry, exc.failure, str(exc), topic=record.topic, now=now)
+            self._failed(entry, exc.failure, str(exc), now=now)
             return exc.failure is not ProduceFailure.TRANSIENT
         self._in_flight += 1
         return True
@@ -156,8 +158,7 @@ class Outbox:
         """A delivery report (served by ``producer.poll`` on the loop's thread)."""
         self._in_flight -= 1
         if failure is not None:
-            topic = self._router.record(entry.request, entry.shrink).topic
-            self._failed(entry, failure, text, topic=topic, now=self._clock())
+            self._failed(entry, failure, text, now=self._clock())
             return
         if entry.blocked:
             log.warning("%s delivered: partition %s moves again", entry.request.describe,
@@ -165,10 +166,9 @@ class Outbox:
         self._counters["delivered"] += 1
         self._engine.copy_delivered(entry.request, dead=entry.shrink is not Shrink.FULL)
 
-    def _failed(
-        self, entry: _Entry, failure: ProduceFailure, text: str, *, topic: str, now: float
-    ) -> None:
+    def _failed(self, entry: _Entry, failure: ProduceFailure, text: str, *, now: float) -> None:
         """The one failure policy: shrink what is too large, back off from the rest."""
+        topic = entry.topic
         if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
             entry.shrink = Shrink(entry.shrink + 1)
             entry.due = now
@@ -178,8 +178,10 @@ class Outbox:
         elif failure is ProduceFailure.TRANSIENT:
             self._back_off(entry, now)
             self._counters["transient_failures"] += 1
-            log.warning("%s to %s failed, retrying in %.1fs: %s", entry.request.describe, topic,
-                        entry.due - now, text)  # fmt: skip
+            # Once per copy at WARNING: a broker outage must not flood the log.
+            level = logging.WARNING if entry.attempts == 1 else logging.DEBUG
+            log.log(level, "%s to %s failed, retrying with backoff: %s",
+                    entry.request.describe, topic, text)  # fmt: skip
         else:
             self._block(entry, f"{failure.value}: {topic}: {text}", now)
         self._waiting.append(entry)
