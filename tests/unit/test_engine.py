@@ -1,4 +1,4 @@
-"""The lease engine with a real RocksDB store, a recording outbox and an injected clock."""
+"""The lease engine with a real RocksDB store, a recording router and an injected clock."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Clock:
         return self.now
 
 
-class RecordingOutbox:
+class RecordingRouter:
     """Takes the engine's copy requests as the outbox would; a test delivers them."""
 
     def __init__(self) -> None:
@@ -81,10 +81,10 @@ def clock() -> Clock:
     return Clock()
 
 
-def make_engine(path: Path, clock: Clock, outbox: RecordingOutbox, **cfg: int) -> LeaseEngine:
+def make_engine(path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -> LeaseEngine:
     config = EngineConfig(lease_s=10, **cfg)  # type: ignore[arg-type]
     engine = LeaseEngine(store=LeaseStore(path), config=config, clock=clock)
-    outbox.engine = engine
+    router.engine = engine
     return engine
 
 
@@ -93,7 +93,7 @@ def ack(grant_lease: str, token: str) -> Settlement:
 
 
 def test_claims_round_robin_across_tenants(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, -1001)
     for i in range(5):
         engine.offer(TP, i, job(i, "noisy"), b"x")
@@ -104,7 +104,7 @@ def test_claims_round_robin_across_tenants(tmp_path: Path, clock: Clock) -> None
 
 
 def test_commit_waits_for_the_lowest_unresolved_offset(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, -1001)
     for i in range(3):
         engine.offer(TP, i, job(i), b"x")
@@ -119,7 +119,7 @@ def test_commit_waits_for_the_lowest_unresolved_offset(tmp_path: Path, clock: Cl
 
 
 def test_stale_tokens_are_rejected_and_counted(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -132,8 +132,8 @@ def test_stale_tokens_are_rejected_and_counted(tmp_path: Path, clock: Clock) -> 
 
 
 def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clock: Clock) -> None:
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -145,7 +145,7 @@ def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clo
         message="partner API timed out",
     )
     assert engine.settle([nack])[0].ok
-    ((copy, on_done),) = outbox.retries
+    ((copy, on_done),) = router.retries
     assert copy.attempt == 1
     assert [(e.error_class, e.worker) for e in copy.errors] == [("TimeoutError", "w")]
     assert engine.commit_positions()[TP][0] == 0
@@ -157,21 +157,21 @@ def test_an_undelivered_copy_stays_in_flight_and_the_job_is_not_run_again(
     tmp_path: Path, clock: Clock
 ) -> None:
     """The outbox sends a failed copy again; the engine neither resolves nor re-runs it."""
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
     engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
-    outbox.retries[0][1](False)
+    router.retries[0][1](False)
     assert engine.claim("w", 1, wait_s=0) == []
     assert engine.in_flight({TP}) == 1
     assert engine.commit_positions()[TP][0] == 0
 
 
 def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: Clock) -> None:
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1, max_attempts=1), b"x")
@@ -182,12 +182,12 @@ def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: C
             Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK),
         ]
     )
-    assert [reason for _, reason, _ in outbox.deaths] == ["permanent error", "attempts exhausted"]
-    assert outbox.retries == []
+    assert [reason for _, reason, _ in router.deaths] == ["permanent error", "attempts exhausted"]
+    assert router.retries == []
 
 
 def test_release_gives_the_attempt_back(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -197,8 +197,8 @@ def test_release_gives_the_attempt_back(tmp_path: Path, clock: Clock) -> None:
 
 
 def test_expired_lease_is_a_failed_attempt(tmp_path: Path, clock: Clock) -> None:
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -209,13 +209,13 @@ def test_expired_lease_is_a_failed_attempt(tmp_path: Path, clock: Clock) -> None
     assert engine.expire() == 0
     clock.now += 2
     assert engine.expire() == 1
-    assert outbox.retries[0][0].errors[0].error_class == "LeaseExpired"
+    assert router.retries[0][0].errors[0].error_class == "LeaseExpired"
     late = engine.settle([ack(grant.lease_id, grant.token)])[0]
     assert not late.ok
 
 
 def test_restart_on_the_same_store_skips_acked_jobs(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, 0)
     for i in range(3):
         engine.offer(TP, i, job(i), b"x")
@@ -223,23 +223,23 @@ def test_restart_on_the_same_store_skips_acked_jobs(tmp_path: Path, clock: Clock
     engine.settle([ack(grants[1].lease_id, grants[1].token)])
     engine._store.close()  # the process dies; Kafka still has offset 0 committed
 
-    outbox = RecordingOutbox()
-    restarted = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    restarted = make_engine(tmp_path, clock, router)
     restarted.assign(TP, 0)
     for i in range(3):
         restarted.offer(TP, i, job(i), b"x")
     assert restarted.claim("w", 3, wait_s=0) == []  # 0 and 2 are still leased
     clock.now += 11
     assert restarted.expire() == 2
-    assert sorted(copy.job_id for copy, _ in outbox.retries) == ["job-0", "job-2"]
-    assert all(copy.attempt == 1 for copy, _ in outbox.retries)
+    assert sorted(copy.job_id for copy, _ in router.retries) == ["job-0", "job-2"]
+    assert all(copy.attempt == 1 for copy, _ in router.retries)
 
 
 def test_a_job_whose_worker_dies_every_time_reaches_the_dlq_with_every_attempt(
     tmp_path: Path, clock: Clock
 ) -> None:
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     current = job(0, max_attempts=3)
     for offset in range(3):
@@ -249,9 +249,9 @@ def test_a_job_whose_worker_dies_every_time_reaches_the_dlq_with_every_attempt(
         clock.now += 11  # the worker died: no heartbeat, no settle
         engine.expire()
         if offset < 2:
-            current, delivered = outbox.retries[-1]
+            current, delivered = router.retries[-1]
             delivered(True)
-    ((dead, reason, _),) = outbox.deaths
+    ((dead, reason, _),) = router.deaths
     assert reason == "attempts exhausted"
     assert [e.attempt for e in dead.errors] == [1, 2, 3]
     assert {e.error_class for e in dead.errors} == {"LeaseExpired"}
@@ -261,21 +261,21 @@ def test_claims_counted_without_a_settlement_dead_letter_at_claim(
     tmp_path: Path, clock: Clock
 ) -> None:
     """Claim counts alone (no lease record left) still stop a job at max_attempts."""
-    outbox = RecordingOutbox()
+    router = RecordingRouter()
     store = LeaseStore(tmp_path)
     batch = store.batch()
     batch.claims(TP.topic, TP.partition, 0, 3)
     store.write(batch)
     store.close()
-    engine = make_engine(tmp_path, clock, outbox)
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0, max_attempts=3), b"x")
     assert engine.claim("w", 1, wait_s=0) == []
-    assert [reason for _, reason, _ in outbox.deaths] == ["attempts exhausted"]
+    assert [reason for _, reason, _ in router.deaths] == ["attempts exhausted"]
 
 
 def test_window_fills_by_records(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox(), window_records=2)
+    engine = make_engine(tmp_path, clock, RecordingRouter(), window_records=2)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     assert not engine.window_full()
@@ -286,7 +286,7 @@ def test_window_fills_by_records(tmp_path: Path, clock: Clock) -> None:
 
 
 def test_revoked_partition_leases_become_unknown(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
@@ -299,15 +299,15 @@ def test_revoked_partition_leases_become_unknown(tmp_path: Path, clock: Clock) -
 def test_a_lease_survives_a_leasekeeper_restart_until_it_expires(
     tmp_path: Path, clock: Clock
 ) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
     g0, _g1 = engine.claim("w", 2, wait_s=0)
     engine._store.close()
 
-    outbox = RecordingOutbox()
-    restarted = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    restarted = make_engine(tmp_path, clock, router)
     restarted.assign(TP, 0)
     restarted.offer(TP, 0, job(0), b"x")
     restarted.offer(TP, 1, job(1), b"x")
@@ -317,13 +317,13 @@ def test_a_lease_survives_a_leasekeeper_restart_until_it_expires(
     # Job 1's worker is gone: after lease_until the reaper takes it back.
     clock.now += 11
     assert restarted.expire() == 1
-    assert outbox.retries[0][0].errors[0].error_class == "LeaseExpired"
+    assert router.retries[0][0].errors[0].error_class == "LeaseExpired"
 
 
 def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metadata(
     tmp_path: Path, clock: Clock
 ) -> None:
-    first = make_engine(tmp_path / "a", clock, RecordingOutbox())
+    first = make_engine(tmp_path / "a", clock, RecordingRouter())
     first.assign(TP, 0)
     for i in range(4):
         first.offer(TP, i, job(i), b"x")
@@ -334,7 +334,7 @@ def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metada
     offset, metadata = first.commit_positions()[TP]
     assert offset == 0
 
-    second = make_engine(tmp_path / "b", clock, RecordingOutbox())  # another disk
+    second = make_engine(tmp_path / "b", clock, RecordingRouter())  # another disk
     second.assign(TP, offset, metadata)
     for i in range(4):
         second.offer(TP, i, job(i), b"x")
@@ -346,7 +346,7 @@ def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metada
 def test_a_draining_partition_dispatches_nothing_but_accepts_acks(
     tmp_path: Path, clock: Clock
 ) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
@@ -359,8 +359,8 @@ def test_a_draining_partition_dispatches_nothing_but_accepts_acks(
 
 
 def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, clock: Clock) -> None:
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     slow = Job(job_id="slow", queue="q", tenant_id="t", type="noop", payload=b"",
                created_at_ms=0, timeout_s=20)  # fmt: skip
@@ -370,7 +370,7 @@ def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, cl
         clock.now += 5
         engine.heartbeat([(grant.lease_id, grant.token)])
         engine.expire()
-    assert outbox.retries[0][0].errors[-1].error_class == "JobTimeout"
+    assert router.retries[0][0].errors[-1].error_class == "JobTimeout"
 
 
 def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock) -> None:
@@ -387,8 +387,8 @@ def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock)
 def test_a_failed_job_waits_its_jittered_backoff_and_retry_after_wins(
     tmp_path: Path, clock: Clock
 ) -> None:
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
@@ -397,10 +397,10 @@ def test_a_failed_job_waits_its_jittered_backoff_and_retry_after_wins(
         Settlement(lease_id=g0.lease_id, token=g0.token, outcome=Outcome.NACK),
         Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK, retry_after_s=42),
     ])  # fmt: skip
-    backoff, retry_after = outbox.delays
+    backoff, retry_after = router.delays
     assert 0 <= backoff <= 2.0  # full jitter after attempt 1: uniform(0, base * 2)
     assert retry_after == 42
-    (copy0, _), (copy1, _) = outbox.retries
+    (copy0, _), (copy1, _) = router.retries
     assert copy1.run_at_ms == int(clock.now * 1000) + 42_000
     assert copy0.run_at_ms == int(clock.now * 1000) + int(backoff * 1000)
 
@@ -411,7 +411,7 @@ def keyed(i: int, key: str) -> Job:
 
 
 def test_a_cancelled_job_is_skipped_wherever_it_waits(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.assign(TP, 0)
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
     engine.offer(TP, 0, job(0), b"x")  # cancelled before it was fetched
@@ -429,13 +429,13 @@ def test_a_cancelled_job_is_skipped_wherever_it_waits(tmp_path: Path, clock: Clo
 
 
 def test_a_second_job_with_a_claimed_dedupe_key_is_skipped(tmp_path: Path, clock: Clock) -> None:
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, keyed(0, "receipt:42"), b"x")
     assert engine.claim("w", 1, wait_s=0) == []  # waits for its key's claim to be durable
     engine.offer(TP, 1, keyed(1, "receipt:42"), b"x")
-    ((claim, delivered),) = outbox.claims
+    ((claim, delivered),) = router.claims
     assert (claim.dedupe_key, claim.job_id) == ("receipt:42", "job-0")
     delivered(True)
     (grant,) = engine.claim("w", 2, wait_s=0)
@@ -444,7 +444,7 @@ def test_a_second_job_with_a_claimed_dedupe_key_is_skipped(tmp_path: Path, clock
 
 
 def test_a_dedupe_key_read_from_kafka_survives_a_restart(tmp_path: Path, clock: Clock) -> None:
-    engine = make_engine(tmp_path, clock, RecordingOutbox())
+    engine = make_engine(tmp_path, clock, RecordingRouter())
     engine.control.remember(DedupeClaim(tenant_id="t1", dedupe_key="k", job_id="job-0",
                                         seen_at_ms=int(clock.now * 1000)))  # fmt: skip
     engine.assign(TP, 0)
@@ -460,15 +460,15 @@ def test_error_messages_and_tracebacks_in_the_history_are_capped(
     tmp_path: Path, clock: Clock
 ) -> None:
     """A handler's megabyte message must not make every later copy of the job too large."""
-    outbox = RecordingOutbox()
-    engine = make_engine(tmp_path, clock, outbox)
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
     huge = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
                       message="m" * 1_000_000, traceback="t" * 999_999 + "raise")  # fmt: skip
     engine.settle([huge])
-    ((copy, _),) = outbox.retries
+    ((copy, _),) = router.retries
     (error,) = copy.errors
     assert 0 < len(error.message) <= 2000
     assert 0 < len(error.traceback) <= 4000 and error.traceback.endswith("raise")
