@@ -3,8 +3,10 @@
 The consumer loop offers fetched jobs; workers claim, heartbeat and settle
 through the RPC layer; the engine decides what is dispatched next (the fairness
 policy), what is persisted first (claims before hand-out, acks before answering),
-what goes to the retry path or the DLQ (through a ``Router``), and which offset
-each partition may commit (the ``CommitTracker``). One lock guards it all; every
+what goes to the retry path or the DLQ, and which offset each partition may
+commit (the ``CommitTracker``). Copies to Kafka are decided here as values
+(``CopyRequest``) and queued; the outbox, on the Kafka loop's thread, sends them
+and reports back, so no RPC thread ever produces. One lock guards it all; every
 public method is short, so contention stays low at batch sizes of tens to
 hundreds of jobs per call.
 """
@@ -20,11 +22,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from jobcore.control import DedupeClaim
 from leasekeeper.commit_tracker import CommitTracker
 from leasekeeper.control_state import ControlState
+from leasekeeper.copies import CopyKind, CopyRequest, cap_error
 from leasekeeper.fairness import TenantRoundRobin
 from leasekeeper.leases import (
     Grant,
@@ -47,26 +49,17 @@ from schemas.job import AttemptError, Job
 
 log = logging.getLogger(__name__)
 
-Done = Callable[[bool], None]
-Action = Callable[[], None]
-
 # Settlements remembered so that a resend (the first answer was lost to an RPC
 # deadline) is answered "applied", not refused as an unknown lease.
 RECENT_SETTLEMENTS = 100_000
 
-
-class Router(Protocol):
-    """Durably copies a job elsewhere; ``on_done(ok)`` fires on the delivery report."""
-
-    def retry(
-        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
-    ) -> None: ...
-
-    def dead(
-        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
-    ) -> None: ...
-
-    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None: ...
+# What a delivered copy makes of its source offset.
+_RESOLUTIONS = {
+    CopyKind.RETRY: Resolution.RETRIED,
+    CopyKind.HOP: Resolution.HOPPED,
+    CopyKind.DEAD: Resolution.DEAD,
+    CopyKind.DEAD_RAW: Resolution.DEAD,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,7 +120,6 @@ class LeaseEngine:
         self,
         *,
         store: LeaseStore,
-        router: Router,
         config: EngineConfig,
         budget: RetryBudget | None = None,
         control: ControlState | None = None,
@@ -141,7 +133,8 @@ class LeaseEngine:
         self._budget = budget or RetryBudget()
         self._rng = rng or random.Random()
         self._store = store
-        self._router = router
+        # Copies decided but not yet taken by the outbox (any thread appends).
+        self._copies: list[CopyRequest] = []
         self._config = config
         self._clock = clock
         self._monotonic = monotonic
@@ -153,7 +146,7 @@ class LeaseEngine:
         # paused partition (which would hold back the records behind them).
         self._delayed: list[tuple[int, int, Pending]] = []
         self._delay_seq = itertools.count()
-        self._awaiting_claim: dict[str, Pending] = {}
+        self._awaiting_claim: dict[str, tuple[Pending, int]] = {}
         self._generation = 0
         self._closed = False
         self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -204,10 +197,11 @@ class LeaseEngine:
         heapq.heapify(self._delayed)
 
     def in_flight(self, tps: set[TopicPart] | None = None) -> int:
-        """Leases and copies not yet settled in ``tps`` (all partitions by default)."""
+        """Leases and copies not yet settled in ``tps`` (all partitions by default). Every
+        copy counts from the moment it is decided until the outbox delivered or dropped
+        it: retries, dead letters, hops, raw dead letters and dedupe claims alike."""
         with self._cond:
-            awaiting = sum(1 for p in self._awaiting_claim.values() if tps is None or p.tp in tps)
-            return awaiting + sum(
+            return sum(
                 len(state.leases) + state.copies_in_flight
                 for tp, state in self._parts.items()
                 if tps is None or tp in tps
@@ -257,8 +251,7 @@ class LeaseEngine:
             if not self.control.needs_claim(job, now_ms(self._clock)):
                 self._queue(pending, not_before_ms)
                 return
-            action = self._claim_key(pending, not_before_ms)
-        action()
+            self._enqueue([self._claim_key(pending, not_before_ms)])
 
     def _queue(self, pending: Pending, not_before_ms: int) -> None:
         """Into the ready window, or the delay timer when it is not due yet."""
@@ -287,7 +280,7 @@ class LeaseEngine:
         state.tracker.resolve(pending.offset)
         return True
 
-    def _claim_key(self, pending: Pending, not_before_ms: int) -> Action:
+    def _claim_key(self, pending: Pending, not_before_ms: int) -> CopyRequest:
         """Claim the job's dedupe key durably before the job may run: a restart must not
         forget that the key was used. Later jobs with the key are skipped at once."""
         job = pending.job
@@ -299,20 +292,15 @@ class LeaseEngine:
             seen_at_ms=now_ms(self._clock),
         )
         self.control.remember(claim)
-        self._awaiting_claim[pending.lease_id] = pending
-
-        def done(ok: bool) -> None:
-            if not ok:
-                self._router.claim_dedupe(claim, on_done=done)
-                return
-            with self._cond:
-                if self._awaiting_claim.pop(pending.lease_id, None) is None:
-                    return
-                state = self._parts.get(pending.tp)
-                if state is not None and state.generation == pending.generation:
-                    self._queue(pending, not_before_ms)
-
-        return lambda: self._router.claim_dedupe(claim, on_done=done)
+        self._awaiting_claim[pending.lease_id] = (pending, not_before_ms)
+        return CopyRequest(
+            kind=CopyKind.DEDUPE_CLAIM,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            claim=claim,
+            lease_id=pending.lease_id,
+        )
 
     def promote_due(self) -> int:
         """Move delayed jobs whose time came to the ready window; returns how many."""
@@ -381,7 +369,7 @@ class LeaseEngine:
         """Hand out up to ``max_jobs``, waiting up to ``wait_s`` for the first one."""
         deadline = self._monotonic() + wait_s
         grants: list[Grant] = []
-        actions: list[Action] = []
+        actions: list[CopyRequest] = []
         with self._cond:
             while not self._ready and not self._closed:
                 remaining = deadline - self._monotonic()
@@ -405,11 +393,11 @@ class LeaseEngine:
                     grants.append(grant)
             # Attempts are counted before the jobs leave (invariant 4).
             self._store.write(batch)
-        _run(actions)
+            self._enqueue(actions)
         return grants
 
     def _lease(
-        self, pending: Pending, worker: str, batch: StoreBatch, actions: list[Action]
+        self, pending: Pending, worker: str, batch: StoreBatch, actions: list[CopyRequest]
     ) -> Grant | None:
         state = self._parts.get(pending.tp)
         if state is None or state.generation != pending.generation or state.draining:
@@ -505,7 +493,7 @@ class LeaseEngine:
     def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
         """Acks are persisted before the answer; nacks are resolved once copied durably."""
         answers: list[LeaseAnswer] = []
-        actions: list[Action] = []
+        actions: list[CopyRequest] = []
         with self._cond:
             batch = self._store.batch()
             for item in settlements:
@@ -525,7 +513,7 @@ class LeaseEngine:
                 self._apply(state, lease, item, batch, actions)
                 answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
             self._store.write(batch)
-        _run(actions)
+            self._enqueue(actions)
         return answers
 
     def _remember_settled(self, lease_id: str, token: str) -> None:
@@ -539,7 +527,7 @@ class LeaseEngine:
         lease: Lease,
         item: Settlement,
         batch: StoreBatch,
-        actions: list[Action],
+        actions: list[CopyRequest],
     ) -> None:
         pending = lease.pending
         if item.outcome is Outcome.ACK:
@@ -557,13 +545,15 @@ class LeaseEngine:
             self._cond.notify()
         else:
             self.counters.nacked += 1
-            error = AttemptError(
-                attempt=lease.attempt,
-                at_ms=now_ms(self._clock),
-                worker=lease.worker,
-                error_class=item.error_class or "Error",
-                message=item.message,
-                traceback=item.traceback[-2000:],
+            error = cap_error(
+                AttemptError(
+                    attempt=lease.attempt,
+                    at_ms=now_ms(self._clock),
+                    worker=lease.worker,
+                    error_class=item.error_class or "Error",
+                    message=item.message,
+                    traceback=item.traceback,
+                )
             )
             actions.append(
                 self._failure_action(
@@ -573,7 +563,7 @@ class LeaseEngine:
 
     def expire(self) -> int:
         """The reaper: leases past ``until`` count as failed attempts (worker presumed dead)."""
-        actions: list[Action] = []
+        actions: list[CopyRequest] = []
         with self._cond:
             now = self._monotonic()
             batch = self._store.batch()
@@ -587,7 +577,7 @@ class LeaseEngine:
                     self.counters.expired += 1
                     actions.append(self._failure_action(lease, error, permanent=False))
             self._store.write(batch)
-        _run(actions)
+            self._enqueue(actions)
         return len(actions)
 
     def _overdue(self, lease: Lease, now: float) -> AttemptError | None:
@@ -615,7 +605,7 @@ class LeaseEngine:
 
     def _failure_action(
         self, lease: Lease, error: AttemptError, *, permanent: bool, retry_after_s: float = 0.0
-    ) -> Action:
+    ) -> CopyRequest:
         """Retry after a jittered delay (within the retry budget), or dead-letter."""
         pending = lease.pending
         # Attempts made so far include claims whose worker died before settling.
@@ -635,58 +625,87 @@ class LeaseEngine:
         run_at_ms = now_ms(self._clock) + int(delay_s * 1000)
         return self._retry_action(pending, replace(job, run_at_ms=run_at_ms), delay_s)
 
-    def _retry_action(self, pending: Pending, job: Job, delay_s: float) -> Action:
-        def act() -> None:
-            self._router.retry(
-                job,
-                delay_s=delay_s,
-                source=pending.tp,
-                offset=pending.offset,
-                on_done=self._on_copied(pending, Resolution.RETRIED),
-            )
+    def _retry_action(self, pending: Pending, job: Job, delay_s: float) -> CopyRequest:
+        return CopyRequest(
+            kind=CopyKind.RETRY,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            job=job,
+            delay_s=delay_s,
+        )
 
-        return act
+    def _dead_action(self, pending: Pending, job: Job, reason: str, detail: str) -> CopyRequest:
+        return CopyRequest(
+            kind=CopyKind.DEAD,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            job=job,
+            reason=reason,
+            detail=detail,
+        )
 
-    def _dead_action(self, pending: Pending, job: Job, reason: str, detail: str) -> Action:
-        def act() -> None:
-            self._router.dead(
-                job,
-                reason=reason,
-                detail=detail,
-                source=pending.tp,
-                offset=pending.offset,
-                on_done=self._on_copied(pending, Resolution.DEAD),
-            )
+    # -- the outbox's side of copies ------------------------------------------
 
-        return act
-
-    def _on_copied(self, pending: Pending, how: Resolution) -> Done:
+    def copy(self, request: CopyRequest) -> None:
+        """Queue a copy decided outside the engine (a hop, an undecodable record's dead
+        letter), counted in flight like the engine's own."""
         with self._cond:
-            state = self._parts.get(pending.tp)
-            if state is not None and state.generation == pending.generation:
+            self._enqueue([request])
+
+    def _enqueue(self, requests: list[CopyRequest]) -> None:
+        """Count each copy in flight for its partition and queue it (caller holds the lock)."""
+        for request in requests:
+            state = self._parts.get(request.source)
+            if state is not None and state.generation == request.generation:
                 state.copies_in_flight += 1
+            self._copies.append(request)
 
-        def done(ok: bool) -> None:
-            with self._cond:
-                state = self._parts.get(pending.tp)
-                if state is not None and state.generation == pending.generation:
-                    state.copies_in_flight -= 1
-            if ok:
-                self.resolve(pending.tp, pending.offset, pending.generation, how)
-            else:
-                self._requeue(pending)
-
-        return done
-
-    def _requeue(self, pending: Pending) -> None:
-        """The copy was not delivered: keep the original unresolved and offer it again."""
+    def take_copies(self) -> list[CopyRequest]:
+        """Copies queued since the last call, for the outbox to send."""
         with self._cond:
-            state = self._parts.get(pending.tp)
-            if state is None or state.generation != pending.generation:
+            taken, self._copies = self._copies, []
+            return taken
+
+    def is_current(self, request: CopyRequest) -> bool:
+        """False once the copy's partition moved: the next owner runs the job again."""
+        with self._cond:
+            state = self._parts.get(request.source)
+            return state is not None and state.generation == request.generation
+
+    def copy_delivered(self, request: CopyRequest, *, dead: bool = False) -> None:
+        """The copy is durable: resolve its source offset (a dedupe claim lets its job run).
+        ``dead``: the outbox sent a dead letter instead (the copy was too large)."""
+        with self._cond:
+            self._uncount(request)
+            if request.kind is CopyKind.DEDUPE_CLAIM:
+                self._claimed(request)
                 return
-            self._ready.push_front(pending.job.tenant_id, pending)
-            self._ready_bytes += len(pending.envelope)
-            self._cond.notify()
+            how = _RESOLUTIONS[request.kind]
+            if dead:
+                how = Resolution.DEAD
+            self.resolve(request.source, request.offset, request.generation, how)
+
+    def copy_dropped(self, request: CopyRequest) -> None:
+        """The outbox gave up a copy whose partition moved: no longer in flight here."""
+        with self._cond:
+            self._uncount(request)
+            self._awaiting_claim.pop(request.lease_id, None)
+
+    def _uncount(self, request: CopyRequest) -> None:
+        state = self._parts.get(request.source)
+        if state is not None and state.generation == request.generation:
+            state.copies_in_flight -= 1
+
+    def _claimed(self, request: CopyRequest) -> None:
+        waiting = self._awaiting_claim.pop(request.lease_id, None)
+        if waiting is None:
+            return
+        pending, not_before_ms = waiting
+        state = self._parts.get(pending.tp)
+        if state is not None and state.generation == pending.generation:
+            self._queue(pending, not_before_ms)
 
     def resolve(self, tp: TopicPart, offset: int, generation: int, how: Resolution) -> None:
         """Mark an offset finished once its fate is durable (ack stored or copy delivered)."""
@@ -916,8 +935,3 @@ def _crash_note(job: Job) -> str:
         f"claimed {job.max_attempts} times without a settlement "
         "(the worker died or lost its lease each time)"
     )
-
-
-def _run(actions: list[Action]) -> None:
-    for action in actions:
-        action()

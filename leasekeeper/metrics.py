@@ -25,6 +25,13 @@ COUNTERS = {
     "invalid_retry_after": "nacks whose retry_after_s was NaN, negative or too long (clamped)",
 }
 
+OUTBOX_COUNTERS = {
+    "delivered": "durable copies delivered (retries, dead letters, hops, dedupe claims)",
+    "transient_failures": "copy sends that failed transiently and were retried after a backoff",
+    "shrunk": "copies too large for their topic, dead-lettered with less history or no payload",
+    "blocked_events": "copies that became blocked (not authorised, unknown topic): alerts raised",
+}
+
 
 class EngineCollector(Collector):
     def __init__(self, snapshot: Callable[[], dict[str, Any]], queue: str) -> None:
@@ -65,6 +72,8 @@ class EngineCollector(Collector):
         yield unresolved
         yield lag
         yield from self._retry_path(snap)
+        if "outbox" in snap:
+            yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
 
     def _control(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
@@ -139,6 +148,37 @@ class EngineCollector(Collector):
                 "delay-tier partitions paused until their head record is due",
                 len(snap["held_tiers"]),
             )
+
+    def _outbox(self, outbox: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """The durable copies on their way to Kafka. Alert on ``copies_blocked`` above
+        zero: a copy that cannot be produced (unauthorised, unknown topic) holds its
+        partition's commit and fetching until an operator fixes the topic or its ACL."""
+        yield self._gauge(
+            "leasekeeper_copies_pending",
+            "retry, dead-letter, hop and dedupe copies waiting to be sent (backoff included)",
+            outbox["pending"],
+        )
+        yield self._gauge(
+            "leasekeeper_copies_in_flight",
+            "copies produced and awaiting their delivery report",
+            outbox["in_flight"],
+        )
+        blocked = GaugeMetricFamily(
+            "leasekeeper_copies_blocked",
+            "copies that cannot be produced (not authorised, unknown topic): the partition stops",
+            labels=["queue", "topic", "partition"],
+        )
+        per_partition: dict[tuple[str, str], int] = {}
+        for copy in outbox["blocked"]:
+            key = (copy["topic"], str(copy["partition"]))
+            per_partition[key] = per_partition.get(key, 0) + 1
+        for (topic, partition), count in sorted(per_partition.items()):
+            blocked.add_metric([self._queue, topic, partition], count)
+        yield blocked
+        for name, text in OUTBOX_COUNTERS.items():
+            family = CounterMetricFamily(f"leasekeeper_copies_{name}", text, labels=["queue"])
+            family.add_metric([self._queue], outbox["counters"].get(name, 0))
+            yield family
 
     def _gauge(self, name: str, text: str, value: float) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, text, labels=["queue"])

@@ -26,6 +26,7 @@ from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.metrics import serve_metrics
+from leasekeeper.outbox import Outbox
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
@@ -76,12 +77,9 @@ class LeaseKeeperService:
         self._store = LeaseStore(config.state_dir)
         codec = EnvelopeCodec(SchemaRegistry(extra_dirs=config.schema_dirs))
         self._producer = make_producer(config.kafka)
-        router = KafkaRouter(
-            producer=self._producer, codec=codec, topics=self.topics, tiers=config.tiers
-        )
+        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers)
         self.engine = LeaseEngine(
             store=self._store,
-            router=router,
             config=config.engine,
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
@@ -92,6 +90,7 @@ class LeaseKeeperService:
             ),
         )
         self._group_id = config.group_id or self.topics.consumer_group
+        self.outbox = Outbox(producer=self._producer, engine=self.engine, router=router)
         self._feed: ControlFeed | None = None
         self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
@@ -107,7 +106,7 @@ class LeaseKeeperService:
             producer=self._producer,
             engine=self.engine,
             codec=codec,
-            router=router,
+            outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
             config=config.loop,
@@ -184,6 +183,7 @@ class LeaseKeeperService:
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
+            outbox=self.outbox.view().to_dict(),
         )
         counters = view["counters"]
         assert isinstance(counters, dict)

@@ -194,6 +194,7 @@ class DeadLetterReason(StrEnum):
     UNDECODABLE = "undecodable"
     ATTEMPTS_EXHAUSTED = "attempts exhausted"
     PERMANENT_ERROR = "permanent error"
+    TOO_LARGE = "too large"  # a retry or hop copy too large for its tier topic
 
 
 @dataclass(frozen=True, kw_only=True)

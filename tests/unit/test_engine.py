@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from jobcore.control import Cancellation, DedupeClaim
-from leasekeeper.engine import Done, EngineConfig, LeaseEngine
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.store import LeaseStore
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)
+Done = Callable[[bool], None]
 
 
 class Clock:
@@ -25,26 +27,41 @@ class Clock:
         return self.now
 
 
-@dataclass
 class RecordingRouter:
-    retries: list[tuple[Job, Done]] = field(default_factory=list)
-    deaths: list[tuple[Job, str, Done]] = field(default_factory=list)
-    delays: list[float] = field(default_factory=list)
-    claims: list[tuple[DedupeClaim, Done]] = field(default_factory=list)
+    """Takes the engine's copy requests as the outbox would; a test delivers them."""
 
-    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None:
-        self.claims.append((claim, on_done))
+    def __init__(self) -> None:
+        self.engine: LeaseEngine | None = None
+        self._taken: list[CopyRequest] = []
 
-    def retry(
-        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        self.delays.append(delay_s)
-        self.retries.append((job, on_done))
+    def _of(self, kind: CopyKind) -> list[CopyRequest]:
+        assert self.engine is not None
+        self._taken.extend(self.engine.take_copies())
+        return [r for r in self._taken if r.kind is kind]
 
-    def dead(
-        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        self.deaths.append((job, reason, on_done))
+    def _done(self, request: CopyRequest) -> Done:
+        def done(ok: bool) -> None:
+            assert self.engine is not None
+            if ok:  # a failed delivery stays with the outbox, which sends it again
+                self.engine.copy_delivered(request)
+
+        return done
+
+    @property
+    def retries(self) -> list[tuple[Job, Done]]:
+        return [(r.job, self._done(r)) for r in self._of(CopyKind.RETRY) if r.job]
+
+    @property
+    def delays(self) -> list[float]:
+        return [r.delay_s for r in self._of(CopyKind.RETRY)]
+
+    @property
+    def deaths(self) -> list[tuple[Job, str, Done]]:
+        return [(r.job, r.reason, self._done(r)) for r in self._of(CopyKind.DEAD) if r.job]
+
+    @property
+    def claims(self) -> list[tuple[DedupeClaim, Done]]:
+        return [(r.claim, self._done(r)) for r in self._of(CopyKind.DEDUPE_CLAIM) if r.claim]
 
 
 def job(i: int, tenant: str = "t1", max_attempts: int = 3) -> Job:
@@ -66,9 +83,9 @@ def clock() -> Clock:
 
 def make_engine(path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -> LeaseEngine:
     config = EngineConfig(lease_s=10, **cfg)  # type: ignore[arg-type]
-    return LeaseEngine(
-        store=LeaseStore(path), router=router, config=config, clock=clock, monotonic=clock
-    )
+    engine = LeaseEngine(store=LeaseStore(path), config=config, clock=clock, monotonic=clock)
+    router.engine = engine
+    return engine
 
 
 def ack(grant_lease: str, token: str) -> Settlement:
@@ -136,7 +153,10 @@ def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clo
     assert engine.commit_positions() == {TP: (1, "")}
 
 
-def test_failed_copy_delivery_offers_the_job_again(tmp_path: Path, clock: Clock) -> None:
+def test_an_undelivered_copy_stays_in_flight_and_the_job_is_not_run_again(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The outbox sends a failed copy again; the engine neither resolves nor re-runs it."""
     router = RecordingRouter()
     engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
@@ -144,8 +164,9 @@ def test_failed_copy_delivery_offers_the_job_again(tmp_path: Path, clock: Clock)
     (grant,) = engine.claim("w", 1, wait_s=0)
     engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
     router.retries[0][1](False)
-    (again,) = engine.claim("w", 1, wait_s=0)
-    assert again.lease_id == grant.lease_id and again.attempt == 2
+    assert engine.claim("w", 1, wait_s=0) == []
+    assert engine.in_flight({TP}) == 1
+    assert engine.commit_positions()[TP][0] == 0
 
 
 def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: Clock) -> None:
@@ -354,8 +375,8 @@ def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, cl
 
 def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock) -> None:
     config = EngineConfig(lease_s=10, lease_s_by_type={"report": 600})
-    engine = LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(), config=config,
-                         clock=clock, monotonic=clock)  # fmt: skip
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock,
+                         monotonic=clock)  # fmt: skip
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, Job(job_id="r", queue="q", tenant_id="t2", type="report", payload=b"",
@@ -532,8 +553,8 @@ def test_a_settlement_sent_again_is_answered_as_applied(tmp_path: Path, clock: C
 
 def test_a_wall_clock_step_expires_no_lease(tmp_path: Path) -> None:
     wall, mono = Clock(), Clock()
-    engine = LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(),
-                         config=EngineConfig(lease_s=10), clock=wall, monotonic=mono)  # fmt: skip
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
+                         clock=wall, monotonic=mono)  # fmt: skip
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
@@ -548,8 +569,8 @@ def test_a_restart_turns_stored_epoch_deadlines_into_monotonic_ones(tmp_path: Pa
     wall, mono = Clock(), Clock()
 
     def engine(m: Clock) -> LeaseEngine:
-        return LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(),
-                           config=EngineConfig(lease_s=10), clock=wall, monotonic=m)  # fmt: skip
+        return LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
+                           clock=wall, monotonic=m)  # fmt: skip
 
     first = engine(mono)
     first.assign(TP, 0)
@@ -566,3 +587,21 @@ def test_a_restart_turns_stored_epoch_deadlines_into_monotonic_ones(tmp_path: Pa
     assert second.expire() == 0
     restarted_mono.now += 2
     assert second.expire() == 1
+
+
+def test_error_messages_and_tracebacks_in_the_history_are_capped(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A handler's megabyte message must not make every later copy of the job too large."""
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    huge = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+                      message="m" * 1_000_000, traceback="t" * 999_999 + "raise")  # fmt: skip
+    engine.settle([huge])
+    ((copy, _),) = router.retries
+    (error,) = copy.errors
+    assert 0 < len(error.message) <= 2000
+    assert 0 < len(error.traceback) <= 4000 and error.traceback.endswith("raise")

@@ -122,3 +122,23 @@ def test_clamped_retry_after_values_are_counted() -> None:
     assert 'leasekeeper_invalid_retry_after_total{queue="emails"} 2.0' in scrape(
         snapshot(counters=counters)
     )
+
+
+def test_blocked_copies_are_exported_per_partition_for_alerting() -> None:
+    outbox = {
+        "pending": 3,
+        "in_flight": 1,
+        "blocked": [
+            {"topic": "jobs.emails", "partition": 2, "offset": 7, "kind": "dead", "reason": "x"},
+            {"topic": "jobs.emails", "partition": 2, "offset": 9, "kind": "retry", "reason": "x"},
+        ],
+        "counters": {"delivered": 5, "transient_failures": 1, "shrunk": 2, "blocked_events": 2},
+    }
+    text = scrape(snapshot(outbox=outbox))
+    assert 'leasekeeper_copies_pending{queue="emails"} 3.0' in text
+    assert 'leasekeeper_copies_in_flight{queue="emails"} 1.0' in text
+    assert (
+        'leasekeeper_copies_blocked{partition="2",queue="emails",topic="jobs.emails"} 2.0' in text
+    )
+    assert 'leasekeeper_copies_shrunk_total{queue="emails"} 2.0' in text
+    assert 'leasekeeper_copies_blocked_events_total{queue="emails"} 2.0' in text
