@@ -101,7 +101,9 @@ class Rig:
 @pytest.fixture
 def rig(tmp_path: Path) -> Rig:
     clock = Clock()
-    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10), clock=clock)
+    engine = LeaseEngine(
+        store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10), clock=clock, monotonic=clock
+    )
     engine.assign(TP, 0)
     producer = FakeProducer()
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
