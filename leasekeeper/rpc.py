@@ -28,7 +28,13 @@ _OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.REL
 
 def _results(answers: list[LeaseAnswer]) -> list[pb.LeaseResult]:
     return [
-        pb.LeaseResult(lease_id=a.lease_id, ok=a.ok, reason=a.reason, lease_until_ms=a.until_ms)
+        pb.LeaseResult(
+            lease_id=a.lease_id,
+            ok=a.ok,
+            reason=a.reason,
+            lease_until_ms=a.until_ms,
+            retry_later=a.retry_later,
+        )
         for a in answers
     ]
 
@@ -45,6 +51,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             request.worker_id or context.peer(),
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
+            frozenset(request.job_types),
         )
         return pb.ClaimResponse(
             jobs=[

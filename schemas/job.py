@@ -165,6 +165,7 @@ class DeadLetterReason(StrEnum):
     UNDECODABLE = "undecodable"
     ATTEMPTS_EXHAUSTED = "attempts exhausted"
     PERMANENT_ERROR = "permanent error"
+    UNKNOWN_JOB_TYPE = "unknown job type"
 
 
 @dataclass(frozen=True, kw_only=True)
