@@ -14,7 +14,7 @@ from jobcore.config import Environment
 from schemas.codec import SchemaError
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected
-from workers.decoding import EnvelopeDecoder, default_decoder
+from workers.decoding import EnvelopeDecoder, default_decoder, job_types
 from workers.loading import AppNotFound, load_app
 from workers.runtime import Worker
 from workers.supervisor import run_in_foreground, supervise
@@ -139,6 +139,7 @@ def run(
     )
     app = _load(app_spec)
     decoder = _decoder(options)
+    _check_runnable(app, decoder, options)
     if options.processes > 1:
         commands = [options.child_command(i, os.getpid()) for i in range(options.processes)]
         sys.exit(supervise(commands))
@@ -157,6 +158,18 @@ def _decoder(options: RunOptions) -> EnvelopeDecoder:
         return default_decoder(options.schema_dirs)
     except SchemaError as exc:
         raise click.ClickException(f"cannot load payload schemas: {exc}") from exc
+
+
+def _check_runnable(app: App, decoder: EnvelopeDecoder, options: RunOptions) -> None:
+    """A worker that has handlers but no schema for any of them would claim nothing."""
+    types = job_types(app, decoder)
+    if app.handlers and not types.runnable:
+        where = ", ".join(options.schema_dirs) or "none given"
+        raise click.ClickException(
+            f"no payload schema for any job type of app {app.name!r} "
+            f"({', '.join(types.missing_schema)}; schema directories: {where}); "
+            "add TYPE.avsc files with --schema-path or JOBS_SCHEMA_PATH"
+        )
 
 
 def _run_one(

@@ -130,10 +130,11 @@ class LeaseKeeperClient:
         self._failures = 0
         self._reconnect_at = 0.0
 
-    def claim(self, max_jobs: int, wait_ms: int) -> list[Lease]:
-        """Long-poll for up to ``max_jobs`` jobs; an empty list when none came in ``wait_ms``."""
+    def claim(self, max_jobs: int, wait_ms: int, job_types: Sequence[str] = ()) -> list[Lease]:
+        """Long-poll for up to ``max_jobs`` jobs of ``job_types`` (empty: any type); an
+        empty list when none came in ``wait_ms``."""
         request = worker_pb2.ClaimRequest(
-            worker_id=self.worker_id, max_jobs=max_jobs, wait_ms=wait_ms
+            worker_id=self.worker_id, max_jobs=max_jobs, wait_ms=wait_ms, job_types=job_types
         )
         timeout = wait_ms / 1000 + self._rpc_timeout_s
         response = self._call(
@@ -270,6 +271,7 @@ def _result(result: worker_pb2.LeaseResult) -> LeaseResult:
         ok=result.ok,
         reason=result.reason,
         until_ms=result.lease_until_ms,
+        retry_later=result.retry_later,
     )
 
 
