@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from tests.unit.test_worker_monitor import Clocks, ScriptedClient, _add, _monitor
 from tests.unit.test_worker_support import FakeLeaseKeeper, running_worker, serving, wait_until
 from workers.app import App
 from workers.batcher import SettleBatcher
+from workers.cli import main
 from workers.context import JobContext
 from workers.inflight import InFlight
 from workers.messages import LeaseRef, LeaseResult, Settlement
@@ -97,3 +100,19 @@ def test_a_worker_claims_only_the_types_it_has_a_schema_for_and_says_which_it_le
     assert fake.job_types[0] == ["noop"]
     assert "not claiming job type 'transcode'" in caplog.text
     assert "no payload schema" in caplog.text
+
+
+def test_a_worker_with_no_schema_for_any_handler_refuses_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"jobs_{uuid.uuid4().hex[:8]}"
+    source = (
+        "from workers import App\napp = App('video')\n@app.job('transcode')\ndef t(ctx, p): ...\n"
+    )
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JOBS_SCHEMA_PATH", raising=False)
+    result = CliRunner().invoke(main, ["run", f"{name}:app", "--target", "unix:/nowhere"])
+    assert result.exit_code == 1
+    assert "no payload schema for any job type of app 'video' (transcode" in result.output
+    assert "Traceback" not in result.output
