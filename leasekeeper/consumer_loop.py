@@ -103,6 +103,7 @@ class ConsumerLoop:
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
             self._engine.expire()
+            self._engine.sweep_unhandled()
         if now - self._last_commit >= self._config.commit_interval_s:
             self._last_commit = now
             self.commit()
@@ -269,6 +270,7 @@ class ConsumerLoop:
         committed = consumer.committed(partitions, timeout=30)
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
+        self._engine.assignment_received()
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -44,14 +44,18 @@ from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.offset_metadata import encode as encode_progress
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.retry_policy import RetryPolicies
+from leasekeeper.settle_in import SettleIn
 from leasekeeper.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
-from schemas.job import AttemptError, Job
+from leasekeeper.workers_seen import ConnectedWorkers
+from schemas.job import AttemptError, DeadLetterReason, Job
 
 log = logging.getLogger(__name__)
 
 # Settlements remembered so that a resend (the first answer was lost to an RPC
 # deadline) is answered "applied", not refused as an unknown lease.
 RECENT_SETTLEMENTS = 100_000
+RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back"
+UNKNOWN_JOB_TYPE = "UnknownJobType"
 
 # What a delivered copy makes of its source offset.
 _RESOLUTIONS = {
@@ -75,6 +79,14 @@ class EngineConfig:
     # worker enforces timeout_s itself, this catches a worker that cannot.
     timeout_grace_s: float = 5.0
     retries: RetryPolicies = field(default_factory=RetryPolicies)
+    # After a (re)start, leases not known yet are answered "retry later" until the
+    # partitions are back and re-read, or for this long at most.
+    settle_in_max_s: float = 30.0
+    # A job no connected worker can run waits this long (from the first time no
+    # worker could take it) before it fails as UnknownJobType.
+    unknown_type_grace_s: float = 600.0
+    # A worker counts as connected this long after its last claim.
+    worker_seen_s: float = 60.0
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
@@ -89,6 +101,7 @@ class PartitionState:
     claims: dict[int, int]
     stored_leases: dict[int, LeaseRecord]
     leases: dict[int, Lease] = field(default_factory=dict)
+    unhandled_since: dict[int, int] = field(default_factory=dict)
     committed: int = -1
     committed_metadata: str = ""
     copies_in_flight: int = 0
@@ -140,7 +153,9 @@ class LeaseEngine:
         self._monotonic = monotonic
         self._cond = threading.Condition()
         self._parts: dict[TopicPart, PartitionState] = {}
-        self._ready: TenantRoundRobin[Pending] = TenantRoundRobin()
+        self._ready: TenantRoundRobin[Pending] = TenantRoundRobin(kind=_job_type)
+        self._settle_in = SettleIn(until=monotonic() + config.settle_in_max_s)
+        self._workers = ConnectedWorkers(forget_after_ms=int(config.worker_seen_s * 1000))
         self._ready_bytes = 0
         # Jobs fetched less than one tier before their run_at wait here, not in a
         # paused partition (which would hold back the records behind them).
@@ -176,10 +191,21 @@ class LeaseEngine:
                 resolved_before=resolved,
                 claims=claims,
                 stored_leases=dict(memory.leases),
+                unhandled_since=dict(memory.unhandled),
                 committed=committed,
                 committed_metadata=metadata or "",
                 metadata_limit=self._metadata_limit,
             )
+
+    def assignment_received(self) -> None:
+        """The consumer applied the group's first assignment in full (possibly empty)."""
+        with self._cond:
+            self._settle_in.assignment_received()
+
+    def settling_in(self) -> bool:
+        """True while leases not known yet are answered "retry later" (see SettleIn)."""
+        with self._cond:
+            return self._still_settling()
 
     def begin_revoke(self, tps: set[TopicPart]) -> None:
         """Stop dispatching from partitions about to move; their leases may still settle."""
@@ -235,6 +261,7 @@ class LeaseEngine:
             state.tracker.fetched(offset)
             if offset in state.resolved_before:
                 state.tracker.resolve(offset)
+                state.stored_leases.pop(offset, None)
                 self.counters.skipped += 1
                 return
             pending = Pending(
@@ -263,7 +290,8 @@ class LeaseEngine:
     def _push_ready(self, pending: Pending) -> None:
         self._ready.push(pending.job.tenant_id, pending)
         self._ready_bytes += len(pending.envelope)
-        self._cond.notify()
+        # Every claimer wakes: the one woken alone might not run this job's type.
+        self._cond.notify_all()
 
     def _skipped(self, state: PartitionState, pending: Pending) -> bool:
         """Resolve without running a job that was cancelled, or duplicates a dedupe key."""
@@ -343,6 +371,7 @@ class LeaseEngine:
             if state is None or offset <= state.tracker.highest_fetched:
                 return None
             state.tracker.fetched(offset)
+            state.stored_leases.pop(offset, None)
             if offset in state.resolved_before:
                 state.tracker.resolve(offset)
                 return None
@@ -365,13 +394,18 @@ class LeaseEngine:
 
     # -- claiming ---------------------------------------------------------
 
-    def claim(self, worker: str, max_jobs: int, wait_s: float) -> list[Grant]:
-        """Hand out up to ``max_jobs``, waiting up to ``wait_s`` for the first one."""
+    def claim(
+        self, worker: str, max_jobs: int, wait_s: float, job_types: frozenset[str] = frozenset()
+    ) -> list[Grant]:
+        """Hand out up to ``max_jobs`` of ``job_types`` (empty: any type), waiting up to
+        ``wait_s`` for the first one. Jobs of other types stay for other workers."""
         deadline = self._monotonic() + wait_s
         grants: list[Grant] = []
         actions: list[CopyRequest] = []
+        accept = _of_types(job_types)
         with self._cond:
-            while not self._ready and not self._closed:
+            self._workers.saw(worker, job_types, now_ms(self._clock))
+            while not self._ready.has_any(job_types) and not self._closed:
                 remaining = deadline - self._monotonic()
                 if remaining <= 0:
                     return []
@@ -384,9 +418,10 @@ class LeaseEngine:
                     self._cond.wait(remaining)
                 return []
             batch = self._store.batch()
-            while len(grants) < max_jobs and self._ready:
-                pending = self._ready.pop()
-                assert pending is not None
+            while len(grants) < max_jobs:
+                pending = self._ready.pop(accept)
+                if pending is None:
+                    break
                 self._ready_bytes -= len(pending.envelope)
                 grant = self._lease(pending, worker, batch, actions)
                 if grant is not None:
@@ -442,18 +477,42 @@ class LeaseEngine:
 
     # -- heartbeats and settlements ----------------------------------------
 
-    def _find(self, lease_id: str, token: str) -> tuple[PartitionState | None, Lease | None, str]:
+    def _find(self, lease_id: str, token: str) -> tuple[PartitionState, Lease] | LeaseAnswer:
+        """The lease a call names, or the answer refusing it. A lease this leasekeeper
+        may still learn of (settling in, or its offset not re-read yet) is "retry
+        later"; one on a partition it does not own is never accepted: it may be
+        assigned elsewhere."""
         try:
             tp, offset = parse_lease_id(lease_id)
         except ValueError:
-            return None, None, "malformed lease id"
+            return _refused(lease_id, "malformed lease id")
         state = self._parts.get(tp)
         lease = state.leases.get(offset) if state else None
-        if state is None or lease is None:
-            return state, None, "unknown lease (expired, settled or moved)"
+        if lease is None:
+            if self._not_known_yet(state, offset):
+                return LeaseAnswer(
+                    lease_id=lease_id, ok=False, reason=RETRY_LATER, retry_later=True
+                )
+            return _refused(lease_id, "unknown lease (expired, settled or moved)")
+        assert state is not None
         if lease.token != token:
-            return state, None, "stale token"
-        return state, lease, ""
+            return _refused(lease_id, "stale token")
+        return state, lease
+
+    def _not_known_yet(self, state: PartitionState | None, offset: int) -> bool:
+        if state is not None and offset in state.stored_leases:
+            return True  # leased before the restart; its record is not re-read yet
+        return state is None and self._still_settling()
+
+    def _still_settling(self) -> bool:
+        return self._settle_in.active(
+            self._monotonic(), lambda: any(s.stored_leases for s in self._parts.values())
+        )
+
+    def _refusal(self, found: LeaseAnswer) -> LeaseAnswer:
+        if not found.retry_later:
+            self.counters.stale_rejected += 1
+        return found
 
     def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
         answers = []
@@ -461,12 +520,11 @@ class LeaseEngine:
             now = now_ms(self._clock)
             batch = self._store.batch()
             for lease_id, token in leases:
-                state, lease, reason = self._find(lease_id, token)
-                if lease is None:
-                    self.counters.stale_rejected += 1
-                    answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason=reason))
+                found = self._find(lease_id, token)
+                if isinstance(found, LeaseAnswer):
+                    answers.append(self._refusal(found))
                     continue
-                assert state is not None
+                state, lease = found
                 if self._end_if_cancelled(state, lease, batch):
                     answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
                     continue
@@ -497,16 +555,17 @@ class LeaseEngine:
         with self._cond:
             batch = self._store.batch()
             for item in settlements:
-                state, lease, reason = self._find(item.lease_id, item.token)
-                if state is None or lease is None:
+                found = self._find(item.lease_id, item.token)
+                if isinstance(found, LeaseAnswer):
                     if (item.lease_id, item.token) in self._recently_settled:
-                        answers.append(
-                            LeaseAnswer(lease_id=item.lease_id, ok=True, reason="already settled")
+                        found = LeaseAnswer(
+                            lease_id=item.lease_id, ok=True, reason="already settled"
                         )
+                        answers.append(found)
                         continue
-                    self.counters.stale_rejected += 1
-                    answers.append(LeaseAnswer(lease_id=item.lease_id, ok=False, reason=reason))
+                    answers.append(self._refusal(found))
                     continue
+                state, lease = found
                 self._remember_settled(item.lease_id, item.token)
                 del state.leases[lease.pending.offset]
                 batch.unlease(state.tp.topic, state.tp.partition, lease.pending.offset)
@@ -542,7 +601,7 @@ class LeaseEngine:
             batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
             self._ready.push_front(pending.job.tenant_id, pending)
             self._ready_bytes += len(pending.envelope)
-            self._cond.notify()
+            self._cond.notify_all()
         else:
             self.counters.nacked += 1
             error = cap_error(
@@ -600,6 +659,59 @@ class LeaseEngine:
             message=message,
             traceback="",
         )
+
+    # -- job types no worker runs ------------------------------------------
+
+    def sweep_unhandled(self) -> int:
+        """Ready jobs whose type no connected worker runs: note (durably) when that was
+        first seen, and dead-letter those that waited past the grace; returns how many."""
+        actions: list[CopyRequest] = []
+        with self._cond:
+            now = now_ms(self._clock)
+            handled = self._workers.handled(now)
+            if handled is None:
+                return 0
+            batch = self._store.batch()
+            grace_ms = int(self._config.unknown_type_grace_s * 1000)
+            overdue = {
+                id(p)
+                for p in self._ready
+                if p.job.type not in handled
+                and now - self._unhandled_since(p, now, batch) >= grace_ms
+            }
+            self._store.write(batch)
+            for pending in self._ready.remove_if(lambda p: id(p) in overdue) if overdue else []:
+                self._ready_bytes -= len(pending.envelope)
+                actions.append(self._unknown_type_action(pending, handled, now))
+            self._enqueue(actions)
+        return len(actions)
+
+    def _unhandled_since(self, pending: Pending, now: int, batch: StoreBatch) -> int:
+        state = self._parts[pending.tp]
+        since = state.unhandled_since.get(pending.offset)
+        if since is None:
+            since = state.unhandled_since[pending.offset] = now
+            batch.unhandled(pending.tp.topic, pending.tp.partition, pending.offset, now)
+        return since
+
+    def _unknown_type_action(
+        self, pending: Pending, handled: frozenset[str], now: int
+    ) -> CopyRequest:
+        job = pending.job
+        message = (
+            f"no connected worker runs job type {job.type!r} (waited "
+            f"{self._config.unknown_type_grace_s:g}s; workers run: {', '.join(sorted(handled))})"
+        )
+        error = AttemptError(
+            attempt=job.attempt,
+            at_ms=now,
+            worker="",
+            error_class=UNKNOWN_JOB_TYPE,
+            message=message,
+            traceback="",
+        )
+        dead = replace(job, errors=(*job.errors, error))
+        return self._dead_action(pending, dead, DeadLetterReason.UNKNOWN_JOB_TYPE.value, message)
 
     # -- the retry path -----------------------------------------------------
 
@@ -808,6 +920,8 @@ class LeaseEngine:
                     del state.claims[old]
                 for old in [o for o in state.stored_leases if o < offset]:
                     del state.stored_leases[old]
+                for old in [o for o in state.unhandled_since if o < offset]:
+                    del state.unhandled_since[old]
             self._store.write(batch)
 
     def close(self) -> None:
@@ -819,7 +933,7 @@ class LeaseEngine:
 
     def snapshot(self) -> dict[str, object]:
         with self._cond:
-            mono = self._monotonic()
+            now, mono = now_ms(self._clock), self._monotonic()
             return {
                 "retry_budget": self._budget.snapshot().to_dict(),
                 "partitions": [_partition_view(s, mono) for s in self._parts.values()],
@@ -830,6 +944,8 @@ class LeaseEngine:
                 "ready_by_tenant": self._ready.tenants(),
                 "in_flight_by_tenant": self._in_flight_by_tenant(),
                 "counters": dict(vars(self.counters)),
+                "settling_in": self._still_settling(),
+                "workers": self._workers.snapshot(now),
             }
 
     def job_view(self, job_id: str) -> dict[str, object]:
@@ -870,6 +986,20 @@ class LeaseEngine:
                 tenant = lease.pending.job.tenant_id
                 counts[tenant] = counts.get(tenant, 0) + 1
         return counts
+
+
+def _refused(lease_id: str, reason: str) -> LeaseAnswer:
+    return LeaseAnswer(lease_id=lease_id, ok=False, reason=reason)
+
+
+def _job_type(pending: Pending) -> str:
+    return pending.job.type
+
+
+def _of_types(job_types: frozenset[str]) -> Callable[[Pending], bool] | None:
+    if not job_types:
+        return None
+    return lambda pending: pending.job.type in job_types
 
 
 def _partition_view(state: PartitionState, now: float) -> dict[str, object]:

@@ -22,12 +22,21 @@ from schemas import worker_pb2_grpc as pb_grpc
 
 
 def fetch_snapshot(
-    target: str, token: str | None, timeout: float = 10.0, job_id: str = ""
+    target: str,
+    token: str | None,
+    timeout: float = 10.0,
+    job_id: str = "",
+    tls_ca: bytes | None = None,
 ) -> dict[str, Any]:
     metadata: tuple[tuple[str, str | bytes], ...] | None = (
         ((AUTH_METADATA_KEY, token),) if token else None
     )
-    with grpc.insecure_channel(target) as channel:
+    channel = (
+        grpc.insecure_channel(target)
+        if tls_ca is None
+        else grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=tls_ca))
+    )
+    with channel:
         stub = pb_grpc.LeaseKeeperStub(channel)
         request = pb.InspectRequest(job_id=job_id)
         response = stub.Inspect(request, timeout=timeout, metadata=metadata)

@@ -99,3 +99,5 @@ class LeaseAnswer:
     ok: bool
     reason: str = ""
     until_ms: int = 0
+    # Not known yet (a restart still re-reading the partition): ask again.
+    retry_later: bool = False

@@ -25,6 +25,7 @@ from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
 from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.outbox import Outbox
 from leasekeeper.retry_budget import RetryBudget
@@ -47,6 +48,11 @@ class ServeConfig:
     listen: str
     prefix: str = "jobs"
     token: str | None = None
+    # TCP without a token (loopback only); socket permissions; TLS for TCP.
+    insecure: bool = False
+    socket_mode: int = DEFAULT_SOCKET_MODE
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     group_id: str | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -65,6 +71,16 @@ class ServeConfig:
     dedupe_window_s: float = 24 * 3600
     # On a state dir of another cluster, group or topic: wipe it instead of refusing.
     reset_state: bool = False
+
+    @property
+    def security(self) -> ChannelSecurity:
+        return ChannelSecurity(
+            token=self.token,
+            insecure=self.insecure,
+            socket_mode=self.socket_mode,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+        )
 
 
 class LeaseKeeperService:
@@ -130,8 +146,8 @@ class LeaseKeeperService:
             engine=self.engine,
             snapshot=self.snapshot,
             listen=self.config.listen,
-            token=self.config.token,
             counters=self._rpc_counters,
+            security=self.config.security,
         )
         self._thread.start()
         if self.config.metrics_port:

@@ -195,6 +195,7 @@ class DeadLetterReason(StrEnum):
     ATTEMPTS_EXHAUSTED = "attempts exhausted"
     PERMANENT_ERROR = "permanent error"
     TOO_LARGE = "too large"  # a retry or hop copy too large for its tier topic
+    UNKNOWN_JOB_TYPE = "unknown job type"
 
 
 @dataclass(frozen=True, kw_only=True)
