@@ -14,7 +14,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobcore.kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from jobcore.kafka import (
+    Consumer,
+    ErrorWatch,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from jobcore.retrying import Backoff, until_done
 from jobcore.topics import QueueTopics
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.engine import LeaseEngine
@@ -26,6 +35,9 @@ from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.job import Job
 
 log = logging.getLogger(__name__)
+
+# Commits and offset look-ups while the group coordinator is unreachable.
+COMMIT_BACKOFF = Backoff(base_s=0.2, cap_s=10.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,8 +65,15 @@ class ConsumerLoop:
         gate: TierGate,
         config: LoopConfig,
         clock: Callable[[], float] = time.monotonic,
+        watch: ErrorWatch | None = None,
+        backoff: Backoff = COMMIT_BACKOFF,
     ) -> None:
         self._consumer = consumer
+        self._watch = watch or ErrorWatch()
+        self._backoff = backoff
+        self._stop = threading.Event()
+        self._commit_failures = 0
+        self._next_commit = 0.0
         self._producer = producer
         self._engine = engine
         self._codec = codec
@@ -70,6 +89,7 @@ class ConsumerLoop:
         self.commits = 0
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
         self._consumer.subscribe(
             [self._topics.ready, *self._gate.topics],
             on_assign=self._on_assign,
@@ -78,6 +98,9 @@ class ConsumerLoop:
         )
         try:
             while not stop.is_set():
+                # Bad credentials only reach error_cb; without this the loop would
+                # poll a cluster that keeps refusing it, forever.
+                self._watch.raise_if_setup_error()
                 self._step()
         finally:
             self._shutdown()
@@ -101,7 +124,7 @@ class ConsumerLoop:
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
             self._engine.expire()
-        if now - self._last_commit >= self._config.commit_interval_s:
+        if now - self._last_commit >= self._config.commit_interval_s and now >= self._next_commit:
             self._last_commit = now
             self.commit()
 
@@ -226,13 +249,29 @@ class ConsumerLoop:
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
-            log.warning("commit failed (will retry): %s", exc)
+            self._commit_failed(exc)
             return
+        self._commit_failures = 0
+        self._next_commit = 0.0
         self.commits += 1
         self._engine.committed(positions)
 
+    def _commit_failed(self, exc: KafkaException) -> None:
+        """Back off (capped, exponential) while commits fail, one log line per step:
+        the positions are kept and committed once the group coordinator is back."""
+        delay = self._backoff.delay(self._commit_failures)
+        self._commit_failures += 1
+        self._next_commit = self._clock() + delay
+        log.warning("commit failed (%s); retrying in %.1fs", exc.args[0], delay)
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = consumer.committed(partitions, timeout=30)
+        committed = until_done(
+            lambda: consumer.committed(partitions, timeout=10),
+            what="reading the committed offsets of assigned partitions",
+            stop=self._stop,
+            watch=self._watch,
+            backoff=self._backoff,
+        )
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])

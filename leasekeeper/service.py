@@ -12,7 +12,18 @@ from pathlib import Path
 import grpc
 
 from jobcore.delay_tiers import DelayTiers
-from jobcore.kafka import KafkaSettings, make_admin, make_consumer, make_producer
+from jobcore.kafka import (
+    ErrorKind,
+    KafkaException,
+    KafkaSettings,
+    KafkaSetupError,
+    classify,
+    classify_error,
+    make_admin,
+    make_consumer,
+    make_producer,
+)
+from jobcore.retrying import Stopped, until_done
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
@@ -28,6 +39,14 @@ from producer.admin import ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """Why the service stopped on its own; ``exit_code`` 2 for setup mistakes."""
+
+    message: str
+    exit_code: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +97,11 @@ class LeaseKeeperService:
             ),
             control=ControlState(dedupe_window_ms=int(config.dedupe_window_s * 1000)),
         )
-        self._feed: ControlFeed | None = None
+        self._feed = ControlFeed(
+            settings=config.kafka, topics=self.topics, state=self.engine.control
+        )
+        self.failure: Failure | None = None
+        self.connected = threading.Event()
         self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
             "partition.assignment.strategy": "cooperative-sticky",
@@ -99,35 +122,52 @@ class LeaseKeeperService:
             topics=self.topics,
             gate=self.gate,
             config=config.loop,
+            watch=config.kafka.watch,
         )
-        self._thread = threading.Thread(target=self._run_loop, name="kafka-loop", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
         self._started = time.time()
 
     def start(self) -> None:
-        self._ensure_tier_topics()
-        # Cancellations and dedupe keys are known before the first job is offered.
-        self._feed = ControlFeed(
-            settings=self.config.kafka, topics=self.topics, state=self.engine.control
-        )
-        self._feed.catch_up()
-        self.loop.control = self._feed
+        """Answer ``inspect`` and ``/metrics`` at once, then connect to Kafka in the
+        background: a cluster that is down at start-up is waited for, not fatal."""
         self._server = start_rpc_server(
             engine=self.engine,
             snapshot=self.snapshot,
             listen=self.config.listen,
             token=self.config.token,
         )
-        self._thread.start()
         if self.config.metrics_port:
             serve_metrics(self.snapshot, self.config.queue, self.config.metrics_port)
+        self._thread.start()
+
+    def _connect(self) -> None:
+        """Tier topics exist and the control feed is read to its end (cancellations
+        and dedupe keys are known before the first job is offered), retrying while
+        the cluster is unreachable."""
+        watch = self.config.kafka.watch
+        until_done(
+            self._ensure_tier_topics, what="checking the queue topics", stop=self._stop, watch=watch
+        )
+        until_done(
+            self._feed.catch_up, what="reading the control topics", stop=self._stop, watch=watch
+        )
+        self.loop.control = self._feed
+        self.connected.set()
+        log.info("connected to Kafka at %s", self.config.kafka.bootstrap)
 
     def _ensure_tier_topics(self) -> None:
         """The delay tiers this leasekeeper consumes exist, partitioned like the queue."""
-        topics = make_admin(self.config.kafka).list_topics(self.topics.ready, timeout=30).topics
+        topics = make_admin(self.config.kafka).list_topics(self.topics.ready, timeout=10).topics
         ready = topics.get(self.topics.ready)
+        if (
+            ready is not None
+            and ready.error is not None
+            and classify_error(ready.error) is not (ErrorKind.OTHER)
+        ):
+            raise KafkaException(ready.error)  # e.g. a leader not elected yet: retried
         if ready is None or ready.error is not None or not ready.partitions:
-            raise RuntimeError(
+            raise KafkaSetupError(
                 f"queue topic {self.topics.ready} does not exist: run `producer create-queue "
                 f"{self.config.queue} --partitions N` first"
             )
@@ -139,11 +179,21 @@ class LeaseKeeperService:
             tiers=self.config.tiers,
         )
 
-    def _run_loop(self) -> None:
+    def _run(self) -> None:
+        """Connect, then run the loop; whatever ends it early is kept in ``failure``
+        so ``serve`` exits non-zero and a supervisor restarts it."""
         try:
+            self._connect()
             self.loop.run(self._stop)
-        except Exception:
-            log.exception("the Kafka loop failed; stopping the leasekeeper")
+        except Stopped:
+            pass
+        except Exception as exc:
+            self.failure = _failure(exc)
+            if self.failure.exit_code == 2:
+                log.error("%s", self.failure.message)
+            else:
+                log.exception("the Kafka loop failed; stopping the leasekeeper")
+        finally:
             self._stop.set()
 
     def snapshot(self) -> dict[str, object]:
@@ -155,6 +205,7 @@ class LeaseKeeperService:
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
+            kafka="connected" if self.connected.is_set() else "connecting",
         )
         return view
 
@@ -170,5 +221,10 @@ class LeaseKeeperService:
         if self._server is not None:
             self._server.stop(grace_s).wait()
         self._store.close()
-        if self._feed is not None:
-            self._feed.close()
+        self._feed.close()
+
+
+def _failure(exc: Exception) -> Failure:
+    if classify(exc) is ErrorKind.SETUP:
+        return Failure(message=str(exc), exit_code=2)
+    return Failure(message=f"the Kafka loop failed: {exc}", exit_code=1)
