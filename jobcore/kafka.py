@@ -52,6 +52,7 @@ __all__ = [
     "classify_error",
     "committed_offsets",
     "create_topics",
+    "delete_records",
     "describe_setup_error",
     "end_offsets",
     "is_retriable",
@@ -333,6 +334,15 @@ def _await_topics_visible(admin: AdminClient, names: list[str], timeout: float) 
             return
         time.sleep(0.05)
     raise RuntimeError(f"topics {names} not visible within {timeout}s")
+
+
+def delete_records(settings: KafkaSettings, topic: str, partitions: Iterable[int]) -> None:
+    """Delete every record of ``partitions`` (the low watermark moves to the end), as
+    retention does when records expire; tests use it to make that happen now."""
+    admin = make_admin(settings)  # must outlive the futures it resolves
+    tps = [TopicPartition(topic, p, OFFSET_END) for p in partitions]
+    for future in admin.delete_records(tps, request_timeout=30).values():
+        future.result(timeout=30)
 
 
 def end_offsets(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
