@@ -15,10 +15,16 @@ from typing import Any, TypeVar
 import click
 
 from jobcore.config import ENV_KAFKA_CONFIG, Environment
-from jobcore.kafka import KafkaSettings
+from jobcore.kafka import KafkaSettings, KafkaSetupError, describe_setup_error
 from jobcore.properties import PropertiesError
 
-__all__ = ["BOOTSTRAP_HELP", "KafkaSetupFailed", "kafka_config_option", "kafka_settings"]
+__all__ = [
+    "BOOTSTRAP_HELP",
+    "KafkaSetupFailed",
+    "kafka_config_option",
+    "kafka_failure",
+    "kafka_settings",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -64,3 +70,14 @@ def kafka_settings(
     except PropertiesError as exc:
         source = "--kafka-config" if kafka_config is not None else ENV_KAFKA_CONFIG
         raise KafkaSetupFailed(f"{exc} (given by {source}); fix the file or the path") from None
+
+
+def kafka_failure(exc: Exception, settings: KafkaSettings) -> click.ClickException:
+    """The error to exit with when a Kafka call failed: the credential or setup
+    problem a client reported, if any (exit 2), rather than the timeout it caused."""
+    setup = settings.watch.setup_error()
+    if setup is not None:
+        return KafkaSetupFailed(describe_setup_error(setup))
+    if isinstance(exc, KafkaSetupError):
+        return KafkaSetupFailed(str(exc))
+    return click.ClickException(str(exc) or f"Kafka did not answer ({type(exc).__name__})")

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = [
     "ShareConsumer",
     "TopicPartition",
     "TopicSpec",
+    "await_result",
     "classify",
     "classify_error",
     "committed_offsets",
@@ -318,12 +320,28 @@ def create_topics(
     futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
     for name, future in futures.items():
         try:
-            future.result(timeout=timeout)
+            await_result(future, admin, settings, timeout)
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"creating topic {name} failed: {error}") from exc
     _await_topics_visible(admin, [s.name for s in specs], timeout)
+
+
+def await_result(
+    future: Future[Any], client: AdminClient, settings: KafkaSettings, timeout: float
+) -> Any:
+    """``future.result(timeout)``, failing fast on a setup error (a wrong password is
+    only reported to ``error_cb``, which the client serves in ``poll``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return future.result(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+        except TimeoutError:
+            client.poll(0)
+            settings.watch.raise_if_setup_error()
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _await_topics_visible(admin: AdminClient, names: list[str], timeout: float) -> None:

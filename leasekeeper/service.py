@@ -158,7 +158,14 @@ class LeaseKeeperService:
 
     def _ensure_tier_topics(self) -> None:
         """The delay tiers this leasekeeper consumes exist, partitioned like the queue."""
-        topics = make_admin(self.config.kafka).list_topics(self.topics.ready, timeout=10).topics
+        admin = make_admin(self.config.kafka)
+        # Serve error_cb of the clients that connected so far: a wrong password is
+        # reported there, and the retry loop then stops with it instead of waiting.
+        self._producer.poll(0)
+        try:
+            topics = admin.list_topics(self.topics.ready, timeout=10).topics
+        finally:
+            admin.poll(0)
         ready = topics.get(self.topics.ready)
         if (
             ready is not None

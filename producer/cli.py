@@ -15,10 +15,15 @@ from typing import TypeVar
 
 import click
 
-from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_settings
+from jobcore.cli_kafka import (
+    BOOTSTRAP_HELP,
+    kafka_config_option,
+    kafka_failure,
+    kafka_settings,
+)
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
-from jobcore.kafka import KafkaException, KafkaSettings
+from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from producer.admin import ensure_queue_topics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.durations import parse_at, parse_delay
@@ -177,8 +182,8 @@ def cancel(
     try:
         with JobProducer(settings, prefix=env.topic_prefix) as producer:
             producer.cancel(queue, job_id, reason=reason)
-    except (ValueError, CancelError, EnqueueError, KafkaException) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (ValueError, CancelError, EnqueueError, KafkaException, KafkaSetupError) as exc:
+        raise kafka_failure(exc, settings) from None
     click.echo(f"cancelled {job_id}")
 
 
@@ -214,8 +219,8 @@ def create_queue(
             replication=replication,
             tiers=tiers,
         )
-    except (ValueError, RuntimeError, KafkaException) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (ValueError, RuntimeError, KafkaException, KafkaSetupError) as exc:
+        raise kafka_failure(exc, settings) from None
     for name in names:
         click.echo(name)
 

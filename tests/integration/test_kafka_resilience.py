@@ -3,6 +3,7 @@ reads control topics whose records expired."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -66,10 +67,8 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 
 def _shut(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def test_serve_waits_for_kafka_answers_inspect_meanwhile_then_runs_jobs(
