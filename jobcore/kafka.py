@@ -68,6 +68,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# librdkafka's own log lines (e.g. one per refused connection) go through Python
+# logging, never raw to the terminal: a command that configures logging shows
+# them; one that does not (a one-shot CLI) shows its one-line error alone.
+_client_log = logging.getLogger("jobcore.librdkafka")
+logging.getLogger("jobcore").addHandler(logging.NullHandler())
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
@@ -220,6 +225,7 @@ class KafkaSettings:
             "client.id": self.client_id,
             **self.extra,
             "error_cb": self.watch,
+            "logger": _client_log,
         }
 
 

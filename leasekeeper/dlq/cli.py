@@ -19,9 +19,20 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_settings
+from jobcore.cli_kafka import (
+    BOOTSTRAP_HELP,
+    kafka_config_option,
+    kafka_failure,
+    kafka_settings,
+)
 from jobcore.config import Environment
-from jobcore.kafka import KafkaSettings, make_consumer, make_producer
+from jobcore.kafka import (
+    KafkaException,
+    KafkaSettings,
+    KafkaSetupError,
+    make_consumer,
+    make_producer,
+)
 from jobcore.topics import QueueTopics
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
 from leasekeeper.dlq.reader import DlqError, read_dead_letters
@@ -131,11 +142,15 @@ def _time_ms(text: str | None, flag: str) -> int | None:
 
 
 @contextmanager
-def _dlq_errors() -> Iterator[None]:
+def _dlq_errors(settings: KafkaSettings) -> Iterator[None]:
+    """One line, no traceback, for a DLQ problem or a Kafka that refused or did not
+    answer (the credential problem a client reported, when there is one)."""
     try:
         yield
     except DlqError as exc:
         raise click.ClickException(str(exc)) from exc
+    except (KafkaException, KafkaSetupError, TimeoutError) as exc:
+        raise kafka_failure(exc, settings) from None
 
 
 @click.group(name="dlq")
@@ -158,7 +173,7 @@ def list_command(
     """List the dead letters of QUEUE, optionally filtered."""
     target = _target(queue, bootstrap, kafka_config, schema_paths)
     selection = _selection(**filters)
-    with _dlq_errors():
+    with _dlq_errors(target.kafka):
         entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection))
     entries.sort(key=_died_first)
     if as_json:
@@ -194,7 +209,7 @@ def show(
     target = _target(queue, bootstrap, kafka_config, schema_paths)
     at = _LOCATION.match(job_id)
     selection = DeadLetterFilter() if at else DeadLetterFilter(job_id=job_id)
-    with _dlq_errors():
+    with _dlq_errors(target.kafka):
         entries = [
             entry
             for entry in read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection)
@@ -246,7 +261,7 @@ def replay(
         dry_run=dry_run,
         rate=rate,
     )
-    with _dlq_errors():
+    with _dlq_errors(target.kafka):
         report = _run_replay(target, options)
     _print_report(report, target, as_json)
     if not report.ok:

@@ -157,11 +157,20 @@ def test_a_wrong_password_fails_fast_with_one_clear_line(
 ) -> None:
     config = _config_file(tmp_path / "client.properties", secure, "not-the-password")
     env = _env(config)
-    created = _run([str(BIN / "producer"), "create-queue", f"q{unique}", "--partitions", "1"], env)
+    queue = f"q{unique}"
+    created = _run([str(BIN / "producer"), "create-queue", queue, "--partitions", "1"], env)
     _assert_credentials_refused(created)
+    assert created.returncode == 2
+    assert len(created.stderr.splitlines()) == 1, created.stderr  # the error, nothing else
+    sent = _run(
+        [str(BIN / "producer"), "enqueue", queue, "noop", "--tenant", "t", "--payload", "{}"], env
+    )
+    _assert_credentials_refused(sent)
+    listed = _run([str(BIN / "leasekeeper"), "dlq", "list", "--queue", queue], env)
+    _assert_credentials_refused(listed)
     served = _run(
         [
-            str(BIN / "leasekeeper"), "serve", "--queue", f"q{unique}",
+            str(BIN / "leasekeeper"), "serve", "--queue", queue,
             "--state-dir", str(tmp_path / "state"), "--listen", f"unix:{tmp_path / 'lk.sock'}",
         ],
         env,
