@@ -15,7 +15,14 @@ from typing import Any, TypeVar
 import click
 
 from jobcore.config import ENV_KAFKA_CONFIG, Environment
-from jobcore.kafka import KafkaSettings, KafkaSetupError, describe_setup_error
+from jobcore.kafka import (
+    ErrorKind,
+    KafkaException,
+    KafkaSettings,
+    KafkaSetupError,
+    classify,
+    describe_setup_error,
+)
 from jobcore.properties import PropertiesError
 
 __all__ = [
@@ -80,4 +87,6 @@ def kafka_failure(exc: Exception, settings: KafkaSettings) -> click.ClickExcepti
         return KafkaSetupFailed(describe_setup_error(setup))
     if isinstance(exc, KafkaSetupError):
         return KafkaSetupFailed(str(exc))
+    if isinstance(exc, KafkaException) and classify(exc) is ErrorKind.SETUP:
+        return KafkaSetupFailed(describe_setup_error(exc.args[0]))
     return click.ClickException(str(exc) or f"Kafka did not answer ({type(exc).__name__})")

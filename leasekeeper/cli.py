@@ -11,10 +11,16 @@ from types import FrameType
 
 import click
 
-from jobcore.cli_kafka import BOOTSTRAP_HELP, KafkaSetupFailed, kafka_config_option, kafka_settings
+from jobcore.cli_kafka import (
+    BOOTSTRAP_HELP,
+    KafkaSetupFailed,
+    kafka_config_option,
+    kafka_failure,
+    kafka_settings,
+)
 from jobcore.config import Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
-from jobcore.kafka import ErrorKind, KafkaException, classify
+from jobcore.kafka import KafkaException
 from jobcore.localkafka.cli import kafka_cli
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
@@ -172,10 +178,7 @@ def _run_service(config: ServeConfig) -> None:
     try:
         service = LeaseKeeperService(config)
     except KafkaException as exc:  # librdkafka refused the configuration itself
-        if classify(exc) is ErrorKind.SETUP:
-            message = f"invalid Kafka client configuration: {exc.args[0].str()}"
-            raise KafkaSetupFailed(message) from None
-        raise
+        raise kafka_failure(exc, config.kafka) from None
     stopper = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

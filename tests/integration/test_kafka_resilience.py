@@ -7,6 +7,7 @@ import contextlib
 import socket
 import subprocess
 import threading
+import urllib.request
 from pathlib import Path
 
 from jobcore.control import Cancellation
@@ -77,6 +78,8 @@ def test_serve_waits_for_kafka_answers_inspect_meanwhile_then_runs_jobs(
     forwarder = Forwarder(free_port(), system.kafka.bootstrap)
     lk = system.leasekeeper
     lk.bootstrap = f"127.0.0.1:{forwarder.port}"  # nothing listens there yet
+    metrics_port = free_port()
+    lk.extra_args += ["--metrics-port", str(metrics_port)]
     lk.start()
     try:
 
@@ -87,6 +90,7 @@ def test_serve_waits_for_kafka_answers_inspect_meanwhile_then_runs_jobs(
             return snap is not None and snap["kafka"] == "connecting" and "retrying in" in log
 
         wait_until(waiting, 60, "inspect to answer while the leasekeeper retries")
+        assert "leasekeeper_" in _metrics(metrics_port)
         forwarder.open()
         lk.wait_assigned(PARTITIONS, timeout=90)
         system.start(workers=1)
@@ -95,6 +99,11 @@ def test_serve_waits_for_kafka_answers_inspect_meanwhile_then_runs_jobs(
     finally:
         forwarder.close()
     assert "Traceback" not in lk.log.read_text()
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
 
 
 def test_serve_exits_2_with_one_line_when_the_queue_does_not_exist(

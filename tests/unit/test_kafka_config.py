@@ -187,3 +187,41 @@ def test_until_done_stops_when_asked() -> None:
     stop.set()
     with pytest.raises(Stopped):
         until_done(_Flaky(1), what="t", stop=stop, watch=ErrorWatch(), backoff=_FAST)
+
+
+def _invoke(main: object, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(main, args, env=env)  # type: ignore[arg-type]
+    return result.exit_code, result.output
+
+
+def _commands(tmp_path: Path) -> list[tuple[object, list[str]]]:
+    from leasekeeper.cli import main as leasekeeper
+    from producer.cli import main as producer
+
+    state = ["--state-dir", str(tmp_path / "state"), "--listen", f"unix:{tmp_path}/s.sock"]
+    return [
+        (producer, ["create-queue", "q", "--partitions", "1"]),
+        (producer, ["cancel", "q", "job-1"]),
+        (leasekeeper, ["serve", "--queue", "q", *state]),
+    ]
+
+
+def test_an_unknown_security_protocol_exits_2_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_BOGUS\n")
+    for main, args in _commands(tmp_path):
+        code, output = _invoke(main, [*args, "--kafka-config", str(config)], {})
+        assert code == 2, output
+        assert output.count("\n") == 1 and output.startswith("Error: "), output
+        assert "security.protocol" in output and "SASL_BOGUS" in output
+
+
+def test_a_missing_config_file_named_by_the_environment_exits_2(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.properties"
+    for main, args in _commands(tmp_path):
+        code, output = _invoke(main, args, {"KAFKA_CONFIG": str(missing)})
+        assert code == 2, output
+        assert "nowhere.properties" in output and "KAFKA_CONFIG" in output, output
+        assert "Traceback" not in output
