@@ -68,11 +68,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-# librdkafka's own log lines (e.g. one per refused connection) go through Python
-# logging, never raw to the terminal: a command that configures logging shows
-# them; one that does not (a one-shot CLI) shows its one-line error alone.
-_client_log = logging.getLogger("jobcore.librdkafka")
-logging.getLogger("jobcore").addHandler(logging.NullHandler())
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
@@ -191,7 +186,9 @@ class ErrorWatch:
                 self._setup = error
         # Transport errors repeat while brokers are down; callers that wait log one
         # line per backoff step with the last reason instead.
-        level = logging.DEBUG if kind is ErrorKind.TRANSIENT else logging.WARNING
+        # "All brokers down" comes once per outage and is worth a line of its own.
+        quiet = kind is ErrorKind.TRANSIENT and error.code() != KafkaError._ALL_BROKERS_DOWN
+        level = logging.DEBUG if quiet else logging.WARNING
         log.log(level, "Kafka client error: %s", error.str())
 
     def last_reason(self) -> str | None:
@@ -225,7 +222,6 @@ class KafkaSettings:
             "client.id": self.client_id,
             **self.extra,
             "error_cb": self.watch,
-            "logger": _client_log,
         }
 
 

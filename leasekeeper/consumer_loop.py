@@ -74,6 +74,7 @@ class ConsumerLoop:
         self._stop = threading.Event()
         self._commit_failures = 0
         self._next_commit = 0.0
+        self._ran = False
         self._producer = producer
         self._engine = engine
         self._codec = codec
@@ -90,6 +91,7 @@ class ConsumerLoop:
 
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
+        self._ran = True
         self._consumer.subscribe(
             [self._topics.ready, *self._gate.topics],
             on_assign=self._on_assign,
@@ -104,6 +106,13 @@ class ConsumerLoop:
                 self._step()
         finally:
             self._shutdown()
+
+    def close_if_idle(self) -> None:
+        """Close the consumer of a loop that never ran (Kafka never reached, or a
+        setup error): ``run`` closes it otherwise."""
+        if not self._ran:
+            self._ran = True
+            self._consumer.close()
 
     def _step(self) -> None:
         room = self._apply_backpressure()

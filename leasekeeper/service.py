@@ -227,6 +227,8 @@ class LeaseKeeperService:
             self._thread.join(timeout=30)
         if self._server is not None:
             self._server.stop(grace_s).wait()
+        if not self._thread.is_alive():
+            self.loop.close_if_idle()
         self._store.close()
         self._feed.close()
 

@@ -10,9 +10,11 @@ import threading
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from jobcore.control import Cancellation
 from jobcore.kafka import KafkaSettings, delete_records, make_producer
-from jobcore.localkafka import free_port
+from jobcore.localkafka import KafkaUnavailable, LocalKafka, free_port, obtain
 from jobcore.topics import QueueTopics
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
@@ -146,3 +148,33 @@ def test_catch_up_finishes_when_every_control_record_expired(
         feed.catch_up(timeout_s=20)
     finally:
         feed.close()
+
+
+def test_serve_survives_a_broker_outage_while_running(unique: str, tmp_path: Path) -> None:
+    cluster = LocalKafka(distribution=obtain(), workdir=tmp_path / "kafka", heap="384m")
+    try:
+        cluster.start()
+    except KafkaUnavailable as exc:
+        cluster.stop(grace=5)
+        pytest.skip(f"a Kafka of this test's own could not start: {exc}")
+    (tmp_path / "system").mkdir()
+    system = System(KafkaSettings(bootstrap=cluster.bootstrap), unique, tmp_path / "system")
+    try:
+        system.start(workers=1)
+        before = system.enqueue(10)
+        wait_until(lambda: set(system.runs()) >= set(before), 60, "the jobs before the outage")
+        cluster.kill_broker(0)
+        lk = system.leasekeeper
+        wait_until(
+            lambda: "brokers are down" in lk.log.read_text(),
+            60,
+            "the leasekeeper to notice the outage",
+        )
+        lk.assert_alive()
+        cluster.restart_broker(0)
+        after = system.enqueue(10)
+        wait_until(lambda: set(system.runs()) >= set(after), 120, "the jobs after the outage")
+        lk.assert_alive()
+    finally:
+        system.stop()
+        cluster.stop()

@@ -23,6 +23,9 @@ class _DyingLoop:
     def run(self, stop: threading.Event) -> None:
         raise self.error
 
+    def close_if_idle(self) -> None:
+        pass
+
 
 def _service(tmp_path: Path) -> LeaseKeeperService:
     # Nothing listens at the bootstrap: building clients does not connect.
@@ -43,6 +46,7 @@ def test_a_dying_loop_stops_the_service_with_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, code: int
 ) -> None:
     service = _service(tmp_path)
+    real_loop = service.loop
     monkeypatch.setattr(service, "_connect", lambda: None)
     monkeypatch.setattr(service, "loop", _DyingLoop(error))
     service.start()
@@ -50,6 +54,7 @@ def test_a_dying_loop_stops_the_service_with_a_failure(
         assert service.wait(timeout=10)
     finally:
         service.stop(grace_s=0)
+        real_loop.close_if_idle()
     assert service.failure is not None
     assert service.failure.exit_code == code
     assert str(error) in service.failure.message
