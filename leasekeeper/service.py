@@ -14,11 +14,11 @@ import grpc
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
     ErrorKind,
+    KafkaError,
     KafkaException,
     KafkaSettings,
     KafkaSetupError,
     classify,
-    classify_error,
     make_admin,
     make_consumer,
     make_producer,
@@ -167,17 +167,18 @@ class LeaseKeeperService:
         finally:
             admin.poll(0)
         ready = topics.get(self.topics.ready)
-        if (
-            ready is not None
-            and ready.error is not None
-            and classify_error(ready.error) is not (ErrorKind.OTHER)
-        ):
-            raise KafkaException(ready.error)  # e.g. a leader not elected yet: retried
-        if ready is None or ready.error is not None or not ready.partitions:
+        missing = ready is None or (
+            ready.error is not None and ready.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        )
+        if missing:
             raise KafkaSetupError(
                 f"queue topic {self.topics.ready} does not exist: run `producer create-queue "
                 f"{self.config.queue} --partitions N` first"
             )
+        assert ready is not None
+        if ready.error is not None or not ready.partitions:
+            # e.g. no leader elected yet (retried), or no access to it (exit 2)
+            raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
         ensure_queue_topics(
             self.config.kafka,
             self.config.queue,
