@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobcore.kafka import KafkaSettings
+from jobcore.properties import load_properties
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP"
+ENV_KAFKA_CONFIG = "KAFKA_CONFIG"
 ENV_LEASEKEEPER_TARGET = "LEASEKEEPER_TARGET"
 ENV_LEASEKEEPER_TOKEN = "LEASEKEEPER_TOKEN"
 ENV_LEASEKEEPER_TLS_CA = "LEASEKEEPER_TLS_CA"
@@ -50,10 +52,15 @@ class Environment:
     leasekeeper_tls_ca: str | None = None
     topic_prefix: str
     schema_path: tuple[str, ...]
+    # Where ``bootstrap`` came from matters: a --kafka-config file's
+    # bootstrap.servers wins over the built-in default, not over KAFKA_BOOTSTRAP.
+    bootstrap_from_env: bool = False
+    kafka_config: Path | None = None
 
     @classmethod
     def from_env(cls) -> Environment:
         schema_path = os.environ.get(ENV_SCHEMA_PATH, "")
+        kafka_config = os.environ.get(ENV_KAFKA_CONFIG)
         return cls(
             bootstrap=os.environ.get(ENV_BOOTSTRAP, DEFAULT_BOOTSTRAP),
             leasekeeper_target=os.environ.get(ENV_LEASEKEEPER_TARGET)
@@ -62,7 +69,23 @@ class Environment:
             leasekeeper_tls_ca=os.environ.get(ENV_LEASEKEEPER_TLS_CA) or None,
             topic_prefix=os.environ.get(ENV_TOPIC_PREFIX, "jobs"),
             schema_path=tuple(p for p in schema_path.split(os.pathsep) if p),
+            bootstrap_from_env=bool(os.environ.get(ENV_BOOTSTRAP)),
+            kafka_config=Path(kafka_config) if kafka_config else None,
         )
 
-    def kafka(self, client_id: str) -> KafkaSettings:
-        return KafkaSettings(bootstrap=self.bootstrap, client_id=client_id)
+    def kafka(
+        self, client_id: str, *, bootstrap: str | None = None, kafka_config: Path | None = None
+    ) -> KafkaSettings:
+        """Client settings: librdkafka properties from ``kafka_config`` (else the
+        ``KAFKA_CONFIG`` file) go into ``extra``; the bootstrap is the flag, else
+        ``KAFKA_BOOTSTRAP``, else the file's ``bootstrap.servers``, else the default.
+        Raises PropertiesError for a file that cannot be read or parsed."""
+        path = kafka_config or self.kafka_config
+        extra = load_properties(path) if path is not None else {}
+        from_file = extra.pop("bootstrap.servers", None)
+        from_env = self.bootstrap if self.bootstrap_from_env else None
+        return KafkaSettings(
+            bootstrap=bootstrap or from_env or from_file or DEFAULT_BOOTSTRAP,
+            client_id=client_id,
+            extra=extra,
+        )

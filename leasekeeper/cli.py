@@ -11,9 +11,16 @@ from types import FrameType
 
 import click
 
+from jobcore.cli_kafka import (
+    BOOTSTRAP_HELP,
+    KafkaSetupFailed,
+    kafka_config_option,
+    kafka_failure,
+    kafka_settings,
+)
 from jobcore.config import Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
-from jobcore.kafka import KafkaSettings
+from jobcore.kafka import KafkaException
 from jobcore.localkafka.cli import kafka_cli
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
@@ -22,7 +29,6 @@ from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
-from leasekeeper.state_identity import StateMismatch
 
 
 @click.group()
@@ -32,7 +38,8 @@ def main() -> None:
 
 @main.command()
 @click.option("--queue", required=True, help="the queue to serve (topic jobs.QUEUE)")
-@click.option("--bootstrap", default=None, help="Kafka bootstrap servers [env KAFKA_BOOTSTRAP]")
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
 @click.option("--state-dir", type=click.Path(path_type=Path), required=True, help="RocksDB dir")
 @click.option("--listen", default=None, help="unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET]")
 @click.option("--lease", "lease_s", default=30.0, show_default=True, help="lease length (s)")
@@ -133,6 +140,7 @@ def main() -> None:
 def serve(
     queue: str,
     bootstrap: str | None,
+    kafka_config: Path | None,
     state_dir: Path,
     listen: str | None,
     lease_s: float,
@@ -161,7 +169,11 @@ def serve(
     tls_key: Path | None,
     log_level: str,
 ) -> None:
-    """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C."""
+    """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C.
+
+    Waits for Kafka while it is unreachable (inspect answers meanwhile). Exits 2
+    on a setup mistake (credentials, config, a missing queue), 1 when the Kafka
+    loop fails, so a supervisor restarts it."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     env = Environment.from_env()
     config = ServeConfig(
@@ -170,7 +182,9 @@ def serve(
         tls_cert=tls_cert,
         tls_key=tls_key,
         queue=queue,
-        kafka=KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id="leasekeeper"),
+        kafka=kafka_settings(
+            "leasekeeper", bootstrap=bootstrap, kafka_config=kafka_config, env=env
+        ),
         state_dir=state_dir,
         listen=listen or env.leasekeeper_target,
         prefix=env.topic_prefix,
@@ -206,7 +220,15 @@ def serve(
         preflight(config.listen, config.security)
     except ListenError as exc:
         raise click.ClickException(str(exc)) from None
-    service = LeaseKeeperService(config)
+    _run_service(config)
+
+
+def _run_service(config: ServeConfig) -> None:
+    """Serve until a signal or a failure; a failure exits non-zero (2: setup)."""
+    try:
+        service = LeaseKeeperService(config)
+    except KafkaException as exc:  # librdkafka refused the configuration itself
+        raise kafka_failure(exc, config.kafka) from None
     stopper = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -215,22 +237,24 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     _start(service)
-    click.echo(f"leasekeeper serving queue {queue} on {config.listen}", err=True)
+    click.echo(f"leasekeeper serving queue {config.queue} on {config.listen}", err=True)
     while not stopper.wait(0.5):
         if service.wait(0):
             break
     service.stop()
-    click.echo("leasekeeper stopped", err=True)
+    failure = service.failure
+    if failure is None:
+        click.echo("leasekeeper stopped", err=True)
+        return
+    if failure.exit_code == 2:
+        raise KafkaSetupFailed(failure.message)
+    raise click.ClickException(failure.message)
 
 
 def _start(service: LeaseKeeperService) -> None:
-    """Start, or exit 2 with one line when the state dir is another queue's."""
+    """Start serving, or exit with one line when the listen settings would let others in."""
     try:
         service.start()
-    except StateMismatch as exc:
-        service.stop()
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
     except ListenError as exc:
         service.stop()
         raise click.ClickException(str(exc)) from None

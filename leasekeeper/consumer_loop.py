@@ -15,7 +15,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobcore.kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from jobcore.kafka import (
+    Consumer,
+    ErrorWatch,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from jobcore.retrying import Backoff, until_done
 from jobcore.topics import QueueTopics
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
@@ -27,6 +36,9 @@ from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.job import Job
 
 log = logging.getLogger(__name__)
+
+# Commits and offset look-ups while the group coordinator is unreachable.
+COMMIT_BACKOFF = Backoff(base_s=0.2, cap_s=10.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +66,16 @@ class ConsumerLoop:
         gate: TierGate,
         config: LoopConfig,
         clock: Callable[[], float] = time.monotonic,
+        watch: ErrorWatch | None = None,
+        backoff: Backoff = COMMIT_BACKOFF,
     ) -> None:
         self._consumer = consumer
+        self._watch = watch or ErrorWatch()
+        self._backoff = backoff
+        self._stop = threading.Event()
+        self._commit_failures = 0
+        self._next_commit = 0.0
+        self._ran = False
         self._producer = producer
         self._engine = engine
         self._codec = codec
@@ -71,6 +91,8 @@ class ConsumerLoop:
         self.commits = 0
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop
+        self._ran = True
         self._consumer.subscribe(
             [self._topics.ready, *self._gate.topics],
             on_assign=self._on_assign,
@@ -79,9 +101,19 @@ class ConsumerLoop:
         )
         try:
             while not stop.is_set():
+                # Bad credentials only reach error_cb; without this the loop would
+                # poll a cluster that keeps refusing it, forever.
+                self._watch.raise_if_setup_error()
                 self._step()
         finally:
             self._shutdown()
+
+    def close_if_idle(self) -> None:
+        """Close the consumer of a loop that never ran (Kafka never reached, or a
+        setup error): ``run`` closes it otherwise."""
+        if not self._ran:
+            self._ran = True
+            self._consumer.close()
 
     def _step(self) -> None:
         room = self._apply_backpressure()
@@ -104,7 +136,7 @@ class ConsumerLoop:
             self._last_reap = now
             self._engine.expire()
             self._engine.sweep_unhandled()
-        if now - self._last_commit >= self._config.commit_interval_s:
+        if now - self._last_commit >= self._config.commit_interval_s and now >= self._next_commit:
             self._last_commit = now
             self.commit()
 
@@ -236,8 +268,10 @@ class ConsumerLoop:
             if exc.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE:
                 self._commit_each(positions)
                 return
-            log.warning("commit failed (will retry): %s", exc)
+            self._commit_failed(exc)
             return
+        self._commit_failures = 0
+        self._next_commit = 0.0
         self.commits += 1
         self._engine.committed(positions)
 
@@ -266,8 +300,22 @@ class ConsumerLoop:
             self.commits += 1
             self._engine.committed(done)
 
+    def _commit_failed(self, exc: KafkaException) -> None:
+        """Back off (capped, exponential) while commits fail, one log line per step:
+        the positions are kept and committed once the group coordinator is back."""
+        delay = self._backoff.delay(self._commit_failures)
+        self._commit_failures += 1
+        self._next_commit = self._clock() + delay
+        log.warning("commit failed (%s); retrying in %.1fs", exc.args[0], delay)
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = consumer.committed(partitions, timeout=30)
+        committed = until_done(
+            lambda: consumer.committed(partitions, timeout=10),
+            what="reading the committed offsets of assigned partitions",
+            stop=self._stop,
+            watch=self._watch,
+            backoff=self._backoff,
+        )
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
         self._engine.assignment_received()

@@ -68,25 +68,35 @@ class ControlFeed:
         self._clock = clock
         self._catch_up_s: float | None = None
         self._catch_up_records = 0
+        self._settings = settings
         self._consumer = make_consumer(settings, f"control-reader-{uuid.uuid4().hex[:8]}")
-        metadata = make_admin(settings).list_topics(timeout=30).topics
-        self._partitions = [
-            TopicPartition(topic, p, OFFSET_BEGINNING)
-            for topic in (topics.control, topics.dedupe)
-            if topic in metadata
-            for p in metadata[topic].partitions
-        ]
-        self._consumer.assign(self._partitions)
+        self._partitions: list[TopicPartition] | None = None
+
+    def _assigned(self) -> list[TopicPartition]:
+        """Assign every partition of both topics once, from the beginning; a retried
+        catch-up continues from where the last try got to."""
+        if self._partitions is None:
+            metadata = make_admin(self._settings).list_topics(timeout=10).topics
+            self._partitions = [
+                TopicPartition(topic, p, OFFSET_BEGINNING)
+                for topic in (self._topics.control, self._topics.dedupe)
+                if topic in metadata
+                for p in metadata[topic].partitions
+            ]
+            self._consumer.assign(self._partitions)
+        return self._partitions
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
-        """Read everything written so far; raises if that takes longer than ``timeout_s``."""
+        """Read everything written so far; raises if that takes longer than ``timeout_s``
+        (or a Kafka error while the cluster is unreachable: the caller retries)."""
+        partitions = self._assigned()
         ends = {
-            (tp.topic, tp.partition): self._consumer.get_watermark_offsets(tp, timeout=10)[1]
-            for tp in self._partitions
+            (tp.topic, tp.partition): self._consumer.get_watermark_offsets(tp, timeout=10)
+            for tp in partitions
         }
         started = time.monotonic()
         deadline = started + timeout_s
-        while not self._reached(ends):
+        while not self._reached(partitions, ends):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"control topics not read within {timeout_s}s")
             for message in self._consumer.consume(500, timeout=0.2):
@@ -96,10 +106,15 @@ class ControlFeed:
         self._state.prune(self._now_ms())
         self._catch_up_s = time.monotonic() - started
 
-    def _reached(self, ends: dict[tuple[str, int], int]) -> bool:
-        for tp in self._consumer.position(self._partitions):
-            end = ends.get((tp.topic, tp.partition), 0)
-            if end > 0 and tp.offset < end:
+    def _reached(
+        self, partitions: list[TopicPartition], ends: dict[tuple[str, int], tuple[int, int]]
+    ) -> bool:
+        """Every partition read up to its end offset. A partition whose records all
+        expired or were deleted (low == high > 0) has nothing to read: its position
+        never becomes valid, and waiting for it would never end."""
+        for tp in self._consumer.position(partitions):
+            low, high = ends.get((tp.topic, tp.partition), (0, 0))
+            if high > low and tp.offset < high:
                 return False
         return True
 

@@ -13,13 +13,19 @@ import grpc
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
+    ErrorKind,
+    KafkaError,
+    KafkaException,
     KafkaSettings,
+    KafkaSetupError,
+    classify,
     cluster_id,
     make_admin,
     make_consumer,
     make_producer,
     topic_ids,
 )
+from jobcore.retrying import Stopped, until_done
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
@@ -31,13 +37,21 @@ from leasekeeper.outbox import Outbox
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
-from leasekeeper.state_identity import StateIdentity, check_identity
+from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
 from producer.admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """Why the service stopped on its own; ``exit_code`` 2 for setup mistakes."""
+
+    message: str
+    exit_code: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +121,11 @@ class LeaseKeeperService:
         )
         self._group_id = config.group_id or self.topics.consumer_group
         self.outbox = Outbox(producer=self._producer, engine=self.engine, router=router)
-        self._feed: ControlFeed | None = None
+        self._feed = ControlFeed(
+            settings=config.kafka, topics=self.topics, state=self.engine.control
+        )
+        self.failure: Failure | None = None
+        self.connected = threading.Event()
         self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
             "partition.assignment.strategy": "cooperative-sticky",
@@ -126,22 +144,16 @@ class LeaseKeeperService:
             topics=self.topics,
             gate=self.gate,
             config=config.loop,
+            watch=config.kafka.watch,
         )
-        self._thread = threading.Thread(target=self._run_loop, name="kafka-loop", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
         self._rpc_counters = RpcCounters()
         self._started = time.time()
 
     def start(self) -> None:
-        """Raises StateMismatch (nothing started) when the state dir is another's."""
-        self._ensure_tier_topics()
-        self._check_state_identity()
-        # Cancellations and dedupe keys are known before the first job is offered.
-        self._feed = ControlFeed(
-            settings=self.config.kafka, topics=self.topics, state=self.engine.control
-        )
-        self._feed.catch_up()
-        self.loop.control = self._feed
+        """Answer ``inspect`` and ``/metrics`` at once, then connect to Kafka in the
+        background: a cluster that is down at start-up is waited for, not fatal."""
         self._server = start_rpc_server(
             engine=self.engine,
             snapshot=self.snapshot,
@@ -149,19 +161,55 @@ class LeaseKeeperService:
             counters=self._rpc_counters,
             security=self.config.security,
         )
-        self._thread.start()
         if self.config.metrics_port:
             serve_metrics(self.snapshot, self.config.queue, self.config.metrics_port)
+        self._thread.start()
+
+    def _connect(self) -> None:
+        """Tier topics exist and the control feed is read to its end (cancellations
+        and dedupe keys are known before the first job is offered), retrying while
+        the cluster is unreachable."""
+        watch = self.config.kafka.watch
+        until_done(
+            self._ensure_tier_topics, what="checking the queue topics", stop=self._stop, watch=watch
+        )
+        # Before any partition's state is loaded: is the state dir this queue's?
+        until_done(
+            self._check_state_identity,
+            what="checking the state dir's cluster and topics",
+            stop=self._stop,
+            watch=watch,
+        )
+        until_done(
+            self._feed.catch_up, what="reading the control topics", stop=self._stop, watch=watch
+        )
+        self.loop.control = self._feed
+        self.connected.set()
+        log.info("connected to Kafka at %s", self.config.kafka.bootstrap)
 
     def _ensure_tier_topics(self) -> None:
         """The delay tiers this leasekeeper consumes exist, partitioned like the queue."""
-        topics = make_admin(self.config.kafka).list_topics(self.topics.ready, timeout=30).topics
+        admin = make_admin(self.config.kafka)
+        # Serve error_cb of the clients that connected so far: a wrong password is
+        # reported there, and the retry loop then stops with it instead of waiting.
+        self._producer.poll(0)
+        try:
+            topics = admin.list_topics(self.topics.ready, timeout=10).topics
+        finally:
+            admin.poll(0)
         ready = topics.get(self.topics.ready)
-        if ready is None or ready.error is not None or not ready.partitions:
-            raise RuntimeError(
+        missing = ready is None or (
+            ready.error is not None and ready.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        )
+        if missing:
+            raise KafkaSetupError(
                 f"queue topic {self.topics.ready} does not exist: run `producer create-queue "
                 f"{self.config.queue} --partitions N` first"
             )
+        assert ready is not None
+        if ready.error is not None or not ready.partitions:
+            # e.g. no leader elected yet (retried), or no access to it (exit 2)
+            raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
         ensure_queue_topics(
             self.config.kafka,
             self.config.queue,
@@ -183,11 +231,21 @@ class LeaseKeeperService:
         )
         log.info("state dir %s: identity %s", self.config.state_dir, outcome.value)
 
-    def _run_loop(self) -> None:
+    def _run(self) -> None:
+        """Connect, then run the loop; whatever ends it early is kept in ``failure``
+        so ``serve`` exits non-zero and a supervisor restarts it."""
         try:
+            self._connect()
             self.loop.run(self._stop)
-        except Exception:
-            log.exception("the Kafka loop failed; stopping the leasekeeper")
+        except Stopped:
+            pass
+        except Exception as exc:
+            self.failure = _failure(exc)
+            if self.failure.exit_code == 2:
+                log.error("%s", self.failure.message)
+            else:
+                log.exception("the Kafka loop failed; stopping the leasekeeper")
+        finally:
             self._stop.set()
 
     def snapshot(self) -> dict[str, object]:
@@ -200,6 +258,7 @@ class LeaseKeeperService:
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
             outbox=self.outbox.view().to_dict(),
+            kafka="connected" if self.connected.is_set() else "connecting",
         )
         counters = view["counters"]
         assert isinstance(counters, dict)
@@ -219,6 +278,13 @@ class LeaseKeeperService:
             self._thread.join(timeout=30)
         if self._server is not None:
             self._server.stop(grace_s).wait()
+        if not self._thread.is_alive():
+            self.loop.close_if_idle()
         self._store.close()
-        if self._feed is not None:
-            self._feed.close()
+        self._feed.close()
+
+
+def _failure(exc: Exception) -> Failure:
+    if isinstance(exc, StateMismatch) or classify(exc) is ErrorKind.SETUP:
+        return Failure(message=str(exc), exit_code=2)
+    return Failure(message=f"the Kafka loop failed: {exc}", exit_code=1)

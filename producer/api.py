@@ -30,6 +30,7 @@ from jobcore.kafka import (
     KafkaException,
     KafkaSettings,
     Message,
+    describe_setup_error,
     make_producer,
     produce_reliably,
 )
@@ -95,6 +96,7 @@ class JobProducer:
         self._tiers = tiers if tiers is not None else DelayTiers()
         self._clock = clock
         self._producer = make_producer(settings)
+        self._watch = settings.watch
         self._known_topics: set[str] = set()
         self._closed = threading.Event()
         self._poller = threading.Thread(
@@ -353,6 +355,10 @@ class JobProducer:
         try:
             metadata = self._producer.list_topics(topic, timeout=10)
         except KafkaException as exc:
+            # A wrong password shows only as a timeout here; error_cb knows why.
+            setup = self._watch.setup_error()
+            if setup is not None:
+                raise EnqueueError(describe_setup_error(setup)) from None
             raise EnqueueError(f"cannot look up topic {topic}: {exc}") from exc
         error = metadata.topics[topic].error if topic in metadata.topics else None
         if topic not in metadata.topics or error is not None:

@@ -10,13 +10,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TypeVar
 
 import click
 
+from jobcore.cli_kafka import (
+    BOOTSTRAP_HELP,
+    kafka_config_option,
+    kafka_failure,
+    kafka_settings,
+)
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
-from jobcore.kafka import KafkaException, KafkaSettings
+from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from producer.admin import ensure_queue_topics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.durations import parse_at, parse_delay
@@ -25,7 +32,6 @@ from producer.scheduler.cli import cron
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
-_BOOTSTRAP_HELP = "Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092]"
 _T = TypeVar("_T")
 
 
@@ -98,7 +104,8 @@ main.add_command(cron)
     show_default=True,
     help="Seconds one attempt may run.",
 )
-@click.option("--bootstrap", default=None, help=_BOOTSTRAP_HELP)
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
 @click.option(
     "--schema-path",
     "schema_paths",
@@ -119,6 +126,7 @@ def enqueue(
     max_attempts: int,
     timeout_s: float,
     bootstrap: str | None,
+    kafka_config: Path | None,
     schema_paths: Sequence[str],
 ) -> None:
     """Enqueue a TYPE job on QUEUE; print its id once Kafka acknowledged it.
@@ -146,7 +154,9 @@ def enqueue(
         )
         # Checked before connecting: a bad payload fails fast, even with no broker.
         EnvelopeCodec(registry).validate_payload(request.type, request.payload)
-        settings = KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)
+        settings = kafka_settings(
+            _CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env
+        )
         job_id = _send(settings, registry, request, prefix=env.topic_prefix, tiers=tiers)
     except (ValueError, EnqueueError, KafkaException) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -157,20 +167,23 @@ def enqueue(
 @click.argument("queue")
 @click.argument("job_id")
 @click.option("--reason", default="", help="Why; kept with the cancellation.")
-@click.option("--bootstrap", default=None, help=_BOOTSTRAP_HELP)
-def cancel(queue: str, job_id: str, reason: str, bootstrap: str | None) -> None:
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
+def cancel(
+    queue: str, job_id: str, reason: str, bootstrap: str | None, kafka_config: Path | None
+) -> None:
     """Record that JOB_ID of QUEUE must not run, once Kafka acknowledged it.
 
     A waiting job (delayed, or not yet claimed) is skipped; a running one loses
     its lease. Exits non-zero when the cancellation was not recorded.
     """
     env = Environment.from_env()
-    settings = KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)
+    settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     try:
         with JobProducer(settings, prefix=env.topic_prefix) as producer:
             producer.cancel(queue, job_id, reason=reason)
-    except (ValueError, CancelError, EnqueueError, KafkaException) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (ValueError, CancelError, EnqueueError, KafkaException, KafkaSetupError) as exc:
+        raise kafka_failure(exc, settings) from None
     click.echo(f"cancelled {job_id}")
 
 
@@ -179,9 +192,15 @@ def cancel(queue: str, job_id: str, reason: str, bootstrap: str | None) -> None:
 @click.option("--partitions", type=click.IntRange(min=1), required=True)
 @click.option("--replication", type=int, default=-1, help="Default: the broker's default.")
 @_TIERS
-@click.option("--bootstrap", default=None, help=_BOOTSTRAP_HELP)
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
 def create_queue(
-    queue: str, partitions: int, replication: int, tiers: DelayTiers, bootstrap: str | None
+    queue: str,
+    partitions: int,
+    replication: int,
+    tiers: DelayTiers,
+    bootstrap: str | None,
+    kafka_config: Path | None,
 ) -> None:
     """Create QUEUE's ready, delay-tier and dead-letter topics (and its control
     topics); print their names.
@@ -190,7 +209,7 @@ def create_queue(
     are added.
     """
     env = Environment.from_env()
-    settings = KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)
+    settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     try:
         names = ensure_queue_topics(
             settings,
@@ -200,8 +219,8 @@ def create_queue(
             replication=replication,
             tiers=tiers,
         )
-    except (ValueError, RuntimeError, KafkaException) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (ValueError, RuntimeError, KafkaException, KafkaSetupError) as exc:
+        raise kafka_failure(exc, settings) from None
     for name in names:
         click.echo(name)
 

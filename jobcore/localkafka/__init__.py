@@ -1,6 +1,6 @@
 """A real Apache Kafka the project runs itself: fetch the jars, start, stop, chaos."""
 
-from jobcore.localkafka.cluster import BrokerNode, LocalKafka, free_port
+from jobcore.localkafka.cluster import BrokerNode, LocalKafka, SaslListener, free_port
 from jobcore.localkafka.distribution import (
     DEFAULT_KAFKA_VERSION,
     KafkaDistribution,
@@ -15,6 +15,7 @@ __all__ = [
     "KafkaDistribution",
     "KafkaUnavailable",
     "LocalKafka",
+    "SaslListener",
     "cache_root",
     "free_port",
     "obtain",

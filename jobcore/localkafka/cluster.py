@@ -42,6 +42,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True, kw_only=True)
+class SaslListener:
+    """An extra SASL_SSL listener (SASL PLAIN over TLS) beside PLAINTEXT, so security
+    settings can be tested against a real broker the way managed Kafka offers them.
+
+    ``keystore_pem`` holds the broker's unencrypted PKCS#8 private key and its
+    certificate chain; ``users`` maps user names to passwords."""
+
+    keystore_pem: Path
+    users: Mapping[str, str]
+
+
 @dataclass(kw_only=True)
 class BrokerNode:
     """One broker+controller process and the files it owns."""
@@ -51,6 +63,7 @@ class BrokerNode:
     controller_port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+    sasl_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -90,10 +103,16 @@ class LocalKafka:
     cluster_id: str = ""
     # Broker settings beyond the defaults below (tests of broker limits).
     overrides: Mapping[str, str] = field(default_factory=dict)
+    sasl: SaslListener | None = None
 
     @property
     def bootstrap(self) -> str:
         return ",".join(node.address for node in self.nodes)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_SSL listeners' addresses (empty without ``sasl``)."""
+        return ",".join(f"127.0.0.1:{n.sasl_port}" for n in self.nodes if n.sasl_port)
 
     def start(self, timeout: float = 90.0) -> str:
         """Format storage, start every node, and wait until all answer metadata."""
@@ -105,6 +124,7 @@ class LocalKafka:
                 port=free_port(),
                 controller_port=free_port(),
                 directory=self.workdir / f"node-{i + 1}",
+                sasl_port=free_port() if self.sasl is not None else None,
             )
             for i in range(self.brokers)
         ]
@@ -191,6 +211,8 @@ class LocalKafka:
             "log.segment.bytes": str(64 * 1024 * 1024),
             **self.overrides,
         }
+        if self.sasl is not None and node.sasl_port is not None:
+            lines.update(_sasl_properties(self.sasl, node, lines))
         return "".join(f"{key}={value}\n" for key, value in lines.items())
 
     def _format(self, node: BrokerNode) -> None:
@@ -247,6 +269,27 @@ class LocalKafka:
             env={**os.environ},
         )
         stdout.close()
+
+
+def _sasl_properties(
+    sasl: SaslListener, node: BrokerNode, lines: Mapping[str, str]
+) -> dict[str, str]:
+    """Add a SASL_SSL listener (PLAIN, PEM keystore) to a node's PLAINTEXT ones."""
+    address = f"SASL_SSL://127.0.0.1:{node.sasl_port}"
+    users = " ".join(f'user_{name}="{password}"' for name, password in sasl.users.items())
+    prefix = "listener.name.sasl_ssl"
+    return {
+        "listeners": f"{lines['listeners']},{address}",
+        "advertised.listeners": f"{lines['advertised.listeners']},{address}",
+        "listener.security.protocol.map": f"{lines['listener.security.protocol.map']},"
+        "SASL_SSL:SASL_SSL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        f"{prefix}.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+        ),
+        f"{prefix}.ssl.keystore.type": "PEM",
+        f"{prefix}.ssl.keystore.location": str(sasl.keystore_pem),
+    }
 
 
 def _random_cluster_id() -> str:

@@ -12,14 +12,27 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from jobcore.cli_kafka import (
+    BOOTSTRAP_HELP,
+    kafka_config_option,
+    kafka_failure,
+    kafka_settings,
+)
 from jobcore.config import Environment
-from jobcore.kafka import KafkaSettings, make_consumer, make_producer
+from jobcore.kafka import (
+    KafkaException,
+    KafkaSettings,
+    KafkaSetupError,
+    make_consumer,
+    make_producer,
+)
 from jobcore.topics import QueueTopics
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
 from leasekeeper.dlq.reader import DlqError, read_dead_letters
@@ -38,7 +51,6 @@ __all__ = ["dlq"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _LOCATION = re.compile(r"^(\d+):(\d+)$")
-_BOOTSTRAP_HELP = "Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092]"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +62,9 @@ class _Target:
     codec: EnvelopeCodec
 
 
-def _target(queue: str, bootstrap: str | None, schema_paths: tuple[str, ...]) -> _Target:
+def _target(
+    queue: str, bootstrap: str | None, kafka_config: Path | None, schema_paths: tuple[str, ...]
+) -> _Target:
     env = Environment.from_env()
     try:
         topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
@@ -58,7 +72,9 @@ def _target(queue: str, bootstrap: str | None, schema_paths: tuple[str, ...]) ->
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
     registry = SchemaRegistry(extra_dirs=schema_paths + env.schema_path)
     return _Target(
-        kafka=KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id="leasekeeper-dlq"),
+        kafka=kafka_settings(
+            "leasekeeper-dlq", bootstrap=bootstrap, kafka_config=kafka_config, env=env
+        ),
         topics=topics,
         codec=EnvelopeCodec(registry),
     )
@@ -67,7 +83,8 @@ def _target(queue: str, bootstrap: str | None, schema_paths: tuple[str, ...]) ->
 def _queue_options(command: _F) -> _F:
     options = [
         click.option("--queue", required=True, help="the queue (dead letters on jobs.QUEUE.dlq)"),
-        click.option("--bootstrap", default=None, help=_BOOTSTRAP_HELP),
+        click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP),
+        kafka_config_option,
         click.option(
             "--schema-path",
             "schema_paths",
@@ -125,11 +142,15 @@ def _time_ms(text: str | None, flag: str) -> int | None:
 
 
 @contextmanager
-def _dlq_errors() -> Iterator[None]:
+def _dlq_errors(settings: KafkaSettings) -> Iterator[None]:
+    """One line, no traceback, for a DLQ problem or a Kafka that refused or did not
+    answer (the credential problem a client reported, when there is one)."""
     try:
         yield
     except DlqError as exc:
         raise click.ClickException(str(exc)) from exc
+    except (KafkaException, KafkaSetupError, TimeoutError) as exc:
+        raise kafka_failure(exc, settings) from None
 
 
 @click.group(name="dlq")
@@ -144,14 +165,15 @@ def dlq() -> None:
 def list_command(
     queue: str,
     bootstrap: str | None,
+    kafka_config: Path | None,
     schema_paths: tuple[str, ...],
     as_json: bool,
     **filters: str | None,
 ) -> None:
     """List the dead letters of QUEUE, optionally filtered."""
-    target = _target(queue, bootstrap, schema_paths)
+    target = _target(queue, bootstrap, kafka_config, schema_paths)
     selection = _selection(**filters)
-    with _dlq_errors():
+    with _dlq_errors(target.kafka):
         entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection))
     entries.sort(key=_died_first)
     if as_json:
@@ -173,16 +195,21 @@ def _died_first(entry: DlqEntry) -> tuple[int, int, int]:
 @_queue_options
 @click.option("--json", "as_json", is_flag=True, help="the full record as JSON")
 def show(
-    job_id: str, queue: str, bootstrap: str | None, schema_paths: tuple[str, ...], as_json: bool
+    job_id: str,
+    queue: str,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    schema_paths: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Everything about one dead letter: JOB_ID, or PARTITION:OFFSET for an undecodable one.
 
     A job that died more than once (replayed, then dead again) shows every time.
     """
-    target = _target(queue, bootstrap, schema_paths)
+    target = _target(queue, bootstrap, kafka_config, schema_paths)
     at = _LOCATION.match(job_id)
     selection = DeadLetterFilter() if at else DeadLetterFilter(job_id=job_id)
-    with _dlq_errors():
+    with _dlq_errors(target.kafka):
         entries = [
             entry
             for entry in read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection)
@@ -209,6 +236,7 @@ def show(
 def replay(
     queue: str,
     bootstrap: str | None,
+    kafka_config: Path | None,
     schema_paths: tuple[str, ...],
     dry_run: bool,
     group: str | None,
@@ -224,7 +252,7 @@ def replay(
     The default group is dlq-replay.jobs.QUEUE, plus a fingerprint of the
     filters when there are any, so each selection keeps its own progress.
     """
-    target = _target(queue, bootstrap, schema_paths)
+    target = _target(queue, bootstrap, kafka_config, schema_paths)
     selection = _selection(**filters)
     options = ReplayOptions(
         topics=target.topics,
@@ -233,7 +261,7 @@ def replay(
         dry_run=dry_run,
         rate=rate,
     )
-    with _dlq_errors():
+    with _dlq_errors(target.kafka):
         report = _run_replay(target, options)
     _print_report(report, target, as_json)
     if not report.ok:

@@ -17,8 +17,9 @@ from types import FrameType
 
 import click
 
+from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_settings
 from jobcore.config import Environment
-from jobcore.kafka import KafkaException, KafkaSettings
+from jobcore.kafka import KafkaException
 from producer.scheduler.config import CronConfig, load_config
 from producer.scheduler.listing import list_rows, render_rows
 from producer.scheduler.service import Scheduler
@@ -35,11 +36,7 @@ _CONFIG = click.option(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="TOML file with [[cron]] entries (and an optional [scheduler] table).",
 )
-_BOOTSTRAP = click.option(
-    "--bootstrap",
-    default=None,
-    help="Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092]",
-)
+_BOOTSTRAP = click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 _GROUP = click.option(
     "--group",
     default=None,
@@ -56,6 +53,7 @@ def cron() -> None:
 @cron.command("run", short_help="Run a scheduler until SIGTERM or Ctrl-C.")
 @_CONFIG
 @_BOOTSTRAP
+@kafka_config_option
 @_GROUP
 @click.option(
     "--session-timeout-ms",
@@ -86,6 +84,7 @@ def cron() -> None:
 def run(
     config_path: Path,
     bootstrap: str | None,
+    kafka_config: Path | None,
     group: str | None,
     session_timeout_ms: int | None,
     misfire_grace_s: float | None,
@@ -104,7 +103,7 @@ def run(
         if misfire_grace_s is not None:
             options = dataclasses.replace(options, misfire_grace_s=misfire_grace_s)
         scheduler = Scheduler(
-            _settings(bootstrap, env),
+            kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env),
             options=options,
             entries=config.entries,
             registry=SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths]),
@@ -132,8 +131,11 @@ def run(
 @cron.command("list", short_help="Show entries, next fires and last fires.")
 @_CONFIG
 @_BOOTSTRAP
+@kafka_config_option
 @_GROUP
-def list_entries(config_path: Path, bootstrap: str | None, group: str | None) -> None:
+def list_entries(
+    config_path: Path, bootstrap: str | None, kafka_config: Path | None, group: str | None
+) -> None:
     """A table of the entries in the config file: schedule, zone, the next fire in the
     entry's zone and in UTC, and the last fire recorded in Kafka."""
     env = Environment.from_env()
@@ -143,7 +145,10 @@ def list_entries(config_path: Path, bootstrap: str | None, group: str | None) ->
         raise click.ClickException(f"{config_path}: {exc}") from exc
     last_fires: dict[str, LastFire] | None
     try:
-        last_fires = read_last_fires(_settings(bootstrap, env), config.options, timeout=10)
+        settings = kafka_settings(
+            _CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env
+        )
+        last_fires = read_last_fires(settings, config.options, timeout=10)
     except (KafkaException, TimeoutError) as exc:
         click.echo(f"cannot read the last fires from Kafka: {exc}", err=True)
         last_fires = None
@@ -155,7 +160,3 @@ def _load(path: Path, env: Environment, group: str | None) -> CronConfig:
     if group is None:
         return config
     return dataclasses.replace(config, options=dataclasses.replace(config.options, name=group))
-
-
-def _settings(bootstrap: str | None, env: Environment) -> KafkaSettings:
-    return KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id=_CLIENT_ID)

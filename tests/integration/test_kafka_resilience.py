@@ -1,0 +1,180 @@
+"""A leasekeeper outlives an unreachable Kafka, fails clearly on setup mistakes, and
+reads control topics whose records expired."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from jobcore.control import Cancellation
+from jobcore.kafka import KafkaSettings, delete_records, make_producer
+from jobcore.localkafka import KafkaUnavailable, LocalKafka, free_port, obtain
+from jobcore.topics import QueueTopics
+from leasekeeper.control_feed import ControlFeed
+from leasekeeper.control_state import ControlState
+from producer import ensure_queue_topics
+from tests.system import PARTITIONS, Leasekeeper, System, wait_until
+
+
+class Forwarder:
+    """A TCP port that forwards to the broker once opened: "the broker comes up".
+
+    Only the bootstrap goes through it; the broker's metadata then names its real
+    address, so the clients reach the broker directly from there on."""
+
+    def __init__(self, port: int, target: str) -> None:
+        host, _, target_port = target.split(",")[0].rpartition(":")
+        self.port = port
+        self.target = (host, int(target_port))
+        self.server: socket.socket | None = None
+        self.sockets: list[socket.socket] = []
+
+    def open(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for sock in self.sockets:
+            _shut(sock)
+            sock.close()
+
+    def _accept(self) -> None:
+        assert self.server is not None
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(src, dst), daemon=True).start()
+
+
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while chunk := src.recv(65536):
+            dst.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        _shut(dst)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def test_serve_waits_for_kafka_answers_inspect_meanwhile_then_runs_jobs(
+    system: System,
+) -> None:
+    forwarder = Forwarder(free_port(), system.kafka.bootstrap)
+    lk = system.leasekeeper
+    lk.bootstrap = f"127.0.0.1:{forwarder.port}"  # nothing listens there yet
+    metrics_port = free_port()
+    lk.extra_args += ["--metrics-port", str(metrics_port)]
+    lk.start()
+    try:
+
+        def waiting() -> bool:
+            lk.assert_alive()
+            snap = lk.snapshot()
+            log = lk.log.read_text()
+            return snap is not None and snap["kafka"] == "connecting" and "retrying in" in log
+
+        wait_until(waiting, 60, "inspect to answer while the leasekeeper retries")
+        assert "leasekeeper_" in _metrics(metrics_port)
+        forwarder.open()
+        lk.wait_assigned(PARTITIONS, timeout=90)
+        system.start(workers=1)
+        ids = system.enqueue(20)
+        wait_until(lambda: set(system.runs()) >= set(ids), 60, "the jobs to run")
+    finally:
+        forwarder.close()
+    assert "Traceback" not in lk.log.read_text()
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def test_serve_exits_2_with_one_line_when_the_queue_does_not_exist(
+    kafka: KafkaSettings, unique: str, tmp_path: Path
+) -> None:
+    lk = Leasekeeper(
+        queue=f"missing{unique}",
+        bootstrap=kafka.bootstrap,
+        state_dir=tmp_path / "state",
+        socket=tmp_path / "lk.sock",
+        log=tmp_path / "lk.log",
+    ).start()
+    assert lk.process is not None
+    try:
+        code = lk.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        lk.kill()
+        raise AssertionError(f"serve kept running: {lk.log.read_text()[-2000:]}") from None
+    output = lk.log.read_text()
+    assert code == 2, output
+    assert f"Error: queue topic jobs.missing{unique} does not exist" in output
+    assert "producer create-queue" in output
+    assert "Traceback" not in output
+
+
+def test_catch_up_finishes_when_every_control_record_expired(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    queue = f"q{unique}"
+    ensure_queue_topics(kafka, queue, partitions=1)
+    topics = QueueTopics(queue=queue)
+    producer = make_producer(kafka)
+    cancellation = Cancellation(job_id="j1", cancelled_at_ms=1)
+    producer.produce(topics.control, key=cancellation.key, value=cancellation.encode())
+    assert producer.flush(30) == 0
+    delete_records(kafka, topics.control, [0])  # end offset 1, nothing left to read
+
+    feed = ControlFeed(settings=kafka, topics=topics, state=ControlState(dedupe_window_ms=1000))
+    try:
+        feed.catch_up(timeout_s=20)
+    finally:
+        feed.close()
+
+
+def test_serve_survives_a_broker_outage_while_running(unique: str, tmp_path: Path) -> None:
+    cluster = LocalKafka(distribution=obtain(), workdir=tmp_path / "kafka", heap="384m")
+    try:
+        cluster.start()
+    except KafkaUnavailable as exc:
+        cluster.stop(grace=5)
+        pytest.skip(f"a Kafka of this test's own could not start: {exc}")
+    (tmp_path / "system").mkdir()
+    system = System(KafkaSettings(bootstrap=cluster.bootstrap), unique, tmp_path / "system")
+    try:
+        system.start(workers=1)
+        before = system.enqueue(10)
+        wait_until(lambda: set(system.runs()) >= set(before), 60, "the jobs before the outage")
+        cluster.kill_broker(0)
+        lk = system.leasekeeper
+        wait_until(
+            lambda: "brokers are down" in lk.log.read_text(),
+            60,
+            "the leasekeeper to notice the outage",
+        )
+        lk.assert_alive()
+        cluster.restart_broker(0)
+        after = system.enqueue(10)
+        wait_until(lambda: set(system.runs()) >= set(after), 120, "the jobs after the outage")
+        lk.assert_alive()
+    finally:
+        system.stop()
+        cluster.stop()

@@ -1,0 +1,91 @@
+"""``leasekeeper serve`` exits non-zero when its Kafka loop dies, so a supervisor's
+``restart: on-failure`` restarts it (it used to exit 0)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jobcore.kafka import KafkaSettings, KafkaSetupError
+from jobcore.localkafka import free_port
+from leasekeeper import cli
+from leasekeeper.service import Failure, LeaseKeeperService, ServeConfig
+
+
+class _DyingLoop:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.commits = 0
+
+    def run(self, stop: threading.Event) -> None:
+        raise self.error
+
+    def close_if_idle(self) -> None:
+        pass
+
+
+def _service(tmp_path: Path) -> LeaseKeeperService:
+    # Nothing listens at the bootstrap: building clients does not connect.
+    config = ServeConfig(
+        queue="q",
+        kafka=KafkaSettings(bootstrap=f"127.0.0.1:{free_port()}"),
+        state_dir=tmp_path / "state",
+        listen=f"unix:{tmp_path / 'lk.sock'}",
+    )
+    return LeaseKeeperService(config)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [(RuntimeError("boom"), 1), (KafkaSetupError("queue topic jobs.q does not exist"), 2)],
+)
+def test_a_dying_loop_stops_the_service_with_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, code: int
+) -> None:
+    service = _service(tmp_path)
+    real_loop = service.loop
+    monkeypatch.setattr(service, "_connect", lambda: None)
+    monkeypatch.setattr(service, "loop", _DyingLoop(error))
+    service.start()
+    try:
+        assert service.wait(timeout=10)
+    finally:
+        service.stop(grace_s=0)
+        real_loop.close_if_idle()
+    assert service.failure is not None
+    assert service.failure.exit_code == code
+    assert str(error) in service.failure.message
+
+
+class _FailedService:
+    failure = Failure(message="queue topic jobs.q does not exist: run create-queue", exit_code=2)
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+
+    def start(self) -> None:
+        pass
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return True
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        pass
+
+
+@pytest.mark.parametrize("code", [1, 2])
+def test_serve_exits_with_the_failure_code_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    failed = type(
+        "Failed", (_FailedService,), {"failure": Failure(message="it broke", exit_code=code)}
+    )
+    monkeypatch.setattr(cli, "LeaseKeeperService", failed)
+    args = ["serve", "--queue", "q", "--state-dir", str(tmp_path), "--bootstrap", "x:1"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == code
+    assert "Error: it broke" in result.output
+    assert "Traceback" not in result.output
