@@ -28,6 +28,7 @@ class FaultKind(StrEnum):
     BROKER = "broker"
     LEASEKEEPER = "leasekeeper"
     WORKER = "worker"
+    MOVE_BACK = "move back"  # a clean rebalance: revoked partitions drain, then commit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +119,13 @@ def leasekeeper_fault(leasekeeper: Leasekeeper, at_runs: int) -> Fault:
     return Fault(
         kind=FaultKind.LEASEKEEPER, in_flight=in_flight, commit_acks=commit_acks, at_runs=at_runs
     )
+
+
+def move_back_fault(holder: Leasekeeper, at_runs: int) -> Fault:
+    """Sample ``holder`` before a member rejoins and takes partitions from it: a clean
+    revoke drains the moving jobs within the grace and commits, so at most its leases
+    run again (no commit interval: the revoke ends with a commit)."""
+    return Fault(kind=FaultKind.MOVE_BACK, in_flight=leases(live_snapshot(holder)), at_runs=at_runs)
 
 
 def worker_fault(system: System, worker: WorkerProcess, at_runs: int) -> Fault:

@@ -1,7 +1,8 @@
 """Kill -9 of a broker, a leasekeeper and a worker under load, on a 3-broker cluster
 (invariants 1 and 9): nothing is lost, and the duplicates stay within the bound
 computed from the run (jobs in flight at each fault, plus the acks one commit
-interval holds where the fault may move partitions).
+interval holds where the fault may move partitions). The killed leasekeeper's
+partitions move to the other one and back when it restarts: two moves in a row.
 
 Faults land at points of progress (after so many jobs ran), not after sleeps, so a
 slow machine shifts them in time but not in the load they interrupt.
@@ -25,12 +26,13 @@ from tests.chaos import (
     broker_fault,
     extra_starts,
     leasekeeper_fault,
+    move_back_fault,
     twice_started,
     worker_fault,
 )
 from tests.system import Leasekeeper, System, WorkerProcess, wait_until
 
-JOBS = 12_000
+JOBS = 15_000
 BATCH = 1_000
 PARTITIONS = 6
 JOB_MAX_MS = 20
@@ -38,7 +40,10 @@ TENANTS = 60  # keyed by tenant: enough of them to reach every partition
 # The leasekeeper restarts before the broker kill: a leasekeeper that starts while
 # partition leaders move after a broker restart exits at start-up today (its
 # control-feed catch-up does not retry NOT_LEADER_FOR_PARTITION or _DESTROY_BROKER).
-LEASEKEEPER_AT, WORKER_AT, BROKER_AT = 2_000, 3_500, 5_000
+LEASEKEEPER_AT = 2_000
+BETWEEN_FAULTS = 1_000  # jobs that run after one fault settled before the next
+# The broker's minimum session: a dead leasekeeper's partitions move 6 s after the kill.
+SESSION = ["--session-timeout-ms", "6000"]
 AFTER_BROKER_KILL = 1_000  # jobs that run on two brokers before the third comes back
 
 
@@ -120,6 +125,19 @@ def all_finished(system: System, enqueued: set[str]) -> bool:
         return False
 
 
+def move_away_and_back(
+    system: System, ledger: Ledger, victim: Leasekeeper, other: Leasekeeper, ran: int
+) -> Leasekeeper:
+    """Kill -9 ``victim``; once its session expires its partitions move to ``other``;
+    then restart it on the same state dir and instance id, and partitions move back:
+    two moves in a row under load. Returns the restarted leasekeeper."""
+    ledger.add(leasekeeper_fault(victim, ran))
+    wait_until(lambda: ready_owned(other, system) == PARTITIONS, 60, "the partitions to move over")
+    ledger.add(move_back_fault(other, len(system.runs())))
+    (restarted,) = started(system, system.new_leasekeeper("lk", SESSION))
+    return restarted
+
+
 def replace_busiest_worker(
     system: System, workers: list[WorkerProcess], leasekeepers: list[Leasekeeper], ran: int
 ) -> Fault:
@@ -151,32 +169,33 @@ def replication(system: System) -> set[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(480)  # a 3-broker cluster starts, and 12,000 jobs run, on 2 cores
+@pytest.mark.timeout(480)  # a 3-broker cluster starts, and 15,000 jobs run, on 2 cores
 def test_kill_9_of_a_broker_a_leasekeeper_and_a_worker_loses_nothing_bounded_duplicates(
     kafka_cluster3: LocalKafka, cluster_system: System
 ) -> None:
     system, ledger = cluster_system, Ledger()
     assert replication(system) == {3}
-    first, second = started(system, system.leasekeeper, system.new_leasekeeper("lk2"))
+    first, second = started(
+        system, system.new_leasekeeper("lk", SESSION), system.new_leasekeeper("lk2", SESSION)
+    )
     wait_until(
         lambda: ready_owned(first, system) + ready_owned(second, system) == PARTITIONS,
         60,
         "the partitions to be split between the two leasekeepers",
     )
+    system.leasekeeper = first
     workers = [system.add_worker(lk, concurrency=8) for lk in (first, first, second)]
     feeder = Feeder(system, JOBS)
     feeder.start()
 
     ran = wait_runs(system, LEASEKEEPER_AT)
-    ledger.add(leasekeeper_fault(first, ran))
-    (first,) = started(system, system.new_leasekeeper("lk"))  # same state dir and instance
-    system.leasekeeper = first
+    first = system.leasekeeper = move_away_and_back(system, ledger, first, second, ran)
 
-    ran = wait_runs(system, WORKER_AT)
+    ran = wait_runs(system, len(system.runs()) + BETWEEN_FAULTS)
     ledger.add(replace_busiest_worker(system, workers, [first, second], ran))
 
     victim = random.Random().randrange(3)
-    ran = wait_runs(system, BROKER_AT)
+    ran = wait_runs(system, len(system.runs()) + BETWEEN_FAULTS)
     ledger.add(broker_fault(kafka_cluster3, victim, [first, second], ran))
     wait_runs(system, ran + AFTER_BROKER_KILL)  # the queue moves on without it
     kafka_cluster3.restart_broker(victim)
