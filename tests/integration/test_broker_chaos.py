@@ -141,13 +141,20 @@ def move_away_and_back(
 def replace_busiest_worker(
     system: System, workers: list[WorkerProcess], leasekeepers: list[Leasekeeper], ran: int
 ) -> Fault:
-    """Kill -9 the worker with the most jobs started and not yet acked (a kill that finds
-    work), and start another on its leasekeeper, as a supervisor would."""
-    running = Counter(e.pid for e in system.starts())
-    running.subtract(e.pid for e in system.ack_events())
-    victim = max(workers, key=lambda w: running[w.process.pid if w.process else 0])
-    fault = worker_fault(system, victim, ran)
-    system.add_worker(next(lk for lk in leasekeepers if lk.target == victim.target), 8)
+    """Kill -9 the worker with the most jobs started and not yet acked, once one has any
+    (a kill that finds work), and start another on its leasekeeper, as a supervisor would."""
+    chosen: list[WorkerProcess] = []
+
+    def busy() -> bool:
+        running = Counter(e.pid for e in system.starts())
+        running.subtract(e.pid for e in system.ack_events())
+        load = {running[w.process.pid]: w for w in workers if w.process is not None}
+        chosen[:] = [load[max(load)]]
+        return max(load) > 0
+
+    wait_until(busy, 30, "a worker with jobs in flight", step=0.02)
+    fault = worker_fault(system, chosen[0], ran)
+    system.add_worker(next(lk for lk in leasekeepers if lk.target == chosen[0].target), 8)
     return fault
 
 
