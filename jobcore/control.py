@@ -15,7 +15,7 @@ from dataclasses import dataclass
 VERSION = 1
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Cancellation:
     """``job_id`` must not run: skipped wherever it waits, its lease ended if running."""
 
@@ -38,7 +38,7 @@ class Cancellation:
         return cls(job_id=record["job_id"], cancelled_at_ms=record["at"], reason=record["reason"])
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DedupeClaim:
     """The first job admitted with ``key`` for ``tenant``; later ones are skipped."""
 

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from confluent_kafka import (
@@ -23,6 +24,7 @@ from confluent_kafka import (
     Message,
     Producer,
     ShareConsumer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
@@ -35,14 +37,19 @@ __all__ = [
     "OFFSET_END",
     "OFFSET_INVALID",
     "Consumer",
+    "DeliveryCallback",
     "KafkaError",
     "KafkaException",
     "KafkaSettings",
     "Message",
+    "ProduceError",
+    "ProduceFailure",
     "Producer",
     "ShareConsumer",
     "TopicPartition",
     "TopicSpec",
+    "classify_produce_error",
+    "cluster_id",
     "committed_offsets",
     "create_topics",
     "end_offsets",
@@ -51,8 +58,10 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "make_share_consumer",
+    "produce_once",
     "produce_reliably",
     "set_group_config",
+    "topic_ids",
     "wait_for_brokers",
 ]
 
@@ -137,6 +146,26 @@ def make_admin(settings: KafkaSettings) -> AdminClient:
     return AdminClient(settings.base())
 
 
+def cluster_id(settings: KafkaSettings, timeout: float = 30.0) -> str:
+    """The cluster's id (KRaft or ZooKeeper), which a new cluster never reuses."""
+    admin = make_admin(settings)  # must outlive the future it resolves
+    future = admin.describe_cluster(request_timeout=timeout)
+    found = future.result(timeout=timeout).cluster_id
+    if not found:
+        raise RuntimeError(f"the cluster at {settings.bootstrap} did not report its id")
+    return str(found)
+
+
+def topic_ids(
+    settings: KafkaSettings, names: Iterable[str], timeout: float = 30.0
+) -> dict[str, str]:
+    """Each topic's id (a UUID): a topic deleted and created again gets a new one."""
+    admin = make_admin(settings)
+    wanted = sorted(set(names))
+    futures = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
+    return {name: str(futures[name].result(timeout=timeout).topic_id) for name in wanted}
+
+
 def wait_for_brokers(bootstrap: str, count: int, timeout: float) -> bool:
     """True once ``count`` brokers answer a metadata request within ``timeout`` s."""
     # log_level 0: a broker that is still starting refuses connections, and the
@@ -217,6 +246,94 @@ def is_retriable(error: KafkaError) -> bool:
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.NOT_LEADER_FOR_PARTITION,
     )
+
+
+class ProduceFailure(StrEnum):
+    """What a failed produce means for the record: the one vocabulary of send policies."""
+
+    TRANSIENT = "transient"  # send it again after a backoff
+    TOO_LARGE = "too large"  # the same bytes will never fit: send something smaller
+    BLOCKED = "blocked"  # unauthorised, unknown topic, fatal: needs an operator
+
+
+_TOO_LARGE = frozenset(
+    code
+    for code in (
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        # Older clients name the local check separately.
+        getattr(KafkaError, "_MSG_SIZE_TOO_LARGE", None),
+    )
+    if code is not None
+)
+_BLOCKED = frozenset(
+    (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    )
+)
+
+
+def classify_produce_error(error: KafkaError) -> ProduceFailure:
+    """Sort a produce error (raised by ``produce()`` or in a delivery report) into what
+    to do next. Anything neither too large nor transient counts as blocked: holding a
+    record and alerting is safe, dropping or resolving it would lose a job."""
+    code = error.code()
+    if code in _TOO_LARGE:
+        return ProduceFailure.TOO_LARGE
+    if code in _BLOCKED or error.fatal():
+        return ProduceFailure.BLOCKED
+    if code == KafkaError._QUEUE_FULL or is_retriable(error):
+        return ProduceFailure.TRANSIENT
+    return ProduceFailure.BLOCKED
+
+
+class ProduceError(Exception):
+    """``produce()`` refused a record before sending it (too large for the producer,
+    unknown topic, local queue full), classified."""
+
+    def __init__(self, failure: ProduceFailure, text: str) -> None:
+        super().__init__(text)
+        self.failure = failure
+
+
+Outcome = Callable[[ProduceFailure | None, str], None]
+
+
+def produce_once(
+    producer: Producer,
+    topic: str,
+    *,
+    key: bytes | None,
+    value: bytes,
+    headers: list[tuple[str, bytes]] | None = None,
+    on_delivery: Outcome,
+) -> None:
+    """Produce one record without waiting or retrying: ``on_delivery(None, "")`` on
+    success, ``on_delivery(failure, text)`` on a failed delivery report, and
+    ``ProduceError`` when ``produce()`` refuses it at once. The caller owns the policy."""
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            on_delivery(None, "")
+        else:
+            on_delivery(classify_produce_error(err), f"{err.name()}: {err.str()}")
+
+    kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+    if headers:
+        kwargs["headers"] = headers
+    try:
+        producer.produce(topic, **kwargs)
+    except BufferError as exc:
+        raise ProduceError(ProduceFailure.TRANSIENT, f"local producer queue full: {exc}") from exc
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not isinstance(err, KafkaError):
+            raise
+        raise ProduceError(classify_produce_error(err), f"{err.name()}: {err.str()}") from exc
 
 
 def produce_reliably(

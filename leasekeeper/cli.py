@@ -19,8 +19,10 @@ from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
 from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
+from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
+from leasekeeper.state_identity import StateMismatch
 
 
 @click.group()
@@ -94,6 +96,39 @@ def main() -> None:
     multiple=True,
     help="an exception class name that is never retried (repeatable)",
 )
+@click.option(
+    "--reset-state",
+    is_flag=True,
+    help="when --state-dir belongs to another cluster, group or topic, wipe it "
+    "instead of refusing to start",
+)
+@click.option(
+    "--unknown-type-grace",
+    default=600.0,
+    show_default=True,
+    help="seconds a job no connected worker runs waits before it fails as UnknownJobType",
+)
+@click.option(
+    "--socket-mode",
+    default="0600",
+    show_default=True,
+    help="permissions of the Unix socket; 0660 shares it with the group",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="listen on loopback TCP without LEASEKEEPER_TOKEN (any local user can connect)",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="TLS certificate (PEM) for a TCP listener",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="TLS private key (PEM) for a TCP listener",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def serve(
     queue: str,
@@ -118,12 +153,22 @@ def serve(
     retry_budget_floor: int,
     dedupe_window: float,
     permanent_error: tuple[str, ...],
+    reset_state: bool,
+    unknown_type_grace: float,
+    socket_mode: str,
+    insecure: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     env = Environment.from_env()
     config = ServeConfig(
+        insecure=insecure,
+        socket_mode=_socket_mode(socket_mode),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
         queue=queue,
         kafka=KafkaSettings(bootstrap=bootstrap or env.bootstrap, client_id="leasekeeper"),
         state_dir=state_dir,
@@ -136,6 +181,7 @@ def serve(
             lease_s_by_type=_leases_by_type(lease_for),
             window_records=window_records,
             window_bytes=window_bytes,
+            unknown_type_grace_s=unknown_type_grace,
             retries=RetryPolicies(
                 default=RetryPolicy(
                     base_s=retry_base,
@@ -154,7 +200,12 @@ def serve(
         schema_dirs=schema_path + env.schema_path,
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
+        reset_state=reset_state,
     )
+    try:
+        preflight(config.listen, config.security)
+    except ListenError as exc:
+        raise click.ClickException(str(exc)) from None
     service = LeaseKeeperService(config)
     stopper = threading.Event()
 
@@ -163,13 +214,33 @@ def serve(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    service.start()
+    _start(service)
     click.echo(f"leasekeeper serving queue {queue} on {config.listen}", err=True)
     while not stopper.wait(0.5):
         if service.wait(0):
             break
     service.stop()
     click.echo("leasekeeper stopped", err=True)
+
+
+def _start(service: LeaseKeeperService) -> None:
+    """Start, or exit 2 with one line when the state dir is another queue's."""
+    try:
+        service.start()
+    except StateMismatch as exc:
+        service.stop()
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    except ListenError as exc:
+        service.stop()
+        raise click.ClickException(str(exc)) from None
+
+
+def _socket_mode(text: str) -> int:
+    try:
+        return parse_socket_mode(text)
+    except ListenError as exc:
+        raise click.BadParameter(str(exc), param_hint="--socket-mode") from None
 
 
 def _tiers(spec: str) -> DelayTiers:
@@ -209,7 +280,9 @@ def inspect(ctx: click.Context, target: str | None, as_json: bool) -> None:
         ctx.obj = (target, as_json)
         return
     env = Environment.from_env()
-    snapshot = fetch_snapshot(target or env.leasekeeper_target, env.leasekeeper_token)
+    snapshot = fetch_snapshot(
+        target or env.leasekeeper_target, env.leasekeeper_token, tls_ca=_ca(env)
+    )
     if as_json:
         click.echo(json.dumps(snapshot, indent=2))
     else:
@@ -226,7 +299,10 @@ def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bo
     group_target, group_json = ctx.obj or (None, False)
     env = Environment.from_env()
     view = fetch_snapshot(
-        target or group_target or env.leasekeeper_target, env.leasekeeper_token, job_id=job_id
+        target or group_target or env.leasekeeper_target,
+        env.leasekeeper_token,
+        job_id=job_id,
+        tls_ca=_ca(env),
     )
     if as_json or group_json:
         click.echo(json.dumps(view, indent=2))
@@ -240,6 +316,16 @@ def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bo
             "  (this leasekeeper does not hold it: finished, not fetched yet, owned by "
             "another leasekeeper, or in the DLQ: see `leasekeeper dlq show`)"
         )
+
+
+def _ca(env: Environment) -> bytes | None:
+    """The CA of a TLS leasekeeper, from LEASEKEEPER_TLS_CA."""
+    if env.leasekeeper_tls_ca is None:
+        return None
+    try:
+        return Path(env.leasekeeper_tls_ca).read_bytes()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read LEASEKEEPER_TLS_CA: {exc}") from None
 
 
 @main.group()

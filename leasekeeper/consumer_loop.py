@@ -2,8 +2,9 @@
 
 One thread owns the consumer. It never blocks on workers: it feeds the engine's
 window, pauses the partitions while the window is full (back-pressure), serves
-producer delivery reports, runs the lease reaper, and commits each partition at
-its lowest unresolved offset on a bounded cadence (not once per job).
+producer delivery reports, sends the durable copies (through the outbox), runs
+the lease reaper, and commits each partition at its lowest unresolved offset on a
+bounded cadence (not once per job).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from dataclasses import dataclass
 from jobcore.kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from jobcore.topics import QueueTopics
 from leasekeeper.control_feed import ControlFeed
+from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import Resolution
+from leasekeeper.outbox import Outbox
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.job import Job
@@ -48,7 +49,7 @@ class ConsumerLoop:
         producer: Producer,
         engine: LeaseEngine,
         codec: EnvelopeCodec,
-        router: KafkaRouter,
+        outbox: Outbox,
         topics: QueueTopics,
         gate: TierGate,
         config: LoopConfig,
@@ -58,7 +59,7 @@ class ConsumerLoop:
         self._producer = producer
         self._engine = engine
         self._codec = codec
-        self._router = router
+        self._outbox = outbox
         self._topics = topics
         self._gate = gate
         self._config = config
@@ -92,6 +93,7 @@ class ConsumerLoop:
         )
         for message in messages:
             self._handle(message)
+        self._outbox.pump()
         self._producer.poll(0)
         self._gate.release_due()
         self._engine.promote_due()
@@ -101,6 +103,7 @@ class ConsumerLoop:
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
             self._engine.expire()
+            self._engine.sweep_unhandled()
         if now - self._last_commit >= self._config.commit_interval_s:
             self._last_commit = now
             self.commit()
@@ -160,14 +163,16 @@ class ConsumerLoop:
         generation = self._engine.track_unoffered(tp, offset)
         if generation is None:
             return
-
-        def done(ok: bool) -> None:
-            if ok:
-                self._engine.resolve(tp, offset, generation, Resolution.HOPPED)
-            else:
-                self._router.hop(job, tier=hop, on_done=done)
-
-        self._router.hop(job, tier=hop, on_done=done)
+        self._engine.copy(
+            CopyRequest(
+                kind=CopyKind.HOP,
+                source=tp,
+                offset=offset,
+                generation=generation,
+                job=job,
+                tier=hop,
+            )
+        )
 
     def _dead_letter_raw(
         self, tp: TopicPart, offset: int, key: bytes | None, value: bytes | None, reason: str
@@ -177,17 +182,17 @@ class ConsumerLoop:
         if generation is None:
             return
         log.warning("undecodable record %s/%d/%d: %s", tp.topic, tp.partition, offset, reason)
-
-        def done(ok: bool) -> None:
-            if ok:
-                self._engine.resolve(tp, offset, generation, Resolution.DEAD)
-            else:
-                self._router.dead_raw(
-                    key=key, value=value, detail=reason, source=tp, offset=offset, on_done=done
-                )
-
-        self._router.dead_raw(
-            key=key, value=value, detail=reason, source=tp, offset=offset, on_done=done
+        self._engine.copy(
+            CopyRequest(
+                kind=CopyKind.DEAD_RAW,
+                source=tp,
+                offset=offset,
+                generation=generation,
+                raw_key=key,
+                raw_value=value,
+                reason="undecodable",
+                detail=reason,
+            )
         )
 
     def _apply_backpressure(self) -> int:
@@ -201,6 +206,8 @@ class ConsumerLoop:
         full = room == 0 or (was_full and room < self._engine.window_records // 2)
         wanted = assignment if full else self._engine.over_span() & assignment
         wanted |= self._gate.held() & assignment
+        # A partition whose copy cannot be produced fetches nothing more to fail on.
+        wanted |= set(self._outbox.blocked()) & assignment
         self._set_paused(wanted, assignment)
         return room
 
@@ -226,15 +233,44 @@ class ConsumerLoop:
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE:
+                self._commit_each(positions)
+                return
             log.warning("commit failed (will retry): %s", exc)
             return
         self.commits += 1
         self._engine.committed(positions)
 
+    def _commit_each(self, positions: dict[TopicPart, tuple[int, str]]) -> None:
+        """Some partition's metadata is over the broker's limit (the others may have been
+        committed): commit one by one, shrinking the refused metadata until it fits."""
+        done: dict[TopicPart, tuple[int, str]] = {}
+        for tp, first in positions.items():
+            position: tuple[int, str] | None = first
+            while position is not None:
+                offset, metadata = position
+                try:
+                    self._consumer.commit(
+                        offsets=[TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)],
+                        asynchronous=False,
+                    )
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.OFFSET_METADATA_TOO_LARGE or not metadata:
+                        log.warning("commit of %s failed (will retry): %s", tp, exc)
+                        break
+                    position = self._engine.shrink_metadata(tp)
+                    continue
+                done[tp] = position
+                break
+        if done:
+            self.commits += 1
+            self._engine.committed(done)
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = consumer.committed(partitions, timeout=30)
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
+        self._engine.assignment_received()
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -258,6 +294,7 @@ class ConsumerLoop:
         """Serve delivery reports until ``tps`` have nothing in flight or the grace ends."""
         deadline = self._clock() + self._config.drain_grace_s
         while self._engine.in_flight(tps) and self._clock() < deadline:
+            self._outbox.pump()
             self._producer.poll(0.05)
             self._engine.expire()
         return self._engine.in_flight(tps)
@@ -283,5 +320,6 @@ class ConsumerLoop:
         deadline = self._clock() + self._config.drain_grace_s
         while self._engine.in_flight() and self._clock() < deadline:
             self._consumer.consume(num_messages=1, timeout=0.05)  # paused: serves the group
+            self._outbox.pump()
             self._producer.poll(0)
             self._engine.expire()

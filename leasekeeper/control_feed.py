@@ -4,7 +4,9 @@ Every leasekeeper reads every partition of both (they are small and
 compacted), without a consumer group: a cancellation or a dedupe key applies
 wherever the job waits, and survives restarts and partition moves because it
 lives in Kafka. At start the feed reads to the end before any job is
-dispatched; then the consumer loop polls it without blocking.
+dispatched; then the consumer loop polls it without blocking. Each poll and
+the end of the catch-up prune what the state no longer needs (by the injected
+wall clock: the records carry wall-clock times).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from jobcore.control import Cancellation, DedupeClaim
 from jobcore.kafka import (
@@ -29,6 +32,26 @@ from leasekeeper.control_state import ControlState
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ControlSnapshot:
+    """How big the control state is and how long the start-up read took."""
+
+    cancellations: int
+    dedupe_claims: int
+    pruned: int
+    catch_up_s: float | None
+    catch_up_records: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "cancellations": self.cancellations,
+            "dedupe_claims": self.dedupe_claims,
+            "pruned": self.pruned,
+            "catch_up_s": self.catch_up_s,
+            "catch_up_records": self.catch_up_records,
+        }
+
+
 class ControlFeed:
     def __init__(
         self,
@@ -37,10 +60,14 @@ class ControlFeed:
         topics: QueueTopics,
         state: ControlState,
         on_change: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._topics = topics
         self._state = state
         self._on_change = on_change
+        self._clock = clock
+        self._catch_up_s: float | None = None
+        self._catch_up_records = 0
         self._consumer = make_consumer(settings, f"control-reader-{uuid.uuid4().hex[:8]}")
         metadata = make_admin(settings).list_topics(timeout=30).topics
         self._partitions = [
@@ -57,13 +84,17 @@ class ControlFeed:
             (tp.topic, tp.partition): self._consumer.get_watermark_offsets(tp, timeout=10)[1]
             for tp in self._partitions
         }
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         while not self._reached(ends):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"control topics not read within {timeout_s}s")
             for message in self._consumer.consume(500, timeout=0.2):
                 if message.error() is None:
                     self._apply(message)
+                    self._catch_up_records += 1
+        self._state.prune(self._now_ms())
+        self._catch_up_s = time.monotonic() - started
 
     def _reached(self, ends: dict[tuple[str, int], int]) -> bool:
         for tp in self._consumer.position(self._partitions):
@@ -80,20 +111,45 @@ class ControlFeed:
             if message.error() is None:
                 self._apply(message)
                 changed = True
+        self._state.prune(self._now_ms())
         if changed:
             self._on_change()
 
     def _apply(self, message: Message) -> None:
-        value = message.value()
+        value, key = message.value(), message.key()
+        control = message.topic() == self._topics.control
         if value is None:
+            self._forget(control, key)
             return
         try:
-            if message.topic() == self._topics.control:
-                self._state.cancel(Cancellation.decode(value))
+            if control:
+                self._state.cancel(Cancellation.decode(value), self._now_ms())
             else:
-                self._state.remember(DedupeClaim.decode(value))
+                self._state.remember(DedupeClaim.decode(value), self._now_ms())
         except (ValueError, KeyError) as exc:
             log.warning("ignoring a malformed record on %s: %s", message.topic(), exc)
+
+    def _forget(self, control: bool, key: bytes | None) -> None:
+        """A tombstone: the key's fact was withdrawn (compaction will drop it too)."""
+        if key is None:
+            return
+        if control:
+            self._state.uncancel(key.decode(errors="replace"))
+        else:
+            self._state.forget_claim(key)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def snapshot(self) -> ControlSnapshot:
+        cancellations, claims = self._state.sizes()
+        return ControlSnapshot(
+            cancellations=cancellations,
+            dedupe_claims=claims,
+            pruned=self._state.pruned,
+            catch_up_s=None if self._catch_up_s is None else round(self._catch_up_s, 3),
+            catch_up_records=self._catch_up_records,
+        )
 
     def close(self) -> None:
         self._consumer.close()

@@ -3,8 +3,10 @@
 The consumer loop offers fetched jobs; workers claim, heartbeat and settle
 through the RPC layer; the engine decides what is dispatched next (the fairness
 policy), what is persisted first (claims before hand-out, acks before answering),
-what goes to the retry path or the DLQ (through a ``Router``), and which offset
-each partition may commit (the ``CommitTracker``). One lock guards it all; every
+what goes to the retry path or the DLQ, and which offset each partition may
+commit (the ``CommitTracker``). Copies to Kafka are decided here as values
+(``CopyRequest``) and queued; the outbox, on the Kafka loop's thread, sends them
+and reports back, so no RPC thread ever produces. One lock guards it all; every
 public method is short, so contention stays low at batch sizes of tens to
 hundreds of jobs per call.
 """
@@ -17,13 +19,14 @@ import logging
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from jobcore.control import DedupeClaim
 from leasekeeper.commit_tracker import CommitTracker
 from leasekeeper.control_state import ControlState
+from leasekeeper.copies import CopyKind, CopyRequest, cap_error
 from leasekeeper.fairness import TenantRoundRobin
 from leasekeeper.leases import (
     Grant,
@@ -36,32 +39,31 @@ from leasekeeper.leases import (
     mint_token,
     parse_lease_id,
 )
-from leasekeeper.offset_metadata import MAX_SPAN, Progress
+from leasekeeper.offset_metadata import MAX_SPAN, METADATA_LIMIT, Progress
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.offset_metadata import encode as encode_progress
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.retry_policy import RetryPolicies
+from leasekeeper.settle_in import SettleIn
 from leasekeeper.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
-from schemas.job import AttemptError, Job
+from leasekeeper.workers_seen import ConnectedWorkers
+from schemas.job import AttemptError, DeadLetterReason, Job
 
 log = logging.getLogger(__name__)
 
-Done = Callable[[bool], None]
-Action = Callable[[], None]
+# Settlements remembered so that a resend (the first answer was lost to an RPC
+# deadline) is answered "applied", not refused as an unknown lease.
+RECENT_SETTLEMENTS = 100_000
+RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back"
+UNKNOWN_JOB_TYPE = "UnknownJobType"
 
-
-class Router(Protocol):
-    """Durably copies a job elsewhere; ``on_done(ok)`` fires on the delivery report."""
-
-    def retry(
-        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
-    ) -> None: ...
-
-    def dead(
-        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
-    ) -> None: ...
-
-    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None: ...
+# What a delivered copy makes of its source offset.
+_RESOLUTIONS = {
+    CopyKind.RETRY: Resolution.RETRIED,
+    CopyKind.HOP: Resolution.HOPPED,
+    CopyKind.DEAD: Resolution.DEAD,
+    CopyKind.DEAD_RAW: Resolution.DEAD,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +79,14 @@ class EngineConfig:
     # worker enforces timeout_s itself, this catches a worker that cannot.
     timeout_grace_s: float = 5.0
     retries: RetryPolicies = field(default_factory=RetryPolicies)
+    # After a (re)start, leases not known yet are answered "retry later" until the
+    # partitions are back and re-read, or for this long at most.
+    settle_in_max_s: float = 30.0
+    # A job no connected worker can run waits this long (from the first time no
+    # worker could take it) before it fails as UnknownJobType.
+    unknown_type_grace_s: float = 600.0
+    # A worker counts as connected this long after its last claim.
+    worker_seen_s: float = 60.0
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
@@ -91,10 +101,13 @@ class PartitionState:
     claims: dict[int, int]
     stored_leases: dict[int, LeaseRecord]
     leases: dict[int, Lease] = field(default_factory=dict)
+    unhandled_since: dict[int, int] = field(default_factory=dict)
     committed: int = -1
     committed_metadata: str = ""
     copies_in_flight: int = 0
     draining: bool = False
+    # Lowered when the broker refuses the metadata (offset.metadata.max.bytes < 4 KB).
+    metadata_limit: int = METADATA_LIMIT
 
 
 @dataclass(kw_only=True)
@@ -120,31 +133,40 @@ class LeaseEngine:
         self,
         *,
         store: LeaseStore,
-        router: Router,
         config: EngineConfig,
         budget: RetryBudget | None = None,
         control: ControlState | None = None,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
+        """``clock`` is wall time (run_at, dedupe windows, what workers see);
+        ``monotonic`` times lease deadlines, timeouts and waits."""
         self.control = control or ControlState()
         self._budget = budget or RetryBudget()
         self._rng = rng or random.Random()
         self._store = store
-        self._router = router
+        # Copies decided but not yet taken by the outbox (any thread appends).
+        self._copies: list[CopyRequest] = []
         self._config = config
         self._clock = clock
+        self._monotonic = monotonic
         self._cond = threading.Condition()
         self._parts: dict[TopicPart, PartitionState] = {}
-        self._ready: TenantRoundRobin[Pending] = TenantRoundRobin()
+        self._ready: TenantRoundRobin[Pending] = TenantRoundRobin(kind=_job_type)
+        self._settle_in = SettleIn(until=monotonic() + config.settle_in_max_s)
+        self._workers = ConnectedWorkers(forget_after_ms=int(config.worker_seen_s * 1000))
         self._ready_bytes = 0
         # Jobs fetched less than one tier before their run_at wait here, not in a
         # paused partition (which would hold back the records behind them).
         self._delayed: list[tuple[int, int, Pending]] = []
         self._delay_seq = itertools.count()
-        self._awaiting_claim: dict[str, Pending] = {}
+        self._awaiting_claim: dict[str, tuple[Pending, int]] = {}
         self._generation = 0
         self._closed = False
+        self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # The smallest metadata limit a broker accepted so far: new partitions start there.
+        self._metadata_limit = METADATA_LIMIT
         self.counters = Counters()
 
     # -- partitions -------------------------------------------------------
@@ -169,9 +191,21 @@ class LeaseEngine:
                 resolved_before=resolved,
                 claims=claims,
                 stored_leases=dict(memory.leases),
+                unhandled_since=dict(memory.unhandled),
                 committed=committed,
                 committed_metadata=metadata or "",
+                metadata_limit=self._metadata_limit,
             )
+
+    def assignment_received(self) -> None:
+        """The consumer applied the group's first assignment in full (possibly empty)."""
+        with self._cond:
+            self._settle_in.assignment_received()
+
+    def settling_in(self) -> bool:
+        """True while leases not known yet are answered "retry later" (see SettleIn)."""
+        with self._cond:
+            return self._still_settling()
 
     def begin_revoke(self, tps: set[TopicPart]) -> None:
         """Stop dispatching from partitions about to move; their leases may still settle."""
@@ -189,10 +223,11 @@ class LeaseEngine:
         heapq.heapify(self._delayed)
 
     def in_flight(self, tps: set[TopicPart] | None = None) -> int:
-        """Leases and copies not yet settled in ``tps`` (all partitions by default)."""
+        """Leases and copies not yet settled in ``tps`` (all partitions by default). Every
+        copy counts from the moment it is decided until the outbox delivered or dropped
+        it: retries, dead letters, hops, raw dead letters and dedupe claims alike."""
         with self._cond:
-            awaiting = sum(1 for p in self._awaiting_claim.values() if tps is None or p.tp in tps)
-            return awaiting + sum(
+            return sum(
                 len(state.leases) + state.copies_in_flight
                 for tp, state in self._parts.items()
                 if tps is None or tp in tps
@@ -226,6 +261,7 @@ class LeaseEngine:
             state.tracker.fetched(offset)
             if offset in state.resolved_before:
                 state.tracker.resolve(offset)
+                state.stored_leases.pop(offset, None)
                 self.counters.skipped += 1
                 return
             pending = Pending(
@@ -242,8 +278,7 @@ class LeaseEngine:
             if not self.control.needs_claim(job, now_ms(self._clock)):
                 self._queue(pending, not_before_ms)
                 return
-            action = self._claim_key(pending, not_before_ms)
-        action()
+            self._enqueue([self._claim_key(pending, not_before_ms)])
 
     def _queue(self, pending: Pending, not_before_ms: int) -> None:
         """Into the ready window, or the delay timer when it is not due yet."""
@@ -255,7 +290,8 @@ class LeaseEngine:
     def _push_ready(self, pending: Pending) -> None:
         self._ready.push(pending.job.tenant_id, pending)
         self._ready_bytes += len(pending.envelope)
-        self._cond.notify()
+        # Every claimer wakes: the one woken alone might not run this job's type.
+        self._cond.notify_all()
 
     def _skipped(self, state: PartitionState, pending: Pending) -> bool:
         """Resolve without running a job that was cancelled, or duplicates a dedupe key."""
@@ -272,7 +308,7 @@ class LeaseEngine:
         state.tracker.resolve(pending.offset)
         return True
 
-    def _claim_key(self, pending: Pending, not_before_ms: int) -> Action:
+    def _claim_key(self, pending: Pending, not_before_ms: int) -> CopyRequest:
         """Claim the job's dedupe key durably before the job may run: a restart must not
         forget that the key was used. Later jobs with the key are skipped at once."""
         job = pending.job
@@ -284,20 +320,15 @@ class LeaseEngine:
             seen_at_ms=now_ms(self._clock),
         )
         self.control.remember(claim)
-        self._awaiting_claim[pending.lease_id] = pending
-
-        def done(ok: bool) -> None:
-            if not ok:
-                self._router.claim_dedupe(claim, on_done=done)
-                return
-            with self._cond:
-                if self._awaiting_claim.pop(pending.lease_id, None) is None:
-                    return
-                state = self._parts.get(pending.tp)
-                if state is not None and state.generation == pending.generation:
-                    self._queue(pending, not_before_ms)
-
-        return lambda: self._router.claim_dedupe(claim, on_done=done)
+        self._awaiting_claim[pending.lease_id] = (pending, not_before_ms)
+        return CopyRequest(
+            kind=CopyKind.DEDUPE_CLAIM,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            claim=claim,
+            lease_id=pending.lease_id,
+        )
 
     def promote_due(self) -> int:
         """Move delayed jobs whose time came to the ready window; returns how many."""
@@ -317,6 +348,9 @@ class LeaseEngine:
             return moved
 
     def _restore(self, pending: Pending, stored: LeaseRecord) -> Lease:
+        """A lease from before a restart: the one place epoch times become deadlines
+        (the monotonic clock does not survive the process)."""
+        wall, mono = self._clock(), self._monotonic()
         return Lease(
             pending=pending,
             token=stored.token,
@@ -325,6 +359,8 @@ class LeaseEngine:
             lease_s=self._config.lease_for(pending.job.type),
             started_ms=stored.started_ms,
             until_ms=stored.until_ms,
+            started_at=mono - max(0.0, wall - stored.started_ms / 1000),
+            deadline=mono + (stored.until_ms / 1000 - wall),
         )
 
     def track_unoffered(self, tp: TopicPart, offset: int) -> int | None:
@@ -335,6 +371,7 @@ class LeaseEngine:
             if state is None or offset <= state.tracker.highest_fetched:
                 return None
             state.tracker.fetched(offset)
+            state.stored_leases.pop(offset, None)
             if offset in state.resolved_before:
                 state.tracker.resolve(offset)
                 return None
@@ -357,39 +394,45 @@ class LeaseEngine:
 
     # -- claiming ---------------------------------------------------------
 
-    def claim(self, worker: str, max_jobs: int, wait_s: float) -> list[Grant]:
-        """Hand out up to ``max_jobs``, waiting up to ``wait_s`` for the first one."""
-        deadline = self._clock() + wait_s
+    def claim(
+        self, worker: str, max_jobs: int, wait_s: float, job_types: frozenset[str] = frozenset()
+    ) -> list[Grant]:
+        """Hand out up to ``max_jobs`` of ``job_types`` (empty: any type), waiting up to
+        ``wait_s`` for the first one. Jobs of other types stay for other workers."""
+        deadline = self._monotonic() + wait_s
         grants: list[Grant] = []
-        actions: list[Action] = []
+        actions: list[CopyRequest] = []
+        accept = _of_types(job_types)
         with self._cond:
-            while not self._ready and not self._closed:
-                remaining = deadline - self._clock()
+            self._workers.saw(worker, job_types, now_ms(self._clock))
+            while not self._ready.has_any(job_types) and not self._closed:
+                remaining = deadline - self._monotonic()
                 if remaining <= 0:
                     return []
                 self._cond.wait(remaining)
             if self._closed:
                 # Draining for shutdown: hand out nothing new, but keep the long
                 # poll so workers do not spin while their last acks come in.
-                remaining = deadline - self._clock()
+                remaining = deadline - self._monotonic()
                 if remaining > 0:
                     self._cond.wait(remaining)
                 return []
             batch = self._store.batch()
-            while len(grants) < max_jobs and self._ready:
-                pending = self._ready.pop()
-                assert pending is not None
+            while len(grants) < max_jobs:
+                pending = self._ready.pop(accept)
+                if pending is None:
+                    break
                 self._ready_bytes -= len(pending.envelope)
                 grant = self._lease(pending, worker, batch, actions)
                 if grant is not None:
                     grants.append(grant)
             # Attempts are counted before the jobs leave (invariant 4).
             self._store.write(batch)
-        _run(actions)
+            self._enqueue(actions)
         return grants
 
     def _lease(
-        self, pending: Pending, worker: str, batch: StoreBatch, actions: list[Action]
+        self, pending: Pending, worker: str, batch: StoreBatch, actions: list[CopyRequest]
     ) -> Grant | None:
         state = self._parts.get(pending.tp)
         if state is None or state.generation != pending.generation or state.draining:
@@ -409,6 +452,7 @@ class LeaseEngine:
         batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, prior + 1)
         lease_s = self._config.lease_for(job.type)
         start = now_ms(self._clock)
+        mono = self._monotonic()
         lease = Lease(
             pending=pending,
             token=mint_token(),
@@ -417,6 +461,8 @@ class LeaseEngine:
             lease_s=lease_s,
             started_ms=start,
             until_ms=start + int(lease_s * 1000),
+            started_at=mono,
+            deadline=mono + lease_s,
         )
         state.leases[pending.offset] = lease
         batch.lease(pending.tp.topic, pending.tp.partition, pending.offset, _record(lease))
@@ -431,18 +477,42 @@ class LeaseEngine:
 
     # -- heartbeats and settlements ----------------------------------------
 
-    def _find(self, lease_id: str, token: str) -> tuple[PartitionState | None, Lease | None, str]:
+    def _find(self, lease_id: str, token: str) -> tuple[PartitionState, Lease] | LeaseAnswer:
+        """The lease a call names, or the answer refusing it. A lease this leasekeeper
+        may still learn of (settling in, or its offset not re-read yet) is "retry
+        later"; one on a partition it does not own is never accepted: it may be
+        assigned elsewhere."""
         try:
             tp, offset = parse_lease_id(lease_id)
         except ValueError:
-            return None, None, "malformed lease id"
+            return _refused(lease_id, "malformed lease id")
         state = self._parts.get(tp)
         lease = state.leases.get(offset) if state else None
-        if state is None or lease is None:
-            return state, None, "unknown lease (expired, settled or moved)"
+        if lease is None:
+            if self._not_known_yet(state, offset):
+                return LeaseAnswer(
+                    lease_id=lease_id, ok=False, reason=RETRY_LATER, retry_later=True
+                )
+            return _refused(lease_id, "unknown lease (expired, settled or moved)")
+        assert state is not None
         if lease.token != token:
-            return state, None, "stale token"
-        return state, lease, ""
+            return _refused(lease_id, "stale token")
+        return state, lease
+
+    def _not_known_yet(self, state: PartitionState | None, offset: int) -> bool:
+        if state is not None and offset in state.stored_leases:
+            return True  # leased before the restart; its record is not re-read yet
+        return state is None and self._still_settling()
+
+    def _still_settling(self) -> bool:
+        return self._settle_in.active(
+            self._monotonic(), lambda: any(s.stored_leases for s in self._parts.values())
+        )
+
+    def _refusal(self, found: LeaseAnswer) -> LeaseAnswer:
+        if not found.retry_later:
+            self.counters.stale_rejected += 1
+        return found
 
     def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
         answers = []
@@ -450,16 +520,16 @@ class LeaseEngine:
             now = now_ms(self._clock)
             batch = self._store.batch()
             for lease_id, token in leases:
-                state, lease, reason = self._find(lease_id, token)
-                if lease is None:
-                    self.counters.stale_rejected += 1
-                    answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason=reason))
+                found = self._find(lease_id, token)
+                if isinstance(found, LeaseAnswer):
+                    answers.append(self._refusal(found))
                     continue
-                assert state is not None
+                state, lease = found
                 if self._end_if_cancelled(state, lease, batch):
                     answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
                     continue
                 lease.until_ms = now + int(lease.lease_s * 1000)
+                lease.deadline = self._monotonic() + lease.lease_s
                 tp, offset = lease.pending.tp, lease.pending.offset
                 batch.lease(tp.topic, tp.partition, offset, _record(lease))
                 answers.append(LeaseAnswer(lease_id=lease_id, ok=True, until_ms=lease.until_ms))
@@ -481,22 +551,34 @@ class LeaseEngine:
     def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
         """Acks are persisted before the answer; nacks are resolved once copied durably."""
         answers: list[LeaseAnswer] = []
-        actions: list[Action] = []
+        actions: list[CopyRequest] = []
         with self._cond:
             batch = self._store.batch()
             for item in settlements:
-                state, lease, reason = self._find(item.lease_id, item.token)
-                if state is None or lease is None:
-                    self.counters.stale_rejected += 1
-                    answers.append(LeaseAnswer(lease_id=item.lease_id, ok=False, reason=reason))
+                found = self._find(item.lease_id, item.token)
+                if isinstance(found, LeaseAnswer):
+                    if (item.lease_id, item.token) in self._recently_settled:
+                        found = LeaseAnswer(
+                            lease_id=item.lease_id, ok=True, reason="already settled"
+                        )
+                        answers.append(found)
+                        continue
+                    answers.append(self._refusal(found))
                     continue
+                state, lease = found
+                self._remember_settled(item.lease_id, item.token)
                 del state.leases[lease.pending.offset]
                 batch.unlease(state.tp.topic, state.tp.partition, lease.pending.offset)
                 self._apply(state, lease, item, batch, actions)
                 answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
             self._store.write(batch)
-        _run(actions)
+            self._enqueue(actions)
         return answers
+
+    def _remember_settled(self, lease_id: str, token: str) -> None:
+        self._recently_settled[(lease_id, token)] = None
+        if len(self._recently_settled) > RECENT_SETTLEMENTS:
+            self._recently_settled.popitem(last=False)
 
     def _apply(
         self,
@@ -504,7 +586,7 @@ class LeaseEngine:
         lease: Lease,
         item: Settlement,
         batch: StoreBatch,
-        actions: list[Action],
+        actions: list[CopyRequest],
     ) -> None:
         pending = lease.pending
         if item.outcome is Outcome.ACK:
@@ -519,16 +601,18 @@ class LeaseEngine:
             batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
             self._ready.push_front(pending.job.tenant_id, pending)
             self._ready_bytes += len(pending.envelope)
-            self._cond.notify()
+            self._cond.notify_all()
         else:
             self.counters.nacked += 1
-            error = AttemptError(
-                attempt=lease.attempt,
-                at_ms=now_ms(self._clock),
-                worker=lease.worker,
-                error_class=item.error_class or "Error",
-                message=item.message,
-                traceback=item.traceback[-2000:],
+            error = cap_error(
+                AttemptError(
+                    attempt=lease.attempt,
+                    at_ms=now_ms(self._clock),
+                    worker=lease.worker,
+                    error_class=item.error_class or "Error",
+                    message=item.message,
+                    traceback=item.traceback,
+                )
             )
             actions.append(
                 self._failure_action(
@@ -538,9 +622,9 @@ class LeaseEngine:
 
     def expire(self) -> int:
         """The reaper: leases past ``until`` count as failed attempts (worker presumed dead)."""
-        actions: list[Action] = []
+        actions: list[CopyRequest] = []
         with self._cond:
-            now = now_ms(self._clock)
+            now = self._monotonic()
             batch = self._store.batch()
             for state in self._parts.values():
                 for offset, lease in list(state.leases.items()):
@@ -552,35 +636,88 @@ class LeaseEngine:
                     self.counters.expired += 1
                     actions.append(self._failure_action(lease, error, permanent=False))
             self._store.write(batch)
-        _run(actions)
+            self._enqueue(actions)
         return len(actions)
 
-    def _overdue(self, lease: Lease, now: int) -> AttemptError | None:
-        """Why the reaper takes a lease back: expired, or running past timeout_s."""
+    def _overdue(self, lease: Lease, now: float) -> AttemptError | None:
+        """Why the reaper takes a lease back (``now`` is monotonic): expired, or running
+        past timeout_s."""
         job = lease.pending.job
-        deadline = lease.started_ms + int((job.timeout_s + self._config.timeout_grace_s) * 1000)
-        if now > deadline:
+        if now > lease.started_at + job.timeout_s + self._config.timeout_grace_s:
             error_class = "JobTimeout"
             message = f"ran longer than timeout_s={job.timeout_s:g}s (taken back by the reaper)"
-        elif lease.until_ms < now:
+        elif lease.deadline < now:
             error_class = "LeaseExpired"
             message = f"lease expired after {lease.lease_s:g}s without ack or heartbeat"
         else:
             return None
         return AttemptError(
             attempt=lease.attempt,
-            at_ms=now,
+            at_ms=now_ms(self._clock),
             worker=lease.worker,
             error_class=error_class,
             message=message,
             traceback="",
         )
 
+    # -- job types no worker runs ------------------------------------------
+
+    def sweep_unhandled(self) -> int:
+        """Ready jobs whose type no connected worker runs: note (durably) when that was
+        first seen, and dead-letter those that waited past the grace; returns how many."""
+        actions: list[CopyRequest] = []
+        with self._cond:
+            now = now_ms(self._clock)
+            handled = self._workers.handled(now)
+            if handled is None:
+                return 0
+            batch = self._store.batch()
+            grace_ms = int(self._config.unknown_type_grace_s * 1000)
+            overdue = {
+                id(p)
+                for p in self._ready
+                if p.job.type not in handled
+                and now - self._unhandled_since(p, now, batch) >= grace_ms
+            }
+            self._store.write(batch)
+            for pending in self._ready.remove_if(lambda p: id(p) in overdue) if overdue else []:
+                self._ready_bytes -= len(pending.envelope)
+                actions.append(self._unknown_type_action(pending, handled, now))
+            self._enqueue(actions)
+        return len(actions)
+
+    def _unhandled_since(self, pending: Pending, now: int, batch: StoreBatch) -> int:
+        state = self._parts[pending.tp]
+        since = state.unhandled_since.get(pending.offset)
+        if since is None:
+            since = state.unhandled_since[pending.offset] = now
+            batch.unhandled(pending.tp.topic, pending.tp.partition, pending.offset, now)
+        return since
+
+    def _unknown_type_action(
+        self, pending: Pending, handled: frozenset[str], now: int
+    ) -> CopyRequest:
+        job = pending.job
+        message = (
+            f"no connected worker runs job type {job.type!r} (waited "
+            f"{self._config.unknown_type_grace_s:g}s; workers run: {', '.join(sorted(handled))})"
+        )
+        error = AttemptError(
+            attempt=job.attempt,
+            at_ms=now,
+            worker="",
+            error_class=UNKNOWN_JOB_TYPE,
+            message=message,
+            traceback="",
+        )
+        dead = replace(job, errors=(*job.errors, error))
+        return self._dead_action(pending, dead, DeadLetterReason.UNKNOWN_JOB_TYPE.value, message)
+
     # -- the retry path -----------------------------------------------------
 
     def _failure_action(
         self, lease: Lease, error: AttemptError, *, permanent: bool, retry_after_s: float = 0.0
-    ) -> Action:
+    ) -> CopyRequest:
         """Retry after a jittered delay (within the retry budget), or dead-letter."""
         pending = lease.pending
         # Attempts made so far include claims whose worker died before settling.
@@ -600,58 +737,87 @@ class LeaseEngine:
         run_at_ms = now_ms(self._clock) + int(delay_s * 1000)
         return self._retry_action(pending, replace(job, run_at_ms=run_at_ms), delay_s)
 
-    def _retry_action(self, pending: Pending, job: Job, delay_s: float) -> Action:
-        def act() -> None:
-            self._router.retry(
-                job,
-                delay_s=delay_s,
-                source=pending.tp,
-                offset=pending.offset,
-                on_done=self._on_copied(pending, Resolution.RETRIED),
-            )
+    def _retry_action(self, pending: Pending, job: Job, delay_s: float) -> CopyRequest:
+        return CopyRequest(
+            kind=CopyKind.RETRY,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            job=job,
+            delay_s=delay_s,
+        )
 
-        return act
+    def _dead_action(self, pending: Pending, job: Job, reason: str, detail: str) -> CopyRequest:
+        return CopyRequest(
+            kind=CopyKind.DEAD,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            job=job,
+            reason=reason,
+            detail=detail,
+        )
 
-    def _dead_action(self, pending: Pending, job: Job, reason: str, detail: str) -> Action:
-        def act() -> None:
-            self._router.dead(
-                job,
-                reason=reason,
-                detail=detail,
-                source=pending.tp,
-                offset=pending.offset,
-                on_done=self._on_copied(pending, Resolution.DEAD),
-            )
+    # -- the outbox's side of copies ------------------------------------------
 
-        return act
-
-    def _on_copied(self, pending: Pending, how: Resolution) -> Done:
+    def copy(self, request: CopyRequest) -> None:
+        """Queue a copy decided outside the engine (a hop, an undecodable record's dead
+        letter), counted in flight like the engine's own."""
         with self._cond:
-            state = self._parts.get(pending.tp)
-            if state is not None and state.generation == pending.generation:
+            self._enqueue([request])
+
+    def _enqueue(self, requests: list[CopyRequest]) -> None:
+        """Count each copy in flight for its partition and queue it (caller holds the lock)."""
+        for request in requests:
+            state = self._parts.get(request.source)
+            if state is not None and state.generation == request.generation:
                 state.copies_in_flight += 1
+            self._copies.append(request)
 
-        def done(ok: bool) -> None:
-            with self._cond:
-                state = self._parts.get(pending.tp)
-                if state is not None and state.generation == pending.generation:
-                    state.copies_in_flight -= 1
-            if ok:
-                self.resolve(pending.tp, pending.offset, pending.generation, how)
-            else:
-                self._requeue(pending)
-
-        return done
-
-    def _requeue(self, pending: Pending) -> None:
-        """The copy was not delivered: keep the original unresolved and offer it again."""
+    def take_copies(self) -> list[CopyRequest]:
+        """Copies queued since the last call, for the outbox to send."""
         with self._cond:
-            state = self._parts.get(pending.tp)
-            if state is None or state.generation != pending.generation:
+            taken, self._copies = self._copies, []
+            return taken
+
+    def is_current(self, request: CopyRequest) -> bool:
+        """False once the copy's partition moved: the next owner runs the job again."""
+        with self._cond:
+            state = self._parts.get(request.source)
+            return state is not None and state.generation == request.generation
+
+    def copy_delivered(self, request: CopyRequest, *, dead: bool = False) -> None:
+        """The copy is durable: resolve its source offset (a dedupe claim lets its job run).
+        ``dead``: the outbox sent a dead letter instead (the copy was too large)."""
+        with self._cond:
+            self._uncount(request)
+            if request.kind is CopyKind.DEDUPE_CLAIM:
+                self._claimed(request)
                 return
-            self._ready.push_front(pending.job.tenant_id, pending)
-            self._ready_bytes += len(pending.envelope)
-            self._cond.notify()
+            how = _RESOLUTIONS[request.kind]
+            if dead:
+                how = Resolution.DEAD
+            self.resolve(request.source, request.offset, request.generation, how)
+
+    def copy_dropped(self, request: CopyRequest) -> None:
+        """The outbox gave up a copy whose partition moved: no longer in flight here."""
+        with self._cond:
+            self._uncount(request)
+            self._awaiting_claim.pop(request.lease_id, None)
+
+    def _uncount(self, request: CopyRequest) -> None:
+        state = self._parts.get(request.source)
+        if state is not None and state.generation == request.generation:
+            state.copies_in_flight -= 1
+
+    def _claimed(self, request: CopyRequest) -> None:
+        waiting = self._awaiting_claim.pop(request.lease_id, None)
+        if waiting is None:
+            return
+        pending, not_before_ms = waiting
+        state = self._parts.get(pending.tp)
+        if state is not None and state.generation == pending.generation:
+            self._queue(pending, not_before_ms)
 
     def resolve(self, tp: TopicPart, offset: int, generation: int, how: Resolution) -> None:
         """Mark an offset finished once its fate is durable (ack stored or copy delivered)."""
@@ -700,7 +866,32 @@ class LeaseEngine:
         )
         if not progress.resolved and not progress.claims:
             return ""
-        return encode_progress(offset, progress)
+        return encode_progress(offset, progress, limit=state.metadata_limit)
+
+    def shrink_metadata(self, tp: TopicPart) -> tuple[int, str] | None:
+        """The broker refused ``tp``'s commit metadata as too large: the position to
+        commit instead, with at most half as much metadata (none at the end). A move
+        then re-runs more of the jobs finished beyond the commit, but the commit moves."""
+        with self._cond:
+            state = self._parts.get(tp)
+            if state is None:
+                return None
+            offset = state.tracker.committable
+            refused = len(self._metadata(state, offset))
+            state.metadata_limit = min(state.metadata_limit, refused) // 2
+            if state.metadata_limit < 64:
+                state.metadata_limit = 0
+            self._metadata_limit = min(self._metadata_limit, state.metadata_limit)
+            log.warning(
+                "the broker refused %d bytes of commit metadata for %s/%d; using at most %d "
+                "(raise the broker's offset.metadata.max.bytes to 4096 to keep progress "
+                "across partition moves)",
+                refused,
+                tp.topic,
+                tp.partition,
+                state.metadata_limit,
+            )
+            return offset, self._metadata(state, offset)
 
     def over_span(self) -> set[TopicPart]:
         """Partitions fetched so far beyond their commit that metadata could not describe."""
@@ -729,6 +920,8 @@ class LeaseEngine:
                     del state.claims[old]
                 for old in [o for o in state.stored_leases if o < offset]:
                     del state.stored_leases[old]
+                for old in [o for o in state.unhandled_since if o < offset]:
+                    del state.unhandled_since[old]
             self._store.write(batch)
 
     def close(self) -> None:
@@ -740,10 +933,10 @@ class LeaseEngine:
 
     def snapshot(self) -> dict[str, object]:
         with self._cond:
-            now = now_ms(self._clock)
+            now, mono = now_ms(self._clock), self._monotonic()
             return {
                 "retry_budget": self._budget.snapshot().to_dict(),
-                "partitions": [_partition_view(s, now) for s in self._parts.values()],
+                "partitions": [_partition_view(s, mono) for s in self._parts.values()],
                 "ready": len(self._ready),
                 "delayed": len(self._delayed),
                 "next_delayed_due_ms": self._delayed[0][0] if self._delayed else None,
@@ -751,6 +944,8 @@ class LeaseEngine:
                 "ready_by_tenant": self._ready.tenants(),
                 "in_flight_by_tenant": self._in_flight_by_tenant(),
                 "counters": dict(vars(self.counters)),
+                "settling_in": self._still_settling(),
+                "workers": self._workers.snapshot(now),
             }
 
     def job_view(self, job_id: str) -> dict[str, object]:
@@ -793,7 +988,22 @@ class LeaseEngine:
         return counts
 
 
-def _partition_view(state: PartitionState, now: int) -> dict[str, object]:
+def _refused(lease_id: str, reason: str) -> LeaseAnswer:
+    return LeaseAnswer(lease_id=lease_id, ok=False, reason=reason)
+
+
+def _job_type(pending: Pending) -> str:
+    return pending.job.type
+
+
+def _of_types(job_types: frozenset[str]) -> Callable[[Pending], bool] | None:
+    if not job_types:
+        return None
+    return lambda pending: pending.job.type in job_types
+
+
+def _partition_view(state: PartitionState, now: float) -> dict[str, object]:
+    """``now`` is monotonic seconds."""
     return {
         "topic": state.tp.topic,
         "partition": state.tp.partition,
@@ -810,8 +1020,8 @@ def _partition_view(state: PartitionState, now: int) -> dict[str, object]:
                 "tenant": lease.pending.job.tenant_id,
                 "worker": lease.worker,
                 "attempt": lease.attempt,
-                "age_s": round((now - lease.started_ms) / 1000, 3),
-                "expires_in_s": round((lease.until_ms - now) / 1000, 3),
+                "age_s": round(now - lease.started_at, 3),
+                "expires_in_s": round(lease.deadline - now, 3),
             }
             for lease in state.leases.values()
         ],
@@ -855,8 +1065,3 @@ def _crash_note(job: Job) -> str:
         f"claimed {job.max_attempts} times without a settlement "
         "(the worker died or lost its lease each time)"
     )
-
-
-def _run(actions: list[Action]) -> None:
-    for action in actions:
-        action()

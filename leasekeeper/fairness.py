@@ -7,7 +7,7 @@ policies (per-tenant caps, weights) replace it without touching the engine.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
@@ -17,7 +17,7 @@ T = TypeVar("T")
 class DispatchPolicy(Protocol[T]):
     def push(self, tenant: str, item: T) -> None: ...
 
-    def pop(self) -> T | None: ...
+    def pop(self, accept: Callable[[T], bool] | None = None) -> T | None: ...
 
     def remove_if(self, predicate: Callable[[T], bool]) -> list[T]: ...
 
@@ -25,11 +25,31 @@ class DispatchPolicy(Protocol[T]):
 
 
 class TenantRoundRobin(Generic[T]):
-    """Tenants with ready work take turns; each tenant's own jobs stay in fetch order."""
+    """Tenants with ready work take turns; each tenant's own jobs stay in fetch order.
 
-    def __init__(self) -> None:
+    With a ``kind`` (a job's type), it also counts items per kind, so a claimer
+    that runs only some kinds learns in O(kinds) whether anything is for it, and
+    ``pop(accept)`` skips items it cannot take without reordering the others.
+    """
+
+    def __init__(self, kind: Callable[[T], str] | None = None) -> None:
         self._queues: OrderedDict[str, deque[T]] = OrderedDict()
         self._size = 0
+        self._kind = kind
+        self._kinds: Counter[str] = Counter()
+
+    def _count(self, item: T, delta: int) -> None:
+        if self._kind is not None:
+            kind = self._kind(item)
+            self._kinds[kind] += delta
+            if self._kinds[kind] <= 0:
+                del self._kinds[kind]
+
+    def has_any(self, kinds: frozenset[str] = frozenset()) -> bool:
+        """Whether an item of one of ``kinds`` waits (any item when ``kinds`` is empty)."""
+        if not kinds or self._kind is None:
+            return self._size > 0
+        return any(self._kinds.get(kind, 0) > 0 for kind in kinds)
 
     def push(self, tenant: str, item: T) -> None:
         queue = self._queues.get(tenant)
@@ -37,6 +57,7 @@ class TenantRoundRobin(Generic[T]):
             queue = self._queues[tenant] = deque()
         queue.append(item)
         self._size += 1
+        self._count(item, 1)
 
     def push_front(self, tenant: str, item: T) -> None:
         """Put back a job that was released unrun, ahead of its tenant's others."""
@@ -46,18 +67,25 @@ class TenantRoundRobin(Generic[T]):
             self._queues.move_to_end(tenant, last=False)
         queue.appendleft(item)
         self._size += 1
+        self._count(item, 1)
 
-    def pop(self) -> T | None:
-        if not self._queues:
-            return None
-        tenant, queue = next(iter(self._queues.items()))
-        item = queue.popleft()
-        self._size -= 1
-        if queue:
-            self._queues.move_to_end(tenant)
-        else:
-            del self._queues[tenant]
-        return item
+    def pop(self, accept: Callable[[T], bool] | None = None) -> T | None:
+        """The next tenant's oldest item (that ``accept`` takes); tenants without one
+        keep their turn."""
+        for tenant, queue in self._queues.items():
+            index = _first(queue, accept)
+            if index is None:
+                continue
+            item = queue[index]
+            del queue[index]
+            self._size -= 1
+            self._count(item, -1)
+            if queue:
+                self._queues.move_to_end(tenant)
+            else:
+                del self._queues[tenant]
+            return item
+        return None
 
     def remove_if(self, predicate: Callable[[T], bool]) -> list[T]:
         """Drop the items matching ``predicate`` (a revoked partition's jobs)."""
@@ -71,6 +99,8 @@ class TenantRoundRobin(Generic[T]):
             else:
                 del self._queues[tenant]
         self._size -= len(removed)
+        for item in removed:
+            self._count(item, -1)
         return removed
 
     def tenants(self) -> dict[str, int]:
@@ -82,3 +112,9 @@ class TenantRoundRobin(Generic[T]):
 
     def __len__(self) -> int:
         return self._size
+
+
+def _first(queue: deque[T], accept: Callable[[T], bool] | None) -> int | None:
+    if accept is None:
+        return 0 if queue else None
+    return next((i for i, item in enumerate(queue) if accept(item)), None)

@@ -22,12 +22,21 @@ from schemas import worker_pb2_grpc as pb_grpc
 
 
 def fetch_snapshot(
-    target: str, token: str | None, timeout: float = 10.0, job_id: str = ""
+    target: str,
+    token: str | None,
+    timeout: float = 10.0,
+    job_id: str = "",
+    tls_ca: bytes | None = None,
 ) -> dict[str, Any]:
     metadata: tuple[tuple[str, str | bytes], ...] | None = (
         ((AUTH_METADATA_KEY, token),) if token else None
     )
-    with grpc.insecure_channel(target) as channel:
+    channel = (
+        grpc.insecure_channel(target)
+        if tls_ca is None
+        else grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=tls_ca))
+    )
+    with channel:
         stub = pb_grpc.LeaseKeeperStub(channel)
         request = pb.InspectRequest(job_id=job_id)
         response = stub.Inspect(request, timeout=timeout, metadata=metadata)
@@ -56,6 +65,26 @@ def render_snapshot(
         console.print("in flight by tenant: " + ", ".join(f"{t} {n}" for t, n in tenants.items()))
     for line in retry_lines(snapshot, now):
         console.print(line, highlight=False)
+    control = control_line(snapshot)
+    if control:
+        console.print(control, highlight=False)
+
+
+def control_line(snapshot: dict[str, Any]) -> str:
+    """Control-state size and the start-up read; empty from an older leasekeeper."""
+    control = snapshot.get("control")
+    if not control:
+        return ""
+    caught_up = control.get("catch_up_s")
+    read = (
+        ""
+        if caught_up is None
+        else f", read {control['catch_up_records']} records in {caught_up:.2f}s at start"
+    )
+    return (
+        f"[bold]control state[/] cancellations {control['cancellations']}, "
+        f"dedupe keys {control['dedupe_claims']}, pruned {control['pruned']}{read}"
+    )
 
 
 # Held tier partitions listed before "… (N)": a queue has partitions x tiers of

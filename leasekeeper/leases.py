@@ -53,8 +53,12 @@ class Lease:
     worker: str
     attempt: int
     lease_s: float
-    started_ms: int
+    started_ms: int  # epoch: for the wire, the store and display
     until_ms: int
+    # Monotonic seconds: what the reaper compares, so a wall-clock step (NTP, a
+    # suspended VM) cannot expire every lease at once.
+    started_at: float
+    deadline: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,3 +99,5 @@ class LeaseAnswer:
     ok: bool
     reason: str = ""
     until_ms: int = 0
+    # Not known yet (a restart still re-reading the partition): ask again.
+    retry_later: bool = False

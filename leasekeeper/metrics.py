@@ -22,6 +22,14 @@ COUNTERS = {
     "dead": "jobs copied to the dead-letter topic",
     "skipped": "fetched jobs skipped as already resolved (after a restart or move)",
     "stale_rejected": "heartbeats, acks and nacks refused for a stale or unknown lease token",
+    "invalid_retry_after": "nacks whose retry_after_s was NaN, negative or too long (clamped)",
+}
+
+OUTBOX_COUNTERS = {
+    "delivered": "durable copies delivered (retries, dead letters, hops, dedupe claims)",
+    "transient_failures": "copy sends that failed transiently and were retried after a backoff",
+    "shrunk": "copies too large for their topic, dead-lettered with less history or no payload",
+    "blocked_events": "copies that became blocked (not authorised, unknown topic): alerts raised",
 }
 
 
@@ -34,8 +42,10 @@ class EngineCollector(Collector):
         snap = self._snapshot()
         for name, text in COUNTERS.items():
             family = CounterMetricFamily(f"leasekeeper_{name}", text, labels=["queue"])
-            family.add_metric([self._queue], snap["counters"][name])
-            yield family
+            value = snap["counters"].get(name)
+            if value is not None:  # a counter the snapshot lacks yields no family
+                family.add_metric([self._queue], value)
+                yield family
         yield self._gauge(
             "leasekeeper_ready_jobs", "fetched jobs waiting for dispatch", snap["ready"]
         )
@@ -62,6 +72,39 @@ class EngineCollector(Collector):
         yield unresolved
         yield lag
         yield from self._retry_path(snap)
+        if "outbox" in snap:
+            yield from self._outbox(snap["outbox"])
+        yield from self._control(snap)
+
+    def _control(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Control-state size and the start-up read: the memory and start-up cost of
+        cancellations and dedupe keys, which grow with traffic until pruned."""
+        control = snap.get("control")
+        if not control:
+            return
+        yield self._gauge(
+            "leasekeeper_control_cancellations",
+            "cancellations held in memory (pruned after the control topic's retention)",
+            control["cancellations"],
+        )
+        yield self._gauge(
+            "leasekeeper_control_dedupe_claims",
+            "dedupe keys held in memory (pruned after the dedupe window)",
+            control["dedupe_claims"],
+        )
+        pruned = CounterMetricFamily(
+            "leasekeeper_control_pruned",
+            "cancellations and dedupe keys dropped from memory past their window",
+            labels=["queue"],
+        )
+        pruned.add_metric([self._queue], control["pruned"])
+        yield pruned
+        if control.get("catch_up_s") is not None:
+            yield self._gauge(
+                "leasekeeper_control_catch_up_seconds",
+                "time the start-up read of the control and dedupe topics took",
+                control["catch_up_s"],
+            )
 
     def _retry_path(
         self, snap: dict[str, Any]
@@ -105,6 +148,37 @@ class EngineCollector(Collector):
                 "delay-tier partitions paused until their head record is due",
                 len(snap["held_tiers"]),
             )
+
+    def _outbox(self, outbox: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """The durable copies on their way to Kafka. Alert on ``copies_blocked`` above
+        zero: a copy that cannot be produced (unauthorised, unknown topic) holds its
+        partition's commit and fetching until an operator fixes the topic or its ACL."""
+        yield self._gauge(
+            "leasekeeper_copies_pending",
+            "retry, dead-letter, hop and dedupe copies waiting to be sent (backoff included)",
+            outbox["pending"],
+        )
+        yield self._gauge(
+            "leasekeeper_copies_in_flight",
+            "copies produced and awaiting their delivery report",
+            outbox["in_flight"],
+        )
+        blocked = GaugeMetricFamily(
+            "leasekeeper_copies_blocked",
+            "copies that cannot be produced (not authorised, unknown topic): the partition stops",
+            labels=["queue", "topic", "partition"],
+        )
+        per_partition: dict[tuple[str, str], int] = {}
+        for copy in outbox["blocked"]:
+            key = (copy["topic"], str(copy["partition"]))
+            per_partition[key] = per_partition.get(key, 0) + 1
+        for (topic, partition), count in sorted(per_partition.items()):
+            blocked.add_metric([self._queue, topic, partition], count)
+        yield blocked
+        for name, text in OUTBOX_COUNTERS.items():
+            family = CounterMetricFamily(f"leasekeeper_copies_{name}", text, labels=["queue"])
+            family.add_metric([self._queue], outbox["counters"].get(name, 0))
+            yield family
 
     def _gauge(self, name: str, text: str, value: float) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, text, labels=["queue"])

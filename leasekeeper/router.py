@@ -1,134 +1,140 @@
-"""Durable copies of jobs leaving the ready path: back to the queue, or to its DLQ.
+"""Where each durable copy goes and what bytes it carries: back to a delay tier, or to
+the queue's DLQ.
 
 An original offset is resolved only from the delivery report of its copy
 (invariant 2), so a crash between "decided to retry" and "copy acked by Kafka"
-leaves the original unresolved, and it is delivered again.
+leaves the original unresolved, and it is delivered again. This module only
+builds records; the outbox sends them.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from jobcore.control import DedupeClaim
 from jobcore.delay_tiers import DelayTiers
-from jobcore.kafka import KafkaError, Message, Producer, produce_reliably
 from jobcore.topics import QueueTopics
-from leasekeeper.leases import TopicPart
+from leasekeeper.copies import (
+    SHORT_HISTORY,
+    CopyKind,
+    CopyRequest,
+    Shrink,
+    short_history,
+    without_payload,
+)
 from schemas.codec import EnvelopeCodec
-from schemas.job import DeadLetter, Job
-
-log = logging.getLogger(__name__)
-
-Done = Callable[[bool], None]
+from schemas.job import DeadLetter, DeadLetterReason, Job
 
 
-def _report(on_done: Done, what: str) -> Callable[[KafkaError | None, Message], None]:
-    def delivered(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            log.warning("copy to %s failed, original stays unresolved: %s", what, err)
-        on_done(err is None)
-
-    return delivered
+@dataclass(frozen=True, kw_only=True)
+class OutRecord:
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class KafkaRouter:
-    """Re-produces failed jobs to the delay tier that fits their backoff, and dead
-    letters to ``jobs.Q.dlq``; the job never exists only in local state."""
+    """Builds the record for a copy: a retry or hop to ``jobs.Q.retry.<tier>``, dead
+    letters to ``jobs.Q.dlq``, dedupe claims to ``jobs.Q.dedupe``; the job never
+    exists only in local state. A copy that was too large is rebuilt smaller
+    (``Shrink``): a dead letter with a short history, then without the payload."""
 
     def __init__(
         self,
         *,
-        producer: Producer,
         codec: EnvelopeCodec,
         topics: QueueTopics,
         tiers: DelayTiers,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._producer = producer
         self._codec = codec
         self._topics = topics
         self._tiers = tiers
         self._clock = clock
 
-    def retry(
-        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        """To ``jobs.Q.retry.<tier>``, the largest tier not longer than ``delay_s``."""
-        self._to_tier(job, self._tiers.tier_for(delay_s), on_done)
+    def tier_topic(self, request: CopyRequest) -> str:
+        """A retry goes to the largest tier not longer than its delay; a hop to its tier."""
+        tier = request.tier or self._tiers.tier_for(request.delay_s)
+        return self._topics.retry(tier)
 
-    def hop(self, job: Job, *, tier: str, on_done: Done) -> None:
-        """A delay longer than its tier: wait again, in the tier that fits what is left."""
-        self._to_tier(job, tier, on_done)
+    def record(self, request: CopyRequest, shrink: Shrink = Shrink.FULL) -> OutRecord:
+        kind = request.kind
+        if kind is CopyKind.DEDUPE_CLAIM:
+            assert request.claim is not None
+            claim = request.claim
+            return OutRecord(topic=self._topics.dedupe, key=claim.key, value=claim.encode())
+        if kind is CopyKind.DEAD_RAW:
+            return self._dead_raw(request, shrink)
+        assert request.job is not None
+        if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP):
+            job = request.job
+            return OutRecord(
+                topic=self.tier_topic(request),
+                key=job.tenant_id.encode(),
+                value=self._codec.encode(job),
+                headers=(("job_id", job.job_id.encode()),),
+            )
+        return self._dead(request, request.job, shrink)
 
-    def _to_tier(self, job: Job, tier: str, on_done: Done) -> None:
-        topic = self._topics.retry(tier)
-        produce_reliably(
-            self._producer,
-            topic,
-            key=job.tenant_id.encode(),
-            value=self._codec.encode(job),
-            headers=[("job_id", job.job_id.encode())],
-            on_delivery=_report(on_done, topic),
+    def _dead(self, request: CopyRequest, job: Job, shrink: Shrink) -> OutRecord:
+        reason, detail = request.reason, request.detail
+        if request.kind is not CopyKind.DEAD:
+            # A retry or hop that could not be produced at all: it dies here.
+            reason = DeadLetterReason.TOO_LARGE.value
+            last = job.errors[-1].message if job.errors else ""
+            where = self.tier_topic(request)
+            detail = f"its {request.kind.value} copy was too large for {where}; last error: {last}"
+        if shrink is Shrink.SHORT_HISTORY:
+            job = short_history(job)
+            detail += f" [too large: history cut to the last {SHORT_HISTORY} errors]"
+        elif shrink is Shrink.NO_PAYLOAD:
+            job = without_payload(job)
+            detail += " [too large: payload dropped, history cut]"
+        letter = self._letter(
+            request, envelope=self._codec.encode(job), reason=reason, detail=detail
         )
+        return self._to_dlq(job.tenant_id.encode(), letter, job.job_id)
 
-    def dead(
-        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        letter = DeadLetter(
-            envelope=self._codec.encode(job),
-            raw_value=None,
-            raw_key=None,
-            reason=reason,
-            detail=detail,
-            source_topic=source.topic,
-            source_partition=source.partition,
-            source_offset=offset,
-            died_at_ms=int(self._clock() * 1000),
-        )
-        self._send_dead(job.tenant_id.encode(), letter, job.job_id, on_done)
-
-    def dead_raw(
-        self,
-        *,
-        key: bytes | None,
-        value: bytes | None,
-        detail: str,
-        source: TopicPart,
-        offset: int,
-        on_done: Done,
-    ) -> None:
-        """A record that cannot be decoded: kept byte for byte with the reason."""
+    def _dead_raw(self, request: CopyRequest, shrink: Shrink) -> OutRecord:
+        """A record that cannot be decoded: kept byte for byte with the reason (without
+        its value, then its key, if that is too large)."""
+        value = request.raw_value if shrink is Shrink.FULL else None
+        key = request.raw_key if shrink is not Shrink.NO_PAYLOAD else None
+        detail = request.detail
+        if shrink is not Shrink.FULL:
+            detail += " [too large: bytes dropped]"
         letter = DeadLetter(
             envelope=None,
             raw_value=value,
             raw_key=key,
-            reason="undecodable",
+            reason=DeadLetterReason.UNDECODABLE.value,
             detail=detail,
-            source_topic=source.topic,
-            source_partition=source.partition,
-            source_offset=offset,
+            source_topic=request.source.topic,
+            source_partition=request.source.partition,
+            source_offset=request.offset,
             died_at_ms=int(self._clock() * 1000),
         )
-        self._send_dead(key, letter, "", on_done)
+        return self._to_dlq(key, letter, "")
 
-    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None:
-        """Record a dedupe key's first job in ``jobs.Q.dedupe`` (compacted, read by all)."""
-        produce_reliably(
-            self._producer,
-            self._topics.dedupe,
-            key=claim.key,
-            value=claim.encode(),
-            on_delivery=_report(on_done, self._topics.dedupe),
+    def _letter(
+        self, request: CopyRequest, *, envelope: bytes, reason: str, detail: str
+    ) -> DeadLetter:
+        return DeadLetter(
+            envelope=envelope,
+            reason=reason,
+            detail=detail,
+            source_topic=request.source.topic,
+            source_partition=request.source.partition,
+            source_offset=request.offset,
+            died_at_ms=int(self._clock() * 1000),
         )
 
-    def _send_dead(self, key: bytes | None, letter: DeadLetter, job_id: str, on_done: Done) -> None:
-        produce_reliably(
-            self._producer,
-            self._topics.dlq,
+    def _to_dlq(self, key: bytes | None, letter: DeadLetter, job_id: str) -> OutRecord:
+        return OutRecord(
+            topic=self._topics.dlq,
             key=key,
             value=self._codec.encode_dead_letter(letter),
-            headers=[("job_id", job_id.encode()), ("reason", letter.reason.encode())],
-            on_delivery=_report(on_done, self._topics.dlq),
+            headers=(("job_id", job_id.encode()), ("reason", letter.reason.encode())),
         )

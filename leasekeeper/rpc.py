@@ -1,15 +1,21 @@
 """gRPC front of the engine: workers claim, heartbeat and settle in batches.
 
-Listens on a Unix socket by default (``unix:PATH``) or loopback TCP; when a
-shared token is configured every call must carry it in its metadata.
+Listens on a Unix socket by default (``unix:PATH``, private: see
+``leasekeeper.listen``) or TCP (with the shared token, optionally TLS); when a
+token is configured every call must carry it in its metadata.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import logging
+import math
+import os
+import threading
 from collections.abc import Callable
 from concurrent import futures
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -17,27 +23,77 @@ import grpc
 from jobcore.config import AUTH_METADATA_KEY
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import LeaseAnswer, Outcome, Settlement
+from leasekeeper.listen import (
+    ChannelSecurity,
+    ListenError,
+    check_listen,
+    is_unix,
+    prepare_socket_dir,
+    socket_path,
+)
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
+log = logging.getLogger(__name__)
+
 MAX_CLAIM_WAIT_S = 30.0
 MAX_CLAIM_JOBS = 1000
+# The longest delay the queue can hold (the delay tiers reach 30 days).
+MAX_RETRY_AFTER_S = 30 * 24 * 3600.0
 
 _OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.RELEASE}
 
 
 def _results(answers: list[LeaseAnswer]) -> list[pb.LeaseResult]:
     return [
-        pb.LeaseResult(lease_id=a.lease_id, ok=a.ok, reason=a.reason, lease_until_ms=a.until_ms)
+        pb.LeaseResult(
+            lease_id=a.lease_id,
+            ok=a.ok,
+            reason=a.reason,
+            lease_until_ms=a.until_ms,
+            retry_later=a.retry_later,
+        )
         for a in answers
     ]
 
 
+@dataclass(kw_only=True)
+class RpcCounters:
+    """What workers sent that the engine cannot use as is, counted at the RPC edge."""
+
+    invalid_retry_after: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_invalid_retry_after(self, n: int) -> None:
+        with self._lock:
+            self.invalid_retry_after += n
+
+
+def clamp_retry_after(value: float) -> float | None:
+    """``value`` made usable by the backoff arithmetic, or None when it already is.
+
+    A foreign or buggy worker may send NaN, a negative number or infinity:
+    NaN and negative mean "no hint" (0, the backoff decides); infinity and
+    anything longer than the queue can delay become the longest delay.
+    """
+    if math.isnan(value) or value < 0:
+        return 0.0
+    if value > MAX_RETRY_AFTER_S:
+        return MAX_RETRY_AFTER_S
+    return None
+
+
 class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
-    def __init__(self, engine: LeaseEngine, snapshot: Callable[[], dict[str, object]]) -> None:
+    def __init__(
+        self,
+        engine: LeaseEngine,
+        snapshot: Callable[[], dict[str, object]],
+        counters: RpcCounters | None = None,
+    ) -> None:
         """``snapshot`` is the service's whole view; one job's view comes from the engine."""
         self._engine = engine
         self._snapshot = snapshot
+        self._counters = counters or RpcCounters()
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
         wait_s = min(max(request.wait_ms, 0) / 1000, MAX_CLAIM_WAIT_S)
@@ -45,6 +101,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             request.worker_id or context.peer(),
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
+            frozenset(request.job_types),
         )
         return pb.ClaimResponse(
             jobs=[
@@ -75,12 +132,25 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
                 error_class=s.error_class,
                 message=s.error_message,
                 traceback=s.traceback,
-                retry_after_s=s.retry_after_s,
+                retry_after_s=self._retry_after(s.retry_after_s, s.lease.lease_id),
                 permanent=s.permanent,
             )
             for s in request.settlements
         ]
         return pb.SettleResponse(results=_results(self._engine.settle(settlements)))
+
+    def _retry_after(self, value: float, lease_id: str) -> float:
+        clamped = clamp_retry_after(value)
+        if clamped is None:
+            return value
+        self._counters.count_invalid_retry_after(1)
+        log.warning(
+            "settle of lease %s: retry_after_s=%s is not a usable delay; using %gs",
+            lease_id,
+            value,
+            clamped,
+        )
+        return clamped
 
     def Inspect(
         self, request: pb.InspectRequest, context: grpc.ServicerContext
@@ -93,10 +163,10 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
 
 
 class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
-    """Rejects calls without the shared token (required when listening beyond loopback)."""
+    """Rejects calls without the shared token (required on every TCP listener)."""
 
     def __init__(self, token: str) -> None:
-        self._token = token
+        self._token = token.encode()
 
         def deny(request: object, context: grpc.ServicerContext) -> None:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong leasekeeper token")
@@ -105,9 +175,17 @@ class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         metadata = dict(details.invocation_metadata or ())
-        if metadata.get(AUTH_METADATA_KEY) == self._token:
+        if token_matches(metadata.get(AUTH_METADATA_KEY), self._token):
             return continuation(details)
         return self._deny
+
+
+def token_matches(presented: str | bytes | None, expected: bytes) -> bool:
+    """Constant-time comparison, so response timing does not leak the token."""
+    if presented is None:
+        return False
+    given = presented.encode() if isinstance(presented, str) else presented
+    return hmac.compare_digest(given, expected)
 
 
 def start_rpc_server(
@@ -115,10 +193,14 @@ def start_rpc_server(
     engine: LeaseEngine,
     snapshot: Callable[[], dict[str, object]],
     listen: str,
-    token: str | None,
+    security: ChannelSecurity,
     threads: int = 32,
+    counters: RpcCounters | None = None,
 ) -> grpc.Server:
-    """Start serving on ``listen`` (``unix:PATH`` or ``HOST:PORT``)."""
+    """Start serving on ``listen`` (``unix:PATH`` or ``HOST:PORT``); ``ListenError`` when
+    the settings would let others in."""
+    check_listen(listen, security)
+    token = security.token
     interceptors: list[grpc.ServerInterceptor[Any, Any]] = (
         [TokenInterceptor(token)] if token else []
     )
@@ -126,19 +208,34 @@ def start_rpc_server(
         futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rpc"),
         interceptors=interceptors,
     )
-    pb_grpc.add_LeaseKeeperServicer_to_server(LeaseKeeperServicer(engine, snapshot), server)
-    if listen.startswith("unix:"):
-        path = Path(listen.removeprefix("unix:").removeprefix("//"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.unlink(missing_ok=True)
-    elif not token and not _is_loopback(listen):
-        raise ValueError(f"listening on {listen} beyond loopback requires a token")
-    if server.add_insecure_port(listen) == 0 and not listen.startswith("unix:"):
-        raise OSError(f"cannot listen on {listen}")
+    pb_grpc.add_LeaseKeeperServicer_to_server(
+        LeaseKeeperServicer(engine, snapshot, counters), server
+    )
+    if is_unix(listen):
+        _bind_unix(server, listen, security.socket_mode)
+    else:
+        _bind_tcp(server, listen, security)
     server.start()
     return server
 
 
-def _is_loopback(listen: str) -> bool:
-    host = listen.rsplit(":", 1)[0].strip("[]")
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+def _bind_unix(server: grpc.Server, listen: str, mode: int) -> None:
+    path = socket_path(listen)
+    prepare_socket_dir(path, mode)
+    path.unlink(missing_ok=True)
+    server.add_insecure_port(listen)
+    if not path.exists():
+        raise ListenError(f"cannot listen on {listen}: the socket was not created")
+    os.chmod(path, mode)
+
+
+def _bind_tcp(server: grpc.Server, listen: str, security: ChannelSecurity) -> None:
+    if security.tls_cert is not None and security.tls_key is not None:
+        credentials = grpc.ssl_server_credentials(
+            [(security.tls_key.read_bytes(), security.tls_cert.read_bytes())]
+        )
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
+    if port == 0:
+        raise ListenError(f"cannot listen on {listen}: the address is in use or not local")

@@ -12,19 +12,29 @@ from pathlib import Path
 import grpc
 
 from jobcore.delay_tiers import DelayTiers
-from jobcore.kafka import KafkaSettings, make_admin, make_consumer, make_producer
+from jobcore.kafka import (
+    KafkaSettings,
+    cluster_id,
+    make_admin,
+    make_consumer,
+    make_producer,
+    topic_ids,
+)
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
 from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
+from leasekeeper.outbox import Outbox
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
-from leasekeeper.rpc import start_rpc_server
+from leasekeeper.rpc import RpcCounters, start_rpc_server
+from leasekeeper.state_identity import StateIdentity, check_identity
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
-from producer.admin import ensure_queue_topics
+from producer.admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
@@ -38,6 +48,11 @@ class ServeConfig:
     listen: str
     prefix: str = "jobs"
     token: str | None = None
+    # TCP without a token (loopback only); socket permissions; TLS for TCP.
+    insecure: bool = False
+    socket_mode: int = DEFAULT_SOCKET_MODE
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     group_id: str | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -54,6 +69,18 @@ class ServeConfig:
     # of a handful of jobs would hold a small queue's retries back for minutes.
     retry_budget_floor: int = 60
     dedupe_window_s: float = 24 * 3600
+    # On a state dir of another cluster, group or topic: wipe it instead of refusing.
+    reset_state: bool = False
+
+    @property
+    def security(self) -> ChannelSecurity:
+        return ChannelSecurity(
+            token=self.token,
+            insecure=self.insecure,
+            socket_mode=self.socket_mode,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+        )
 
 
 class LeaseKeeperService:
@@ -66,18 +93,20 @@ class LeaseKeeperService:
         self._store = LeaseStore(config.state_dir)
         codec = EnvelopeCodec(SchemaRegistry(extra_dirs=config.schema_dirs))
         self._producer = make_producer(config.kafka)
-        router = KafkaRouter(
-            producer=self._producer, codec=codec, topics=self.topics, tiers=config.tiers
-        )
+        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers)
         self.engine = LeaseEngine(
             store=self._store,
-            router=router,
             config=config.engine,
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
             ),
-            control=ControlState(dedupe_window_ms=int(config.dedupe_window_s * 1000)),
+            control=ControlState(
+                dedupe_window_ms=int(config.dedupe_window_s * 1000),
+                cancel_retention_ms=CONTROL_RETENTION_MS,
+            ),
         )
+        self._group_id = config.group_id or self.topics.consumer_group
+        self.outbox = Outbox(producer=self._producer, engine=self.engine, router=router)
         self._feed: ControlFeed | None = None
         self.gate = TierGate(config.tiers, self.topics)
         overrides: dict[str, str | int] = {
@@ -87,25 +116,26 @@ class LeaseKeeperService:
         }
         if config.instance_id:
             overrides["group.instance.id"] = config.instance_id
-        consumer = make_consumer(
-            config.kafka, config.group_id or self.topics.consumer_group, **overrides
-        )
+        consumer = make_consumer(config.kafka, self._group_id, **overrides)
         self.loop = ConsumerLoop(
             consumer=consumer,
             producer=self._producer,
             engine=self.engine,
             codec=codec,
-            router=router,
+            outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
             config=config.loop,
         )
         self._thread = threading.Thread(target=self._run_loop, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
+        self._rpc_counters = RpcCounters()
         self._started = time.time()
 
     def start(self) -> None:
+        """Raises StateMismatch (nothing started) when the state dir is another's."""
         self._ensure_tier_topics()
+        self._check_state_identity()
         # Cancellations and dedupe keys are known before the first job is offered.
         self._feed = ControlFeed(
             settings=self.config.kafka, topics=self.topics, state=self.engine.control
@@ -116,7 +146,8 @@ class LeaseKeeperService:
             engine=self.engine,
             snapshot=self.snapshot,
             listen=self.config.listen,
-            token=self.config.token,
+            counters=self._rpc_counters,
+            security=self.config.security,
         )
         self._thread.start()
         if self.config.metrics_port:
@@ -139,6 +170,19 @@ class LeaseKeeperService:
             tiers=self.config.tiers,
         )
 
+    def _check_state_identity(self) -> None:
+        """Before any partition's state is loaded: is the state dir this queue's?"""
+        consumed = [self.topics.ready, *self.config.tiers.topics(self.topics)]
+        found = StateIdentity(
+            cluster_id=cluster_id(self.config.kafka),
+            group_id=self._group_id,
+            topic_ids=topic_ids(self.config.kafka, consumed),
+        )
+        outcome = check_identity(
+            self._store, found, state_dir=self.config.state_dir, reset=self.config.reset_state
+        )
+        log.info("state dir %s: identity %s", self.config.state_dir, outcome.value)
+
     def _run_loop(self) -> None:
         try:
             self.loop.run(self._stop)
@@ -155,7 +199,13 @@ class LeaseKeeperService:
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
+            outbox=self.outbox.view().to_dict(),
         )
+        counters = view["counters"]
+        assert isinstance(counters, dict)
+        counters["invalid_retry_after"] = self._rpc_counters.invalid_retry_after
+        if self._feed is not None:
+            view["control"] = self._feed.snapshot().to_dict()
         return view
 
     def wait(self, timeout: float | None = None) -> bool:

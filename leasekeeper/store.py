@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 OFFSET_WIDTH = 20
+# Facts about the store itself live under their own prefix, apart from the
+# per-partition keys ("r/", "c/", "l/").
+_META = b"meta/"
+# Every key the store writes is printable ASCII, so this range holds them all.
+_ALL_KEYS = (b"\x00", b"\xff")
 
 
 class Resolution(StrEnum):
@@ -60,6 +65,9 @@ class PartitionMemory:
     resolved: dict[int, Resolution]
     claims: dict[int, int]
     leases: dict[int, LeaseRecord]
+    # When no connected worker could take the job first (epoch ms): the grace
+    # before it fails as an unknown job type counts from there, across restarts.
+    unhandled: dict[int, int] = field(default_factory=dict)
 
 
 def _key(kind: str, topic: str, partition: int, offset: int) -> bytes:
@@ -85,12 +93,15 @@ class StoreBatch:
     def lease(self, topic: str, partition: int, offset: int, record: LeaseRecord) -> None:
         self._batch.put(_key("l", topic, partition, offset), record.encode())
 
+    def unhandled(self, topic: str, partition: int, offset: int, since_ms: int) -> None:
+        self._batch.put(_key("u", topic, partition, offset), str(since_ms).encode())
+
     def unlease(self, topic: str, partition: int, offset: int) -> None:
         self._batch.delete(_key("l", topic, partition, offset))
 
     def forget_below(self, topic: str, partition: int, offset: int) -> None:
         """Drop everything below a committed offset: Kafka will never hand it out again."""
-        for kind in ("r", "c", "l"):
+        for kind in ("r", "c", "l", "u"):
             self._batch.delete_range(
                 _key(kind, topic, partition, 0), _key(kind, topic, partition, offset)
             )
@@ -123,6 +134,19 @@ class LeaseStore:
         if len(batch):
             self._db.write(batch.raw, self._write_options)
 
+    def meta(self, name: str) -> bytes | None:
+        """A fact about the store (e.g. which cluster and topics it belongs to)."""
+        value = self._db.get(_META + name.encode())
+        assert value is None or isinstance(value, bytes)  # raw mode
+        return value
+
+    def put_meta(self, name: str, value: bytes) -> None:
+        self._db.put(_META + name.encode(), value, self._write_options)
+
+    def clear(self) -> None:
+        """Forget everything: the state of another cluster or topic is worse than none."""
+        self._db.delete_range(*_ALL_KEYS, self._write_options)
+
     def load(self, topic: str, partition: int, from_offset: int) -> PartitionMemory:
         """Resolutions and claim counts at or beyond ``from_offset``."""
         resolved = {
@@ -136,7 +160,10 @@ class LeaseStore:
             offset: LeaseRecord.decode(value)
             for offset, value in self._scan("l", topic, partition, from_offset)
         }
-        return PartitionMemory(resolved=resolved, claims=claims, leases=leases)
+        unhandled = {
+            offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
+        }
+        return PartitionMemory(resolved=resolved, claims=claims, leases=leases, unhandled=unhandled)
 
     def _scan(
         self, kind: str, topic: str, partition: int, from_offset: int

@@ -7,6 +7,7 @@ value's type: it is the boundary where bytes from Kafka become trusted objects.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -140,6 +141,15 @@ class Job:
 
     @classmethod
     def from_avro(cls, record: Mapping[str, object]) -> Job:
+        """The job in ``record``; ValueError names a number the engine cannot use."""
+        job = cls._build(record)
+        problem = number_problem(job)
+        if problem is not None:
+            raise ValueError(problem)
+        return job
+
+    @classmethod
+    def _build(cls, record: Mapping[str, object]) -> Job:
         return cls(
             job_id=_get(record, "job_id", str),
             queue=_get(record, "queue", str),
@@ -159,12 +169,33 @@ class Job:
         )
 
 
+def number_problem(job: Job) -> str | None:
+    """What is wrong with the numbers of ``job``, or None when the engine can use them.
+
+    Records may come from a foreign or buggy producer: a NaN or infinite
+    ``timeout_s`` breaks lease deadlines, a negative ``attempt`` or a
+    ``max_attempts`` below 1 breaks attempt counting. Such a job is undecodable
+    (dead-lettered with this message), never a crash of the leasekeeper.
+    """
+    if not math.isfinite(job.timeout_s) or job.timeout_s <= 0:
+        return f"field 'timeout_s': expected a finite number of seconds > 0, got {job.timeout_s}"
+    if job.attempt < 0:
+        return f"field 'attempt': expected 0 or more, got {job.attempt}"
+    if job.max_attempts < 1:
+        return f"field 'max_attempts': expected 1 or more, got {job.max_attempts}"
+    if job.replay_count < 0:
+        return f"field 'replay_count': expected 0 or more, got {job.replay_count}"
+    return None
+
+
 class DeadLetterReason(StrEnum):
     """The reasons the system itself writes into ``DeadLetter.reason``."""
 
     UNDECODABLE = "undecodable"
     ATTEMPTS_EXHAUSTED = "attempts exhausted"
     PERMANENT_ERROR = "permanent error"
+    TOO_LARGE = "too large"  # a retry or hop copy too large for its tier topic
+    UNKNOWN_JOB_TYPE = "unknown job type"
 
 
 @dataclass(frozen=True, kw_only=True)

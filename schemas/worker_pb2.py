@@ -24,39 +24,39 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cworker.proto\x12\x14leasequeue.worker.v1\"D\n\x0c\x43laimRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08max_jobs\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\"\x7f\n\nClaimedJob\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x03 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x0f\n\x07lease_s\x18\x06 \x01(\x05\"?\n\rClaimResponse\x12.\n\x04jobs\x18\x01 \x03(\x0b\x32 .leasequeue.worker.v1.ClaimedJob\"1\n\x08LeaseRef\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"U\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12.\n\x06leases\x18\x02 \x03(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\"S\n\x0bLeaseResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x04 \x01(\x03\"G\n\x11HeartbeatResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\"\xd4\x01\n\nSettlement\x12-\n\x05lease\x18\x01 \x01(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.leasequeue.worker.v1.Outcome\x12\x13\n\x0b\x65rror_class\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x11\n\ttraceback\x18\x05 \x01(\t\x12\x15\n\rretry_after_s\x18\x06 \x01(\x01\x12\x11\n\tpermanent\x18\x07 \x01(\x08\"Y\n\rSettleRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x0bsettlements\x18\x02 \x03(\x0b\x32 .leasequeue.worker.v1.Settlement\"D\n\x0eSettleResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\" \n\x0eInspectRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"(\n\x0fInspectResponse\x12\x15\n\rsnapshot_json\x18\x01 \x01(\t*B\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x07\n\x03\x41\x43K\x10\x01\x12\x08\n\x04NACK\x10\x02\x12\x0b\n\x07RELEASE\x10\x03\x32\xea\x02\n\x0bLeaseKeeper\x12P\n\x05\x43laim\x12\".leasequeue.worker.v1.ClaimRequest\x1a#.leasequeue.worker.v1.ClaimResponse\x12\\\n\tHeartbeat\x12&.leasequeue.worker.v1.HeartbeatRequest\x1a\'.leasequeue.worker.v1.HeartbeatResponse\x12S\n\x06Settle\x12#.leasequeue.worker.v1.SettleRequest\x1a$.leasequeue.worker.v1.SettleResponse\x12V\n\x07Inspect\x12$.leasequeue.worker.v1.InspectRequest\x1a%.leasequeue.worker.v1.InspectResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cworker.proto\x12\x14leasequeue.worker.v1\"W\n\x0c\x43laimRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08max_jobs\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\x12\x11\n\tjob_types\x18\x04 \x03(\t\"\x7f\n\nClaimedJob\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x03 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x0f\n\x07lease_s\x18\x06 \x01(\x05\"?\n\rClaimResponse\x12.\n\x04jobs\x18\x01 \x03(\x0b\x32 .leasequeue.worker.v1.ClaimedJob\"1\n\x08LeaseRef\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\"U\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12.\n\x06leases\x18\x02 \x03(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\"h\n\x0bLeaseResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x04 \x01(\x03\x12\x13\n\x0bretry_later\x18\x05 \x01(\x08\"G\n\x11HeartbeatResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\"\xd4\x01\n\nSettlement\x12-\n\x05lease\x18\x01 \x01(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.leasequeue.worker.v1.Outcome\x12\x13\n\x0b\x65rror_class\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x11\n\ttraceback\x18\x05 \x01(\t\x12\x15\n\rretry_after_s\x18\x06 \x01(\x01\x12\x11\n\tpermanent\x18\x07 \x01(\x08\"Y\n\rSettleRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x0bsettlements\x18\x02 \x03(\x0b\x32 .leasequeue.worker.v1.Settlement\"D\n\x0eSettleResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\" \n\x0eInspectRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"(\n\x0fInspectResponse\x12\x15\n\rsnapshot_json\x18\x01 \x01(\t*B\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x07\n\x03\x41\x43K\x10\x01\x12\x08\n\x04NACK\x10\x02\x12\x0b\n\x07RELEASE\x10\x03\x32\xea\x02\n\x0bLeaseKeeper\x12P\n\x05\x43laim\x12\".leasequeue.worker.v1.ClaimRequest\x1a#.leasequeue.worker.v1.ClaimResponse\x12\\\n\tHeartbeat\x12&.leasequeue.worker.v1.HeartbeatRequest\x1a\'.leasequeue.worker.v1.HeartbeatResponse\x12S\n\x06Settle\x12#.leasequeue.worker.v1.SettleRequest\x1a$.leasequeue.worker.v1.SettleResponse\x12V\n\x07Inspect\x12$.leasequeue.worker.v1.InspectRequest\x1a%.leasequeue.worker.v1.InspectResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OUTCOME']._serialized_start=1050
-  _globals['_OUTCOME']._serialized_end=1116
+  _globals['_OUTCOME']._serialized_start=1090
+  _globals['_OUTCOME']._serialized_end=1156
   _globals['_CLAIMREQUEST']._serialized_start=38
-  _globals['_CLAIMREQUEST']._serialized_end=106
-  _globals['_CLAIMEDJOB']._serialized_start=108
-  _globals['_CLAIMEDJOB']._serialized_end=235
-  _globals['_CLAIMRESPONSE']._serialized_start=237
-  _globals['_CLAIMRESPONSE']._serialized_end=300
-  _globals['_LEASEREF']._serialized_start=302
-  _globals['_LEASEREF']._serialized_end=351
-  _globals['_HEARTBEATREQUEST']._serialized_start=353
-  _globals['_HEARTBEATREQUEST']._serialized_end=438
-  _globals['_LEASERESULT']._serialized_start=440
-  _globals['_LEASERESULT']._serialized_end=523
-  _globals['_HEARTBEATRESPONSE']._serialized_start=525
-  _globals['_HEARTBEATRESPONSE']._serialized_end=596
-  _globals['_SETTLEMENT']._serialized_start=599
-  _globals['_SETTLEMENT']._serialized_end=811
-  _globals['_SETTLEREQUEST']._serialized_start=813
-  _globals['_SETTLEREQUEST']._serialized_end=902
-  _globals['_SETTLERESPONSE']._serialized_start=904
-  _globals['_SETTLERESPONSE']._serialized_end=972
-  _globals['_INSPECTREQUEST']._serialized_start=974
-  _globals['_INSPECTREQUEST']._serialized_end=1006
-  _globals['_INSPECTRESPONSE']._serialized_start=1008
-  _globals['_INSPECTRESPONSE']._serialized_end=1048
-  _globals['_LEASEKEEPER']._serialized_start=1119
-  _globals['_LEASEKEEPER']._serialized_end=1481
+  _globals['_CLAIMREQUEST']._serialized_end=125
+  _globals['_CLAIMEDJOB']._serialized_start=127
+  _globals['_CLAIMEDJOB']._serialized_end=254
+  _globals['_CLAIMRESPONSE']._serialized_start=256
+  _globals['_CLAIMRESPONSE']._serialized_end=319
+  _globals['_LEASEREF']._serialized_start=321
+  _globals['_LEASEREF']._serialized_end=370
+  _globals['_HEARTBEATREQUEST']._serialized_start=372
+  _globals['_HEARTBEATREQUEST']._serialized_end=457
+  _globals['_LEASERESULT']._serialized_start=459
+  _globals['_LEASERESULT']._serialized_end=563
+  _globals['_HEARTBEATRESPONSE']._serialized_start=565
+  _globals['_HEARTBEATRESPONSE']._serialized_end=636
+  _globals['_SETTLEMENT']._serialized_start=639
+  _globals['_SETTLEMENT']._serialized_end=851
+  _globals['_SETTLEREQUEST']._serialized_start=853
+  _globals['_SETTLEREQUEST']._serialized_end=942
+  _globals['_SETTLERESPONSE']._serialized_start=944
+  _globals['_SETTLERESPONSE']._serialized_end=1012
+  _globals['_INSPECTREQUEST']._serialized_start=1014
+  _globals['_INSPECTREQUEST']._serialized_end=1046
+  _globals['_INSPECTRESPONSE']._serialized_start=1048
+  _globals['_INSPECTRESPONSE']._serialized_end=1088
+  _globals['_LEASEKEEPER']._serialized_start=1159
+  _globals['_LEASEKEEPER']._serialized_end=1521
 # @@protoc_insertion_point(module_scope)

@@ -55,19 +55,27 @@ class ClaimRequest(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     MAX_JOBS_FIELD_NUMBER: _builtins.int
     WAIT_MS_FIELD_NUMBER: _builtins.int
+    JOB_TYPES_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     max_jobs: _builtins.int
     wait_ms: _builtins.int
+    @_builtins.property
+    def job_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The job types this worker can run (it has a handler and the payload schema).
+        Empty means "any": what workers sent before the field existed.
+        """
+
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
         max_jobs: _builtins.int = ...,
         wait_ms: _builtins.int = ...,
+        job_types: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_jobs", b"max_jobs", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "max_jobs", b"max_jobs", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -186,12 +194,17 @@ class LeaseResult(_message.Message):
     OK_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     LEASE_UNTIL_MS_FIELD_NUMBER: _builtins.int
+    RETRY_LATER_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     ok: _builtins.bool
     reason: _builtins.str
     """why it was refused: "stale token", "unknown lease", ..."""
     lease_until_ms: _builtins.int
     """the new deadline when ok"""
+    retry_later: _builtins.bool
+    """Not ok yet, ask again: a restarted leasekeeper has not yet re-read the
+    partition this lease is on. The worker keeps the job and resends.
+    """
     def __init__(
         self,
         *,
@@ -199,10 +212,11 @@ class LeaseResult(_message.Message):
         ok: _builtins.bool = ...,
         reason: _builtins.str = ...,
         lease_until_ms: _builtins.int = ...,
+        retry_later: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "lease_until_ms", b"lease_until_ms", "ok", b"ok", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "lease_until_ms", b"lease_until_ms", "ok", b"ok", "reason", b"reason", "retry_later", b"retry_later"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

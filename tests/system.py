@@ -178,6 +178,9 @@ class System:
         self.kafka = kafka
         self.lease_s = lease_s
         self.partitions = partitions
+        # Static group membership (--instance-id): a restart takes the partitions back
+        # at once. Without it, a restarted leasekeeper waits out the dead one's session.
+        self.static = True
         self.queue = f"q{unique}"
         self.topics = QueueTopics(queue=self.queue)
         self.tmp = tmp
@@ -189,10 +192,13 @@ class System:
         self.workers: list[WorkerProcess] = []
         self.last_offsets: object = None
 
-    def configure(self, *, lease_s: float, extra: list[str] | None = None) -> None:
+    def configure(
+        self, *, lease_s: float, extra: list[str] | None = None, static: bool = True
+    ) -> None:
         """Change the (not yet started) first leasekeeper's lease and options."""
         assert self.leasekeeper.process is None
         self.lease_s = lease_s
+        self.static = static
         self.leasekeeper = self.leasekeepers[0] = self.new_leasekeeper(extra=extra)
 
     def new_leasekeeper(self, name: str = "lk", extra: list[str] | None = None) -> Leasekeeper:
@@ -204,7 +210,10 @@ class System:
             socket=self.tmp / f"{name}.sock",
             log=self.tmp / f"{name}.log",
             lease_s=self.lease_s,
-            extra_args=["--instance-id", f"{name}-{self.queue}", *(extra or [])],
+            extra_args=[
+                *(["--instance-id", f"{name}-{self.queue}"] if self.static else []),
+                *(extra or []),
+            ],
         )
 
     def start(self, workers: int = 2, concurrency: int = 16, **worker_args: Any) -> None:
@@ -230,7 +239,8 @@ class System:
 
     def restart_leasekeeper(self) -> None:
         """A new process on the same state dir and instance id (a restart in place)."""
-        self.leasekeeper = self.new_leasekeeper(extra=self.leasekeeper.extra_args[2:])
+        extra = self.leasekeeper.extra_args[2:] if self.static else self.leasekeeper.extra_args
+        self.leasekeeper = self.new_leasekeeper(extra=extra)
         self.leasekeepers.append(self.leasekeeper)
         self.leasekeeper.start().wait_assigned(self.partitions)
 

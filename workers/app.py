@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -58,10 +59,8 @@ class App:
         """Register the decorated function as the handler of ``job_type``."""
         if not job_type:
             raise ValueError("job type must not be empty")
-        if lease_s is not None and lease_s <= 0:
-            raise ValueError(f"lease_s must be positive, got {lease_s}")
-        if timeout_s is not None and timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        _check_seconds(job_type, "lease_s", lease_s)
+        _check_seconds(job_type, "timeout_s", timeout_s)
 
         def register(func: F) -> F:
             self.add(
@@ -114,6 +113,16 @@ class App:
                 hook(ctx, outcome, accepted)
             except Exception:
                 log.exception("on_settled hook %s failed", _qualname(hook))
+
+
+def _check_seconds(job_type: str, name: str, value: float | None) -> None:
+    """A per-type duration is finite and positive: NaN compares false with
+    everything, so ``<= 0`` alone would let it through to the deadlines."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"@app.job({job_type!r}, {name}=...) must be a finite number of seconds > 0, "
+            f"got {value}"
+        )
 
 
 def _qualname(func: object) -> str:

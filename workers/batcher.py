@@ -42,10 +42,14 @@ class SettleBatcher(Generic[T]):
         interval_s: float = 0.005,
         max_batch: int = 100,
         retry_window_s: float = 30.0,
+        retry_later_s: float = 0.2,
+        retry_later_window_s: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._retry_window_s = retry_window_s
+        self._retry_later_s = retry_later_s
+        self._retry_later_window_s = retry_later_window_s
         self._on_answer = on_answer
         self._interval_s = interval_s
         self._max_batch = max_batch
@@ -81,6 +85,24 @@ class SettleBatcher(Generic[T]):
                 return
             self._send(batch)
 
+    def _settle_until_known(self, settlements: list[Settlement]) -> list[LeaseResult]:
+        """Send, then resend those answered "retry later" (a restarted leasekeeper that
+        has not re-read their leases yet) until each gets a final answer; closing does
+        not cut this short, since dropping such an ack runs the job twice. Gives up
+        after ``retry_later_window_s`` with the last answers."""
+        give_up_at = self._clock() + self._retry_later_window_s
+        answers: dict[str, LeaseResult] = {}
+        todo = settlements
+        while True:
+            results = self._settle_with_retries(todo)
+            answers.update((r.lease_id, r) for r in results)
+            later = {r.lease_id for r in results if r.retry_later}
+            todo = [s for s in todo if s.ref.lease_id in later]
+            if not todo or self._clock() >= give_up_at:
+                return [answers[s.ref.lease_id] for s in settlements if s.ref.lease_id in answers]
+            with self._cond:
+                self._cond.wait_for(lambda: False, timeout=self._retry_later_s)
+
     def _settle_with_retries(self, settlements: list[Settlement]) -> list[LeaseResult]:
         """Keep trying while the leasekeeper is away (a restart on the same disk keeps
         its leases, so an ack that arrives once it is back still counts and the job
@@ -114,7 +136,7 @@ class SettleBatcher(Generic[T]):
     def _send(self, batch: list[tuple[Settlement, T]]) -> None:
         results: list[LeaseResult] | None = None
         try:
-            results = self._settle_with_retries([settlement for settlement, _ in batch])
+            results = self._settle_until_known([settlement for settlement, _ in batch])
         except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
             log.warning(
                 "dropped %d settlement(s); the leasekeeper will redeliver those jobs: %s",

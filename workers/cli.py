@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -14,7 +15,7 @@ from jobcore.config import Environment
 from schemas.codec import SchemaError
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected
-from workers.decoding import EnvelopeDecoder, default_decoder
+from workers.decoding import EnvelopeDecoder, default_decoder, job_types
 from workers.loading import AppNotFound, load_app
 from workers.runtime import Worker
 from workers.supervisor import run_in_foreground, supervise
@@ -38,6 +39,7 @@ class RunOptions:
     grace_s: float
     log_level: str
     heartbeats: bool = True
+    tls_ca: str | None = None
 
     def child_command(self, index: int, parent_pid: int) -> list[str]:
         """The command line of child ``index`` under ``--processes`` (token via environment)."""
@@ -50,6 +52,7 @@ class RunOptions:
             "--log-level", self.log_level,
             "--parent-pid", str(parent_pid),
             *(f"--schema-path={d}" for d in self.schema_dirs),
+            *([f"--tls-ca={self.tls_ca}"] if self.tls_ca else []),
         ]  # fmt: skip
 
 
@@ -96,6 +99,11 @@ def main() -> None:
     default="INFO",
     show_default=True,
 )
+@click.option(
+    "--tls-ca",
+    type=click.Path(dir_okay=False, exists=True),
+    help="CA certificate (PEM) to reach a TLS leasekeeper over TCP [env LEASEKEEPER_TLS_CA].",
+)
 @click.option("--parent-pid", type=int, hidden=True)
 @click.option(
     "--heartbeats/--no-heartbeats",
@@ -112,6 +120,7 @@ def run(
     schema_paths: tuple[str, ...],
     grace: float,
     log_level: str,
+    tls_ca: str | None,
     parent_pid: int | None,
     heartbeats: bool,
 ) -> None:
@@ -132,6 +141,7 @@ def run(
         grace_s=grace,
         log_level=log_level.upper(),
         heartbeats=heartbeats,
+        tls_ca=tls_ca or env.leasekeeper_tls_ca,
     )
     logging.basicConfig(
         level=options.log_level,
@@ -139,6 +149,7 @@ def run(
     )
     app = _load(app_spec)
     decoder = _decoder(options)
+    _check_runnable(app, decoder, options)
     if options.processes > 1:
         commands = [options.child_command(i, os.getpid()) for i in range(options.processes)]
         sys.exit(supervise(commands))
@@ -159,11 +170,35 @@ def _decoder(options: RunOptions) -> EnvelopeDecoder:
         raise click.ClickException(f"cannot load payload schemas: {exc}") from exc
 
 
+def _read_ca(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot read the TLS CA file {path} (--tls-ca or LEASEKEEPER_TLS_CA): {exc}"
+        ) from None
+
+
+def _check_runnable(app: App, decoder: EnvelopeDecoder, options: RunOptions) -> None:
+    """A worker that has handlers but no schema for any of them would claim nothing."""
+    types = job_types(app, decoder)
+    if app.handlers and not types.runnable:
+        where = ", ".join(options.schema_dirs) or "none given"
+        raise click.ClickException(
+            f"no payload schema for any job type of app {app.name!r} "
+            f"({', '.join(types.missing_schema)}; schema directories: {where}); "
+            "add TYPE.avsc files with --schema-path or JOBS_SCHEMA_PATH"
+        )
+
+
 def _run_one(
     app: App, decoder: EnvelopeDecoder, options: RunOptions, parent_pid: int | None
 ) -> None:
+    tls_ca = _read_ca(options.tls_ca)
     with LeaseKeeperClient(
-        options.target, worker_id=options.worker_id, token=options.token
+        options.target, worker_id=options.worker_id, token=options.token, tls_ca=tls_ca
     ) as client:
         worker = Worker(
             app,

@@ -110,6 +110,7 @@ class LeaseKeeperClient:
         *,
         worker_id: str,
         token: str | None = None,
+        tls_ca: bytes | None = None,
         backoff: ReconnectBackoff | None = None,
         rpc_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
@@ -118,6 +119,9 @@ class LeaseKeeperClient:
         self.target = target
         self.worker_id = worker_id
         self._metadata = ((AUTH_METADATA_KEY, token),) if token else None
+        self._credentials = (
+            None if tls_ca is None else grpc.ssl_channel_credentials(root_certificates=tls_ca)
+        )
         self._backoff = backoff or ReconnectBackoff()
         self._rpc_timeout_s = rpc_timeout_s
         self._clock = clock
@@ -130,10 +134,11 @@ class LeaseKeeperClient:
         self._failures = 0
         self._reconnect_at = 0.0
 
-    def claim(self, max_jobs: int, wait_ms: int) -> list[Lease]:
-        """Long-poll for up to ``max_jobs`` jobs; an empty list when none came in ``wait_ms``."""
+    def claim(self, max_jobs: int, wait_ms: int, job_types: Sequence[str] = ()) -> list[Lease]:
+        """Long-poll for up to ``max_jobs`` jobs of ``job_types`` (empty: any type); an
+        empty list when none came in ``wait_ms``."""
         request = worker_pb2.ClaimRequest(
-            worker_id=self.worker_id, max_jobs=max_jobs, wait_ms=wait_ms
+            worker_id=self.worker_id, max_jobs=max_jobs, wait_ms=wait_ms, job_types=job_types
         )
         timeout = wait_ms / 1000 + self._rpc_timeout_s
         response = self._call(
@@ -211,12 +216,17 @@ class LeaseKeeperClient:
                     return self._stub, self._generation
                 wait = self._reconnect_at - self._clock()
                 if wait <= 0:
-                    self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+                    self._channel = self._open_channel()
                     self._stub = LeaseKeeperStub(self._channel)
                     self._generation += 1
                     return self._stub, self._generation
             if self._closed.wait(wait):
                 raise LeaseKeeperUnavailable("client is closed", reconnecting=True)
+
+    def _open_channel(self) -> grpc.Channel:
+        if self._credentials is None:
+            return grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        return grpc.secure_channel(self.target, self._credentials, options=CHANNEL_OPTIONS)
 
     def _failed(self, name: str, exc: grpc.RpcError, generation: int) -> Exception:
         code = exc.code() if callable(getattr(exc, "code", None)) else grpc.StatusCode.UNKNOWN
@@ -270,6 +280,7 @@ def _result(result: worker_pb2.LeaseResult) -> LeaseResult:
         ok=result.ok,
         reason=result.reason,
         until_ms=result.lease_until_ms,
+        retry_later=result.retry_later,
     )
 
 

@@ -37,6 +37,32 @@ def default_decoder(schema_dirs: Sequence[str | Path] = ()) -> EnvelopeDecoder:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobTypes:
+    """The job types a worker asks for, and the handled ones it cannot decode.
+
+    A worker that has a handler but not the payload schema would take such jobs
+    only to fail them; it leaves the type out of its claims instead, so they
+    wait for a worker that can run them.
+    """
+
+    runnable: tuple[str, ...]
+    missing_schema: tuple[str, ...]
+
+
+def job_types(app: App, decoder: EnvelopeDecoder) -> JobTypes:
+    """Split ``app``'s handled types by whether ``decoder`` has their payload schema
+    (a decoder that cannot tell, such as a test fake, is taken to have them all)."""
+    handled = sorted(app.handlers)
+    if not isinstance(decoder, EnvelopeCodec):
+        return JobTypes(runnable=tuple(handled), missing_schema=())
+    known = set(decoder.registry.payload_types())
+    return JobTypes(
+        runnable=tuple(t for t in handled if t in known),
+        missing_schema=tuple(t for t in handled if t not in known),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Runnable:
     """A claimed job ready to run: its handler, context, payload and time limit."""
 

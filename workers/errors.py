@@ -8,6 +8,7 @@ leasekeeper retries with backoff until ``max_attempts``.
 
 from __future__ import annotations
 
+import math
 import traceback
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -33,8 +34,12 @@ class Retry(Exception):
     def __init__(self, message: str = "", *, after: float | timedelta | None = None) -> None:
         super().__init__(message)
         seconds = after.total_seconds() if isinstance(after, timedelta) else after
-        if seconds is not None and seconds < 0:
-            raise ValueError(f"Retry(after=...) must not be negative, got {seconds}")
+        if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+            # NaN or inf would reach the leasekeeper's backoff arithmetic; a
+            # mistake in the handler is better reported where it was made.
+            raise ValueError(
+                f"Retry(after=...) must be a finite, non-negative number of seconds, got {seconds}"
+            )
         self.after: float | None = None if seconds is None else float(seconds)
 
 

@@ -48,6 +48,9 @@ class LeaseResult:
     ok: bool
     reason: str = ""
     until_ms: int = 0
+    # Not settled or extended yet: a restarted leasekeeper has not re-read the
+    # lease. The worker keeps the job and asks again.
+    retry_later: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -98,14 +98,20 @@ class LeaseMonitor:
             return
         self._table.reschedule(beats, now=self._clock())
         by_id = {result.lease_id: result for result in results}
+        later: list[Held] = []
         for held in beats:
             result = by_id.get(held.ref.lease_id)
             if result is None:
                 log.warning("heartbeat answer lacks lease %s", held.ref.lease_id)
+            elif result.retry_later:
+                later.append(held)  # a restarted leasekeeper has not re-read it yet
             elif not result.ok:
                 _lose(held, f"heartbeat refused: {result.reason or 'no reason given'}")
             else:
                 self._table.extend(held, result.until_ms)
+        if later:
+            log.info("leasekeeper asks to retry %d heartbeat(s) later", len(later))
+            self._table.reschedule(later, now=self._clock(), retry_s=self._retry_s)
 
 
 def _lose(held: Held, reason: str) -> None:

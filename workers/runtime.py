@@ -32,7 +32,7 @@ from workers.client import (
     LeaseKeeperUnavailable,
     ReconnectBackoff,
 )
-from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, prepare
+from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
 from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import EventLoopThread, call_async, call_sync
 from workers.inflight import Held, InFlight, Phase
@@ -75,6 +75,7 @@ class Worker:
         self._started = False
         self._fatal: LeaseKeeperRejected | None = None
         self._abandoned = 0
+        self._types = job_types(app, decoder)
         self._table = InFlight(concurrency=concurrency)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="worker-handler")
         self._loop = EventLoopThread()
@@ -129,8 +130,16 @@ class Worker:
             self.worker_id,
             self._client.target,
             self.concurrency,
-            ", ".join(sorted(self.app.handlers)) or "none",
+            ", ".join(self._types.runnable) or "none",
         )
+        for job_type in self._types.missing_schema:
+            log.warning(
+                "not claiming job type %r: app %r has a handler but no payload schema for it "
+                "(add %s.avsc to a directory given with --schema-path or JOBS_SCHEMA_PATH)",
+                job_type,
+                self.app.name,
+                job_type,
+            )
         try:
             self._claim_loop()
         finally:
@@ -146,7 +155,7 @@ class Worker:
             if free == 0 or self._stopping.is_set():
                 continue
             try:
-                leases = self._client.claim(free, self._claim_wait_ms)
+                leases = self._client.claim(free, self._claim_wait_ms, self._types.runnable)
             except LeaseKeeperUnavailable as exc:
                 failures += 1
                 log.debug("claim failed (%d in a row): %s", failures, exc)

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +92,8 @@ class LocalKafka:
     initial_rebalance_delay_ms: int = 0
     nodes: list[BrokerNode] = field(default_factory=list)
     cluster_id: str = ""
+    # Broker settings beyond the defaults below (tests of broker limits).
+    overrides: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -190,6 +193,7 @@ class LocalKafka:
             "delete.topic.enable": "true",
             "log.retention.hours": "24",
             "log.segment.bytes": str(64 * 1024 * 1024),
+            **self.overrides,
         }
         return "".join(f"{key}={value}\n" for key, value in lines.items())
 

@@ -118,11 +118,16 @@ def test_calls_with_a_stale_lease_token_are_rejected_and_counted(system: System)
         current = pb.LeaseRef(lease_id=job.lease_id, lease_token=job.lease_token)
         good = pb.Settlement(lease=current, outcome=pb.ACK)
         assert stub.Settle(pb.SettleRequest(worker_id="t", settlements=[good])).results[0].ok
+        # The same ack again (its answer was lost): applied once, answered as applied.
         again = stub.Settle(pb.SettleRequest(worker_id="t", settlements=[good])).results[0]
-        assert not again.ok  # settled leases are gone: a second ack is refused too
+        assert again.ok and again.reason == "already settled"
+        # A zombie's ack after the settlement is still refused.
+        late = stub.Settle(pb.SettleRequest(worker_id="t", settlements=[ack])).results[0]
+        assert not late.ok
     snapshot = system.leasekeeper.snapshot()
     assert snapshot is not None
     assert snapshot["counters"]["stale_rejected"] == 3
+    assert snapshot["counters"]["acked"] == 1
     assert snapshot["counters"]["acked"] == 1
 
 

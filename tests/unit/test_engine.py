@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from jobcore.control import Cancellation, DedupeClaim
-from leasekeeper.engine import Done, EngineConfig, LeaseEngine
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.store import LeaseStore
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)
+Done = Callable[[bool], None]
 
 
 class Clock:
@@ -25,26 +27,41 @@ class Clock:
         return self.now
 
 
-@dataclass
 class RecordingRouter:
-    retries: list[tuple[Job, Done]] = field(default_factory=list)
-    deaths: list[tuple[Job, str, Done]] = field(default_factory=list)
-    delays: list[float] = field(default_factory=list)
-    claims: list[tuple[DedupeClaim, Done]] = field(default_factory=list)
+    """Takes the engine's copy requests as the outbox would; a test delivers them."""
 
-    def claim_dedupe(self, claim: DedupeClaim, *, on_done: Done) -> None:
-        self.claims.append((claim, on_done))
+    def __init__(self) -> None:
+        self.engine: LeaseEngine | None = None
+        self._taken: list[CopyRequest] = []
 
-    def retry(
-        self, job: Job, *, delay_s: float, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        self.delays.append(delay_s)
-        self.retries.append((job, on_done))
+    def _of(self, kind: CopyKind) -> list[CopyRequest]:
+        assert self.engine is not None
+        self._taken.extend(self.engine.take_copies())
+        return [r for r in self._taken if r.kind is kind]
 
-    def dead(
-        self, job: Job, *, reason: str, detail: str, source: TopicPart, offset: int, on_done: Done
-    ) -> None:
-        self.deaths.append((job, reason, on_done))
+    def _done(self, request: CopyRequest) -> Done:
+        def done(ok: bool) -> None:
+            assert self.engine is not None
+            if ok:  # a failed delivery stays with the outbox, which sends it again
+                self.engine.copy_delivered(request)
+
+        return done
+
+    @property
+    def retries(self) -> list[tuple[Job, Done]]:
+        return [(r.job, self._done(r)) for r in self._of(CopyKind.RETRY) if r.job]
+
+    @property
+    def delays(self) -> list[float]:
+        return [r.delay_s for r in self._of(CopyKind.RETRY)]
+
+    @property
+    def deaths(self) -> list[tuple[Job, str, Done]]:
+        return [(r.job, r.reason, self._done(r)) for r in self._of(CopyKind.DEAD) if r.job]
+
+    @property
+    def claims(self) -> list[tuple[DedupeClaim, Done]]:
+        return [(r.claim, self._done(r)) for r in self._of(CopyKind.DEDUPE_CLAIM) if r.claim]
 
 
 def job(i: int, tenant: str = "t1", max_attempts: int = 3) -> Job:
@@ -66,7 +83,9 @@ def clock() -> Clock:
 
 def make_engine(path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -> LeaseEngine:
     config = EngineConfig(lease_s=10, **cfg)  # type: ignore[arg-type]
-    return LeaseEngine(store=LeaseStore(path), router=router, config=config, clock=clock)
+    engine = LeaseEngine(store=LeaseStore(path), config=config, clock=clock, monotonic=clock)
+    router.engine = engine
+    return engine
 
 
 def ack(grant_lease: str, token: str) -> Settlement:
@@ -134,7 +153,10 @@ def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clo
     assert engine.commit_positions() == {TP: (1, "")}
 
 
-def test_failed_copy_delivery_offers_the_job_again(tmp_path: Path, clock: Clock) -> None:
+def test_an_undelivered_copy_stays_in_flight_and_the_job_is_not_run_again(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The outbox sends a failed copy again; the engine neither resolves nor re-runs it."""
     router = RecordingRouter()
     engine = make_engine(tmp_path, clock, router)
     engine.assign(TP, 0)
@@ -142,8 +164,9 @@ def test_failed_copy_delivery_offers_the_job_again(tmp_path: Path, clock: Clock)
     (grant,) = engine.claim("w", 1, wait_s=0)
     engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
     router.retries[0][1](False)
-    (again,) = engine.claim("w", 1, wait_s=0)
-    assert again.lease_id == grant.lease_id and again.attempt == 2
+    assert engine.claim("w", 1, wait_s=0) == []
+    assert engine.in_flight({TP}) == 1
+    assert engine.commit_positions()[TP][0] == 0
 
 
 def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: Clock) -> None:
@@ -352,8 +375,8 @@ def test_the_reaper_takes_back_a_job_running_past_its_timeout(tmp_path: Path, cl
 
 def test_lease_length_is_configurable_per_job_type(tmp_path: Path, clock: Clock) -> None:
     config = EngineConfig(lease_s=10, lease_s_by_type={"report": 600})
-    engine = LeaseEngine(store=LeaseStore(tmp_path), router=RecordingRouter(), config=config,
-                         clock=clock)  # fmt: skip
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock,
+                         monotonic=clock)  # fmt: skip
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, Job(job_id="r", queue="q", tenant_id="t2", type="report", payload=b"",
@@ -488,3 +511,97 @@ def test_a_second_move_does_not_rerun_jobs_acked_beyond_the_commit(
         third.offer(TP, i, job(i), b"x")
     again = third.claim("w3", 4, wait_s=0)
     assert sorted(g.lease_id for g in again) == ["jobs.q/0/1", "jobs.q/0/2"]
+
+
+def test_refused_metadata_shrinks_to_fit_then_to_none(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    for i in range(0, 3000):
+        engine.offer(TP, i, job(i), b"x")
+    grants = engine.claim("w", 3000, wait_s=0)
+    # Every third job acked: a bitmap that compresses badly, beyond a held head.
+    engine.settle([ack(g.lease_id, g.token) for g in grants[1::3]])
+    offset, metadata = engine.commit_positions()[TP]
+    assert offset == 0 and len(metadata) > 64
+    sizes = [len(metadata)]
+    while sizes[-1]:
+        shrunk = engine.shrink_metadata(TP)
+        assert shrunk is not None and shrunk[0] == 0
+        assert len(shrunk[1]) < sizes[-1]
+        sizes.append(len(shrunk[1]))
+    assert sizes[-1] == 0
+    # A partition assigned later starts from the limit the broker accepted.
+    other = TopicPart("jobs.q", 1)
+    engine.assign(other, 0)
+    assert engine.shrink_metadata(other) == (0, "")
+
+
+def test_a_settlement_sent_again_is_answered_as_applied(tmp_path: Path, clock: Clock) -> None:
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    (first,) = engine.settle([ack(grant.lease_id, grant.token)])
+    # The answer was lost to an RPC deadline; the worker sends the same ack again.
+    (again,) = engine.settle([ack(grant.lease_id, grant.token)])
+    assert first.ok and again.ok
+    assert engine.counters.acked == 1 and engine.counters.stale_rejected == 0
+    # Another token for the same lease is still a zombie's, and refused.
+    (zombie,) = engine.settle([ack(grant.lease_id, "not-the-token")])
+    assert not zombie.ok and engine.counters.stale_rejected == 1
+
+
+def test_a_wall_clock_step_expires_no_lease(tmp_path: Path) -> None:
+    wall, mono = Clock(), Clock()
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
+                         clock=wall, monotonic=mono)  # fmt: skip
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    wall.now += 3600  # NTP, or a VM that was suspended
+    assert engine.expire() == 0
+    assert engine.heartbeat([(grant.lease_id, grant.token)])[0].ok
+    mono.now += 11  # the worker really went quiet for longer than the lease
+    assert engine.expire() == 1
+
+
+def test_a_restart_turns_stored_epoch_deadlines_into_monotonic_ones(tmp_path: Path) -> None:
+    wall, mono = Clock(), Clock()
+
+    def engine(m: Clock) -> LeaseEngine:
+        return LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
+                           clock=wall, monotonic=m)  # fmt: skip
+
+    first = engine(mono)
+    first.assign(TP, 0)
+    first.offer(TP, 0, job(0), b"x")
+    first.claim("w", 1, wait_s=0)
+    first._store.close()
+    wall.now += 4
+    restarted_mono = Clock()
+    restarted_mono.now = 5.0  # a new process: its monotonic clock has another origin
+    second = engine(restarted_mono)
+    second.assign(TP, 0)
+    second.offer(TP, 0, job(0), b"x")
+    restarted_mono.now += 5  # 9 s of the 10 s lease used
+    assert second.expire() == 0
+    restarted_mono.now += 2
+    assert second.expire() == 1
+
+
+def test_error_messages_and_tracebacks_in_the_history_are_capped(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A handler's megabyte message must not make every later copy of the job too large."""
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    huge = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+                      message="m" * 1_000_000, traceback="t" * 999_999 + "raise")  # fmt: skip
+    engine.settle([huge])
+    ((copy, _),) = router.retries
+    (error,) = copy.errors
+    assert 0 < len(error.message) <= 2000
+    assert 0 < len(error.traceback) <= 4000 and error.traceback.endswith("raise")

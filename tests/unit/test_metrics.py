@@ -99,3 +99,46 @@ def test_a_snapshot_without_the_retry_fields_exports_no_retry_families() -> None
     ):
         assert name not in text
     assert 'leasekeeper_acked_total{queue="emails"} 42.0' in text
+
+
+def test_control_state_size_and_catch_up_are_exported() -> None:
+    control = {
+        "cancellations": 3,
+        "dedupe_claims": 1200,
+        "pruned": 40,
+        "catch_up_s": 1.5,
+        "catch_up_records": 1243,
+    }
+    text = scrape(snapshot(control=control))
+    assert 'leasekeeper_control_cancellations{queue="emails"} 3.0' in text
+    assert 'leasekeeper_control_dedupe_claims{queue="emails"} 1200.0' in text
+    assert 'leasekeeper_control_pruned_total{queue="emails"} 40.0' in text
+    assert 'leasekeeper_control_catch_up_seconds{queue="emails"} 1.5' in text
+    assert "leasekeeper_control" not in scrape(snapshot())
+
+
+def test_clamped_retry_after_values_are_counted() -> None:
+    counters = dict.fromkeys(COUNTERS, 0) | {"invalid_retry_after": 2}
+    assert 'leasekeeper_invalid_retry_after_total{queue="emails"} 2.0' in scrape(
+        snapshot(counters=counters)
+    )
+
+
+def test_blocked_copies_are_exported_per_partition_for_alerting() -> None:
+    outbox = {
+        "pending": 3,
+        "in_flight": 1,
+        "blocked": [
+            {"topic": "jobs.emails", "partition": 2, "offset": 7, "kind": "dead", "reason": "x"},
+            {"topic": "jobs.emails", "partition": 2, "offset": 9, "kind": "retry", "reason": "x"},
+        ],
+        "counters": {"delivered": 5, "transient_failures": 1, "shrunk": 2, "blocked_events": 2},
+    }
+    text = scrape(snapshot(outbox=outbox))
+    assert 'leasekeeper_copies_pending{queue="emails"} 3.0' in text
+    assert 'leasekeeper_copies_in_flight{queue="emails"} 1.0' in text
+    assert (
+        'leasekeeper_copies_blocked{partition="2",queue="emails",topic="jobs.emails"} 2.0' in text
+    )
+    assert 'leasekeeper_copies_shrunk_total{queue="emails"} 2.0' in text
+    assert 'leasekeeper_copies_blocked_events_total{queue="emails"} 2.0' in text

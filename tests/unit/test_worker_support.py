@@ -83,6 +83,7 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         self.refuse_heartbeat: dict[str, str] = {}  # lease_id -> reason
         self.max_outstanding = 0
         self.worker_ids: set[str] = set()
+        self.job_types: list[list[str]] = []  # job_types of each Claim
         self.tokens_seen: list[str | None] = []
         self._next = 0
 
@@ -104,6 +105,7 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         with self.cond:
             self.claims.append(request.max_jobs)
             self.worker_ids.add(request.worker_id)
+            self.job_types.append(list(request.job_types))
             self.claims_in_progress += 1
             self.cond.notify_all()
         gate = self.claim_gate

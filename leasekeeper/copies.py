@@ -1,0 +1,103 @@
+"""Durable copies as values: what the engine decided must be written to Kafka.
+
+The engine (on any thread) only describes a copy: a retry or hop to a delay
+tier, a dead letter, a raw dead letter for an undecodable record, or a dedupe
+key's claim. The outbox, on the Kafka loop's thread, sends it and reports back.
+Nothing here produces; everything here is plain data and pure functions, so the
+shrinking of oversized copies is tested without Kafka.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import IntEnum, StrEnum
+
+from jobcore.control import DedupeClaim
+from leasekeeper.leases import TopicPart
+from schemas.job import AttemptError, Job
+
+# Caps on one error in a job's history: a handler's message or traceback must not
+# make the job's copies too large to produce.
+MAX_MESSAGE_CHARS = 2000
+MAX_TRACEBACK_CHARS = 4000
+# A copy too large for its topic is dead-lettered with only this much history.
+SHORT_HISTORY = 3
+SHORT_TEXT_CHARS = 200
+
+
+class CopyKind(StrEnum):
+    RETRY = "retry"  # to the delay tier that fits the backoff
+    HOP = "hop"  # a delay-tier record moving to the tier that fits the wait left
+    DEAD = "dead"  # a job to the DLQ
+    DEAD_RAW = "dead_raw"  # an undecodable record to the DLQ, byte for byte
+    DEDUPE_CLAIM = "dedupe_claim"  # a dedupe key's first job, before the job runs
+
+
+class Shrink(IntEnum):
+    """How much of a copy is kept; each step is tried after the last was too large."""
+
+    FULL = 0
+    SHORT_HISTORY = 1  # dead letter, history cut to the last few errors, texts cut
+    NO_PAYLOAD = 2  # dead letter without the payload (raw: without value or key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyRequest:
+    """One copy to make durable. The source offset resolves when it is delivered,
+    unless the partition moved meanwhile (its generation no longer matches)."""
+
+    kind: CopyKind
+    source: TopicPart
+    offset: int
+    generation: int
+    job: Job | None = None
+    tier: str = ""  # HOP (a retry's tier follows from delay_s)
+    delay_s: float = 0.0  # RETRY
+    reason: str = ""  # DEAD, DEAD_RAW
+    detail: str = ""  # DEAD, DEAD_RAW
+    raw_key: bytes | None = None  # DEAD_RAW
+    raw_value: bytes | None = None  # DEAD_RAW
+    claim: DedupeClaim | None = None  # DEDUPE_CLAIM
+    lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
+
+    @property
+    def describe(self) -> str:
+        """For logs and alerts: which copy of which record."""
+        what = f"{self.kind.value} copy of {self.source.topic}/{self.source.partition}"
+        job = f" (job {self.job.job_id})" if self.job is not None else ""
+        return f"{what}/{self.offset}{job}"
+
+
+def cap_error(error: AttemptError) -> AttemptError:
+    """An error entry small enough to carry: the message's head, the traceback's tail
+    (where the raising frame is)."""
+    return replace(
+        error,
+        message=_head(error.message, MAX_MESSAGE_CHARS),
+        traceback=error.traceback[-MAX_TRACEBACK_CHARS:],
+    )
+
+
+def short_history(job: Job) -> Job:
+    """The job with only its last few errors, each cut short: for a dead letter that
+    did not fit with its whole history."""
+    kept = tuple(
+        replace(
+            e,
+            message=_head(e.message, SHORT_TEXT_CHARS),
+            traceback=e.traceback[-SHORT_TEXT_CHARS:],
+        )
+        for e in job.errors[-SHORT_HISTORY:]
+    )
+    return replace(job, errors=kept)
+
+
+def without_payload(job: Job) -> Job:
+    """The job with id, type, tenant and (short) history but no payload."""
+    return replace(short_history(job), payload=b"")
+
+
+def _head(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"

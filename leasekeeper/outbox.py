@@ -1,0 +1,236 @@
+"""The one sender of durable copies, with one failure policy.
+
+The engine queues ``CopyRequest`` values from any thread; the Kafka loop calls
+``pump()`` on its own thread, which takes them, produces them, and acts on each
+outcome, whether ``produce()`` refused the record at once or its delivery report
+failed later:
+
+- delivered: the engine resolves the source offset (or lets a claimed job run);
+- transient (timeouts, a full local queue, no leader): sent again after a
+  capped exponential backoff; the offset stays unresolved meanwhile;
+- too large: rebuilt smaller and sent at once, first as a dead letter with a
+  short history, then as one without the payload; the offset resolves as dead;
+- blocked (not authorised, unknown topic, fatal): never resolved. The partition
+  stops (its commit cannot pass the offset and the loop pauses its fetching),
+  one ERROR log and the ``blocked`` view raise the alert, and the copy is retried
+  with backoff until it goes through.
+
+A copy counts in the engine's ``in_flight`` from the moment it is decided until
+it is delivered or dropped (its partition moved), so drains wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jobcore.kafka import ProduceError, ProduceFailure, Producer, produce_once
+from leasekeeper.copies import CopyKind, CopyRequest, Shrink
+from leasekeeper.engine import LeaseEngine
+from leasekeeper.leases import TopicPart
+from leasekeeper.router import KafkaRouter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxConfig:
+    backoff_base_s: float = 0.1
+    backoff_max_s: float = 5.0
+
+
+@dataclass(kw_only=True)
+class _Entry:
+    """A copy on its way; mutable, and touched only on the loop's thread."""
+
+    request: CopyRequest
+    shrink: Shrink = Shrink.FULL
+    attempts: int = 0  # failed sends that needed a backoff
+    due: float = 0.0
+    topic: str = ""  # where the last send went
+    blocked: str = ""  # why the copy cannot be sent, while it cannot
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockedCopy:
+    topic: str
+    partition: int
+    offset: int
+    kind: CopyKind
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxView:
+    """What the outbox holds, for snapshots and metrics (any thread may read it)."""
+
+    pending: int = 0
+    in_flight: int = 0
+    blocked: tuple[BlockedCopy, ...] = ()
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pending": self.pending,
+            "in_flight": self.in_flight,
+            "blocked": [
+                {
+                    "topic": b.topic,
+                    "partition": b.partition,
+                    "offset": b.offset,
+                    "kind": b.kind.value,
+                    "reason": b.reason,
+                }
+                for b in self.blocked
+            ],
+            "counters": dict(self.counters),
+        }
+
+
+class Outbox:
+    def __init__(
+        self,
+        *,
+        producer: Producer,
+        engine: LeaseEngine,
+        router: KafkaRouter,
+        config: OutboxConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._producer = producer
+        self._engine = engine
+        self._router = router
+        self._config = config or OutboxConfig()
+        self._clock = clock
+        self._waiting: list[_Entry] = []
+        self._in_flight = 0
+        self._counters = {"delivered": 0, "transient_failures": 0, "shrunk": 0, "blocked_events": 0}
+        self._view_lock = threading.Lock()
+        self._view = OutboxView()
+
+    def pump(self) -> None:
+        """Send every copy that is due; called on each turn of the Kafka loop."""
+        now = self._clock()
+        self._waiting.extend(_Entry(request=r, due=now) for r in self._engine.take_copies())
+        due = [e for e in self._waiting if e.due <= now]
+        self._waiting = [e for e in self._waiting if e.due > now]
+        for index, entry in enumerate(due):
+            if not self._send(entry, now):
+                self._waiting.extend(due[index + 1 :])  # the local queue is full
+                break
+        self._publish()
+
+    def blocked(self) -> dict[TopicPart, str]:
+        """Partitions that cannot progress until an operator fixes a topic or an ACL."""
+        return {e.request.source: e.blocked for e in self._waiting if e.blocked}
+
+    def view(self) -> OutboxView:
+        with self._view_lock:
+            return self._view
+
+    def _send(self, entry: _Entry, now: float) -> bool:
+        """Produce one copy; False when the producer's queue is full (stop for now)."""
+        request = entry.request
+        if not self._engine.is_current(request):
+            self._engine.copy_dropped(request)  # moved: the next owner runs the job again
+            return True
+        record = self._router.record(request, entry.shrink)
+        entry.topic = record.topic
+        try:
+            produce_once(
+                self._producer,
+                record.topic,
+                key=record.key,
+                value=record.value,
+                headers=list(record.headers),
+                on_delivery=lambda failure, text: self._delivered(entry, failure, text),
+            )
+        except ProduceError as exc:
+            self._failed(entry, exc.failure, str(exc), now=now)
+            return exc.failure is not ProduceFailure.TRANSIENT
+        self._in_flight += 1
+        return True
+
+    def _delivered(self, entry: _Entry, failure: ProduceFailure | None, text: str) -> None:
+        """A delivery report (served by ``producer.poll`` on the loop's thread)."""
+        self._in_flight -= 1
+        if failure is not None:
+            self._failed(entry, failure, text, now=self._clock())
+            return
+        if entry.blocked:
+            log.warning("%s delivered: partition %s moves again", entry.request.describe,
+                        _name(entry.request.source))  # fmt: skip
+        self._counters["delivered"] += 1
+        self._engine.copy_delivered(entry.request, dead=entry.shrink is not Shrink.FULL)
+
+    def _failed(self, entry: _Entry, failure: ProduceFailure, text: str, *, now: float) -> None:
+        """The one failure policy: shrink what is too large, back off from the rest."""
+        topic = entry.topic
+        if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
+            entry.shrink = Shrink(entry.shrink + 1)
+            entry.due = now
+            self._counters["shrunk"] += 1
+            log.warning("%s too large for %s (%s): dead-lettering it smaller (%s)",
+                        entry.request.describe, topic, text, entry.shrink.name)  # fmt: skip
+        elif failure is ProduceFailure.TRANSIENT:
+            self._back_off(entry, now)
+            self._counters["transient_failures"] += 1
+            # Once per copy at WARNING: a broker outage must not flood the log.
+            level = logging.WARNING if entry.attempts == 1 else logging.DEBUG
+            log.log(level, "%s to %s failed, retrying with backoff: %s",
+                    entry.request.describe, topic, text)  # fmt: skip
+        else:
+            self._block(entry, f"{failure.value}: {topic}: {text}", now)
+        self._waiting.append(entry)
+
+    def _block(self, entry: _Entry, reason: str, now: float) -> None:
+        self._back_off(entry, now)
+        if entry.blocked:
+            entry.blocked = reason
+            return
+        entry.blocked = reason
+        self._counters["blocked_events"] += 1
+        log.error(
+            "partition %s is stuck: cannot produce the %s (%s). Create the topic or grant "
+            "this leasekeeper Write on it; retrying every %.0fs at most.",
+            _name(entry.request.source),
+            entry.request.describe,
+            reason,
+            self._config.backoff_max_s,
+        )
+
+    def _back_off(self, entry: _Entry, now: float) -> None:
+        entry.attempts += 1
+        delay = self._config.backoff_base_s * 2 ** (entry.attempts - 1)
+        entry.due = now + min(self._config.backoff_max_s, delay)
+
+    def _publish(self) -> None:
+        view = OutboxView(
+            pending=len(self._waiting),
+            in_flight=self._in_flight,
+            blocked=tuple(
+                BlockedCopy(
+                    topic=e.request.source.topic,
+                    partition=e.request.source.partition,
+                    offset=e.request.offset,
+                    kind=e.request.kind,
+                    reason=e.blocked,
+                )
+                for e in self._waiting
+                if e.blocked
+            ),
+            counters=dict(self._counters),
+        )
+        with self._view_lock:
+            self._view = view
+
+
+def _can_shrink(entry: _Entry) -> bool:
+    return entry.request.kind is not CopyKind.DEDUPE_CLAIM and entry.shrink < Shrink.NO_PAYLOAD
+
+
+def _name(tp: TopicPart) -> str:
+    return f"{tp.topic}/{tp.partition}"
