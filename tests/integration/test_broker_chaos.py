@@ -48,8 +48,12 @@ AFTER_BROKER_KILL = 1_000  # jobs that run on two brokers before the third comes
 
 
 @pytest.fixture
-def cluster_system(kafka_cluster3: LocalKafka, unique: str, tmp_path: Path) -> Iterator[System]:
-    """A queue with ``PARTITIONS`` partitions on the 3-broker cluster."""
+def cluster_system(
+    kafka_cluster3: LocalKafka, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[System]:
+    """A queue with ``PARTITIONS`` partitions on the 3-broker cluster; its noop jobs take
+    up to ``JOB_MAX_MS`` (workers inherit the setting), so that kills find jobs running."""
+    monkeypatch.setenv("RECORDING_MAX_MS", str(JOB_MAX_MS))
     kafka = KafkaSettings(bootstrap=kafka_cluster3.bootstrap, client_id="tests")
     sut = System(kafka, unique, tmp_path, lease_s=5.0, partitions=PARTITIONS)
     yield sut
