@@ -42,6 +42,41 @@ def local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka
         cluster.stop()
 
 
+# Leasekeepers started together join a new group's first rebalance together, and
+# share the ready partitions; a member joining an assigned group may get none of them.
+GROUP_FORMING_MS = 3_000
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A 3-broker cluster of the module's own, for tests that kill brokers.
+
+    The session broker is a single node and is shared, so it can be neither killed
+    nor used to show failover. With three nodes, topics get replication 3 and
+    ``min.insync.replicas`` 2 by default: ``acks=all`` writes go on with one broker
+    down. Small heaps, and stopped with the module, because the machine is shared.
+    """
+    workdir = Path(tmp_path_factory.mktemp("kafka3"))
+    cluster = LocalKafka(
+        distribution=obtain(),
+        workdir=workdir,
+        brokers=3,
+        heap="384m",
+        initial_rebalance_delay_ms=GROUP_FORMING_MS,
+    )
+    try:
+        cluster.start()
+    except KafkaUnavailable as exc:
+        cluster.stop(grace=5)
+        if os.environ.get("CI"):
+            pytest.fail(f"a 3-broker Kafka could not start in CI: {exc}", pytrace=False)
+        pytest.skip(f"a 3-broker Kafka could not start: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(local_kafka: LocalKafka | None) -> str:
     if local_kafka is None:

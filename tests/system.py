@@ -167,9 +167,17 @@ PARTITIONS = 4
 class System:
     """A queue, its leasekeepers and worker processes under ``tmp``, the way users run them."""
 
-    def __init__(self, kafka: KafkaSettings, unique: str, tmp: Path, lease_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        unique: str,
+        tmp: Path,
+        lease_s: float = 30.0,
+        partitions: int = PARTITIONS,
+    ) -> None:
         self.kafka = kafka
         self.lease_s = lease_s
+        self.partitions = partitions
         # Static group membership (--instance-id): a restart takes the partitions back
         # at once. Without it, a restarted leasekeeper waits out the dead one's session.
         self.static = True
@@ -178,7 +186,7 @@ class System:
         self.tmp = tmp
         self.recordings = tmp / "recordings"
         self.recordings.mkdir()
-        ensure_queue_topics(kafka, self.queue, partitions=PARTITIONS)
+        ensure_queue_topics(kafka, self.queue, partitions=partitions)
         self.leasekeeper = self.new_leasekeeper()
         self.leasekeepers = [self.leasekeeper]
         self.workers: list[WorkerProcess] = []
@@ -211,7 +219,7 @@ class System:
     def start(self, workers: int = 2, concurrency: int = 16, **worker_args: Any) -> None:
         """Start the leasekeeper (unless it runs already) and ``workers`` worker processes."""
         if self.leasekeeper.process is None:
-            self.leasekeeper.start().wait_assigned(PARTITIONS)
+            self.leasekeeper.start().wait_assigned(self.partitions)
         for _ in range(workers):
             self.add_worker(self.leasekeeper, concurrency=concurrency, **worker_args)
 
@@ -234,7 +242,7 @@ class System:
         extra = self.leasekeeper.extra_args[2:] if self.static else self.leasekeeper.extra_args
         self.leasekeeper = self.new_leasekeeper(extra=extra)
         self.leasekeepers.append(self.leasekeeper)
-        self.leasekeeper.start().wait_assigned(PARTITIONS)
+        self.leasekeeper.start().wait_assigned(self.partitions)
 
     def enqueue(self, count: int, tenants: int = 3, **options: Any) -> list[str]:
         """``count`` noop jobs spread over ``tenants`` tenants."""
@@ -284,14 +292,14 @@ class System:
     def committed(self) -> dict[int, int]:
         consumer = make_consumer(self.kafka, self.topics.consumer_group)
         try:
-            return committed_offsets(consumer, self.topics.ready, range(PARTITIONS))
+            return committed_offsets(consumer, self.topics.ready, range(self.partitions))
         finally:
             consumer.close()
 
     def end_offsets(self) -> dict[int, int]:
         consumer = make_consumer(self.kafka, f"probe-{self.queue}")
         try:
-            return end_offsets(consumer, self.topics.ready, range(PARTITIONS))
+            return end_offsets(consumer, self.topics.ready, range(self.partitions))
         finally:
             consumer.close()
 

@@ -99,6 +99,10 @@ class LocalKafka:
     heap: str = "512m"
     log_level: str = "INFO"
     detach: bool = False
+    # How long a new group's first rebalance waits for more members: 0 starts single
+    # consumers at once; a few seconds let members started together share the first
+    # assignment (a member that joins later gets what a sticky assignor moves to it).
+    initial_rebalance_delay_ms: int = 0
     nodes: list[BrokerNode] = field(default_factory=list)
     cluster_id: str = ""
     # Broker settings beyond the defaults below (tests of broker limits).
@@ -204,7 +208,7 @@ class LocalKafka:
             "transaction.state.log.min.isr": str(min_isr),
             "share.coordinator.state.topic.replication.factor": str(replication),
             "share.coordinator.state.topic.min.isr": str(min_isr),
-            "group.initial.rebalance.delay.ms": "0",
+            "group.initial.rebalance.delay.ms": str(self.initial_rebalance_delay_ms),
             "auto.create.topics.enable": "false",
             "delete.topic.enable": "true",
             "log.retention.hours": "24",

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 from jobcore.localkafka import free_port
+from tests.chaos import Ledger, extra_starts, leasekeeper_fault, twice_started, worker_fault
 from tests.system import PARTITIONS, System, wait_until
 
 REAPER_S = 0.5
@@ -231,20 +232,7 @@ def test_chaos_random_kills_of_workers_and_leasekeeper_under_load(system: System
 
     feeder = threading.Thread(target=feed)
     feeder.start()
-    rng = random.Random()
-    kills = Counter[str]()
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:
-        time.sleep(rng.uniform(2, 5))
-        if rng.random() < 0.3:
-            system.leasekeeper.kill()
-            system.restart_leasekeeper()
-            kills["leasekeeper"] += 1
-        else:
-            alive = [w for w in system.workers if w.process.poll() is None]
-            rng.choice(alive).kill()
-            system.add_worker(system.leasekeeper, concurrency=8)
-            kills["worker"] += 1
+    ledger = random_kills(system, random.Random(), seconds=40)
     stop.set()
     feeder.join()
 
@@ -261,8 +249,33 @@ def test_chaos_random_kills_of_workers_and_leasekeeper_under_load(system: System
         describe=lambda: (len(set(enqueued) - finished()), system.leasekeeper.snapshot()),
     )
     dead = finished() - set(system.runs())
-    runs = system.runs()
+    duplicates = extra_starts(system)
     print(
-        f"chaos: {len(enqueued)} jobs, kills {dict(kills)}, "
-        f"{sum(runs.values()) - len(runs)} duplicate runs, {len(dead)} dead-lettered"
+        f"chaos: {len(enqueued)} jobs, kills {ledger.kinds()}, {duplicates} duplicate starts"
+        f" (bound {ledger.bound}), {len(dead)} dead-lettered"
     )
+    for fault in ledger.faults:
+        print(f"  {fault}")
+    assert duplicates <= ledger.bound, (
+        f"{duplicates} duplicate starts over the bound {ledger.bound} "
+        f"({'; '.join(map(str, ledger.faults))}); (attempt, pid) per start: "
+        f"{twice_started(system)[:20]}"
+    )
+
+
+def random_kills(system: System, rng: random.Random, seconds: float) -> Ledger:
+    """Kill -9 the leasekeeper (then restart it in place) or a worker (then start another)
+    every 2 to 5 s for ``seconds``; each kill enters what it may re-run in the ledger."""
+    ledger = Ledger()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(rng.uniform(2, 5))
+        ran = len(system.runs())
+        if rng.random() < 0.3:
+            ledger.add(leasekeeper_fault(system.leasekeeper, ran))
+            system.restart_leasekeeper()
+        else:
+            alive = [w for w in system.workers if w.process.poll() is None]
+            ledger.add(worker_fault(system, rng.choice(alive), ran))
+            system.add_worker(system.leasekeeper, concurrency=8)
+    return ledger
