@@ -18,12 +18,12 @@ venv: $(STAMP)
 
 ## Start local Kafka and the demo system (Ctrl-C stops everything).
 run: $(STAMP)
-	$(PY) -m jobcore.demo
+	$(PY) -m devtools.demo
 
 ## Run every test suite (unit, integration, acceptance) against a real Kafka
 ## the suite starts itself, or KAFKA_BOOTSTRAP when set.
 test: $(STAMP)
-	$(PY) -m jobcore.localkafka fetch
+	$(PY) -m devtools.localkafka fetch
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
@@ -41,13 +41,13 @@ bench: $(STAMP)
 	$(PY) -m benchmarks $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 kafka-fetch: $(STAMP)
-	$(PY) -m jobcore.localkafka fetch
+	$(PY) -m devtools.localkafka fetch
 
 kafka-start: $(STAMP)
-	$(PY) -m jobcore.localkafka start
+	$(PY) -m devtools.localkafka start
 
 kafka-stop: $(STAMP)
-	$(PY) -m jobcore.localkafka stop
+	$(PY) -m devtools.localkafka stop
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -18,8 +18,8 @@ from typing import Any
 from benchmarks import procs
 from benchmarks.config import BenchConfig
 from benchmarks.load import Preloader
+from devtools.localkafka import LocalKafka, obtain
 from jobcore.kafka import KafkaSettings
-from jobcore.localkafka import LocalKafka, obtain
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers.servers import postgres_bin, redis_bin
-from jobcore.localkafka.distribution import kafka_version
+from devtools.localkafka.distribution import kafka_version
 
 PACKAGES = (
     "confluent-kafka", "grpcio", "rocksdict", "fastavro", "celery", "kombu", "redis",

@@ -16,12 +16,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from itertools import pairwise
 
 from jobcore.topics import QueueTopics
 
-__all__ = ["DEFAULT_TIERS", "DelayTiers", "parse_duration"]
+__all__ = ["DEFAULT_TIERS", "MAX_DELAY", "DelayTiers", "parse_duration"]
 
+# The longest delay: a cancellation must outlive the job it concerns, so the control
+# topic keeps records a little longer than this (``jobcore.topic_admin`` derives its
+# retention from it), and the leasekeepers hold that many days of cancellations.
+# The bound also makes a delay in the wrong unit (ms passed as seconds) fail loudly.
+MAX_DELAY = timedelta(days=30)
 DEFAULT_TIERS = ("1s", "10s", "1m", "10m", "1h")
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -21,7 +21,6 @@ from jobcore.cli_kafka import (
 from jobcore.config import Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException
-from jobcore.localkafka.cli import kafka_cli
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
@@ -352,10 +351,24 @@ def _ca(env: Environment) -> bytes | None:
         raise click.ClickException(f"cannot read LEASEKEEPER_TLS_CA: {exc}") from None
 
 
-@main.group()
+class _DevCommands(click.Group):
+    """``dev`` subcommands, imported only when one is asked for: the runtime never loads
+    the development package, so a deployment does not depend on it."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return ["kafka"]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name != "kafka":
+            return None
+        from devtools.localkafka.cli import kafka_cli
+
+        return kafka_cli
+
+
+@main.group(cls=_DevCommands)
 def dev() -> None:
     """Development helpers (a local Kafka)."""
 
 
-dev.add_command(kafka_cli)
 main.add_command(dlq)

@@ -22,7 +22,7 @@ from typing import TypeVar
 from jobcore.control import Cancellation, DedupeClaim, dedupe_index_key
 from schemas.job import Job
 
-# The control topics' retention (producer/admin.py): the longest delay plus 5 days.
+# The control topics' retention (jobcore/topic_admin.py): the longest delay plus 5 days.
 CANCEL_RETENTION_MS = 35 * 24 * 3600 * 1000
 
 _K = TypeVar("_K")

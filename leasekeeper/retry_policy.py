@@ -5,7 +5,7 @@ The leasekeeper asks a :class:`RetryPolicy` once per failed attempt and gets a
 The delay is exponential backoff with jitter, because every job that touches a
 failing dependency fails at about the same moment; without jitter they all come
 back at the same moment too, in waves far above what the recovering dependency
-can serve (``leasekeeper/retry_storm.py`` measures this). Randomness comes from
+can serve (``devtools/retry_storm.py`` measures this). Randomness comes from
 a ``random.Random`` the caller passes in, so tests and the storm simulator are
 deterministic with a seed.
 

@@ -26,6 +26,7 @@ from jobcore.kafka import (
     topic_ids,
 )
 from jobcore.retrying import Stopped, until_done
+from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
@@ -40,7 +41,6 @@ from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
-from producer.admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)

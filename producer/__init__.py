@@ -1,6 +1,6 @@
 """Enqueue jobs: the API and CLI that append Avro-encoded jobs to Kafka."""
 
-from producer.admin import ensure_queue_topics
+from jobcore.topic_admin import ensure_queue_topics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.request import MAX_DELAY, JobRequest
 from schemas.codec import PayloadError

@@ -24,7 +24,7 @@ from jobcore.cli_kafka import (
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
-from producer.admin import ensure_queue_topics
+from jobcore.topic_admin import ensure_queue_topics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.durations import parse_at, parse_delay
 from producer.request import JobRequest

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
-from jobcore.delay_tiers import DelayTiers
+from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.topics import QueueTopics
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
@@ -26,11 +26,6 @@ __all__ = ["MAX_DELAY", "JobRequest", "build_job", "destination"]
 
 _INT32 = (-(2**31), 2**31 - 1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The longest delay: a cancellation must outlive the job it concerns, so the control
-# topic keeps records a little longer than this (producer/admin.py derives its
-# retention from it), and the leasekeepers hold that many days of cancellations.
-# The bound also makes a delay in the wrong unit (ms passed as seconds) fail loudly.
-MAX_DELAY = timedelta(days=30)
 
 
 @dataclass(frozen=True, kw_only=True)

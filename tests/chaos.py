@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from jobcore.localkafka import LocalKafka
+from devtools.localkafka import LocalKafka
 from tests.system import Leasekeeper, System, WorkerProcess, wait_until
 
 COMMITS_SAMPLED = 5  # commit intervals averaged into "the acks one interval holds"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.localkafka import KafkaUnavailable, LocalKafka, obtain
 from jobcore.kafka import KafkaSettings
-from jobcore.localkafka import KafkaUnavailable, LocalKafka, obtain
 from tests.system import System
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import procs
-from jobcore.localkafka import free_port
+from devtools.localkafka import free_port
 
 
 class Unavailable(RuntimeError):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.localkafka import LocalKafka
 from jobcore.kafka import KafkaException, KafkaSettings, make_admin
-from jobcore.localkafka import LocalKafka
 from tests.chaos import (
     Fault,
     Ledger,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.localkafka import LocalKafka, obtain
 from jobcore.kafka import KafkaSettings
-from jobcore.localkafka import LocalKafka, obtain
 from tests.system import System, wait_until
 
 

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from jobcore.localkafka import free_port
+from devtools.localkafka import free_port
 from tests.chaos import Ledger, extra_starts, leasekeeper_fault, twice_started, worker_fault
 from tests.system import PARTITIONS, System, wait_until
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.localkafka import KafkaUnavailable, LocalKafka, free_port, obtain
 from jobcore.control import Cancellation
 from jobcore.kafka import KafkaSettings, delete_records, make_producer
-from jobcore.localkafka import KafkaUnavailable, LocalKafka, free_port, obtain
 from jobcore.topics import QueueTopics
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState

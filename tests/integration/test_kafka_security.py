@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from devtools.localkafka import KafkaUnavailable, LocalKafka, SaslListener, obtain
 from jobcore.kafka import KafkaSettings
-from jobcore.localkafka import KafkaUnavailable, LocalKafka, SaslListener, obtain
 from jobcore.properties import load_properties
 from tests.apps.recording import SCHEMAS
 from tests.system import BIN, PARTITIONS, System, wait_until

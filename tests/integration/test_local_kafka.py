@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.localkafka import KafkaUnavailable, LocalKafka, obtain
 from jobcore.kafka import (
     KafkaSettings,
     Message,
@@ -14,7 +15,6 @@ from jobcore.kafka import (
     make_producer,
     wait_for_brokers,
 )
-from jobcore.localkafka import KafkaUnavailable, LocalKafka, obtain
 
 
 @pytest.mark.slow
@@ -74,7 +74,7 @@ def test_a_cluster_id_that_starts_with_a_dash_formats_and_starts(tmp_path: Path)
 def test_generated_cluster_ids_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
     import uuid
 
-    from jobcore.localkafka import cluster as cluster_module
+    from devtools.localkafka import cluster as cluster_module
 
     # uuid bytes 0xf8... encode to "-" first in URL-safe base64; then a normal one.
     ids = iter([uuid.UUID(bytes=b"\xf8" + b"\x00" * 15), uuid.UUID(int=1 << 100)])

@@ -9,7 +9,7 @@ the real retry path (nack, policy, tier topic, held until due, dispatched again)
 With full jitter the busiest bucket after recovery stays within 3 x CAPACITY and
 every job completes; without jitter every job comes back in the same wave, and
 the busiest bucket is several times higher. Both curves are printed next to what
-``leasekeeper/retry_storm.py`` predicts for the same parameters.
+``devtools/retry_storm.py`` predicts for the same parameters.
 
 Why these parameters (chosen with the simulator before any run): the load right
 after recovery is set by how far the retries have spread by then, not by the
@@ -42,9 +42,9 @@ from typing import Any
 
 import pytest
 
+from devtools.retry_storm import StormResult, StormScenario, simulate
 from jobcore.kafka import KafkaSettings
 from leasekeeper.retry_policy import Jitter, RetryPolicy
-from leasekeeper.retry_storm import StormResult, StormScenario, simulate
 from producer import JobProducer, JobRequest
 from schemas.codec import SchemaRegistry
 from tests.apps.recording import read_events

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from devtools.localkafka import free_port
 from jobcore.kafka import KafkaSettings, KafkaSetupError
-from jobcore.localkafka import free_port
 from leasekeeper import cli
 from leasekeeper.service import Failure, LeaseKeeperService, ServeConfig
 

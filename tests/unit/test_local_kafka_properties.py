@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobcore.localkafka import LocalKafka
-from jobcore.localkafka.cluster import BrokerNode
-from jobcore.localkafka.distribution import KafkaDistribution
+from devtools.localkafka import LocalKafka
+from devtools.localkafka.cluster import BrokerNode
+from devtools.localkafka.distribution import KafkaDistribution
 
 
 def properties(cluster: LocalKafka, tmp_path: Path, brokers: int) -> dict[str, str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from devtools.retry_storm import StormResult, StormScenario, simulate
 from leasekeeper.retry_policy import Jitter, RetryPolicy
-from leasekeeper.retry_storm import StormResult, StormScenario, simulate
 
 CAPACITY = 20
 

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from devtools.localkafka import LocalKafka, obtain
 from jobcore.kafka import KafkaSettings
-from jobcore.localkafka import LocalKafka, obtain
 from leasekeeper.inspect_view import fetch_snapshot
 
 QUEUE = "demo"

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devtools.localkafka.distribution import KafkaDistribution, KafkaUnavailable
 from jobcore.kafka import wait_for_brokers
-from jobcore.localkafka.distribution import KafkaDistribution, KafkaUnavailable
 
 LOG4J2 = """\
 status = warn

@@ -1,7 +1,7 @@
 """A real Apache Kafka the project runs itself: fetch the jars, start, stop, chaos."""
 
-from jobcore.localkafka.cluster import BrokerNode, LocalKafka, SaslListener, free_port
-from jobcore.localkafka.distribution import (
+from devtools.localkafka.cluster import BrokerNode, LocalKafka, SaslListener, free_port
+from devtools.localkafka.distribution import (
     DEFAULT_KAFKA_VERSION,
     KafkaDistribution,
     KafkaUnavailable,

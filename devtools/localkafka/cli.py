@@ -1,4 +1,4 @@
-"""``python -m jobcore.localkafka`` / ``leasekeeper dev kafka``: fetch, start, stop, status.
+"""``python -m devtools.localkafka`` / ``leasekeeper dev kafka``: fetch, start, stop, status.
 
 ``start`` leaves the brokers running in their own session and records their
 pids and address in a state file, so ``stop`` and ``status`` can find them from
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import click
 
+from devtools.localkafka.cluster import LocalKafka
+from devtools.localkafka.distribution import KafkaUnavailable, cache_root, obtain
 from jobcore.kafka import wait_for_brokers
-from jobcore.localkafka.cluster import LocalKafka
-from jobcore.localkafka.distribution import KafkaUnavailable, cache_root, obtain
 
 
 def state_dir() -> Path:

@@ -1,3 +1,0 @@
-from jobcore.localkafka.cli import kafka_cli
-
-kafka_cli(prog_name="python -m jobcore.localkafka")

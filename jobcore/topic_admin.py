@@ -1,0 +1,80 @@
+"""Create a queue's topics: ``jobs.Q`` for ready jobs, ``jobs.Q.retry.<tier>`` for
+jobs waiting out a delay, and ``jobs.Q.dlq`` for dead letters.
+
+All get the same partition count so a tenant's retries and dead letters sit in the
+partition matching its jobs. Creating an existing queue again is a no-op, but a queue that
+exists with another partition count is an error: adding partitions later moves
+tenants between partitions and breaks their ordering, so it must be a decision.
+
+It lives in ``jobcore`` because both the producer (``producer create-queue``) and the
+leasekeeper (at start) create topics, and the leasekeeper must not import the producer.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from jobcore.delay_tiers import MAX_DELAY, DelayTiers
+from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
+from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+
+__all__ = ["CONTROL_RETENTION_MS", "DLQ_RETENTION_MS", "ensure_queue_topics"]
+
+# Dead letters wait for a human; a month covers holidays and slow incident reviews.
+DLQ_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
+# Cancellations and dedupe keys must outlive the longest delay they can concern.
+CONTROL_RETENTION_MS = (MAX_DELAY + timedelta(days=5)) // timedelta(milliseconds=1)
+
+
+def ensure_queue_topics(
+    settings: KafkaSettings,
+    queue: str,
+    *,
+    partitions: int,
+    prefix: str = DEFAULT_PREFIX,
+    replication: int = -1,
+    tiers: DelayTiers | None = None,
+) -> list[str]:
+    """Create the ready, delay-tier and dead-letter topics of ``queue`` if missing; returns
+    their names.
+
+    ``replication=-1`` takes the broker's default replication factor.
+    """
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    topics = QueueTopics(queue=queue, prefix=prefix)
+    specs = [
+        TopicSpec(name=topics.ready, partitions=partitions, replication=replication),
+        TopicSpec(
+            name=topics.dlq,
+            partitions=partitions,
+            replication=replication,
+            config={"retention.ms": str(DLQ_RETENTION_MS)},
+        ),
+        *(
+            TopicSpec(name=name, partitions=partitions, replication=replication)
+            for name in (tiers or DelayTiers()).topics(topics)
+        ),
+    ]
+    # Small compacted topics every leasekeeper reads whole: one partition each.
+    compacted = {"cleanup.policy": "compact,delete", "retention.ms": str(CONTROL_RETENTION_MS)}
+    internal = [
+        TopicSpec(name=topics.control, partitions=1, replication=replication, config=compacted),
+        TopicSpec(name=topics.dedupe, partitions=1, replication=replication, config=compacted),
+    ]
+    create_topics(settings, internal)
+    create_topics(settings, specs)
+    _check_partitions(settings, specs)
+    return [spec.name for spec in specs]
+
+
+def _check_partitions(settings: KafkaSettings, specs: list[TopicSpec]) -> None:
+    metadata = make_admin(settings).list_topics(timeout=30)
+    for spec in specs:
+        actual = len(metadata.topics[spec.name].partitions)
+        if actual != spec.partitions:
+            raise ValueError(
+                f"topic {spec.name} already exists with {actual} partitions, not "
+                f"{spec.partitions}; change a queue's partition count deliberately "
+                "(kafka-topics --alter), it moves tenants between partitions"
+            )

@@ -1,0 +1,112 @@
+"""The package boundaries, read from the source with ``ast`` (nothing is imported).
+
+- ``leasekeeper`` does not import ``producer``: what both need (topic creation) is in
+  ``jobcore``.
+- ``jobcore`` (shared by everything) imports no other project package but ``schemas``.
+- No runtime package imports ``devtools`` at module level: a command that needs it
+  (``leasekeeper dev kafka``) imports it when run.
+- Only ``jobcore/kafka.py`` imports ``confluent_kafka``, and only its public modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = ("jobcore", "leasekeeper", "producer", "workers", "schemas")
+KAFKA_ADAPTER = "jobcore/kafka.py"
+PUBLIC_KAFKA_MODULES = {"confluent_kafka", "confluent_kafka.admin"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Import:
+    source: str  # a path relative to the repository root
+    line: int
+    module: str
+    top_level: bool  # at module level, not inside a function
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line} imports {self.module}"
+
+
+def imports_of(path: Path) -> Iterator[Import]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    source = path.relative_to(ROOT).as_posix()
+    nested = {
+        id(node)
+        for func in ast.walk(tree)
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(func)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            yield Import(
+                source=source, line=node.lineno, module=name, top_level=id(node) not in nested
+            )
+
+
+def imports_in(package: str) -> list[Import]:
+    return [i for path in sorted((ROOT / package).rglob("*.py")) for i in imports_of(path)]
+
+
+def _from(imp: Import, package: str) -> bool:
+    return imp.module == package or imp.module.startswith(package + ".")
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        ("leasekeeper", ("producer", "devtools")),
+        ("jobcore", ("leasekeeper", "producer", "workers", "devtools")),
+        ("producer", ("leasekeeper", "workers", "devtools")),
+        ("workers", ("leasekeeper", "producer", "devtools")),
+        ("schemas", ("leasekeeper", "producer", "workers", "jobcore", "devtools")),
+    ],
+)
+def test_runtime_packages_keep_their_boundaries(package: str, forbidden: tuple[str, ...]) -> None:
+    """Module-level imports only: a CLI command may import development tooling when run."""
+    wrong = [
+        str(i)
+        for i in imports_in(package)
+        if i.top_level and any(_from(i, other) for other in forbidden)
+    ]
+    assert wrong == []
+
+
+def test_leasekeeper_never_imports_the_producer_even_inside_functions() -> None:
+    assert [str(i) for i in imports_in("leasekeeper") if _from(i, "producer")] == []
+
+
+def test_only_the_kafka_adapter_imports_confluent_kafka() -> None:
+    users = {
+        i.source for package in RUNTIME for i in imports_in(package) if _from(i, "confluent_kafka")
+    }
+    assert users == {KAFKA_ADAPTER}
+
+
+def test_confluent_kafka_names_come_from_public_modules() -> None:
+    private = [
+        str(i)
+        for i in imports_of(ROOT / KAFKA_ADAPTER)
+        if _from(i, "confluent_kafka") and i.module not in PUBLIC_KAFKA_MODULES
+    ]
+    assert private == []
+
+
+def test_the_rules_read_real_imports() -> None:
+    """Guards the reader itself: a rule over no imports would pass vacuously."""
+    adapter = [i.module for i in imports_of(ROOT / KAFKA_ADAPTER)]
+    assert "confluent_kafka.admin" in adapter
+    nested = [i for i in imports_in("leasekeeper") if i.module.startswith("devtools")]
+    assert nested and not any(i.top_level for i in nested)
