@@ -34,6 +34,7 @@ from leasekeeper.outbox import Outbox
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.job import Job
+from schemas.vocabulary import DeadLetterReason
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +223,7 @@ class ConsumerLoop:
                 generation=generation,
                 raw_key=key,
                 raw_value=value,
-                reason="undecodable",
+                reason=DeadLetterReason.UNDECODABLE,
                 detail=reason,
             )
         )

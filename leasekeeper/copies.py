@@ -15,6 +15,7 @@ from enum import IntEnum, StrEnum
 from jobcore.control import DedupeClaim
 from leasekeeper.leases import TopicPart
 from schemas.job import AttemptError, Job
+from schemas.vocabulary import DeadLetterReason
 
 # Caps on one error in a job's history: a handler's message or traceback must not
 # make the job's copies too large to produce.
@@ -53,7 +54,7 @@ class CopyRequest:
     job: Job | None = None
     tier: str = ""  # HOP (a retry's tier follows from delay_s)
     delay_s: float = 0.0  # RETRY
-    reason: str = ""  # DEAD, DEAD_RAW
+    reason: DeadLetterReason | None = None  # DEAD, DEAD_RAW
     detail: str = ""  # DEAD, DEAD_RAW
     raw_key: bytes | None = None  # DEAD_RAW
     raw_value: bytes | None = None  # DEAD_RAW

@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from enum import StrEnum
 
+from leasekeeper.store import LeaseRecord
 from schemas.job import Job
+from schemas.vocabulary import Outcome
+
+__all__ = [
+    "Grant",
+    "Lease",
+    "LeaseAnswer",
+    "Outcome",
+    "Pending",
+    "Settlement",
+    "TopicPart",
+    "lease_record",
+    "mint_token",
+    "parse_lease_id",
+    "restore_lease",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +88,6 @@ class Grant:
     envelope: bytes
 
 
-class Outcome(StrEnum):
-    ACK = "ack"
-    NACK = "nack"
-    RELEASE = "release"
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settlement:
     lease_id: str
@@ -101,3 +110,33 @@ class LeaseAnswer:
     until_ms: int = 0
     # Not known yet (a restart still re-reading the partition): ask again.
     retry_later: bool = False
+
+
+def restore_lease(
+    pending: Pending, stored: LeaseRecord, *, lease_s: float, wall: float, mono: float
+) -> Lease:
+    """A lease from before a restart: the one place epoch times become deadlines
+    (the monotonic clock does not survive the process). ``wall`` is epoch seconds now,
+    ``mono`` monotonic seconds now."""
+    return Lease(
+        pending=pending,
+        token=stored.token,
+        worker=stored.worker,
+        attempt=stored.attempt,
+        lease_s=lease_s,
+        started_ms=stored.started_ms,
+        until_ms=stored.until_ms,
+        started_at=mono - max(0.0, wall - stored.started_ms / 1000),
+        deadline=mono + (stored.until_ms / 1000 - wall),
+    )
+
+
+def lease_record(lease: Lease) -> LeaseRecord:
+    """What the store keeps of a lease (epoch times: they survive a restart)."""
+    return LeaseRecord(
+        token=lease.token,
+        worker=lease.worker,
+        attempt=lease.attempt,
+        started_ms=lease.started_ms,
+        until_ms=lease.until_ms,
+    )

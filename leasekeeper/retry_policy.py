@@ -24,6 +24,7 @@ from enum import StrEnum
 
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers, parse_duration
 from leasekeeper.retry_budget import RetryBudget
+from schemas.vocabulary import DeadLetterReason, ErrorClass
 
 __all__ = [
     "DEFAULT_PERMANENT_ERRORS",
@@ -42,7 +43,12 @@ __all__ = [
 # the payload does not decode, no handler exists for the type, or the input
 # failed validation. They go to the DLQ on the first failure.
 DEFAULT_PERMANENT_ERRORS = frozenset(
-    {"Permanent", "PayloadDecodeError", "UnknownJobType", "ValidationError"}
+    {
+        ErrorClass.PERMANENT.value,
+        ErrorClass.PAYLOAD_DECODE_ERROR.value,
+        ErrorClass.UNKNOWN_JOB_TYPE.value,
+        ErrorClass.VALIDATION_ERROR.value,
+    }
 )
 
 
@@ -59,8 +65,8 @@ class RetryReason(StrEnum):
     """Why a decision was made; the dead reasons equal ``DeadLetterReason`` values."""
 
     RETRY = "retry"
-    ATTEMPTS_EXHAUSTED = "attempts exhausted"
-    PERMANENT_ERROR = "permanent error"
+    ATTEMPTS_EXHAUSTED = DeadLetterReason.ATTEMPTS_EXHAUSTED.value
+    PERMANENT_ERROR = DeadLetterReason.PERMANENT_ERROR.value
 
 
 @dataclass(frozen=True, kw_only=True)

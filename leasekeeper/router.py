@@ -80,9 +80,9 @@ class KafkaRouter:
 
     def _dead(self, request: CopyRequest, job: Job, shrink: Shrink) -> OutRecord:
         reason, detail = request.reason, request.detail
-        if request.kind is not CopyKind.DEAD:
+        if request.kind is not CopyKind.DEAD or reason is None:
             # A retry or hop that could not be produced at all: it dies here.
-            reason = DeadLetterReason.TOO_LARGE.value
+            reason = DeadLetterReason.TOO_LARGE
             last = job.errors[-1].message if job.errors else ""
             where = self.tier_topic(request)
             detail = f"its {request.kind.value} copy was too large for {where}; last error: {last}"
@@ -119,11 +119,11 @@ class KafkaRouter:
         return self._to_dlq(key, letter, "")
 
     def _letter(
-        self, request: CopyRequest, *, envelope: bytes, reason: str, detail: str
+        self, request: CopyRequest, *, envelope: bytes, reason: DeadLetterReason, detail: str
     ) -> DeadLetter:
         return DeadLetter(
             envelope=envelope,
-            reason=reason,
+            reason=reason.value,
             detail=detail,
             source_topic=request.source.topic,
             source_partition=request.source.partition,

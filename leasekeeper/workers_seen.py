@@ -3,7 +3,7 @@
 A worker lists its job types in every claim (empty: any type, as workers did
 before the list existed). A job whose type none of them runs waits instead of
 bouncing between workers that would release it; after a grace it dead-letters
-as ``UnknownJobType`` (see ``LeaseEngine.sweep_unhandled``).
+as ``UnknownJobType`` (see ``leasekeeper.unhandled``).
 """
 
 from __future__ import annotations

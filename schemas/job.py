@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import TypeVar
 
+from schemas.vocabulary import DeadLetterReason
+
 __all__ = ["AttemptError", "DeadLetter", "DeadLetterReason", "Job"]
+
 
 _T = TypeVar("_T")
 
@@ -186,16 +188,6 @@ def number_problem(job: Job) -> str | None:
     if job.replay_count < 0:
         return f"field 'replay_count': expected 0 or more, got {job.replay_count}"
     return None
-
-
-class DeadLetterReason(StrEnum):
-    """The reasons the system itself writes into ``DeadLetter.reason``."""
-
-    UNDECODABLE = "undecodable"
-    ATTEMPTS_EXHAUSTED = "attempts exhausted"
-    PERMANENT_ERROR = "permanent error"
-    TOO_LARGE = "too large"  # a retry or hop copy too large for its tier topic
-    UNKNOWN_JOB_TYPE = "unknown job type"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,14 +13,16 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
+from schemas.vocabulary import ErrorClass
+
 # The leasekeeper stores the traceback with the job's error history; the tail
 # is where the cause is, and a bounded size keeps records small.
 TRACEBACK_LIMIT = 2048
 MESSAGE_LIMIT = 1024
 
-UNKNOWN_JOB_TYPE = "UnknownJobType"
-PAYLOAD_DECODE_ERROR = "PayloadDecodeError"
-JOB_TIMEOUT = "JobTimeout"
+UNKNOWN_JOB_TYPE = ErrorClass.UNKNOWN_JOB_TYPE.value
+PAYLOAD_DECODE_ERROR = ErrorClass.PAYLOAD_DECODE_ERROR.value
+JOB_TIMEOUT = ErrorClass.JOB_TIMEOUT.value
 
 
 class Retry(Exception):

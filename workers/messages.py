@@ -7,18 +7,11 @@ not depend on protobuf's mutable message objects.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
+# How a job's lease ends; the string is what ``App.on_settled`` hooks receive.
+from schemas.vocabulary import Outcome as Outcome
 from workers.errors import Failure
-
-
-class Outcome(enum.StrEnum):
-    """How a job's lease ends; the string is what ``App.on_settled`` hooks receive."""
-
-    ACK = "ack"
-    NACK = "nack"
-    RELEASE = "release"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,307 @@
+"""The lease core: claim, heartbeat, settle, expire.
+
+Invariants held here: every claim mints a new token, and heartbeat, ack and
+nack must present it (a stale token is refused and counted: "lease tokens fence
+zombies"); attempts are counted at claim time and written to the store before
+the job is handed out ("attempts are counted at claim time"); an ack is stored
+before it is answered; a nack, an expired lease or a job past its timeout
+becomes a copy (``FailurePath``) and resolves only once the copy is durable.
+After a restart, leases not known yet are answered "retry later" while the
+leasekeeper settles in. The engine's lock guards it; it returns the copies it
+decided, and the engine queues them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from leasekeeper.control_state import ControlState
+from leasekeeper.copies import CopyRequest, cap_error
+from leasekeeper.engine_config import Counters, EngineConfig, now_ms
+from leasekeeper.failures import FailurePath
+from leasekeeper.intake import Intake
+from leasekeeper.leases import (
+    Grant,
+    Lease,
+    LeaseAnswer,
+    Outcome,
+    Pending,
+    Settlement,
+    lease_record,
+    mint_token,
+    parse_lease_id,
+)
+from leasekeeper.partition_book import PartitionBook, PartitionState
+from leasekeeper.retry_budget import RetryBudget
+from leasekeeper.settle_in import SettleIn
+from leasekeeper.store import LeaseStore, Resolution, StoreBatch
+from leasekeeper.window import ReadyWindow
+from schemas.job import AttemptError
+from schemas.vocabulary import ErrorClass
+
+# Settlements remembered so that a resend (the first answer was lost to an RPC
+# deadline) is answered "applied", not refused as an unknown lease.
+RECENT_SETTLEMENTS = 100_000
+RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back"
+
+
+class LeaseCore:
+    def __init__(
+        self,
+        *,
+        book: PartitionBook,
+        window: ReadyWindow,
+        intake: Intake,
+        failures: FailurePath,
+        store: LeaseStore,
+        control: ControlState,
+        budget: RetryBudget,
+        counters: Counters,
+        config: EngineConfig,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._book = book
+        self._window = window
+        self._intake = intake
+        self._failures = failures
+        self._store = store
+        self._control = control
+        self._budget = budget
+        self._counters = counters
+        self._config = config
+        self._clock = clock
+        self._monotonic = monotonic
+        self.settle_in = SettleIn(until=monotonic() + config.settle_in_max_s)
+        self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    # -- claiming -------------------------------------------------------------
+
+    def lease_ready(
+        self, worker: str, max_jobs: int, accept: Callable[[Pending], bool] | None
+    ) -> tuple[list[Grant], list[CopyRequest]]:
+        """Lease up to ``max_jobs`` ready jobs that ``accept`` takes; attempts are counted
+        in the store before the grants leave."""
+        grants: list[Grant] = []
+        actions: list[CopyRequest] = []
+        batch = self._store.batch()
+        while len(grants) < max_jobs:
+            pending = self._window.pop(accept)
+            if pending is None:
+                break
+            grant = self._lease(pending, worker, batch, actions)
+            if grant is not None:
+                grants.append(grant)
+        self._store.write(batch)
+        return grants, actions
+
+    def _lease(
+        self, pending: Pending, worker: str, batch: StoreBatch, actions: list[CopyRequest]
+    ) -> Grant | None:
+        state = self._book.live(pending)
+        if state is None or self._intake.skipped(state, pending):
+            return None  # moved, or cancelled while it waited
+        job = pending.job
+        prior = state.claims.get(pending.offset, 0)
+        if job.attempt + prior >= job.max_attempts:
+            actions.append(self._failures.crashed(pending))
+            return None
+        if job.attempt == 0 and prior == 0:
+            self._budget.record_first_attempt()
+        state.claims[pending.offset] = prior + 1
+        batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, prior + 1)
+        lease_s = self._config.lease_for(job.type)
+        start = now_ms(self._clock)
+        mono = self._monotonic()
+        lease = Lease(
+            pending=pending,
+            token=mint_token(),
+            worker=worker,
+            attempt=job.attempt + prior + 1,
+            lease_s=lease_s,
+            started_ms=start,
+            until_ms=start + int(lease_s * 1000),
+            started_at=mono,
+            deadline=mono + lease_s,
+        )
+        state.leases[pending.offset] = lease
+        batch.lease(pending.tp.topic, pending.tp.partition, pending.offset, lease_record(lease))
+        return Grant(
+            lease_id=pending.lease_id,
+            token=lease.token,
+            until_ms=lease.until_ms,
+            attempt=lease.attempt,
+            lease_s=lease_s,
+            envelope=pending.envelope,
+        )
+
+    # -- finding a lease ------------------------------------------------------
+
+    def _find(self, lease_id: str, token: str) -> tuple[PartitionState, Lease] | LeaseAnswer:
+        """The lease a call names, or the answer refusing it. A lease this leasekeeper
+        may still learn of (settling in, or its offset not re-read yet) is "retry
+        later"; one on a partition it does not own is never accepted: it may be
+        assigned elsewhere."""
+        try:
+            tp, offset = parse_lease_id(lease_id)
+        except ValueError:
+            return _refused(lease_id, "malformed lease id")
+        state = self._book.parts.get(tp)
+        lease = state.leases.get(offset) if state else None
+        if lease is None:
+            if self._not_known_yet(state, offset):
+                return LeaseAnswer(
+                    lease_id=lease_id, ok=False, reason=RETRY_LATER, retry_later=True
+                )
+            return _refused(lease_id, "unknown lease (expired, settled or moved)")
+        assert state is not None
+        if lease.token != token:
+            return _refused(lease_id, "stale token")
+        return state, lease
+
+    def _not_known_yet(self, state: PartitionState | None, offset: int) -> bool:
+        if state is not None and offset in state.stored_leases:
+            return True  # leased before the restart; its record is not re-read yet
+        return state is None and self.settling()
+
+    def settling(self) -> bool:
+        """True while leases not known yet are answered "retry later" (see SettleIn)."""
+        return self.settle_in.active(
+            self._monotonic(), lambda: any(s.stored_leases for s in self._book.parts.values())
+        )
+
+    def _refusal(self, found: LeaseAnswer) -> LeaseAnswer:
+        if not found.retry_later:
+            self._counters.stale_rejected += 1
+        return found
+
+    # -- heartbeats -------------------------------------------------------------
+
+    def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
+        answers = []
+        now = now_ms(self._clock)
+        batch = self._store.batch()
+        for lease_id, token in leases:
+            found = self._find(lease_id, token)
+            if isinstance(found, LeaseAnswer):
+                answers.append(self._refusal(found))
+                continue
+            state, lease = found
+            if self._end_if_cancelled(state, lease, batch):
+                answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
+                continue
+            lease.until_ms = now + int(lease.lease_s * 1000)
+            lease.deadline = self._monotonic() + lease.lease_s
+            tp, offset = lease.pending.tp, lease.pending.offset
+            batch.lease(tp.topic, tp.partition, offset, lease_record(lease))
+            answers.append(LeaseAnswer(lease_id=lease_id, ok=True, until_ms=lease.until_ms))
+        self._store.write(batch)
+        return answers
+
+    def _end_if_cancelled(self, state: PartitionState, lease: Lease, batch: StoreBatch) -> bool:
+        """A running job that was cancelled loses its lease and is never run again."""
+        if not self._control.is_cancelled(lease.pending.job.job_id):
+            return False
+        offset = lease.pending.offset
+        del state.leases[offset]
+        batch.unlease(state.tp.topic, state.tp.partition, offset)
+        batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
+        state.tracker.resolve(offset)
+        self._counters.cancelled += 1
+        return True
+
+    # -- settlements ------------------------------------------------------------
+
+    def settle(self, settlements: list[Settlement]) -> tuple[list[LeaseAnswer], list[CopyRequest]]:
+        """Acks are persisted before the answer; nacks become copies, resolved once
+        durable."""
+        answers: list[LeaseAnswer] = []
+        actions: list[CopyRequest] = []
+        batch = self._store.batch()
+        for item in settlements:
+            found = self._find(item.lease_id, item.token)
+            if isinstance(found, LeaseAnswer):
+                answers.append(self._refused_settlement(item, found))
+                continue
+            state, lease = found
+            self._remember_settled(item.lease_id, item.token)
+            del state.leases[lease.pending.offset]
+            batch.unlease(state.tp.topic, state.tp.partition, lease.pending.offset)
+            self._apply(state, lease, item, batch, actions)
+            answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
+        self._store.write(batch)
+        return answers, actions
+
+    def _refused_settlement(self, item: Settlement, found: LeaseAnswer) -> LeaseAnswer:
+        if (item.lease_id, item.token) in self._recently_settled:
+            return LeaseAnswer(lease_id=item.lease_id, ok=True, reason="already settled")
+        return self._refusal(found)
+
+    def _remember_settled(self, lease_id: str, token: str) -> None:
+        self._recently_settled[(lease_id, token)] = None
+        if len(self._recently_settled) > RECENT_SETTLEMENTS:
+            self._recently_settled.popitem(last=False)
+
+    def _apply(
+        self,
+        state: PartitionState,
+        lease: Lease,
+        item: Settlement,
+        batch: StoreBatch,
+        actions: list[CopyRequest],
+    ) -> None:
+        pending = lease.pending
+        if item.outcome is Outcome.ACK:
+            self._counters.acked += 1
+            batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
+            state.tracker.resolve(pending.offset)
+        elif item.outcome is Outcome.RELEASE:
+            # Not run: the attempt is given back and the job goes to the front.
+            self._counters.released += 1
+            count = max(0, state.claims.get(pending.offset, 1) - 1)
+            state.claims[pending.offset] = count
+            batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
+            self._window.push_front(pending)
+        else:
+            self._counters.nacked += 1
+            actions.append(self._nacked(lease, item))
+
+    def _nacked(self, lease: Lease, item: Settlement) -> CopyRequest:
+        error = cap_error(
+            AttemptError(
+                attempt=lease.attempt,
+                at_ms=now_ms(self._clock),
+                worker=lease.worker,
+                error_class=item.error_class or ErrorClass.ERROR.value,
+                message=item.message,
+                traceback=item.traceback,
+            )
+        )
+        return self._failures.failed(
+            lease, error, permanent=item.permanent, retry_after_s=item.retry_after_s
+        )
+
+    # -- the reaper ---------------------------------------------------------------
+
+    def expire(self) -> list[CopyRequest]:
+        """Leases past ``until`` count as failed attempts (worker presumed dead), and so
+        do jobs running past their timeout."""
+        actions: list[CopyRequest] = []
+        now = self._monotonic()
+        batch = self._store.batch()
+        for state in self._book.parts.values():
+            for offset, lease in list(state.leases.items()):
+                error = self._failures.overdue(lease, now)
+                if error is None:
+                    continue
+                del state.leases[offset]
+                batch.unlease(state.tp.topic, state.tp.partition, offset)
+                self._counters.expired += 1
+                actions.append(self._failures.failed(lease, error, permanent=False))
+        self._store.write(batch)
+        return actions
+
+
+def _refused(lease_id: str, reason: str) -> LeaseAnswer:
+    return LeaseAnswer(lease_id=lease_id, ok=False, reason=reason)

@@ -1,0 +1,43 @@
+"""The words workers and leasekeepers exchange and write into jobs, defined once.
+
+Error classes name a failed attempt in a job's history (``AttemptError.error_class``);
+the ones listed here are written by the system itself, any other is a handler's
+exception class name. Dead-letter reasons say why the system moved a record to the
+DLQ (``DeadLetter.reason``). Outcomes are what a worker reports for a lease.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["DeadLetterReason", "ErrorClass", "Outcome"]
+
+
+class ErrorClass(StrEnum):
+    """Error classes the system writes (a handler's own exceptions keep their names)."""
+
+    ERROR = "Error"  # a nack that named no class
+    PERMANENT = "Permanent"  # the handler raised workers.Permanent
+    PAYLOAD_DECODE_ERROR = "PayloadDecodeError"  # the payload does not match its schema
+    UNKNOWN_JOB_TYPE = "UnknownJobType"  # no handler (worker) or no worker runs the type
+    VALIDATION_ERROR = "ValidationError"
+    JOB_TIMEOUT = "JobTimeout"  # ran past timeout_s
+    LEASE_EXPIRED = "LeaseExpired"  # no ack or heartbeat within the lease
+
+
+class DeadLetterReason(StrEnum):
+    """The reasons the system itself writes into ``DeadLetter.reason``."""
+
+    UNDECODABLE = "undecodable"
+    ATTEMPTS_EXHAUSTED = "attempts exhausted"
+    PERMANENT_ERROR = "permanent error"
+    TOO_LARGE = "too large"  # a retry or hop copy too large for its tier topic
+    UNKNOWN_JOB_TYPE = "unknown job type"
+
+
+class Outcome(StrEnum):
+    """How a worker settles a lease."""
+
+    ACK = "ack"
+    NACK = "nack"
+    RELEASE = "release"  # not run: the attempt is given back
