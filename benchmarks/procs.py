@@ -12,10 +12,11 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from devtools.waiting import wait_until as wait_until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -179,16 +180,3 @@ def kill(process: subprocess.Popen[bytes]) -> None:
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
-
-
-def wait_until(
-    predicate: Callable[[], bool], timeout: float, what: str, step: float = 0.05
-) -> float:
-    """Poll ``predicate``; return the monotonic time it first held, or raise after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(step)

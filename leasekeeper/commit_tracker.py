@@ -1,6 +1,7 @@
 """Which offset of a partition may be committed: the lowest one not yet resolved.
 
-Invariant 2: a partition's committed offset is ``min(unresolved offsets)``. Jobs
+Commit only past contiguous resolution: a partition's committed offset is
+``min(unresolved offsets)``. Jobs
 finish out of order, so the tracker keeps the fetched offsets in fetch order and
 advances a watermark over the resolved prefix. Offsets need not be contiguous
 (transaction markers and compaction leave gaps); only fetched offsets count.

@@ -47,7 +47,6 @@ class LoopConfig:
     batch_size: int = 500
     poll_timeout_s: float = 0.05
     commit_interval_s: float = 0.1
-    commit_every_resolutions: int = 1000
     reaper_interval_s: float = 0.5
     # How long partitions being revoked (rebalance) or a stopping leasekeeper wait
     # for their jobs in flight to be settled before committing and letting go.

@@ -1,8 +1,9 @@
 """Which ready job is dispatched next: round-robin across tenants, FIFO within one.
 
-Invariant 7: one tenant's backlog in a partition must not hold back another
-tenant's job fetched behind it. Keeping the choice in its own object lets later
-policies (per-tenant caps, weights) replace it without touching the engine.
+One noisy tenant cannot starve others: one tenant's backlog in a partition must
+not hold back another tenant's job fetched behind it. Keeping the choice in its own
+object lets later policies (per-tenant caps, weights) replace it without touching the
+engine: ``LeaseEngine(policy=...)`` takes any ``DispatchPolicy``.
 """
 
 from __future__ import annotations

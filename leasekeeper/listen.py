@@ -1,4 +1,4 @@
-"""Who may reach a leasekeeper: the checks made before it listens (invariant 10).
+"""Who may reach a leasekeeper: the checks made before it listens (no one else gets in).
 
 A Unix socket is private by default: its directory is created 0700 and must be
 owned by the user running the leasekeeper and not writable by anyone else, and

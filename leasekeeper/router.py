@@ -2,7 +2,8 @@
 the queue's DLQ.
 
 An original offset is resolved only from the delivery report of its copy
-(invariant 2), so a crash between "decided to retry" and "copy acked by Kafka"
+(commit only past contiguous resolution), so a crash between "decided to retry"
+and "copy acked by Kafka"
 leaves the original unresolved, and it is delivered again. This module only
 builds records; the outbox sends them.
 """

@@ -5,7 +5,7 @@ offset, the resolution of each finished job, the number of claims made and the
 lease in flight, so a restarted leasekeeper on the same disk neither re-runs an
 acked job, nor forgets how many attempts a job has used, nor takes a job away
 from a worker that still holds a valid lease on it. Kafka keeps the jobs; this is an index and a
-memory, never the only copy of a job (invariant 5). Writes are grouped into one
+memory, never the only copy of a job (no job lives only in local state). Writes are grouped into one
 ``WriteBatch`` per RPC or loop iteration.
 """
 

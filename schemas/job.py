@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from schemas.vocabulary import DeadLetterReason
@@ -112,15 +112,6 @@ class Job:
         # Copies, so a frozen Job never shares a mutable dict or list with its caller.
         object.__setattr__(self, "trace", dict(self.trace))
         object.__setattr__(self, "errors", tuple(self.errors))
-
-    @property
-    def exhausted(self) -> bool:
-        """True when no attempt is left: the leasekeeper dead-letters instead of retrying."""
-        return self.attempt >= self.max_attempts
-
-    def next_attempt(self, error: AttemptError) -> Job:
-        """The copy to re-produce after a failed attempt: one more attempt made, error kept."""
-        return replace(self, attempt=self.attempt + 1, errors=(*self.errors, error))
 
     def to_avro(self) -> dict[str, object]:
         return {

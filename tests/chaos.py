@@ -1,4 +1,4 @@
-"""What a kill -9 may re-run, measured from the run itself (invariant 9).
+"""What a kill -9 may re-run, measured from the run itself (duplicates stay bounded).
 
 Duplicates stay bounded by the jobs in flight at a fault plus the acks one
 commit interval holds. Each fault is entered here when it happens, with the

@@ -9,13 +9,14 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from devtools.waiting import wait_until as wait_until
 from jobcore.kafka import (
     KafkaSettings,
     Message,
@@ -33,23 +34,6 @@ from schemas.job import DeadLetter
 from tests.apps.recording import SCHEMAS, Event, read_events, read_log
 
 BIN = Path(sys.executable).parent
-
-
-def wait_until(
-    predicate: Callable[[], bool],
-    timeout: float,
-    what: str,
-    step: float = 0.05,
-    describe: Callable[[], object] | None = None,
-) -> None:
-    """Poll ``predicate`` until it holds; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(step)
-    state = f": {describe()}" if describe is not None else ""
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{state}")
 
 
 @dataclass(kw_only=True)

@@ -26,14 +26,14 @@ class DuplicateHandler(ValueError):
 class Handler:
     """A registered handler and its per-type settings.
 
-    ``lease_s`` is advisory: the leasekeeper decides the lease length and says
-    so in every claim. ``timeout_s`` overrides the job's own ``timeout_s``.
+    ``timeout_s`` overrides the job's own ``timeout_s``. The lease length is the
+    leasekeeper's to decide (``leasekeeper serve --lease-for TYPE=S``); it says so in
+    every claim.
     """
 
     job_type: str
     func: HandlerFunc
     is_async: bool
-    lease_s: int | None = None
     timeout_s: float | None = None
 
 
@@ -53,13 +53,11 @@ class App:
         self,
         job_type: str,
         *,
-        lease_s: int | None = None,
         timeout_s: float | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of ``job_type``."""
         if not job_type:
             raise ValueError("job type must not be empty")
-        _check_seconds(job_type, "lease_s", lease_s)
         _check_seconds(job_type, "timeout_s", timeout_s)
 
         def register(func: F) -> F:
@@ -68,7 +66,6 @@ class App:
                     job_type=job_type,
                     func=func,
                     is_async=inspect.iscoroutinefunction(func),
-                    lease_s=lease_s,
                     timeout_s=timeout_s,
                 )
             )

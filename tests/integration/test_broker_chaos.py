@@ -1,5 +1,6 @@
 """Kill -9 of a broker, a leasekeeper and a worker under load, on a 3-broker cluster
-(invariants 1 and 9): nothing is lost, and the duplicates stay within the bound
+(never lose a job; duplicates stay bounded): nothing is lost, and the duplicates
+stay within the bound
 computed from the run (jobs in flight at each fault, plus the acks one commit
 interval holds where the fault may move partitions). The killed leasekeeper's
 partitions move to the other one and back when it restarts: two moves in a row.

@@ -1,5 +1,7 @@
 """Leases under failure, against real Kafka and real processes: workers and
-leasekeepers that die, stall, time out or move (invariants 1 to 5)."""
+leasekeepers that die, stall, time out or move (never lose a job, commit only past
+contiguous resolution, tokens fence zombies, attempts counted at claim time, no job only in
+local state)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A partition that moves twice in a row keeps what its first owner acked (invariant 9).
+"""A partition that moves twice in a row keeps what its first owner acked (duplicates stay bounded).
 
 The commit offset stops at the lowest unresolved job; everything acked beyond it
 travels in the commit metadata. The second owner must hand that inherited

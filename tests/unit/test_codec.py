@@ -150,16 +150,6 @@ def test_payload_round_trip_fills_defaults(codec: EnvelopeCodec) -> None:
     assert codec.decode_payload("noop", codec.encode_payload("noop", {})) == {"n": 0}
 
 
-def test_next_attempt_counts_and_keeps_the_error(codec: EnvelopeCodec) -> None:
-    job = receipt(codec, max_attempts=2)
-    error = AttemptError(attempt=1, at_ms=9, worker="w", error_class="E", message="m", traceback="")
-    once = job.next_attempt(error)
-    assert (once.attempt, once.errors, once.exhausted) == (1, (error,), False)
-    twice = once.next_attempt(error)
-    assert (twice.attempt, len(twice.errors), twice.exhausted) == (2, 2, True)
-    assert job.attempt == 0 and job.errors == ()
-
-
 def test_job_does_not_share_the_callers_trace_dict(codec: EnvelopeCodec) -> None:
     trace = {"a": "1"}
     job = receipt(codec, trace=trace)

@@ -74,7 +74,7 @@ def test_retry_refuses_a_delay_that_is_not_a_finite_non_negative_number(
         Retry("later", after=after)
 
 
-@pytest.mark.parametrize("option", ["timeout_s", "lease_s"])
+@pytest.mark.parametrize("option", ["timeout_s"])
 @pytest.mark.parametrize("value", [math.nan, math.inf, 0, -1])
 def test_a_handler_refuses_a_duration_that_is_not_finite_and_positive(
     option: str, value: float

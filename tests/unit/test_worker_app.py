@@ -26,7 +26,7 @@ def _ctx() -> JobContext:
 def test_job_registers_sync_and_async_handlers_with_their_settings() -> None:
     app = App("billing")
 
-    @app.job("send_receipt", lease_s=60, timeout_s=5)
+    @app.job("send_receipt", timeout_s=5)
     def send(ctx: JobContext, payload: dict[str, Any]) -> str:
         return "sent"
 
@@ -36,13 +36,20 @@ def test_job_registers_sync_and_async_handlers_with_their_settings() -> None:
 
     sync, coro = app.handler_for("send_receipt"), app.handler_for("resize_image")
     assert sync is not None and coro is not None
-    assert (sync.is_async, sync.lease_s, sync.timeout_s) == (False, 60, 5)
-    assert (coro.is_async, coro.lease_s, coro.timeout_s) == (True, None, None)
+    assert (sync.is_async, sync.timeout_s) == (False, 5)
+    assert (coro.is_async, coro.timeout_s) == (True, None)
     assert sync.func is send, "the decorator returns the function unchanged"
     assert send(_ctx(), {}) == "sent"
     assert app.has_async_handlers
     assert sorted(app.handlers) == ["resize_image", "send_receipt"]
     assert app.handler_for("unknown") is None
+
+
+def test_a_handler_takes_no_lease_length_the_leasekeeper_sets_it() -> None:
+    """``lease_s`` was stored and never read: a lease length is set with
+    ``leasekeeper serve --lease-for TYPE=S``, so the decorator no longer pretends."""
+    with pytest.raises(TypeError, match="lease_s"):
+        App().job("noop", lease_s=60)  # type: ignore[call-arg]
 
 
 def test_a_second_handler_for_a_type_is_an_error() -> None:
@@ -61,7 +68,7 @@ def test_a_second_handler_for_a_type_is_an_error() -> None:
 
 @pytest.mark.parametrize(
     ("job_type", "options"),
-    [("", {}), ("noop", {"lease_s": 0}), ("noop", {"timeout_s": -1.0})],
+    [("", {}), ("noop", {"timeout_s": -1.0})],
 )
 def test_invalid_registrations_are_refused(job_type: str, options: dict[str, Any]) -> None:
     with pytest.raises(ValueError):

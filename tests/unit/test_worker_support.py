@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from devtools.waiting import wait_until as wait_until
 from jobcore.config import AUTH_METADATA_KEY
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
@@ -30,15 +31,6 @@ from workers.app import App
 from workers.client import LeaseKeeperClient
 from workers.decoding import EnvelopeDecoder
 from workers.runtime import Worker
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.01)
 
 
 @dataclass(frozen=True, kw_only=True)
