@@ -39,6 +39,7 @@ from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.retry_budget import RetryBudget
+from leasekeeper.snapshots import EngineSnapshot
 from leasekeeper.store import LeaseStore, Resolution
 from leasekeeper.unhandled import UnhandledSweep
 from leasekeeper.window import ReadyWindow
@@ -315,7 +316,7 @@ class LeaseEngine:
 
     # -- inspection ---------------------------------------------------------
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> EngineSnapshot:
         with self._cond:
             return engine_view.snapshot(
                 book=self._book,

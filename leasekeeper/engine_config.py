@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.retry_policy import RetryPolicies
@@ -35,21 +35,33 @@ class EngineConfig:
         return self.lease_s_by_type.get(job_type, self.lease_s)
 
 
+def _counter(help_text: str) -> int:
+    """A counter field starting at 0, with the help text its metric is exported with."""
+    return field(default=0, metadata={"help": help_text})
+
+
+def counter_help() -> dict[str, str]:
+    """Counter name → help text, in field order (what metrics export)."""
+    return {f.name: f.metadata["help"] for f in fields(Counters)}
+
+
 @dataclass(kw_only=True)
 class Counters:
     """What happened to jobs since start. ``inspect`` and metrics iterate the fields, so a
     counter added here is shown and exported without another edit."""
 
-    acked: int = 0
-    nacked: int = 0
-    released: int = 0
-    expired: int = 0
-    retried: int = 0
-    dead: int = 0
-    skipped: int = 0
-    cancelled: int = 0
-    deduplicated: int = 0
-    stale_rejected: int = 0
+    acked: int = _counter("jobs acked by workers")
+    nacked: int = _counter("jobs nacked by workers")
+    released: int = _counter("jobs released unrun by stopping workers")
+    expired: int = _counter("leases taken back by the reaper (expired, or past timeout_s)")
+    retried: int = _counter("failed jobs copied back to the queue for another attempt")
+    dead: int = _counter("jobs copied to the dead-letter topic")
+    skipped: int = _counter("fetched jobs skipped as already resolved (after a restart or move)")
+    cancelled: int = _counter("jobs skipped or taken back because they were cancelled")
+    deduplicated: int = _counter("jobs skipped because their dedupe key was used by another job")
+    stale_rejected: int = _counter(
+        "heartbeats, acks and nacks refused for a stale or unknown lease token"
+    )
 
 
 def now_ms(clock: Callable[[], float]) -> int:

@@ -7,12 +7,13 @@ reference into the engine's state.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import replace
 
 from leasekeeper.control_state import ControlState
 from leasekeeper.engine_config import Counters
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
+from leasekeeper.snapshots import EngineSnapshot, LeaseView, PartitionView
 from leasekeeper.window import ReadyWindow
 from schemas.job import Job
 
@@ -26,21 +27,21 @@ def snapshot(
     settling_in: bool,
     workers: dict[str, list[str]],
     mono: float,
-) -> dict[str, object]:
+) -> EngineSnapshot:
     """``mono`` is monotonic seconds now (lease ages and expiries)."""
-    return {
-        "retry_budget": budget.snapshot().to_dict(),
-        "partitions": [_partition_view(s, mono) for s in book.parts.values()],
-        "ready": window.ready_count,
-        "delayed": window.delayed_count,
-        "next_delayed_due_ms": window.next_due_ms,
-        "ready_bytes": window.bytes,
-        "ready_by_tenant": window.ready_by_tenant(),
-        "in_flight_by_tenant": _in_flight_by_tenant(book),
-        "counters": asdict(counters),
-        "settling_in": settling_in,
-        "workers": workers,
-    }
+    return EngineSnapshot(
+        retry_budget=budget.snapshot(),
+        partitions=tuple(_partition_view(s, mono) for s in book.parts.values()),
+        ready=window.ready_count,
+        delayed=window.delayed_count,
+        next_delayed_due_ms=window.next_due_ms,
+        ready_bytes=window.bytes,
+        ready_by_tenant=window.ready_by_tenant(),
+        in_flight_by_tenant=_in_flight_by_tenant(book),
+        counters=replace(counters),
+        settling_in=settling_in,
+        workers=workers,
+    )
 
 
 def job_view(
@@ -85,30 +86,30 @@ def _in_flight_by_tenant(book: PartitionBook) -> dict[str, int]:
     return counts
 
 
-def _partition_view(state: PartitionState, now: float) -> dict[str, object]:
+def _partition_view(state: PartitionState, now: float) -> PartitionView:
     """``now`` is monotonic seconds."""
-    return {
-        "topic": state.tp.topic,
-        "partition": state.tp.partition,
-        "committed": state.committed,
-        "highest_fetched": state.tracker.highest_fetched,
-        "committable": state.tracker.committable,
-        "unresolved": state.tracker.unresolved(),
-        "unresolved_count": state.tracker.unresolved_count(),
-        "leases": [
-            {
-                "lease_id": lease.pending.lease_id,
-                "job_id": lease.pending.job.job_id,
-                "type": lease.pending.job.type,
-                "tenant": lease.pending.job.tenant_id,
-                "worker": lease.worker,
-                "attempt": lease.attempt,
-                "age_s": round(now - lease.started_at, 3),
-                "expires_in_s": round(lease.deadline - now, 3),
-            }
+    return PartitionView(
+        topic=state.tp.topic,
+        partition=state.tp.partition,
+        committed=state.committed,
+        highest_fetched=state.tracker.highest_fetched,
+        committable=state.tracker.committable,
+        unresolved=state.tracker.unresolved(),
+        unresolved_count=state.tracker.unresolved_count(),
+        leases=tuple(
+            LeaseView(
+                lease_id=lease.pending.lease_id,
+                job_id=lease.pending.job.job_id,
+                type=lease.pending.job.type,
+                tenant=lease.pending.job.tenant_id,
+                worker=lease.worker,
+                attempt=lease.attempt,
+                age_s=round(now - lease.started_at, 3),
+                expires_in_s=round(lease.deadline - now, 3),
+            )
             for lease in state.leases.values()
-        ],
-    }
+        ),
+    )
 
 
 def _with_job(view: dict[str, object], job: Job) -> dict[str, object]:

@@ -13,15 +13,12 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from leasekeeper.engine_config import counter_help
+
+# Every field of the engine's Counters is exported (a new counter needs no edit here),
+# and the RPC layer's count of clamped retry_after_s values beside them.
 COUNTERS = {
-    "acked": "jobs acked by workers",
-    "nacked": "jobs nacked by workers",
-    "released": "jobs released unrun by stopping workers",
-    "expired": "leases taken back by the reaper (expired, or past timeout_s)",
-    "retried": "failed jobs copied back to the queue for another attempt",
-    "dead": "jobs copied to the dead-letter topic",
-    "skipped": "fetched jobs skipped as already resolved (after a restart or move)",
-    "stale_rejected": "heartbeats, acks and nacks refused for a stale or unknown lease token",
+    **counter_help(),
     "invalid_retry_after": "nacks whose retry_after_s was NaN, negative or too long (clamped)",
 }
 

@@ -38,6 +38,7 @@ from leasekeeper.outbox import Outbox
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
+from leasekeeper.snapshots import LeaseKeeperSnapshot
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
@@ -156,13 +157,13 @@ class LeaseKeeperService:
         background: a cluster that is down at start-up is waited for, not fatal."""
         self._server = start_rpc_server(
             engine=self.engine,
-            snapshot=self.snapshot,
+            snapshot=self.snapshot_dict,
             listen=self.config.listen,
             counters=self._rpc_counters,
             security=self.config.security,
         )
         if self.config.metrics_port:
-            serve_metrics(self.snapshot, self.config.queue, self.config.metrics_port)
+            serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port)
         self._thread.start()
 
     def _connect(self) -> None:
@@ -248,24 +249,24 @@ class LeaseKeeperService:
         finally:
             self._stop.set()
 
-    def snapshot(self) -> dict[str, object]:
-        view = self.engine.snapshot()
-        view.update(
+    def snapshot(self) -> LeaseKeeperSnapshot:
+        return LeaseKeeperSnapshot(
+            engine=self.engine.snapshot(),
             queue=self.config.queue,
             topics={"ready": self.topics.ready, "dlq": self.topics.dlq},
             member=self.config.member_id,
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
-            outbox=self.outbox.view().to_dict(),
+            outbox=self.outbox.view(),
             kafka="connected" if self.connected.is_set() else "connecting",
+            invalid_retry_after=self._rpc_counters.invalid_retry_after,
+            control=self._feed.snapshot() if self._feed is not None else None,
         )
-        counters = view["counters"]
-        assert isinstance(counters, dict)
-        counters["invalid_retry_after"] = self._rpc_counters.invalid_retry_after
-        if self._feed is not None:
-            view["control"] = self._feed.snapshot().to_dict()
-        return view
+
+    def snapshot_dict(self) -> dict[str, object]:
+        """The snapshot at the edge (the RPC's JSON, the metrics collector)."""
+        return self.snapshot().to_dict()
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once the service stopped (or its loop failed)."""

@@ -34,7 +34,9 @@ class ReadyWindow:
         self.records = records
         self._max_bytes = max_bytes
         self._wake = wake
-        self._ready: DispatchPolicy[Pending] = policy or TenantRoundRobin(kind=job_type)
+        self._ready: DispatchPolicy[Pending] = (
+            policy if policy is not None else TenantRoundRobin(kind=job_type)
+        )
         self.bytes = 0
         self._delayed: list[tuple[int, int, Pending]] = []
         self._seq = itertools.count()

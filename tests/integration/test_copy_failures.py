@@ -133,5 +133,4 @@ def test_a_nack_copy_too_large_for_kafka_ends_in_the_dlq_and_the_commit_moves_on
     assert service.engine.settle([ack])[0].ok
     wait_until(lambda: committed(kafka, service) == 2, 30, "the commit past the next job")
     assert not service.wait(0)
-    snapshot = service.snapshot()
-    assert snapshot["counters"]["dead"] == 1  # type: ignore[index]
+    assert service.snapshot().engine.counters.dead == 1

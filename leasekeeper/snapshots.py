@@ -1,0 +1,117 @@
+"""What a leasekeeper shows of itself, as typed values.
+
+``inspect`` (over the RPC), metrics and the ``make run`` demo all read one
+snapshot. It is built from frozen dataclasses and turned into JSON-ready dicts
+only at the edge (``to_dict``: the RPC's answer, the metrics collector), so a
+field cannot be missing in one reader and present in another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from leasekeeper.engine_config import Counters
+from leasekeeper.retry_budget import BudgetSnapshot
+
+if TYPE_CHECKING:  # the engine imports this module; these import the engine
+    from leasekeeper.control_feed import ControlSnapshot
+    from leasekeeper.outbox import OutboxView
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseView:
+    lease_id: str
+    job_id: str
+    type: str
+    tenant: str
+    worker: str
+    attempt: int
+    age_s: float
+    expires_in_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionView:
+    topic: str
+    partition: int
+    committed: int
+    highest_fetched: int
+    committable: int
+    unresolved: list[int]
+    unresolved_count: int
+    leases: tuple[LeaseView, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        view = asdict(self)
+        view["leases"] = [asdict(lease) for lease in self.leases]
+        return view
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSnapshot:
+    """The lease engine's state: window, partitions, leases, counters."""
+
+    retry_budget: BudgetSnapshot
+    partitions: tuple[PartitionView, ...]
+    ready: int
+    delayed: int
+    next_delayed_due_ms: int | None
+    ready_bytes: int
+    ready_by_tenant: dict[str, int]
+    in_flight_by_tenant: dict[str, int]
+    counters: Counters
+    settling_in: bool
+    workers: dict[str, list[str]]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "retry_budget": self.retry_budget.to_dict(),
+            "partitions": [p.to_dict() for p in self.partitions],
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "next_delayed_due_ms": self.next_delayed_due_ms,
+            "ready_bytes": self.ready_bytes,
+            "ready_by_tenant": dict(self.ready_by_tenant),
+            "in_flight_by_tenant": dict(self.in_flight_by_tenant),
+            "counters": asdict(self.counters),
+            "settling_in": self.settling_in,
+            "workers": dict(self.workers),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseKeeperSnapshot:
+    """The whole leasekeeper: the engine plus the service around it."""
+
+    engine: EngineSnapshot
+    queue: str
+    topics: dict[str, str]
+    member: str
+    uptime_s: float
+    commits: int
+    held_tiers: dict[str, int]
+    outbox: OutboxView
+    kafka: str
+    # Counted by the RPC layer, shown among the engine's counters.
+    invalid_retry_after: int = 0
+    control: ControlSnapshot | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        view = self.engine.to_dict()
+        counters = asdict(self.engine.counters)
+        counters["invalid_retry_after"] = self.invalid_retry_after
+        view.update(
+            counters=counters,
+            queue=self.queue,
+            topics=dict(self.topics),
+            member=self.member,
+            uptime_s=self.uptime_s,
+            commits=self.commits,
+            held_tiers=dict(self.held_tiers),
+            outbox=self.outbox.to_dict(),
+            kafka=self.kafka,
+        )
+        if self.control is not None:
+            view["control"] = self.control.to_dict()
+        return view
