@@ -11,11 +11,14 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ("jobcore", "leasekeeper", "producer", "workers", "schemas")
@@ -110,3 +113,21 @@ def test_the_rules_read_real_imports() -> None:
     assert "confluent_kafka.admin" in adapter
     nested = [i for i in imports_in("leasekeeper") if i.module.startswith("devtools")]
     assert nested and not any(i.top_level for i in nested)
+
+
+def test_the_runtime_loads_without_the_development_package() -> None:
+    """Importing every console script's module leaves ``devtools`` unloaded."""
+    code = (
+        "import sys, leasekeeper.cli, producer.cli, workers.cli\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'devtools')\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_leasekeeper_dev_kafka_still_works() -> None:
+    from leasekeeper.cli import main
+
+    result = CliRunner().invoke(main, ["dev", "kafka", "--help"])
+    assert result.exit_code == 0, result.output
+    assert all(command in result.output for command in ("fetch", "start", "stop", "status"))
