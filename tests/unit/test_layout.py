@@ -1,0 +1,21 @@
+"""The README's layout table names every top-level directory of the tree, and only those."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Made by tools, not part of the tree a clone holds.
+GENERATED = re.compile(r"^(\..*|__pycache__|build|dist|.*\.egg-info)$")
+
+
+def layout_paths() -> set[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([^`]+)/` \|", section, re.M))
+
+
+def test_the_layout_table_matches_the_top_level_directories() -> None:
+    directories = {p.name for p in ROOT.iterdir() if p.is_dir() and not GENERATED.match(p.name)}
+    assert layout_paths() == directories
