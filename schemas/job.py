@@ -16,7 +16,6 @@ from schemas.vocabulary import DeadLetterReason
 
 __all__ = ["AttemptError", "DeadLetter", "DeadLetterReason", "Job"]
 
-
 _T = TypeVar("_T")
 
 
