@@ -31,7 +31,7 @@ from leasekeeper import engine_view
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.copy_queue import CopyQueue
-from leasekeeper.engine_config import Counters, EngineConfig, now_ms
+from leasekeeper.engine_config import Counters, EngineConfig, EngineContext, now_ms
 from leasekeeper.failures import FailurePath
 from leasekeeper.fairness import DispatchPolicy
 from leasekeeper.intake import Intake
@@ -84,44 +84,19 @@ class LeaseEngine:
         self._monotonic = monotonic
         self._cond = threading.Condition()
         self._closed = False
+        ctx = EngineContext(config=config, store=store, counters=self.counters,
+                            control=self.control, clock=clock, monotonic=monotonic)  # fmt: skip
         self._book = PartitionBook(store=store, counters=self.counters, max_span=config.max_span)
-        self._window = ReadyWindow(
-            records=config.window_records,
-            max_bytes=config.window_bytes,
-            wake=self._cond.notify_all,
-            policy=policy,
-        )
+        self._window = ReadyWindow(records=config.window_records, max_bytes=config.window_bytes,
+                                   wake=self._cond.notify_all, policy=policy)  # fmt: skip
         self._copies = CopyQueue(book=self._book)
-        failures = FailurePath(
-            config=config, budget=self._budget, rng=rng or random.Random(), clock=clock
-        )
-        self._intake = Intake(
-            book=self._book,
-            window=self._window,
-            copies=self._copies,
-            store=store,
-            control=self.control,
-            counters=self.counters,
-            config=config,
-            clock=clock,
-            monotonic=monotonic,
-        )
-        self._core = LeaseCore(
-            book=self._book,
-            window=self._window,
-            intake=self._intake,
-            failures=failures,
-            store=store,
-            control=self.control,
-            budget=self._budget,
-            counters=self.counters,
-            config=config,
-            clock=clock,
-            monotonic=monotonic,
-        )
-        self._unhandled = UnhandledSweep(
-            book=self._book, window=self._window, store=store, failures=failures, config=config
-        )
+        failures = FailurePath(config=config, budget=self._budget, rng=rng or random.Random(),
+                               clock=clock)  # fmt: skip
+        book, window = self._book, self._window
+        self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
+        self._core = LeaseCore(ctx=ctx, book=book, window=window, intake=self._intake,
+                               failures=failures, budget=self._budget)  # fmt: skip
+        self._unhandled = UnhandledSweep(ctx=ctx, book=book, window=window, failures=failures)
 
     # -- partitions -------------------------------------------------------
 

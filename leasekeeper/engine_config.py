@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
+from leasekeeper.control_state import ControlState
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.retry_policy import RetryPolicies
+from leasekeeper.store import LeaseStore
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +64,19 @@ class Counters:
     stale_rejected: int = _counter(
         "heartbeats, acks and nacks refused for a stale or unknown lease token"
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineContext:
+    """What every part of the engine shares: settings, the store, the counters, the
+    control state, and the clocks (``clock`` wall time, ``monotonic`` for deadlines)."""
+
+    config: EngineConfig
+    store: LeaseStore
+    counters: Counters
+    control: ControlState
+    clock: Callable[[], float]
+    monotonic: Callable[[], float]
 
 
 def now_ms(clock: Callable[[], float]) -> int:

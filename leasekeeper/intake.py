@@ -10,16 +10,13 @@ delayed heap when not due yet. The engine's lock guards it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from jobcore.control import DedupeClaim
-from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.copy_queue import CopyQueue
-from leasekeeper.engine_config import Counters, EngineConfig, now_ms
+from leasekeeper.engine_config import EngineContext, now_ms
 from leasekeeper.leases import Pending, TopicPart, restore_lease
 from leasekeeper.partition_book import PartitionBook, PartitionState
-from leasekeeper.store import LeaseStore, Resolution
+from leasekeeper.store import Resolution
 from leasekeeper.window import ReadyWindow
 from schemas.job import Job
 
@@ -28,25 +25,20 @@ class Intake:
     def __init__(
         self,
         *,
+        ctx: EngineContext,
         book: PartitionBook,
         window: ReadyWindow,
         copies: CopyQueue,
-        store: LeaseStore,
-        control: ControlState,
-        counters: Counters,
-        config: EngineConfig,
-        clock: Callable[[], float],
-        monotonic: Callable[[], float],
     ) -> None:
         self._book = book
         self._window = window
         self._copies = copies
-        self._store = store
-        self._control = control
-        self._counters = counters
-        self._config = config
-        self._clock = clock
-        self._monotonic = monotonic
+        self._store = ctx.store
+        self._control = ctx.control
+        self._counters = ctx.counters
+        self._config = ctx.config
+        self._clock = ctx.clock
+        self._monotonic = ctx.monotonic
         self._awaiting_claim: dict[str, tuple[Pending, int]] = {}
 
     def offer(

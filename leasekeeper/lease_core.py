@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyRequest, cap_error
-from leasekeeper.engine_config import Counters, EngineConfig, now_ms
+from leasekeeper.engine_config import EngineContext, now_ms
 from leasekeeper.failures import FailurePath
 from leasekeeper.intake import Intake
 from leasekeeper.leases import (
@@ -35,7 +34,7 @@ from leasekeeper.leases import (
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
-from leasekeeper.store import LeaseStore, Resolution, StoreBatch
+from leasekeeper.store import Resolution, StoreBatch
 from leasekeeper.window import ReadyWindow
 from schemas.job import AttemptError
 from schemas.vocabulary import ErrorClass
@@ -50,30 +49,25 @@ class LeaseCore:
     def __init__(
         self,
         *,
+        ctx: EngineContext,
         book: PartitionBook,
         window: ReadyWindow,
         intake: Intake,
         failures: FailurePath,
-        store: LeaseStore,
-        control: ControlState,
         budget: RetryBudget,
-        counters: Counters,
-        config: EngineConfig,
-        clock: Callable[[], float],
-        monotonic: Callable[[], float],
     ) -> None:
         self._book = book
         self._window = window
         self._intake = intake
         self._failures = failures
-        self._store = store
-        self._control = control
         self._budget = budget
-        self._counters = counters
-        self._config = config
-        self._clock = clock
-        self._monotonic = monotonic
-        self.settle_in = SettleIn(until=monotonic() + config.settle_in_max_s)
+        self._store = ctx.store
+        self._control = ctx.control
+        self._counters = ctx.counters
+        self._config = ctx.config
+        self._clock = ctx.clock
+        self._monotonic = ctx.monotonic
+        self.settle_in = SettleIn(until=ctx.monotonic() + ctx.config.settle_in_max_s)
         self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     # -- claiming -------------------------------------------------------------

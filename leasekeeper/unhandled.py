@@ -10,11 +10,11 @@ type: nothing is swept then (see ``ConnectedWorkers.handled``).
 from __future__ import annotations
 
 from leasekeeper.copies import CopyRequest
-from leasekeeper.engine_config import EngineConfig
+from leasekeeper.engine_config import EngineContext
 from leasekeeper.failures import FailurePath
 from leasekeeper.leases import Pending
 from leasekeeper.partition_book import PartitionBook
-from leasekeeper.store import LeaseStore, StoreBatch
+from leasekeeper.store import StoreBatch
 from leasekeeper.window import ReadyWindow
 from leasekeeper.workers_seen import ConnectedWorkers
 
@@ -23,18 +23,17 @@ class UnhandledSweep:
     def __init__(
         self,
         *,
+        ctx: EngineContext,
         book: PartitionBook,
         window: ReadyWindow,
-        store: LeaseStore,
         failures: FailurePath,
-        config: EngineConfig,
     ) -> None:
         self._book = book
         self._window = window
-        self._store = store
+        self._store = ctx.store
         self._failures = failures
-        self._grace_ms = int(config.unknown_type_grace_s * 1000)
-        self.workers = ConnectedWorkers(forget_after_ms=int(config.worker_seen_s * 1000))
+        self._grace_ms = int(ctx.config.unknown_type_grace_s * 1000)
+        self.workers = ConnectedWorkers(forget_after_ms=int(ctx.config.worker_seen_s * 1000))
 
     def sweep(self, now: int) -> list[CopyRequest]:
         """The dead letters of jobs that waited past the grace (``now`` is epoch ms)."""
