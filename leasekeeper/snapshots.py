@@ -93,6 +93,8 @@ class LeaseKeeperSnapshot:
     held_tiers: dict[str, int]
     outbox: OutboxView
     kafka: str
+    # The last error Kafka reported (None while none did): why "connecting" lasts.
+    kafka_last_error: str | None = None
     # Counted by the RPC layer, shown among the engine's counters.
     invalid_retry_after: int = 0
     control: ControlSnapshot | None = None
@@ -111,6 +113,7 @@ class LeaseKeeperSnapshot:
             held_tiers=dict(self.held_tiers),
             outbox=self.outbox.to_dict(),
             kafka=self.kafka,
+            kafka_last_error=self.kafka_last_error,
         )
         if self.control is not None:
             view["control"] = self.control.to_dict()
