@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Sequence
@@ -66,6 +67,12 @@ def init(dsn: str) -> None:
 )
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
 @click.option("--schema-path", "schema_paths", multiple=True, type=click.Path(file_okay=False))
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
 def relay(
@@ -75,10 +82,14 @@ def relay(
     tiers: str,
     metrics_port: int | None,
     schema_paths: Sequence[str],
+    log_level: str,
     bootstrap: str | None,
     kafka_config: Path | None,
 ) -> None:
     """Relay committed job_outbox rows to Kafka in staging order until SIGTERM."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     try:
         psycopg.connect(dsn, connect_timeout=10).close()  # a wrong DSN fails here, clearly
     except psycopg.Error as exc:

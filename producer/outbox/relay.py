@@ -172,12 +172,7 @@ class OutboxRelay:
             self._marks = self._marks.with_topic(topic, positions.ends(topic))
         conn.execute(_MARK_INFLIGHT, (max(r[0] for r in rows), self._marks.to_json()))
         outcome = self._send(plan)
-        self._marks = self._marks.advance(outcome.delivered.values())
-        with conn.transaction():
-            if outcome.delivered:
-                conn.execute(_DELETE, (list(outcome.delivered),))
-            conn.execute(_FINISH_BATCH, (self._marks.to_json(),))
-        self.relayed += len(outcome.delivered)
+        self._finish(conn, outcome)
         if outcome.failures:
             row_id, reason = next(iter(outcome.failures.items()))
             raise EnqueueError(
@@ -185,6 +180,15 @@ class OutboxRelay:
                 f"(first: row {row_id}: {reason}); they stay in job_outbox"
             )
         return len(rows)
+
+    def _finish(self, conn: psycopg.Connection[Any], outcome: BatchOutcome) -> None:
+        """Delete the acknowledged rows and move the marks past them, in one transaction."""
+        self._marks = self._marks.advance(outcome.delivered.values())
+        with conn.transaction():
+            if outcome.delivered:
+                conn.execute(_DELETE, (list(outcome.delivered),))
+            conn.execute(_FINISH_BATCH, (self._marks.to_json(),))
+        self.relayed += len(outcome.delivered)
 
     def _lead(self, conn: psycopg.Connection[Any], stop: threading.Event) -> bool:
         """Take the advisory lock, waiting on standby until it is free or ``stop``."""
