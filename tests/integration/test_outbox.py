@@ -27,6 +27,7 @@ from jobcore.topics import QueueTopics
 from producer import JobProducer, JobRequest, PayloadError, ensure_queue_topics
 from producer.cli import main as producer_cli
 from producer.outbox import Outbox, OutboxRelay, RelayConfig, init_schema
+from producer.outbox.metrics import RelayCollector
 from producer.outbox.recovery import KafkaPositions
 from producer.outbox.relay import BatchOutcome
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -291,3 +292,14 @@ def _start_relay(dsn: str, kafka: KafkaSettings, log: Path) -> subprocess.Popen[
     ]  # fmt: skip
     with log.open("wb") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+
+def test_metrics_show_rows_waiting_and_the_lag(db: str, kafka: KafkaSettings, queue: str) -> None:
+    with psycopg.connect(db) as conn:
+        Outbox().stage_many(conn, [receipt(queue, n) for n in range(3)])
+    with JobProducer(kafka) as producer:
+        relay = OutboxRelay(RelayConfig(dsn=db), producer, kafka)
+        metrics = {m.name: m.samples[0].value for m in RelayCollector(relay, db).collect()}
+    assert metrics["outbox_rows_waiting"] == 3
+    assert metrics["outbox_lag_seconds"] > 0
+    assert metrics["outbox_relay_active"] == 0
