@@ -90,10 +90,7 @@ def relay(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    try:
-        psycopg.connect(dsn, connect_timeout=10).close()  # a wrong DSN fails here, clearly
-    except psycopg.Error as exc:
-        raise click.ClickException(_db_problem(dsn, exc)) from None
+    _check_database(dsn)
     env = Environment.from_env()
     settings = kafka_settings(
         "outbox-relay", bootstrap=bootstrap, kafka_config=kafka_config, env=env
@@ -126,13 +123,32 @@ def _serve(relay: OutboxRelay, dsn: str, metrics_port: int | None) -> None:
     relay.run(stop)
 
 
+def _check_database(dsn: str) -> None:
+    """A wrong DSN, or a database without the outbox table, fails here in one line."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            conn.execute("SELECT 1 FROM job_outbox_relay")
+    except psycopg.errors.UndefinedTable:
+        raise click.ClickException(
+            f"{_where(dsn)} (from --dsn) has no job_outbox table; create it: "
+            "producer outbox init --dsn ... (or apply producer/outbox/schema.sql)"
+        ) from None
+    except psycopg.Error as exc:
+        raise click.ClickException(_db_problem(dsn, exc)) from None
+
+
+def _where(dsn: str) -> str:
+    """host:port/dbname of ``dsn``, never its password."""
+    parts = conninfo_to_dict(dsn)
+    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
 def _db_problem(dsn: str, exc: psycopg.Error) -> str:
     """One line naming the database (never its password), the reason and the fix."""
     try:
-        parts = conninfo_to_dict(dsn)
+        where = _where(dsn)
     except psycopg.Error:
         return f"--dsn is not a valid PostgreSQL connection string: {exc}"
-    where = f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return (
         f"cannot use PostgreSQL at {where} (from --dsn): {reason}; check the DSN, "

@@ -6,6 +6,7 @@ import time
 import uuid
 
 from jobcore.kafka import KafkaSettings, TopicPartition, end_offsets, make_consumer
+from producer.api import EnqueueError
 from producer.outbox.marks import Marks
 
 __all__ = ["KafkaPositions"]
@@ -19,8 +20,12 @@ class KafkaPositions:
 
     def ends(self, topic: str) -> dict[int, int]:
         """The next offset of every partition of ``topic``."""
-        metadata = self._consumer.list_topics(topic, timeout=10)
-        return end_offsets(self._consumer, topic, metadata.topics[topic].partitions)
+        metadata = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            # Without every partition's end, a crash could not be recovered: do not send.
+            problem = "unknown" if metadata is None else metadata.error
+            raise EnqueueError(f"cannot read the partitions of {topic} ({problem})")
+        return end_offsets(self._consumer, topic, metadata.partitions)
 
     def landed(self, marks: Marks, timeout_s: float = 60.0) -> set[str]:
         """The ``job_id`` headers of every record from ``marks`` to the current ends."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from jobcore.kafka import KafkaSettings
+from jobcore.kafka import KafkaException, KafkaSettings
 from producer.api import Delivered, EnqueueError, JobProducer
 from producer.outbox.marks import Marks
 from producer.outbox.recovery import KafkaPositions
@@ -206,16 +206,21 @@ class OutboxRelay:
         return False
 
     def _serve(self, conn: psycopg.Connection[Any], stop: threading.Event) -> None:
+        """Recover once, then relay batches; a Kafka problem backs off and tries again
+        (rows are kept), it never ends the relay."""
         conn.execute("LISTEN job_outbox")
         positions = KafkaPositions(self._settings)
+        recovered = False
         try:
-            self.recover(conn, positions)
             while not stop.is_set():
                 try:
+                    if not recovered:
+                        self.recover(conn, positions)
+                        recovered = True
                     full = self.relay_batch(conn, positions) == self._config.batch
-                except EnqueueError as exc:
-                    log.error("outbox relay: %s", exc)
-                    stop.wait(self._config.poll_interval_s)  # back off; rows are kept
+                except (EnqueueError, KafkaException, TimeoutError) as exc:
+                    log.error("outbox relay: %s; trying again", exc)
+                    stop.wait(self._config.poll_interval_s)
                     continue
                 if not full:
                     self._wait(conn)

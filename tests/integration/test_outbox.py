@@ -238,6 +238,13 @@ def test_outbox_init_is_idempotent_and_a_bad_dsn_is_one_line(db: str) -> None:
     assert "(from --dsn)" in bad.output and "does not exist" in bad.output
 
 
+def test_a_relay_on_a_database_without_the_table_says_to_init_it(pg_dsn: str) -> None:
+    done = CliRunner().invoke(producer_cli, ["outbox", "relay", "--dsn", pg_dsn])
+    assert done.exit_code == 1
+    assert "has no job_outbox table" in done.output and "producer outbox init" in done.output
+    assert "Traceback" not in done.output
+
+
 @pytest.mark.chaos
 def test_kill_9_of_relays_at_random_moments_loses_nothing_and_sends_nothing_twice(
     db: str, kafka: KafkaSettings, queue: str, outbox: Outbox, tmp_path: Path
