@@ -86,6 +86,22 @@ def job_ids_in(kafka: KafkaSettings, topic: str, count: int) -> list[str]:
     return ids
 
 
+def by_tenant(kafka: KafkaSettings, topic: str, count: int) -> dict[str, list[str]]:
+    """Job ids per tenant (record key), in each partition's offset order."""
+    consumer = make_consumer(kafka, f"reader-{topic}")
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    found: dict[str, list[str]] = {}
+    deadline = time.monotonic() + 60
+    try:
+        while sum(map(len, found.values())) < count and time.monotonic() < deadline:
+            for msg in consumer.consume(500, timeout=0.5):
+                [job_id] = _ids([msg])
+                found.setdefault(msg.key().decode(), []).append(job_id)
+    finally:
+        consumer.close()
+    return found
+
+
 def _ids(messages: list[object]) -> list[str]:
     found = []
     for msg in messages:
@@ -204,6 +220,21 @@ class _CrashBeforeDelete(OutboxRelay):
 
     def _finish(self, conn: psycopg.Connection[Any], outcome: BatchOutcome) -> None:
         raise _Crash
+
+
+def test_jobs_land_in_staging_order_per_tenant(
+    db: str, kafka: KafkaSettings, queue: str, outbox: Outbox
+) -> None:
+    expected: dict[str, list[str]] = {}
+    with psycopg.connect(db) as conn:
+        for tx in range(10):
+            requests = [receipt(queue, n, tenant=f"t{(tx + n) % 5}") for n in range(20)]
+            for request, job_id in zip(requests, outbox.stage_many(conn, requests), strict=True):
+                expected.setdefault(request.tenant_id, []).append(job_id)
+            conn.commit()
+    with relay_thread(db, kafka, batch=7):
+        wait_for(lambda: waiting(db) == 0, "the rows to be relayed")
+    assert by_tenant(kafka, QueueTopics(queue=queue).ready, 200) == expected
 
 
 def test_a_relay_restarted_after_a_crash_mid_batch_does_not_send_the_batch_again(
