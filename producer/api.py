@@ -22,7 +22,7 @@ from concurrent.futures import wait as wait_all
 from datetime import datetime, timedelta
 from types import TracebackType
 
-from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
+from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, schema_path_from_env
 from jobcore.control import Cancellation
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
@@ -91,7 +91,11 @@ class JobProducer:
         tiers: DelayTiers | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._codec = EnvelopeCodec(registry if registry is not None else SchemaRegistry())
+        # Without a registry, the schemas a CLI would load: the package's own and
+        # JOBS_SCHEMA_PATH's, so a caller following the README finds its types.
+        if registry is None:
+            registry = SchemaRegistry(extra_dirs=schema_path_from_env())
+        self._codec = EnvelopeCodec(registry)
         self._prefix = prefix
         self._tiers = tiers if tiers is not None else DelayTiers()
         self._clock = clock

@@ -15,11 +15,14 @@ from typing import TypeVar
 
 import click
 
+from jobcore.cli_errors import FriendlyGroup
 from jobcore.cli_kafka import (
     BOOTSTRAP_HELP,
+    connect_timeout_option,
     kafka_config_option,
     kafka_failure,
     kafka_settings,
+    require_kafka,
 )
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
@@ -61,7 +64,7 @@ _TIERS = click.option(
 )
 
 
-@click.group()
+@click.group(cls=FriendlyGroup)
 def main() -> None:
     """Enqueue jobs onto a Kafka-backed queue."""
 
@@ -106,6 +109,7 @@ main.add_command(cron)
 )
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
+@connect_timeout_option
 @click.option(
     "--schema-path",
     "schema_paths",
@@ -127,6 +131,7 @@ def enqueue(
     timeout_s: float,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
     schema_paths: Sequence[str],
 ) -> None:
     """Enqueue a TYPE job on QUEUE; print its id once Kafka acknowledged it.
@@ -154,12 +159,14 @@ def enqueue(
         )
         # Checked before connecting: a bad payload fails fast, even with no broker.
         EnvelopeCodec(registry).validate_payload(request.type, request.payload)
-        settings = kafka_settings(
-            _CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env
-        )
-        job_id = _send(settings, registry, request, prefix=env.topic_prefix, tiers=tiers)
-    except (ValueError, EnqueueError, KafkaException) as exc:
+    except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    require_kafka(settings, connect_timeout_s)
+    try:
+        job_id = _send(settings, registry, request, prefix=env.topic_prefix, tiers=tiers)
+    except (ValueError, EnqueueError, KafkaException, KafkaSetupError) as exc:
+        raise kafka_failure(exc, settings) from None
     click.echo(job_id)
 
 
@@ -169,8 +176,14 @@ def enqueue(
 @click.option("--reason", default="", help="Why; kept with the cancellation.")
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
+@connect_timeout_option
 def cancel(
-    queue: str, job_id: str, reason: str, bootstrap: str | None, kafka_config: Path | None
+    queue: str,
+    job_id: str,
+    reason: str,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    connect_timeout_s: float,
 ) -> None:
     """Record that JOB_ID of QUEUE must not run, once Kafka acknowledged it.
 
@@ -179,6 +192,7 @@ def cancel(
     """
     env = Environment.from_env()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    require_kafka(settings, connect_timeout_s)
     try:
         with JobProducer(settings, prefix=env.topic_prefix) as producer:
             producer.cancel(queue, job_id, reason=reason)
@@ -194,6 +208,7 @@ def cancel(
 @_TIERS
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
+@connect_timeout_option
 def create_queue(
     queue: str,
     partitions: int,
@@ -201,6 +216,7 @@ def create_queue(
     tiers: DelayTiers,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
 ) -> None:
     """Create QUEUE's ready, delay-tier and dead-letter topics (and its control
     topics); print their names.
@@ -210,6 +226,7 @@ def create_queue(
     """
     env = Environment.from_env()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    require_kafka(settings, connect_timeout_s)
     try:
         names = ensure_queue_topics(
             settings,
