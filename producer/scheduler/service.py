@@ -74,10 +74,7 @@ class Scheduler:
     def add(self, entry: CronEntry) -> None:
         """Schedule ``entry``, also while running; raises CronConfigError for a duplicate
         name or a payload its job type's schema rejects."""
-        try:
-            self._codec.validate_payload(entry.type, entry.payload)
-        except PayloadError as exc:
-            raise CronConfigError(entry.name, "payload", str(exc)) from exc
+        check_payload(self._codec, entry)
         with self._lock:
             if entry.name in self._entries:
                 raise CronConfigError(entry.name, "name", "another entry has this name")
@@ -133,3 +130,12 @@ def _enqueue(producer: JobProducer, fire: Fire) -> str:
         max_attempts=DEFAULT_MAX_ATTEMPTS if entry.max_attempts is None else entry.max_attempts,
         timeout_s=DEFAULT_TIMEOUT_S if entry.timeout_s is None else entry.timeout_s,
     )
+
+
+def check_payload(codec: EnvelopeCodec, entry: CronEntry) -> None:
+    """CronConfigError when ``entry``'s payload does not match its type's schema; shared
+    by the scheduler and ``cron list``, so the two refuse the same files."""
+    try:
+        codec.validate_payload(entry.type, entry.payload)
+    except PayloadError as exc:
+        raise CronConfigError(entry.name, "payload", str(exc)) from exc

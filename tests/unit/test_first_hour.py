@@ -1,0 +1,181 @@
+"""Pure parts of the first-hour fixes: durations, where the Kafka address comes from,
+per-queue sockets, deduplicated client logs, defaults defined once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from jobcore.cli_kafka import unreachable_message
+from jobcore.config import (
+    BootstrapOrigin,
+    Environment,
+    default_leasekeeper_target,
+    recorded_dev_bootstrap,
+)
+from jobcore.durations import DURATION, parse_duration
+from jobcore.kafka import KafkaSettings, RepeatFilter
+from leasekeeper.dlq.cli import dlq
+from leasekeeper.retry_budget import RetryBudget
+from leasekeeper.service import ServeConfig
+from producer import JobProducer, PayloadError
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30.0), ("2.5", 2.5), ("250ms", 0.25), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0)],
+)
+def test_every_duration_option_reads_the_same_forms(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+    assert DURATION.convert(text, None, None) == seconds
+
+
+def test_a_bad_duration_names_the_forms_that_work() -> None:
+    with pytest.raises(click.BadParameter, match=r"invalid duration 'soon'.*10m"):
+        DURATION.convert("soon", None, None)
+
+
+def _env(**changes: object) -> Environment:
+    base = Environment(
+        bootstrap="127.0.0.1:9092",
+        leasekeeper_target="unix:default.sock",
+        leasekeeper_token=None,
+        topic_prefix="jobs",
+        schema_path=(),
+    )
+    return Environment(**{**base.__dict__, **changes})  # type: ignore[arg-type]
+
+
+def test_the_bootstrap_says_where_it_came_from(tmp_path: Path) -> None:
+    config = tmp_path / "client.properties"
+    config.write_text("bootstrap.servers=file:1\n")
+    assert _env().kafka("c").origin == BootstrapOrigin.DEFAULT
+    assert _env(dev_bootstrap="dev:1").kafka("c").bootstrap == "dev:1"
+    assert _env(dev_bootstrap="dev:1").kafka("c").origin == BootstrapOrigin.DEV_KAFKA
+    from_file = _env(dev_bootstrap="dev:1").kafka("c", kafka_config=config)
+    assert (from_file.bootstrap, from_file.origin) == ("file:1", BootstrapOrigin.CONFIG_FILE)
+    from_env = _env(bootstrap="env:1", bootstrap_from_env=True).kafka("c", kafka_config=config)
+    assert (from_env.bootstrap, from_env.origin) == ("env:1", BootstrapOrigin.ENV)
+    flag = _env(bootstrap="env:1", bootstrap_from_env=True).kafka("c", bootstrap="flag:1")
+    assert (flag.bootstrap, flag.origin) == ("flag:1", BootstrapOrigin.FLAG)
+
+
+def test_the_unreachable_message_names_address_origin_and_fix() -> None:
+    settings = KafkaSettings(bootstrap="127.0.0.1:9092", origin=BootstrapOrigin.DEFAULT.value)
+    assert unreachable_message(settings) == (
+        "cannot reach Kafka at 127.0.0.1:9092 (default; set KAFKA_BOOTSTRAP or --bootstrap; "
+        "is it running? leasekeeper dev kafka status)"
+    )
+
+
+def test_a_recorded_local_kafka_counts_only_while_its_processes_run(tmp_path: Path) -> None:
+    environ = {"LOCAL_KAFKA_DIR": str(tmp_path)}
+    assert recorded_dev_bootstrap(environ) is None
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"bootstrap": "127.0.0.1:4242", "pids": [os.getpid()]}))
+    assert recorded_dev_bootstrap(environ) == "127.0.0.1:4242"
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+    state.write_text(json.dumps({"bootstrap": "127.0.0.1:4242", "pids": [int(finished.stdout)]}))
+    assert recorded_dev_bootstrap(environ) is None
+    state.write_text("not json")
+    assert recorded_dev_bootstrap(environ) is None
+
+
+def test_the_default_socket_is_per_queue(tmp_path: Path) -> None:
+    environ = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    assert default_leasekeeper_target(environ, queue="emails") == (
+        f"unix:{tmp_path}/kafka-lease-queue/emails.sock"
+    )
+
+
+def test_the_target_is_the_flag_then_the_environment_then_the_queue_socket() -> None:
+    env = _env()
+    assert env.target("unix:flag.sock", queue="emails") == "unix:flag.sock"
+    assert env.target(None, queue="emails").endswith("/emails.sock")
+    assert env.target(None) == "unix:default.sock"
+    pinned = _env(leasekeeper_target="unix:env.sock", leasekeeper_target_from_env=True)
+    assert pinned.target(None, queue="emails") == "unix:env.sock"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _record(message: str) -> logging.LogRecord:
+    return logging.LogRecord("librdkafka", logging.ERROR, __file__, 1, message, None, None)
+
+
+def test_a_repeated_client_line_passes_once_per_window() -> None:
+    clock = _Clock()
+    repeats = RepeatFilter(window_s=30, clock=clock)
+    assert repeats.filter(_record("Connect to 127.0.0.1:9092 failed (after 0ms)"))
+    assert not repeats.filter(_record("Connect to 127.0.0.1:9092 failed (after 12ms)"))
+    assert repeats.filter(_record("another problem"))
+    clock.now = 31
+    assert repeats.filter(_record("Connect to 127.0.0.1:9092 failed (after 3ms)"))
+
+
+def test_client_settings_send_librdkafka_logs_to_python_logging() -> None:
+    logger = KafkaSettings(bootstrap="x:1").base()["logger"]
+    assert isinstance(logger, logging.Logger)
+    assert logger.name == "librdkafka"
+
+
+def test_the_retry_budget_floor_is_defined_once() -> None:
+    config = ServeConfig(
+        queue="q", kafka=KafkaSettings(bootstrap="x:1"), state_dir=Path(), listen="unix:x"
+    )
+    budget = RetryBudget()
+    assert budget.allowed() == config.retry_budget_floor
+    serve = pytest.importorskip("leasekeeper.cli").serve
+    floor = next(p for p in serve.params if p.name == "retry_budget_floor")
+    assert floor.default == config.retry_budget_floor
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("permanent", "permanent error"), ("Attempts-Exhausted", "attempts exhausted")],
+)
+def test_a_dlq_reason_may_be_a_unique_prefix(given: str, meant: str) -> None:
+    command = dlq.commands["list"]
+    reason = next(p for p in command.params if p.name == "reason")
+    ctx = click.Context(command)
+    assert reason.process_value(ctx, given) == meant
+
+
+def test_an_unknown_dlq_reason_is_refused_before_kafka() -> None:
+    result = CliRunner().invoke(dlq, ["list", "--queue", "q", "--reason", "permanant"])
+    assert result.exit_code == 2
+    assert "'permanant' is not a dead-letter reason" in result.output
+
+
+def test_job_producer_reads_jobs_schema_path_as_the_clis_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "fh_invoice.avsc").write_text(
+        json.dumps(
+            {"type": "record", "name": "fh_invoice", "fields": [{"name": "n", "type": "long"}]}
+        )
+    )
+    monkeypatch.setenv("JOBS_SCHEMA_PATH", str(tmp_path))
+    with (
+        JobProducer(KafkaSettings(bootstrap="127.0.0.1:1")) as producer,
+        pytest.raises(PayloadError) as caught,
+    ):
+        producer.enqueue("q", "fh_invoice", {"n": "not a number"}, tenant_id="t")
+    assert "no schema" not in str(caught.value)
+    assert "'n'" in str(caught.value)
