@@ -28,6 +28,7 @@ from leasekeeper.dlq.cli import dlq
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.service import ServeConfig
 from producer import JobProducer, PayloadError
+from producer import cli as producer_cli
 
 
 @pytest.mark.parametrize(
@@ -179,3 +180,27 @@ def test_job_producer_reads_jobs_schema_path_as_the_clis_do(
         producer.enqueue("q", "fh_invoice", {"n": "not a number"}, tenant_id="t")
     assert "no schema" not in str(caught.value)
     assert "'n'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["create-queue", "--queue", "q", "--partitions", "1", "--connect-timeout", "0.1s"],
+        ["create-queue", "q", "--partitions", "1", "--connect-timeout", "0.1s"],
+        ["cancel", "--queue", "q", "job-1", "--connect-timeout", "0.1s"],
+        ["cancel", "q", "job-1", "--connect-timeout", "0.1s"],
+    ],
+)
+def test_the_queue_is_taken_as_queue_or_as_the_first_argument(args: list[str]) -> None:
+    """Both spellings get as far as Kafka (none here: exit 3), and name the same queue."""
+    result = CliRunner().invoke(
+        producer_cli.main, [*args, "--bootstrap", "127.0.0.1:1"], env={"KAFKA_BOOTSTRAP": ""}
+    )
+    assert result.exit_code == 3, result.output
+    assert "cannot reach Kafka at 127.0.0.1:1 (--bootstrap;" in result.output
+
+
+def test_a_missing_queue_argument_shows_both_spellings() -> None:
+    result = CliRunner().invoke(producer_cli.main, ["cancel", "job-1"])
+    assert result.exit_code == 2
+    assert "expected QUEUE JOB_ID or --queue QUEUE JOB_ID, got job-1" in result.output
