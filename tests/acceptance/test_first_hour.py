@@ -178,12 +178,17 @@ def test_a_bad_flag_value_names_the_flag_first(
 
 
 def test_log_level_is_case_insensitive_everywhere(fresh_env: dict[str, str]) -> None:
-    """Upper case (as ``cron`` documented) and lower case both pass parsing; the
-    command then fails on the missing state directory argument, not the level."""
+    """Upper and lower case both pass parsing on every command; each then stops at a
+    later mistake given on purpose (a module that does not exist, a bad socket mode),
+    which shows the level itself was accepted."""
     for level in ("WARNING", "warning", "Info"):
-        outcome = run("workers", "run", "no_such_module:app", "--log-level", level, env=fresh_env)
-        assert "--log-level" not in outcome.stderr, outcome.stderr
-        assert "no_such_module" in outcome.stderr, outcome.stderr
+        worker = run("workers", "run", "no_such_module:app", "--log-level", level, env=fresh_env)
+        assert "no_such_module" in worker.first_line, worker.stderr
+        serve = run(
+            "leasekeeper", "serve", "--queue", "emails", "--state-dir", "s",
+            "--log-level", level, "--socket-mode", "bogus", env=fresh_env,
+        )  # fmt: skip
+        serve.assert_one_line_error(ExitCode.SETUP, "Error: Invalid value for --socket-mode")
 
 
 def test_serve_on_a_missing_queue_is_one_line(
