@@ -189,8 +189,13 @@ def _read_ca(path: str | None) -> bytes | None:
 
 def _check_runnable(app: App, decoder: EnvelopeDecoder, options: RunOptions) -> None:
     """A worker that has handlers but no schema for any of them would claim nothing."""
+    if not app.handlers:
+        raise click.ClickException(
+            f"app {app.name!r} ({options.app_spec}) has no handlers: it would claim every "
+            "type and run none; register them with @app.job('TYPE')"
+        )
     types = job_types(app, decoder)
-    if app.handlers and not types.runnable:
+    if not types.runnable:
         where = ", ".join(options.schema_dirs) or "none given"
         raise click.ClickException(
             f"no payload schema for any job type of app {app.name!r} "

@@ -222,3 +222,12 @@ def test_cron_list_refuses_a_payload_cron_run_refuses(
     outcome.assert_one_line_error(ExitCode.FAILURE, f"Error: {config}: ")
     assert "receipts" in outcome.first_line
     assert "payload" in outcome.first_line
+
+
+def test_a_worker_app_without_handlers_is_refused(
+    fresh_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "empty_app.py").write_text('from workers import App\n\napp = App("empty")\n')
+    env = {**fresh_env, "PYTHONPATH": str(tmp_path)}
+    outcome = run("workers", "run", "empty_app:app", "--queue", "emails", env=env)
+    outcome.assert_one_line_error(ExitCode.FAILURE, "Error: app 'empty' (empty_app:app) has no")
