@@ -280,18 +280,7 @@ def _send(
 ) -> str:
     """Enqueue ``request`` and wait for the broker's acknowledgement."""
     with JobProducer(settings, registry=registry, prefix=prefix, tiers=tiers) as producer:
-        return producer.enqueue(
-            request.queue,
-            request.type,
-            request.payload,
-            tenant_id=request.tenant_id,
-            dedupe_key=request.dedupe_key,
-            run_at=request.run_at,
-            delay=request.delay,
-            priority=request.priority,
-            max_attempts=request.max_attempts,
-            timeout_s=request.timeout_s,
-        )
+        return producer.enqueue(request)
 
 
 def _parse_payload(text: str) -> Mapping[str, object]:

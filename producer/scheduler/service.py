@@ -17,6 +17,7 @@ from datetime import timedelta
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.kafka import KafkaSettings
 from producer.api import JobProducer
+from producer.request import JobRequest
 from producer.scheduler.entry import CronConfigError, CronEntry
 from producer.scheduler.leadership import KafkaLeadership
 from producer.scheduler.loop import CronLoop
@@ -121,15 +122,16 @@ class Scheduler:
 
 def _enqueue(producer: JobProducer, fire: Fire) -> str:
     entry = fire.entry
-    return producer.enqueue(
-        entry.queue,
-        entry.type,
-        entry.payload,
+    request = JobRequest(
+        queue=entry.queue,
+        type=entry.type,
+        payload=entry.payload,
         tenant_id=entry.tenant,
         dedupe_key=fire.dedupe_key,
         max_attempts=DEFAULT_MAX_ATTEMPTS if entry.max_attempts is None else entry.max_attempts,
         timeout_s=DEFAULT_TIMEOUT_S if entry.timeout_s is None else entry.timeout_s,
     )
+    return producer.enqueue(request)
 
 
 def check_payload(codec: EnvelopeCodec, entry: CronEntry) -> None:

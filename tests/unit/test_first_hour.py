@@ -27,8 +27,9 @@ from jobcore.kafka import KafkaSettings, RepeatFilter
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.service import ServeConfig
-from producer import JobProducer, PayloadError
+from producer import JobProducer, JobRequest, PayloadError
 from producer import cli as producer_cli
+from producer.api import as_request
 
 
 @pytest.mark.parametrize(
@@ -204,3 +205,15 @@ def test_a_missing_queue_argument_shows_both_spellings() -> None:
     result = CliRunner().invoke(producer_cli.main, ["cancel", "job-1"])
     assert result.exit_code == 2
     assert "expected QUEUE JOB_ID or --queue QUEUE JOB_ID, got job-1" in result.output
+
+
+def test_enqueue_takes_a_job_request_whole() -> None:
+    request = JobRequest(queue="q", type="send_receipt", payload={"order_id": "x"}, tenant_id="t")
+    with JobProducer(KafkaSettings(bootstrap="127.0.0.1:1")) as producer:
+        with pytest.raises(PayloadError, match="order_id"):
+            producer.enqueue(request)  # validated first: nothing reaches Kafka
+        with pytest.raises(TypeError, match="JobRequest alone"):
+            producer.enqueue(request, "send_receipt", {})  # type: ignore[call-overload]
+    assert as_request("q", "noop", {}, {"tenant_id": "t", "priority": 3}) == JobRequest(
+        queue="q", type="noop", payload={}, tenant_id="t", priority=3
+    )
