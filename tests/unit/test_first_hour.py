@@ -20,6 +20,7 @@ from jobcore.config import (
     BootstrapOrigin,
     Environment,
     default_leasekeeper_target,
+    dev_kafka_state_file,
     recorded_dev_bootstrap,
 )
 from jobcore.durations import DURATION, parse_duration
@@ -217,3 +218,17 @@ def test_enqueue_takes_a_job_request_whole() -> None:
     assert as_request("q", "noop", {}, {"tenant_id": "t", "priority": 3}) == JobRequest(
         queue="q", type="noop", payload={}, tenant_id="t", priority=3
     )
+
+
+def test_dev_kafka_records_its_address_where_the_commands_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobcore.localkafka import cli as local_kafka_cli
+
+    for name, value in (("LOCAL_KAFKA_DIR", None), ("XDG_CACHE_HOME", str(tmp_path))):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        assert local_kafka_cli._state_file() == dev_kafka_state_file()
+        assert local_kafka_cli._state_file().parent == local_kafka_cli.state_dir()
