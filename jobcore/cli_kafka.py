@@ -17,7 +17,7 @@ import click
 
 from jobcore.cli_errors import ExitCode, Unreachable, debug_wanted
 from jobcore.config import ENV_KAFKA_CONFIG, BootstrapOrigin, Environment
-from jobcore.durations import DURATION
+from jobcore.durations import DURATION, shown
 from jobcore.kafka import (
     ErrorKind,
     KafkaException,
@@ -68,7 +68,7 @@ def connect_timeout_option(command: _F) -> _F:
         "--connect-timeout",
         "connect_timeout_s",
         type=DURATION,
-        default=DEFAULT_CONNECT_TIMEOUT_S,
+        default=shown(DEFAULT_CONNECT_TIMEOUT_S),
         show_default=True,
         help="Give up when Kafka has not answered for this long (10s, 1m); exit 3.",
     )

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import click
 
-__all__ = ["DURATION", "DurationType", "parse_duration"]
+__all__ = ["DURATION", "DurationType", "parse_duration", "shown"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?$")
@@ -29,6 +29,14 @@ def parse_duration(text: str) -> timedelta:
         )
     number, unit = match.groups()
     return timedelta(seconds=float(number) * _UNITS[unit or "s"])
+
+
+def shown(seconds: float) -> str:
+    """A default as ``--help`` shows it: ``30s``, ``10m``, ``1h``, ``1d``."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 class DurationType(click.ParamType[float, object]):

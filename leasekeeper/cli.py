@@ -24,7 +24,7 @@ from jobcore.cli_kafka import (
 )
 from jobcore.config import Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
-from jobcore.durations import DURATION, parse_duration
+from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
 from jobcore.localkafka.cli import kafka_cli
 from leasekeeper.consumer_loop import LoopConfig
@@ -40,7 +40,7 @@ from leasekeeper.service import LeaseKeeperService, ServeConfig
 _ENGINE = EngineConfig()
 _LOOP = LoopConfig()
 _POLICY = RetryPolicy()
-_SERVE_FIELDS = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
+_SERVE_FIELDS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
 
 
 @click.group(cls=FriendlyGroup)
@@ -63,7 +63,7 @@ def main() -> None:
     "--lease",
     "lease_s",
     type=DURATION,
-    default=_ENGINE.lease_s,
+    default=shown(_ENGINE.lease_s),
     show_default=True,
     help="lease length (30s, 2m)",
 )
@@ -94,7 +94,7 @@ def main() -> None:
 @click.option(
     "--drain-grace",
     type=DURATION,
-    default=_LOOP.drain_grace_s,
+    default=shown(_LOOP.drain_grace_s),
     show_default=True,
     help="how long moving or stopping partitions wait for jobs in flight",
 )
@@ -112,10 +112,18 @@ def main() -> None:
     show_default=True,
 )
 @click.option(
-    "--retry-base", type=DURATION, default=_POLICY.base_s, show_default=True, help="backoff base"
+    "--retry-base",
+    type=DURATION,
+    default=shown(_POLICY.base_s),
+    show_default=True,
+    help="backoff base",
 )
 @click.option(
-    "--retry-cap", type=DURATION, default=_POLICY.cap_s, show_default=True, help="backoff cap"
+    "--retry-cap",
+    type=DURATION,
+    default=shown(_POLICY.cap_s),
+    show_default=True,
+    help="backoff cap",
 )
 @click.option(
     "--retry-budget",
@@ -134,7 +142,7 @@ def main() -> None:
 @click.option(
     "--dedupe-window",
     type=DURATION,
-    default=_SERVE_FIELDS["dedupe_window_s"],
+    default=shown(_SERVE_FIELDS["dedupe_window_s"]),
     show_default=True,
     help="how long a dedupe key blocks later jobs with the same key (from the first)",
 )
@@ -152,7 +160,7 @@ def main() -> None:
 @click.option(
     "--unknown-type-grace",
     type=DURATION,
-    default=_ENGINE.unknown_type_grace_s,
+    default=shown(_ENGINE.unknown_type_grace_s),
     show_default=True,
     help="how long a job no connected worker runs waits before it fails as UnknownJobType",
 )

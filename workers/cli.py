@@ -13,7 +13,7 @@ import click
 
 from jobcore.cli_errors import FriendlyGroup, log_level_option
 from jobcore.config import Environment
-from jobcore.durations import DURATION
+from jobcore.durations import DURATION, shown
 from schemas.codec import SchemaError
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected
@@ -98,7 +98,7 @@ def main() -> None:
 @click.option(
     "--grace",
     type=DURATION,
-    default=30.0,
+    default=shown(30.0),
     show_default=True,
     help="How long running jobs get to finish after SIGTERM (30s, 2m).",
 )

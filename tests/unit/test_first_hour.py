@@ -23,7 +23,7 @@ from jobcore.config import (
     dev_kafka_state_file,
     recorded_dev_bootstrap,
 )
-from jobcore.durations import DURATION, parse_duration
+from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaSettings, RepeatFilter
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.retry_budget import RetryBudget
@@ -232,3 +232,8 @@ def test_dev_kafka_records_its_address_where_the_commands_look(
             monkeypatch.setenv(name, value)
         assert local_kafka_cli._state_file() == dev_kafka_state_file()
         assert local_kafka_cli._state_file().parent == local_kafka_cli.state_dir()
+
+
+@pytest.mark.parametrize("seconds", [0.25, 1.0, 10.0, 30.0, 90.0, 600.0, 3600.0, 86400.0])
+def test_a_default_shown_in_help_reads_back_as_the_same_duration(seconds: float) -> None:
+    assert DURATION.convert(shown(seconds), None, None) == seconds
