@@ -65,6 +65,8 @@ def test_the_readme_tour_runs(tmp_path: Path) -> None:
             60,
             "the worker to send the batch",
         )
+        for log in (tmp_path / "bg-0.log", worker_log):  # client logs go through logging
+            assert not re.search(r"^%\d\|", log.read_text(), re.M), log.read_text()
     finally:
         for process in background:
             process.terminate()
