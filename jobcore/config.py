@@ -89,14 +89,28 @@ def default_leasekeeper_target(
     The socket is named after the queue (``emails.sock``), so ``workers run --queue
     emails`` and ``inspect --queue emails`` in another terminal find the leasekeeper
     of ``serve --queue emails`` with no address to copy."""
+    name = f"{queue}.sock" if queue else SOCKET_NAME
+    return f"unix:{socket_directory(environ) / name}"
+
+
+def socket_directory(environ: dict[str, str] | None = None) -> Path:
+    """The private directory of this user's default sockets."""
     env = os.environ if environ is None else environ
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime:
-        directory = Path(runtime) / "kafka-lease-queue"
-    else:
-        directory = Path(tempfile.gettempdir()) / f"kafka-lease-queue-{os.getuid()}"
-    name = f"{queue}.sock" if queue else SOCKET_NAME
-    return f"unix:{directory / name}"
+        return Path(runtime) / "kafka-lease-queue"
+    return Path(tempfile.gettempdir()) / f"kafka-lease-queue-{os.getuid()}"
+
+
+def queues_with_sockets(environ: dict[str, str] | None = None) -> list[str]:
+    """The queues whose leasekeepers have a socket in the default directory (a
+    leasekeeper killed with SIGKILL leaves its socket behind, so this may list one
+    that no longer answers)."""
+    try:
+        found = sorted(socket_directory(environ).glob("*.sock"))
+    except OSError:
+        return []
+    return [path.stem for path in found if path.is_socket() and path.name != SOCKET_NAME]
 
 
 def schema_path_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
@@ -145,11 +159,16 @@ class Environment:
 
     def target(self, given: str | None = None, *, queue: str | None = None) -> str:
         """The leasekeeper address: the flag, else ``LEASEKEEPER_TARGET``, else the
-        default socket of ``queue`` (of no queue when none is given)."""
+        default socket of ``queue``; with no queue, the socket of the only queue
+        whose leasekeeper has one, else the socket of no queue."""
         if given:
             return given
-        if self.leasekeeper_target_from_env or not queue:
+        if self.leasekeeper_target_from_env:
             return self.leasekeeper_target
+        if not queue:
+            # One leasekeeper of this user running: that is the one meant.
+            running = queues_with_sockets()
+            queue = running[0] if len(running) == 1 else None
         return default_leasekeeper_target(queue=queue)
 
     def kafka(

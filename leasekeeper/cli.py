@@ -22,7 +22,7 @@ from jobcore.cli_kafka import (
     kafka_failure,
     kafka_settings,
 )
-from jobcore.config import Environment
+from jobcore.config import Environment, queues_with_sockets
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
@@ -421,6 +421,8 @@ def _no_leasekeeper(address: str, where: _Where, env: Environment) -> str:
         origin = "LEASEKEEPER_TARGET"
     elif where.queue:
         origin = f"the default socket of queue {where.queue}"
+    elif len(running := queues_with_sockets()) > 1:
+        origin = f"sockets of queues {', '.join(running)}: give --queue to pick one"
     else:
         origin = "the default socket; give --queue QUEUE to ask that queue's leasekeeper"
     return (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -101,11 +102,14 @@ def test_the_default_socket_is_per_queue(tmp_path: Path) -> None:
     )
 
 
-def test_the_target_is_the_flag_then_the_environment_then_the_queue_socket() -> None:
+def test_the_target_is_the_flag_then_the_environment_then_the_queue_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     env = _env()
     assert env.target("unix:flag.sock", queue="emails") == "unix:flag.sock"
     assert env.target(None, queue="emails").endswith("/emails.sock")
-    assert env.target(None) == "unix:default.sock"
+    assert env.target(None).endswith("/kafka-lease-queue/leasekeeper.sock")
     pinned = _env(leasekeeper_target="unix:env.sock", leasekeeper_target_from_env=True)
     assert pinned.target(None, queue="emails") == "unix:env.sock"
 
@@ -237,3 +241,20 @@ def test_dev_kafka_records_its_address_where_the_commands_look(
 @pytest.mark.parametrize("seconds", [0.25, 1.0, 10.0, 30.0, 90.0, 600.0, 3600.0, 86400.0])
 def test_a_default_shown_in_help_reads_back_as_the_same_duration(seconds: float) -> None:
     assert DURATION.convert(shown(seconds), None, None) == seconds
+
+
+def test_with_no_queue_the_only_running_leasekeeper_is_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    directory = tmp_path / "kafka-lease-queue"
+    directory.mkdir()
+    env = _env()
+    assert env.target(None) == f"unix:{directory / 'leasekeeper.sock'}"
+    with socket.socket(socket.AF_UNIX) as emails:
+        emails.bind(str(directory / "emails.sock"))
+        assert env.target(None) == f"unix:{directory / 'emails.sock'}"
+        with socket.socket(socket.AF_UNIX) as reports:
+            reports.bind(str(directory / "reports.sock"))
+            assert env.target(None) == f"unix:{directory / 'leasekeeper.sock'}"
+            assert env.target(None, queue="reports") == f"unix:{directory / 'reports.sock'}"
