@@ -30,6 +30,7 @@ from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
+from leasekeeper.log_lines import partitions_line
 from leasekeeper.outbox import Outbox
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
@@ -382,7 +383,8 @@ class ConsumerLoop:
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
         self._engine.assignment_received()
-        log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
+        log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
+        log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Hand partitions over: stop dispatching them, let their jobs in flight finish
@@ -397,7 +399,7 @@ class ConsumerLoop:
             self._engine.revoke(tp)
         log.info(
             "revoked %s (%d jobs still in flight after the grace period)",
-            sorted((tp.topic, tp.partition) for tp in moving),
+            partitions_line((tp.topic, tp.partition) for tp in moving),
             left,
         )
 

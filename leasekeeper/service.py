@@ -35,7 +35,7 @@ from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.outbox import Outbox
-from leasekeeper.retry_budget import RetryBudget
+from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
@@ -79,10 +79,10 @@ class ServeConfig:
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
     tiers: DelayTiers = field(default_factory=DelayTiers)
-    retry_budget_share: float = 0.10
+    retry_budget_share: float = DEFAULT_SHARE
     # Retries always allowed per minute, however quiet the queue: a budget of 10%
     # of a handful of jobs would hold a small queue's retries back for minutes.
-    retry_budget_floor: int = 60
+    retry_budget_floor: int = DEFAULT_MIN_RETRIES
     dedupe_window_s: float = 24 * 3600
     # On a state dir of another cluster, group or topic: wipe it instead of refusing.
     reset_state: bool = False

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import click
 
+from jobcore.cli_errors import FriendlyGroup, log_level_option
 from jobcore.config import Environment
+from jobcore.durations import DURATION, shown
 from schemas.codec import SchemaError
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected
@@ -21,8 +23,6 @@ from workers.runtime import Worker
 from workers.supervisor import run_in_foreground, supervise
 
 log = logging.getLogger(__name__)
-
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,14 +56,23 @@ class RunOptions:
         ]  # fmt: skip
 
 
-@click.group()
+@click.group(cls=FriendlyGroup)
 def main() -> None:
     """Run job handlers that claim work from a leasekeeper."""
 
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--target", help="Leasekeeper gRPC target [env LEASEKEEPER_TARGET].")
+@click.option(
+    "--queue",
+    default=None,
+    help="Claim from this queue's leasekeeper, at its default socket (as `leasekeeper serve "
+    "--queue QUEUE` listens).",
+)
+@click.option(
+    "--target",
+    help="Leasekeeper gRPC target [env LEASEKEEPER_TARGET; default: the --queue's socket].",
+)
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
@@ -84,21 +93,16 @@ def main() -> None:
     "schema_paths",
     multiple=True,
     type=click.Path(file_okay=False, exists=True),
-    help="Extra payload schema directory (repeatable) [env JOBS_SCHEMA_PATH].",
+    help="Extra payload schema directory (repeatable; adds to $JOBS_SCHEMA_PATH).",
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
-    default=30.0,
+    type=DURATION,
+    default=shown(30.0),
     show_default=True,
-    help="Seconds running jobs get to finish after SIGTERM.",
+    help="How long running jobs get to finish after SIGTERM (30s, 2m).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(_LOG_LEVELS, case_sensitive=False),
-    default="INFO",
-    show_default=True,
-)
+@log_level_option()
 @click.option(
     "--tls-ca",
     type=click.Path(dir_okay=False, exists=True),
@@ -113,6 +117,7 @@ def main() -> None:
 )
 def run(
     app_spec: str,
+    queue: str | None,
     target: str | None,
     concurrency: int,
     processes: int,
@@ -132,12 +137,13 @@ def run(
     env = Environment.from_env()
     options = RunOptions(
         app_spec=app_spec,
-        target=target or env.leasekeeper_target,
+        target=env.target(target, queue=queue),
         token=env.leasekeeper_token,
         concurrency=concurrency,
         processes=processes,
         worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}",
-        schema_dirs=schema_paths or env.schema_path,
+        # Added to JOBS_SCHEMA_PATH, as in every other command (children get the sum).
+        schema_dirs=tuple(dict.fromkeys((*schema_paths, *env.schema_path))),
         grace_s=grace,
         log_level=log_level.upper(),
         heartbeats=heartbeats,
@@ -183,8 +189,13 @@ def _read_ca(path: str | None) -> bytes | None:
 
 def _check_runnable(app: App, decoder: EnvelopeDecoder, options: RunOptions) -> None:
     """A worker that has handlers but no schema for any of them would claim nothing."""
+    if not app.handlers:
+        raise click.ClickException(
+            f"app {app.name!r} ({options.app_spec}) has no handlers: it would claim every "
+            "type and run none; register them with @app.job('TYPE')"
+        )
     types = job_types(app, decoder)
-    if app.handlers and not types.runnable:
+    if not types.runnable:
         where = ", ".join(options.schema_dirs) or "none given"
         raise click.ClickException(
             f"no payload schema for any job type of app {app.name!r} "

@@ -74,17 +74,21 @@ class Runnable:
 
 @dataclass(frozen=True, kw_only=True)
 class Unrunnable:
-    """A claimed job that can never run here; nacked permanently at once."""
+    """A claimed job that cannot run here. Undecodable bytes are nacked permanently at
+    once; a type with no handler in this app is released (``release``), since another
+    worker (or this one after a deploy) may have the handler: the leasekeeper
+    dead-letters it only after its unknown-type grace if none comes."""
 
     ctx: JobContext
     failure: Failure
+    release: bool = False
 
 
 def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unrunnable:
     """Decode ``lease``'s envelope and payload and find its handler.
 
-    Every failure here is permanent: another attempt would decode the same
-    bytes with the same schemas and find the same (missing) handler.
+    A decoding failure is permanent: another attempt would decode the same bytes
+    with the same schemas. A missing handler is not: it is released.
     """
     try:
         envelope = decoder.decode(lease.envelope)
@@ -97,6 +101,7 @@ def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unru
         return Unrunnable(
             ctx=ctx,
             failure=Failure(error_class=UNKNOWN_JOB_TYPE, message=message, permanent=True),
+            release=True,
         )
     try:
         payload = decoder.decode_payload(envelope.type, envelope.payload)
