@@ -29,6 +29,7 @@ from producer.api import CancelError, EnqueueError, JobProducer
 from producer.durations import parse_at, parse_delay
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
+from producer.schemas_cli import schemas
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
@@ -67,6 +68,7 @@ def main() -> None:
 
 
 main.add_command(cron)
+main.add_command(schemas)
 
 
 @main.command("enqueue", short_help="Enqueue one job; print its id.")
