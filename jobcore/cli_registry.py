@@ -83,7 +83,7 @@ def schemas_for(
     try:
         if settings is None:
             return SchemaRegistry(extra_dirs=schema_dirs)
-        return open_registry(
+        registry = open_registry(
             settings, schema_dirs, prefix=prefix, queues=queues, stop=stop, attempts=attempts
         )
     except (SchemaError, RegistrySetupError) as exc:
@@ -93,3 +93,7 @@ def schemas_for(
             f"schema registry {url or config} did not answer ({exc}) and the schema ids "
             "are not cached; start it or check --schema-registry"
         ) from None
+    context = click.get_current_context(silent=True)
+    if context is not None:  # the command's HTTP client lives as long as the command
+        context.call_on_close(registry.close)
+    return registry

@@ -140,6 +140,9 @@ class ConfluentRegistryClient:
         self.url = settings.url
         self._client = SchemaRegistryClient(conf)
 
+    def close(self) -> None:
+        self._client.close()
+
     def schema_by_id(self, schema_id: int) -> str:
         return str(self._call(lambda: self._client.get_schema(schema_id)).schema_str)
 
@@ -231,9 +234,11 @@ def open_registry(
     queues: Iterable[str] = (),
     stop: threading.Event | None = None,
     attempts: int | None = None,
+    payloads: bool = True,
 ) -> ConfluentSchemaRegistry:
     """A registry-mode codec registry with the ids of ``queues``' schemas resolved
-    (from the disk cache, else the registry, retried with backoff while it is down)."""
+    (from the disk cache, else the registry, retried with backoff while it is down).
+    ``payloads=False`` resolves only the envelope and dead letter (the leasekeeper's)."""
     registry = ConfluentSchemaRegistry(
         ConfluentRegistryClient(settings),
         schema_dirs,
@@ -241,12 +246,21 @@ def open_registry(
         strategy=settings.strategy,
         cache_dir=settings.cache_dir,
     )
-    pairs = [pair for queue in queues for pair in registry.queue_subjects(queue)]
-    if pairs:
-        retry_unavailable(
-            lambda: registry.preflight(pairs),
-            what="resolving the schema ids to write with",
-            stop=stop,
-            attempts=attempts,
-        )
+    pairs = [
+        pair
+        for queue in queues
+        for pair in registry.queue_subjects(queue)
+        if payloads or pair[1] is not None
+    ]
+    try:
+        if pairs:
+            retry_unavailable(
+                lambda: registry.preflight(pairs),
+                what="resolving the schema ids to write with",
+                stop=stop,
+                attempts=attempts,
+            )
+    except BaseException:
+        registry.close()
+        raise
     return registry

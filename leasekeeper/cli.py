@@ -18,10 +18,12 @@ from jobcore.cli_kafka import (
     kafka_failure,
     kafka_settings,
 )
+from jobcore.cli_registry import SchemaSetupFailed, registry_settings, schema_registry_options
 from jobcore.config import Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException
 from jobcore.localkafka.cli import kafka_cli
+from jobcore.schema_registry import RegistrySetupError
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
@@ -29,6 +31,7 @@ from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
+from schemas.codec import SchemaError
 
 
 @click.group()
@@ -47,6 +50,7 @@ def main() -> None:
 @click.option("--window-bytes", default=64 * 1024 * 1024, show_default=True)
 @click.option("--group-id", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
 @click.option("--schema-path", multiple=True, help="extra directory of job payload schemas")
+@schema_registry_options
 @click.option(
     "--instance-id",
     default=None,
@@ -148,6 +152,8 @@ def serve(
     window_bytes: int,
     group_id: str | None,
     schema_path: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     instance_id: str | None,
     session_timeout_ms: int,
     lease_for: tuple[str, ...],
@@ -212,6 +218,7 @@ def serve(
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
         schema_dirs=schema_path + env.schema_path,
+        schema_registry=registry_settings(schema_registry, schema_registry_config),
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
         reset_state=reset_state,
@@ -229,6 +236,8 @@ def _run_service(config: ServeConfig) -> None:
         service = LeaseKeeperService(config)
     except KafkaException as exc:  # librdkafka refused the configuration itself
         raise kafka_failure(exc, config.kafka) from None
+    except (SchemaError, RegistrySetupError) as exc:
+        raise SchemaSetupFailed(str(exc)) from None
     stopper = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -21,6 +21,7 @@ from jobcore.cli_kafka import (
     kafka_failure,
     kafka_settings,
 )
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
@@ -115,6 +116,7 @@ main.add_command(schemas)
     type=click.Path(exists=True, file_okay=False),
     help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
 )
+@schema_registry_options
 def enqueue(
     queue: str,
     job_type: str,
@@ -130,6 +132,8 @@ def enqueue(
     bootstrap: str | None,
     kafka_config: Path | None,
     schema_paths: Sequence[str],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
     """Enqueue a TYPE job on QUEUE; print its id once Kafka acknowledged it.
 
@@ -140,8 +144,14 @@ def enqueue(
     if delay is not None and run_at is not None:
         raise click.UsageError("give --delay or --at, not both")
     env = Environment.from_env()
+    registry = schemas_for(
+        [*env.schema_path, *schema_paths],
+        url=schema_registry,
+        config=schema_registry_config,
+        prefix=env.topic_prefix,
+        queues=[queue],
+    )
     try:
-        registry = SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths])
         request = JobRequest(
             queue=queue,
             type=job_type,

@@ -145,6 +145,9 @@ class SchemaRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._current
 
+    def close(self) -> None:
+        """Release connections (registry mode holds an HTTP client); nothing to do here."""
+
     def names(self) -> list[str]:
         """Every record name with a current schema, sorted."""
         return sorted(self._current)

@@ -98,6 +98,7 @@ class RegistryClient(Protocol):
 
     def schema_by_id(self, schema_id: int) -> str: ...
     def id_of(self, subject: str, schema: str) -> int | None: ...
+    def close(self) -> None: ...
 
 
 class SchemaCache:
@@ -193,6 +194,9 @@ class ConfluentSchemaRegistry(SchemaRegistry):
         self.cache = SchemaCache(cache_dir)
         self._writers: dict[str, _Writer] = {}
         self._by_id: dict[int, _IdSchema] = {}
+
+    def close(self) -> None:
+        self.client.close()
 
     def subject(self, name: str, *, topic: str | None = None) -> str:
         """The subject ``name`` is registered under (``topic``: where it is written)."""

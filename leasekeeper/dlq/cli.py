@@ -25,6 +25,7 @@ from jobcore.cli_kafka import (
     kafka_failure,
     kafka_settings,
 )
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
 from jobcore.kafka import (
     KafkaException,
@@ -45,7 +46,7 @@ from leasekeeper.dlq.render import (
     to_json,
 )
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
-from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.codec import EnvelopeCodec
 
 __all__ = ["dlq"]
 
@@ -63,14 +64,21 @@ class _Target:
 
 
 def _target(
-    queue: str, bootstrap: str | None, kafka_config: Path | None, schema_paths: tuple[str, ...]
+    queue: str,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    schema_paths: tuple[str, ...],
+    registry_options: tuple[str | None, Path | None] = (None, None),
 ) -> _Target:
     env = Environment.from_env()
     try:
         topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
-    registry = SchemaRegistry(extra_dirs=schema_paths + env.schema_path)
+    url, config = registry_options
+    registry = schemas_for(
+        schema_paths + env.schema_path, url=url, config=config, prefix=env.topic_prefix
+    )
     return _Target(
         kafka=kafka_settings(
             "leasekeeper-dlq", bootstrap=bootstrap, kafka_config=kafka_config, env=env
@@ -92,6 +100,7 @@ def _queue_options(command: _F) -> _F:
             type=click.Path(exists=True, file_okay=False),
             help="extra directory of job payload schemas (adds to $JOBS_SCHEMA_PATH)",
         ),
+        schema_registry_options,
     ]
     for option in reversed(options):
         command = option(command)
@@ -167,11 +176,19 @@ def list_command(
     bootstrap: str | None,
     kafka_config: Path | None,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     as_json: bool,
     **filters: str | None,
 ) -> None:
     """List the dead letters of QUEUE, optionally filtered."""
-    target = _target(queue, bootstrap, kafka_config, schema_paths)
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        (schema_registry, schema_registry_config),
+    )
     selection = _selection(**filters)
     with _dlq_errors(target.kafka):
         entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection))
@@ -200,13 +217,21 @@ def show(
     bootstrap: str | None,
     kafka_config: Path | None,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     as_json: bool,
 ) -> None:
     """Everything about one dead letter: JOB_ID, or PARTITION:OFFSET for an undecodable one.
 
     A job that died more than once (replayed, then dead again) shows every time.
     """
-    target = _target(queue, bootstrap, kafka_config, schema_paths)
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        (schema_registry, schema_registry_config),
+    )
     at = _LOCATION.match(job_id)
     selection = DeadLetterFilter() if at else DeadLetterFilter(job_id=job_id)
     with _dlq_errors(target.kafka):
@@ -238,6 +263,8 @@ def replay(
     bootstrap: str | None,
     kafka_config: Path | None,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     dry_run: bool,
     group: str | None,
     as_json: bool,
@@ -252,7 +279,13 @@ def replay(
     The default group is dlq-replay.jobs.QUEUE, plus a fingerprint of the
     filters when there are any, so each selection keeps its own progress.
     """
-    target = _target(queue, bootstrap, kafka_config, schema_paths)
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        (schema_registry, schema_registry_config),
+    )
     selection = _selection(**filters)
     options = ReplayOptions(
         topics=target.topics,

@@ -18,13 +18,13 @@ from types import FrameType
 import click
 
 from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_settings
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
 from jobcore.kafka import KafkaException
 from producer.scheduler.config import CronConfig, load_config
 from producer.scheduler.listing import list_rows, render_rows
 from producer.scheduler.service import Scheduler
 from producer.scheduler.state import LastFire, read_last_fires
-from schemas.codec import SchemaRegistry
 
 __all__ = ["cron"]
 
@@ -81,6 +81,7 @@ def cron() -> None:
     default="INFO",
     show_default=True,
 )
+@schema_registry_options
 def run(
     config_path: Path,
     bootstrap: str | None,
@@ -90,6 +91,8 @@ def run(
     misfire_grace_s: float | None,
     schema_paths: Sequence[str],
     log_level: str,
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
     """Take part in the leader election of the scheduler group; while leader, enqueue
     every entry of the config file at its fire times (each fire is logged)."""
@@ -106,7 +109,12 @@ def run(
             kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env),
             options=options,
             entries=config.entries,
-            registry=SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths]),
+            registry=schemas_for(
+                [*env.schema_path, *schema_paths],
+                url=schema_registry,
+                config=schema_registry_config,
+                prefix=env.topic_prefix,
+            ),
         )
     except ValueError as exc:
         raise click.ClickException(f"{config_path}: {exc}") from exc
