@@ -228,6 +228,7 @@ class ConfluentSchemaRegistry(SchemaRegistry):
                     "run `producer schemas register` before starting"
                 )
             self.cache.put_schema_id(subject, version.fingerprint, schema_id)
+            self.cache.put_schema(schema_id, schema_text(version))  # a reader's, later
         self._writers[subject] = _Writer(schema_id=schema_id, version=version)
         self._by_id.setdefault(schema_id, _IdSchema(name=name, schema=version.schema))
         return schema_id
