@@ -33,6 +33,7 @@ from leasekeeper.leases import TopicPart
 from leasekeeper.outbox import Outbox
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
+from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,9 @@ class ConsumerLoop:
             if value is None:
                 raise DecodeError("record has no value (tombstone)")
             job = self._codec.decode(value)
-        except DecodeError as exc:
+        except (DecodeError, SchemaUnavailable) as exc:
+            # An envelope id never seen, with the registry down: kept whole in the DLQ
+            # (replayable) rather than stalling the partition or crashing the loop.
             self._dead_letter_raw(tp, offset, message.key(), value, str(exc))
             return
         tier = self._gate.tier_of(topic)

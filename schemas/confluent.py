@@ -47,6 +47,7 @@ __all__ = [
     "RegistryClient",
     "RegistryUnavailable",
     "SchemaCache",
+    "SchemaUnavailable",
     "SubjectStrategy",
     "subject_for",
 ]
@@ -57,6 +58,11 @@ _HEADER = 5
 
 class RegistryUnavailable(ConnectionError):
     """The registry did not answer (down, unreachable): worth retrying later."""
+
+
+class SchemaUnavailable(Exception):
+    """The writer's schema is neither cached nor obtainable now (the registry is down):
+    the bytes may be fine, so this is not a DecodeError; try again later."""
 
 
 class SubjectStrategy(StrEnum):
@@ -283,7 +289,7 @@ class ConfluentSchemaRegistry(SchemaRegistry):
             try:
                 text = self.client.schema_by_id(schema_id)
             except RegistryUnavailable as exc:
-                raise DecodeError(
+                raise SchemaUnavailable(
                     f"schema id {schema_id} is not cached and the registry is unreachable: {exc}"
                 ) from exc
             self.cache.put_schema(schema_id, text)

@@ -17,11 +17,15 @@ from schemas.confluent import (
     WIRE_MAGIC,
     ConfluentSchemaRegistry,
     RegistryUnavailable,
+    SchemaUnavailable,
     SubjectStrategy,
     schema_text,
     subject_for,
 )
 from schemas.job import DeadLetter, Job
+from workers import App
+from workers.decoding import Unrunnable, prepare
+from workers.messages import Lease, LeaseRef
 
 
 class FakeRegistry:
@@ -121,12 +125,14 @@ def test_lookups_are_cached_in_memory() -> None:
     assert fake.calls <= 2
 
 
-def test_an_unknown_id_with_the_registry_down_is_a_decode_error() -> None:
+def test_an_unknown_id_with_the_registry_down_is_unavailable_not_undecodable() -> None:
     fake = FakeRegistry()
     fake.down = True
     codec = EnvelopeCodec(ConfluentSchemaRegistry(fake))
-    with pytest.raises(DecodeError, match="schema id 99 is not cached"):
+    with pytest.raises(SchemaUnavailable, match="schema id 99 is not cached"):
         codec.decode(WIRE_MAGIC + (99).to_bytes(4, "big") + b"\x00")
+    with pytest.raises(DecodeError, match="shorter than the 5-byte header"):
+        codec.decode(WIRE_MAGIC + b"\x01")
 
 
 def test_a_dead_letter_is_written_under_the_dlq_subject() -> None:
@@ -261,3 +267,22 @@ def test_file_mode_check_compares_with_the_history_directory(tmp_path: Path) -> 
     assert results["order"].level is FULL
     assert any("field 'id'" in p for p in results["order"].problems)
     assert results["noop"].outcome is Outcome.NEW
+
+
+def test_a_worker_retries_a_job_whose_payload_schema_is_unavailable() -> None:
+    """Not dead-lettered: the registry being down says nothing about the job."""
+    fake = FakeRegistry()
+    writer = EnvelopeCodec(_registered(fake, None))
+    envelope = writer.encode(_job(writer.encode_payload("noop", {"n": 1})))
+    reader = EnvelopeCodec(ConfluentSchemaRegistry(fake))
+    reader.decode(envelope)  # the envelope's schema is seen while the registry is up
+    fake.down = True
+    app = App("t")
+    app.job("noop")(lambda ctx, payload: None)
+    lease = Lease(
+        ref=LeaseRef(lease_id="l", token="t"), until_ms=0, attempt=1, envelope=envelope, lease_s=30
+    )
+    prepared = prepare(app, reader, lease)
+    assert isinstance(prepared, Unrunnable)
+    assert prepared.failure.error_class == "SchemaUnavailable"
+    assert not prepared.failure.permanent
