@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from jobcore.schema_registry import RegistrySettings, RegistrySetupError
+from producer.cli import main as producer_main
 from producer.schema_check import Outcome, check_files
 from schemas.codec import MARKER, DecodeError, EnvelopeCodec, SchemaError, SchemaRegistry
 from schemas.compat import CompatibilityLevel, incompatibilities
@@ -286,3 +288,21 @@ def test_a_worker_retries_a_job_whose_payload_schema_is_unavailable() -> None:
     assert isinstance(prepared, Unrunnable)
     assert prepared.failure.error_class == "SchemaUnavailable"
     assert not prepared.failure.permanent
+
+
+def test_a_bad_registry_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "sr.properties"
+    config.write_text("url=http://127.0.0.1:1\nvalue.subject.name.strategy=ByMood\n")
+    result = CliRunner().invoke(
+        producer_main, ["schemas", "check", "--schema-registry-config", str(config)]
+    )
+    assert result.exit_code == 2
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    (line,) = result.output.strip().splitlines()
+    assert "sr.properties" in line and "ByMood" in line and "known: TopicName" in line
+
+
+def test_file_mode_check_on_the_cli_passes_for_the_shipped_schemas() -> None:
+    result = CliRunner().invoke(producer_main, ["schemas", "check"])
+    assert result.exit_code == 0, result.output
+    assert "FULL_TRANSITIVE" in result.output
