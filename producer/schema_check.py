@@ -111,14 +111,12 @@ def check_registry(
     for name, topic in _pairs(registry, queues):
         subject = registry.subject(name, topic=topic)
         version = registry.current(name)
+        level = _level(version, client.compatibility(subject))
         if client.id_of(subject, schema_text(version)) is not None:
             results.append(
-                CheckResult(
-                    name=name, subject=subject, level=PAYLOAD_LEVEL, outcome=Outcome.UNCHANGED
-                )
+                CheckResult(name=name, subject=subject, level=level, outcome=Outcome.UNCHANGED)
             )
             continue
-        level = _level(version, client.compatibility(subject))
         previous = [json.loads(text) for text in client.versions(subject)]
         result = _verdict(
             name=name, subject=subject, level=level, new=_raw(version), previous=previous
