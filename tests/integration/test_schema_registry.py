@@ -226,3 +226,37 @@ def test_the_queue_keeps_running_on_cached_schemas_when_the_registry_stops(
     system.add_worker(system.leasekeeper, extra=["--schema-registry-config", str(config)])
     wait_until(lambda: set(later) <= system.acks(), 60, "jobs enqueued with the registry down")
     assert not system.read_topic(system.topics.dlq)
+
+
+def test_producer_enqueue_on_the_command_line_writes_the_wire_format(
+    system: System, config: Path, kafka: KafkaSettings
+) -> None:
+    result = _cli(
+        producer_main, "enqueue", system.queue, "noop", "--tenant", "t", "--payload", '{"n": 5}',
+        "--bootstrap", kafka.bootstrap, "--schema-registry-config", str(config),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (message,) = system.read_topic(system.topics.ready)
+    assert message.value()[:1] == WIRE_MAGIC
+
+
+def test_an_unregistered_queue_is_refused_at_start_up_with_the_fix(
+    system: System, tmp_path: Path, schema_registry_url: str, kafka: KafkaSettings
+) -> None:
+    """The runtime never registers: the producer and the leasekeeper exit 2, naming the
+    subject and the command that registers it, before writing anything."""
+    config = _config(tmp_path, schema_registry_url)
+    result = _cli(
+        producer_main, "enqueue", system.queue, "noop", "--tenant", "t", "--payload", "{}",
+        "--bootstrap", kafka.bootstrap, "--schema-registry-config", str(config),
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert f"jobs.{system.queue}-value" in result.output
+    assert "producer schemas register" in result.output
+    system.configure(lease_s=30, extra=["--schema-registry-config", str(config)])
+    system.leasekeeper.start()
+    process = system.leasekeeper.process
+    assert process is not None and process.wait(60) == 2
+    log = system.leasekeeper.log.read_text()
+    assert "producer schemas register" in log and "Traceback" not in log
+    assert not system.read_topic(system.topics.ready)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from jobcore.schema_registry import RegistrySettings, RegistrySetupError
+from jobcore.retrying import Backoff
+from jobcore.schema_registry import RegistrySettings, RegistrySetupError, retry_unavailable
 from producer.cli import main as producer_main
 from producer.schema_check import Outcome, check_files
 from schemas.codec import MARKER, DecodeError, EnvelopeCodec, SchemaError, SchemaRegistry
@@ -306,3 +307,22 @@ def test_file_mode_check_on_the_cli_passes_for_the_shipped_schemas() -> None:
     result = CliRunner().invoke(producer_main, ["schemas", "check"])
     assert result.exit_code == 0, result.output
     assert "FULL_TRANSITIVE" in result.output
+
+
+def test_a_registry_down_at_start_up_is_retried_with_backoff() -> None:
+    answers = iter([RegistryUnavailable("refused"), RegistryUnavailable("refused"), 7])
+
+    def action() -> int:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    no_wait = Backoff(base_s=0.0, cap_s=0.0)
+    assert retry_unavailable(action, what="starting", backoff=no_wait) == 7
+
+    def down() -> int:
+        raise RegistryUnavailable("refused")
+
+    with pytest.raises(RegistryUnavailable, match="refused"):
+        retry_unavailable(down, what="starting", backoff=no_wait, attempts=3)
