@@ -114,6 +114,7 @@ def run(
                 url=schema_registry,
                 config=schema_registry_config,
                 prefix=env.topic_prefix,
+                queues=sorted({entry.queue for entry in config.entries}),
             ),
         )
     except ValueError as exc:
