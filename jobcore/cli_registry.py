@@ -90,8 +90,8 @@ def schemas_for(
         raise SchemaSetupFailed(str(exc)) from None
     except RegistryUnavailable as exc:
         raise SchemaSetupFailed(
-            f"schema registry {url or config} did not answer ({exc}) and the schema ids "
-            "are not cached; start it or check --schema-registry"
+            f"the schema registry did not answer ({exc}) and the schema ids are not "
+            "cached; start it, or check --schema-registry / --schema-registry-config"
         ) from None
     context = click.get_current_context(silent=True)
     if context is not None:  # the command's HTTP client lives as long as the command

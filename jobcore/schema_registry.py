@@ -186,7 +186,7 @@ class ConfluentRegistryClient:
             if exc.http_status_code >= 500 or exc.http_status_code < 0:
                 raise RegistryUnavailable(f"{self.url}: {exc.error_message}") from None
             raise RegistrySetupError(f"schema registry {self.url}: {exc.error_message}") from None
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise RegistryUnavailable(f"{self.url}: {type(exc).__name__}: {exc}") from None
         except Exception as exc:  # httpx transport errors have no common base here
             if type(exc).__module__.startswith(("httpx", "httpcore")):
