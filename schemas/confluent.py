@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -51,6 +52,8 @@ __all__ = [
     "SubjectStrategy",
     "subject_for",
 ]
+
+log = logging.getLogger(__name__)
 
 WIRE_MAGIC = b"\x00"
 _HEADER = 5
@@ -146,11 +149,14 @@ class SchemaCache:
         if self.directory is None:
             return
         target = self.directory / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(tmp, target)
+        except OSError as exc:  # a cache that cannot be written only costs lookups later
+            log.warning("cannot write the schema cache %s: %s", target, exc)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -326,3 +326,12 @@ def test_a_registry_down_at_start_up_is_retried_with_backoff() -> None:
 
     with pytest.raises(RegistryUnavailable, match="refused"):
         retry_unavailable(down, what="starting", backoff=no_wait, attempts=3)
+
+
+def test_a_cache_that_cannot_be_written_costs_only_lookups(tmp_path: Path) -> None:
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    fake = FakeRegistry()
+    codec = EnvelopeCodec(_registered(fake, blocked / "cache"))
+    data = codec.encode(_job(codec.encode_payload("noop", {"n": 1})))
+    assert codec.decode(data).job_id == "j1"
