@@ -37,6 +37,8 @@ from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
 
 log = logging.getLogger(__name__)
+# How long a partition waits before an envelope whose schema was unavailable is read again.
+SCHEMA_RETRY_MS = 5_000
 
 # Commits and offset look-ups while the group coordinator is unreachable.
 COMMIT_BACKOFF = Backoff(base_s=0.2, cap_s=10.0)
@@ -157,9 +159,10 @@ class ConsumerLoop:
             if value is None:
                 raise DecodeError("record has no value (tombstone)")
             job = self._codec.decode(value)
-        except (DecodeError, SchemaUnavailable) as exc:
-            # An envelope id never seen, with the registry down: kept whole in the DLQ
-            # (replayable) rather than stalling the partition or crashing the loop.
+        except SchemaUnavailable as exc:
+            self._hold_for_schema(tp, offset, str(exc))
+            return
+        except DecodeError as exc:
             self._dead_letter_raw(tp, offset, message.key(), value, str(exc))
             return
         tier = self._gate.tier_of(topic)
@@ -167,6 +170,16 @@ class ConsumerLoop:
             self._engine.offer(tp, offset, job, value)
         else:
             self._from_tier(tier, tp, offset, job, message)
+
+    def _hold_for_schema(self, tp: TopicPart, offset: int, reason: str) -> None:
+        """An envelope whose schema is neither cached nor obtainable (the registry is
+        down): the record is fine, so hold its partition and fetch it again later,
+        rather than dead-letter a good job; other partitions go on."""
+        log.warning("%s/%d@%d waits for its schema: %s", tp.topic, tp.partition, offset, reason)
+        self._gate.hold(tp, wall_ms() + SCHEMA_RETRY_MS)
+        self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
+        self._paused.add(tp)
 
     def _from_tier(self, tier: str, tp: TopicPart, offset: int, job: Job, message: Message) -> None:
         """A delay-tier record: dispatch it when due; wait out the last fraction of a tier

@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from jobcore.delay_tiers import DelayTiers
 from jobcore.retrying import Backoff
 from jobcore.schema_registry import RegistrySettings, RegistrySetupError, retry_unavailable
+from jobcore.topics import QueueTopics
+from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.leases import TopicPart
+from leasekeeper.tier_gate import TierGate
 from producer.cli import main as producer_main
 from producer.schema_check import Outcome, check_files
 from schemas.codec import MARKER, DecodeError, EnvelopeCodec, SchemaError, SchemaRegistry
@@ -335,3 +340,65 @@ def test_a_cache_that_cannot_be_written_costs_only_lookups(tmp_path: Path) -> No
     codec = EnvelopeCodec(_registered(fake, blocked / "cache"))
     data = codec.encode(_job(codec.encode_payload("noop", {"n": 1})))
     assert codec.decode(data).job_id == "j1"
+
+
+class _Message:
+    """The parts of a Kafka message the consumer loop reads."""
+
+    def __init__(self, offset: int, value: bytes) -> None:
+        self._offset, self._value = offset, value
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return "jobs.q"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+    def key(self) -> bytes:
+        return b"t"
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.seeks: list[tuple[str, int, int]] = []
+        self.paused: list[tuple[str, int]] = []
+
+    def seek(self, tp: Any) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def pause(self, tps: list[Any]) -> None:
+        self.paused += [(tp.topic, tp.partition) for tp in tps]
+
+
+def test_the_leasekeeper_holds_a_partition_whose_envelope_schema_is_unavailable() -> None:
+    """Not dead-lettered: the partition waits and the record is fetched again."""
+    fake = FakeRegistry()
+    writer = EnvelopeCodec(_registered(fake, None))
+    data = writer.encode(_job(writer.encode_payload("noop", {"n": 1})))
+    fake.down = True
+    consumer = _Consumer()
+    gate = TierGate(DelayTiers(), QueueTopics(queue="q"))
+    loop = ConsumerLoop(
+        consumer=consumer,  # type: ignore[arg-type]
+        producer=None,  # type: ignore[arg-type]
+        engine=None,  # type: ignore[arg-type]
+        codec=EnvelopeCodec(ConfluentSchemaRegistry(fake)),
+        outbox=None,  # type: ignore[arg-type]
+        topics=QueueTopics(queue="q"),
+        gate=gate,
+        config=LoopConfig(),
+    )
+    loop._handle(_Message(41, data))  # type: ignore[arg-type]
+    loop._handle(_Message(42, data))  # type: ignore[arg-type]  # same batch: skipped
+    assert consumer.seeks == [("jobs.q", 0, 41)]
+    assert consumer.paused == [("jobs.q", 0)]
+    assert gate.is_held(TopicPart("jobs.q", 0))
