@@ -22,11 +22,13 @@ from jobcore.cli_kafka import (
     kafka_failure,
     kafka_settings,
 )
+from jobcore.cli_registry import SchemaSetupFailed, registry_settings, schema_registry_options
 from jobcore.config import Environment, queues_with_sockets
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
 from jobcore.localkafka.cli import kafka_cli
+from jobcore.schema_registry import RegistrySetupError
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
@@ -35,6 +37,7 @@ from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
+from schemas.codec import SchemaError
 
 # Defaults come from the config dataclasses, so the CLI and a Python caller agree.
 _ENGINE = EngineConfig()
@@ -77,6 +80,7 @@ def main() -> None:
     type=click.Path(exists=True, file_okay=False),
     help="extra directory of job payload schemas (repeatable; adds to $JOBS_SCHEMA_PATH)",
 )
+@schema_registry_options
 @click.option(
     "--instance-id",
     default=None,
@@ -198,6 +202,8 @@ def serve(
     group: str | None,
     group_id_alias: str | None,
     schema_path: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     instance_id: str | None,
     session_timeout_ms: int,
     lease_for: tuple[str, ...],
@@ -262,6 +268,7 @@ def serve(
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
         schema_dirs=schema_path + env.schema_path,
+        schema_registry=registry_settings(schema_registry, schema_registry_config),
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
         reset_state=reset_state,
@@ -279,6 +286,8 @@ def _run_service(config: ServeConfig) -> None:
         service = LeaseKeeperService(config)
     except KafkaException as exc:  # librdkafka refused the configuration itself
         raise kafka_failure(exc, config.kafka) from None
+    except (SchemaError, RegistrySetupError) as exc:
+        raise SchemaSetupFailed(str(exc)) from None
     stopper = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

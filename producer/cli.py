@@ -24,6 +24,7 @@ from jobcore.cli_kafka import (
     kafka_settings,
     require_kafka,
 )
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
@@ -32,6 +33,7 @@ from producer.api import CancelError, EnqueueError, JobProducer
 from producer.durations import parse_at, parse_delay
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
+from producer.schemas_cli import schemas
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
@@ -92,6 +94,7 @@ def main() -> None:
 
 
 main.add_command(cron)
+main.add_command(schemas)
 
 
 @main.command("enqueue", short_help="Enqueue one job; print its id.")
@@ -139,6 +142,7 @@ main.add_command(cron)
     type=click.Path(exists=True, file_okay=False),
     help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
 )
+@schema_registry_options
 def enqueue(
     words: tuple[str, ...],
     queue_flag: str | None,
@@ -155,6 +159,8 @@ def enqueue(
     kafka_config: Path | None,
     connect_timeout_s: float,
     schema_paths: Sequence[str],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
     """Enqueue a TYPE job on QUEUE (--queue, or the first argument); print its id once
     Kafka acknowledged it.
@@ -167,8 +173,14 @@ def enqueue(
         raise click.UsageError("give --delay or --at, not both")
     queue, (job_type,) = queue_and_arguments(queue_flag, words, ("TYPE",))
     env = Environment.from_env()
+    registry = schemas_for(
+        [*env.schema_path, *schema_paths],
+        url=schema_registry,
+        config=schema_registry_config,
+        prefix=env.topic_prefix,
+        queues=[queue],
+    )
     try:
-        registry = SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths])
         request = JobRequest(
             queue=queue,
             type=job_type,

@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 
 from jobcore.cli_errors import FriendlyGroup, log_level_option
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
 from jobcore.durations import DURATION, shown
-from schemas.codec import SchemaError
+from schemas.codec import EnvelopeCodec, SchemaError
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected
 from workers.decoding import EnvelopeDecoder, default_decoder, job_types
@@ -40,6 +41,8 @@ class RunOptions:
     log_level: str
     heartbeats: bool = True
     tls_ca: str | None = None
+    schema_registry: str | None = None
+    schema_registry_config: Path | None = None
 
     def child_command(self, index: int, parent_pid: int) -> list[str]:
         """The command line of child ``index`` under ``--processes`` (token via environment)."""
@@ -53,6 +56,9 @@ class RunOptions:
             "--parent-pid", str(parent_pid),
             *(f"--schema-path={d}" for d in self.schema_dirs),
             *([f"--tls-ca={self.tls_ca}"] if self.tls_ca else []),
+            *([f"--schema-registry={self.schema_registry}"] if self.schema_registry else []),
+            *([f"--schema-registry-config={self.schema_registry_config}"]
+              if self.schema_registry_config else []),
         ]  # fmt: skip
 
 
@@ -115,6 +121,7 @@ def main() -> None:
     hidden=True,
     help="--no-heartbeats acts like a worker cut off from its leasekeeper (fencing tests)",
 )
+@schema_registry_options
 def run(
     app_spec: str,
     queue: str | None,
@@ -128,6 +135,8 @@ def run(
     tls_ca: str | None,
     parent_pid: int | None,
     heartbeats: bool,
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
     """Run the handlers of MODULE:APP (imported like uvicorn does, from the current directory).
 
@@ -148,6 +157,8 @@ def run(
         log_level=log_level.upper(),
         heartbeats=heartbeats,
         tls_ca=tls_ca or env.leasekeeper_tls_ca,
+        schema_registry=schema_registry,
+        schema_registry_config=schema_registry_config,
     )
     logging.basicConfig(
         level=options.log_level,
@@ -170,6 +181,14 @@ def _load(app_spec: str) -> App:
 
 
 def _decoder(options: RunOptions) -> EnvelopeDecoder:
+    if options.schema_registry or options.schema_registry_config:
+        registry = schemas_for(
+            options.schema_dirs,
+            url=options.schema_registry,
+            config=options.schema_registry_config,
+            prefix=Environment.from_env().topic_prefix,
+        )
+        return EnvelopeCodec(registry)
     try:
         return default_decoder(options.schema_dirs)
     except SchemaError as exc:

@@ -28,6 +28,7 @@ from jobcore.cli_kafka import (
     kafka_settings,
     require_kafka,
 )
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
 from jobcore.kafka import (
     KafkaException,
@@ -48,7 +49,7 @@ from leasekeeper.dlq.render import (
     to_json,
 )
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
-from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.codec import EnvelopeCodec
 from schemas.job import DeadLetterReason
 
 __all__ = ["dlq"]
@@ -72,13 +73,17 @@ def _target(
     kafka_config: Path | None,
     schema_paths: tuple[str, ...],
     connect_timeout_s: float,
+    registry_options: tuple[str | None, Path | None] = (None, None),
 ) -> _Target:
     env = Environment.from_env()
     try:
         topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
-    registry = SchemaRegistry(extra_dirs=schema_paths + env.schema_path)
+    url, config = registry_options
+    registry = schemas_for(
+        schema_paths + env.schema_path, url=url, config=config, prefix=env.topic_prefix
+    )
     settings = kafka_settings(
         "leasekeeper-dlq", bootstrap=bootstrap, kafka_config=kafka_config, env=env
     )
@@ -99,6 +104,7 @@ def _queue_options(command: _F) -> _F:
             type=click.Path(exists=True, file_okay=False),
             help="extra directory of job payload schemas (adds to $JOBS_SCHEMA_PATH)",
         ),
+        schema_registry_options,
     ]
     for option in reversed(options):
         command = option(command)
@@ -194,12 +200,21 @@ def list_command(
     kafka_config: Path | None,
     connect_timeout_s: float,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     as_json: bool,
     **filters: str | None,
 ) -> None:
     """List the dead letters of QUEUE, optionally filtered."""
     selection = _selection(**filters)  # a bad filter fails before Kafka is asked
-    target = _target(queue, bootstrap, kafka_config, schema_paths, connect_timeout_s)
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        connect_timeout_s,
+        (schema_registry, schema_registry_config),
+    )
     with _dlq_errors(target.kafka):
         entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection))
     entries.sort(key=_died_first)
@@ -228,13 +243,22 @@ def show(
     kafka_config: Path | None,
     connect_timeout_s: float,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     as_json: bool,
 ) -> None:
     """Everything about one dead letter: JOB_ID, or PARTITION:OFFSET for an undecodable one.
 
     A job that died more than once (replayed, then dead again) shows every time.
     """
-    target = _target(queue, bootstrap, kafka_config, schema_paths, connect_timeout_s)
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        connect_timeout_s,
+        (schema_registry, schema_registry_config),
+    )
     at = _LOCATION.match(job_id)
     selection = DeadLetterFilter() if at else DeadLetterFilter(job_id=job_id)
     with _dlq_errors(target.kafka):
@@ -267,6 +291,8 @@ def replay(
     kafka_config: Path | None,
     connect_timeout_s: float,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     dry_run: bool,
     group: str | None,
     as_json: bool,
@@ -282,7 +308,14 @@ def replay(
     filters when there are any, so each selection keeps its own progress.
     """
     selection = _selection(**filters)  # a bad filter fails before Kafka is asked
-    target = _target(queue, bootstrap, kafka_config, schema_paths, connect_timeout_s)
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        connect_timeout_s,
+        (schema_registry, schema_registry_config),
+    )
     options = ReplayOptions(
         topics=target.topics,
         selection=selection,

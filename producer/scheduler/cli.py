@@ -19,6 +19,7 @@ import click
 
 from jobcore.cli_errors import log_level_option
 from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_settings
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
 from jobcore.durations import DURATION
 from jobcore.kafka import KafkaException
@@ -80,6 +81,7 @@ def cron() -> None:
 )
 @_SCHEMA_PATH
 @log_level_option()
+@schema_registry_options
 def run(
     config_path: Path,
     bootstrap: str | None,
@@ -89,6 +91,8 @@ def run(
     misfire_grace_s: float | None,
     schema_paths: Sequence[str],
     log_level: str,
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
     """Take part in the leader election of the scheduler group; while leader, enqueue
     every entry of the config file at its fire times (each fire is logged)."""
@@ -109,7 +113,13 @@ def run(
             kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env),
             options=options,
             entries=config.entries,
-            registry=SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths]),
+            registry=schemas_for(
+                [*env.schema_path, *schema_paths],
+                url=schema_registry,
+                config=schema_registry_config,
+                prefix=env.topic_prefix,
+                queues=sorted({entry.queue for entry in config.entries}),
+            ),
         )
     except ValueError as exc:
         raise click.ClickException(f"{config_path}: {exc}") from exc
