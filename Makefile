@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench]'
+	$(PY) -m pip install -q -e '.[test,dev,bench,outbox]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -24,6 +24,7 @@ run: $(STAMP)
 ## the suite starts itself, or KAFKA_BOOTSTRAP when set.
 test: $(STAMP)
 	$(PY) -m devtools.localkafka fetch
+	$(PY) -m devtools.localregistry fetch
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)

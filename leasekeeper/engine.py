@@ -129,6 +129,11 @@ class LeaseEngine:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
 
+    def assigned(self) -> list[TopicPart]:
+        """The partitions this engine holds (a fatal consumer error lets go of them all)."""
+        with self._cond:
+            return list(self._book.parts)
+
     def in_flight(self, tps: set[TopicPart] | None = None) -> int:
         """Leases and copies not yet settled in ``tps`` (all partitions by default). Every
         copy counts from the moment it is decided until the outbox delivered or dropped

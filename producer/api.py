@@ -19,10 +19,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
+from typing import Any, TypeVar, overload
 
-from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
+from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, schema_path_from_env
 from jobcore.control import Cancellation
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
@@ -39,9 +41,27 @@ from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
 
-__all__ = ["CancelError", "EnqueueError", "JobProducer", "JobRequest"]
+__all__ = ["CancelError", "Delivered", "EnqueueError", "JobProducer", "JobRequest"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delivered:
+    """Where the broker put a job's record (what an outbox relay remembers)."""
+
+    job_id: str
+    topic: str
+    partition: int
+    offset: int
+
+    @classmethod
+    def of(cls, job_id: str, message: Message) -> Delivered:
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        assert topic is not None and partition is not None and offset is not None
+        return cls(job_id=job_id, topic=topic, partition=partition, offset=offset)
 
 
 class EnqueueError(Exception):
@@ -91,7 +111,11 @@ class JobProducer:
         tiers: DelayTiers | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._codec = EnvelopeCodec(registry if registry is not None else SchemaRegistry())
+        # Without a registry, the schemas a CLI would load: the package's own and
+        # JOBS_SCHEMA_PATH's, so a caller following the README finds its types.
+        if registry is None:
+            registry = SchemaRegistry(extra_dirs=schema_path_from_env())
+        self._codec = EnvelopeCodec(registry)
         self._prefix = prefix
         self._tiers = tiers if tiers is not None else DelayTiers()
         self._clock = clock
@@ -104,6 +128,10 @@ class JobProducer:
         )
         self._poller.start()
 
+    @overload
+    def enqueue(self, request: JobRequest, /) -> str: ...
+
+    @overload
     def enqueue(
         self,
         queue: str,
@@ -117,30 +145,32 @@ class JobProducer:
         priority: int | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> str: ...
+
+    def enqueue(
+        self,
+        queue: str | JobRequest,
+        type: str | None = None,
+        payload: Mapping[str, object] | None = None,
+        **options: Any,
     ) -> str:
         """Enqueue one job and return its id once the broker acknowledged it.
 
-        ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta, up to
-        ``MAX_DELAY``, 30 days) hold the job back until then; a time already past
-        means now.
+        Give a :class:`JobRequest`, or its fields: ``queue``, ``type``, ``payload``
+        and the keyword options. ``run_at`` (an aware datetime) or ``delay`` (seconds
+        or a timedelta, up to ``MAX_DELAY``, 30 days) hold the job back until then; a
+        time already past means now.
 
         Raises PayloadError (nothing sent) for a payload its schema rejects,
         ValueError for invalid options, EnqueueError when the queue has no topic
         (or no topic for the delay tier it needs) or Kafka refused the job.
         """
-        return self.enqueue_nowait(
-            queue,
-            type,
-            payload,
-            tenant_id=tenant_id,
-            dedupe_key=dedupe_key,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout_s=timeout_s,
-        ).result()
+        return self.enqueue_nowait(as_request(queue, type, payload, options)).result()
 
+    @overload
+    def enqueue_nowait(self, request: JobRequest, /) -> Future[str]: ...
+
+    @overload
     def enqueue_nowait(
         self,
         queue: str,
@@ -154,25 +184,21 @@ class JobProducer:
         priority: int | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> Future[str]: ...
+
+    def enqueue_nowait(
+        self,
+        queue: str | JobRequest,
+        type: str | None = None,
+        payload: Mapping[str, object] | None = None,
+        **options: Any,
     ) -> Future[str]:
         """Like :meth:`enqueue`, but returns at once; the future resolves on delivery.
 
         Validation errors are still raised here, before anything is sent; a
         delivery failure is the future's EnqueueError.
         """
-        request = JobRequest(
-            queue=queue,
-            type=type,
-            payload=payload,
-            tenant_id=tenant_id,
-            dedupe_key=dedupe_key,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout_s=timeout_s,
-        )
-        job = self._build(request)
+        job = self._build(as_request(queue, type, payload, options))
         return self._send(job, self._destination(job))
 
     def enqueue_batch(self, requests: Iterable[JobRequest]) -> list[str]:
@@ -207,6 +233,25 @@ class JobProducer:
             )
         return ids
 
+    def send_job(self, job: Job) -> Future[Delivered]:
+        """Produce a job already built by :func:`producer.request.build_job` (e.g. staged
+        in an outbox), exactly as :meth:`enqueue_nowait` produces one: the same topic
+        choice, checks, key and headers. The future holds where the record landed."""
+        if self._closed.is_set():
+            raise RuntimeError("this JobProducer is closed")
+        return self._produce(
+            self.destination_of(job),
+            key=job.tenant_id.encode(),
+            value=self._codec.encode(job),
+            record_id=job.job_id,
+            result=lambda msg: Delivered.of(job.job_id, msg),
+        )
+
+    def destination_of(self, job: Job) -> str:
+        """The topic ``job`` is written to, checked to exist; raises EnqueueError when
+        it does not (see :meth:`_destination`)."""
+        return self._destination(job)
+
     def cancel(self, queue: str, job_id: str, *, reason: str = "") -> None:
         """Record that job ``job_id`` of ``queue`` must not run; returns once the broker
         acknowledged the record.
@@ -236,6 +281,7 @@ class JobProducer:
                 key=cancellation.key,
                 value=cancellation.encode(),
                 record_id=job_id,
+                result=lambda _msg: job_id,
             ).result()
         except EnqueueError as exc:
             raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
@@ -299,13 +345,25 @@ class JobProducer:
     def _send(self, job: Job, topic: str) -> Future[str]:
         """Produce ``job`` keyed by its tenant (a tier keeps the tenant's partition)."""
         return self._produce(
-            topic, key=job.tenant_id.encode(), value=self._codec.encode(job), record_id=job.job_id
+            topic,
+            key=job.tenant_id.encode(),
+            value=self._codec.encode(job),
+            record_id=job.job_id,
+            result=lambda _msg: job.job_id,
         )
 
-    def _produce(self, topic: str, *, key: bytes, value: bytes, record_id: str) -> Future[str]:
-        """The future holds ``record_id`` once acknowledged, or the EnqueueError that
-        stopped the record."""
-        future: Future[str] = Future()
+    def _produce(
+        self,
+        topic: str,
+        *,
+        key: bytes,
+        value: bytes,
+        record_id: str,
+        result: Callable[[Message], _T],
+    ) -> Future[_T]:
+        """The future holds ``result(message)`` once acknowledged, or the EnqueueError
+        that stopped the record."""
+        future: Future[_T] = Future()
         future.set_running_or_notify_cancel()  # a produced record cannot be withdrawn
         try:
             produce_reliably(
@@ -314,7 +372,7 @@ class JobProducer:
                 key=key,
                 value=value,
                 headers=[("job_id", record_id.encode())],
-                on_delivery=_reporter(future, record_id),
+                on_delivery=_reporter(future, record_id, result),
             )
         except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
             future.set_exception(
@@ -373,10 +431,12 @@ class JobProducer:
                 log.exception("serving delivery reports")
 
 
-def _reporter(future: Future[str], job_id: str) -> Callable[[KafkaError | None, Message], None]:
-    def report(error: KafkaError | None, _message: Message) -> None:
+def _reporter(
+    future: Future[_T], job_id: str, result: Callable[[Message], _T]
+) -> Callable[[KafkaError | None, Message], None]:
+    def report(error: KafkaError | None, message: Message) -> None:
         if error is None:
-            future.set_result(job_id)
+            future.set_result(result(message))
         else:
             future.set_exception(
                 EnqueueError(
@@ -385,3 +445,20 @@ def _reporter(future: Future[str], job_id: str) -> Callable[[KafkaError | None, 
             )
 
     return report
+
+
+def as_request(
+    queue: str | JobRequest,
+    job_type: str | None,
+    payload: Mapping[str, object] | None,
+    options: Mapping[str, Any],
+) -> JobRequest:
+    """The one place the job options become a :class:`JobRequest`, whichever way
+    :meth:`JobProducer.enqueue` was called."""
+    if isinstance(queue, JobRequest):
+        if job_type is not None or payload is not None or options:
+            raise TypeError("give a JobRequest alone, or queue, type, payload and options")
+        return queue
+    if job_type is None or payload is None:
+        raise TypeError("enqueue needs queue, type and payload (or one JobRequest)")
+    return JobRequest(queue=queue, type=job_type, payload=payload, **options)

@@ -11,12 +11,17 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from devtools.localkafka import KafkaUnavailable, LocalKafka, obtain
+from devtools.localregistry import LocalRegistry, RegistryUnavailable
 from jobcore.kafka import KafkaSettings
 from tests.system import System
+
+if TYPE_CHECKING:
+    from benchmarks.peers.servers import PostgresServer
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +94,34 @@ def kafka(kafka_bootstrap: str) -> KafkaSettings:
     return KafkaSettings(bootstrap=kafka_bootstrap, client_id="tests")
 
 
+def start_registry(workdir: Path) -> LocalRegistry:
+    """A registry of the caller's own (Apicurio, Java 21+), or a clear skip or CI failure."""
+    registry = LocalRegistry(workdir=workdir)
+    try:
+        registry.start()
+    except RegistryUnavailable as exc:
+        registry.stop(grace=5)
+        if os.environ.get("CI"):
+            pytest.fail(f"the Schema Registry could not start in CI: {exc}", pytrace=False)
+        pytest.skip(f"the Schema Registry could not start: {exc}")
+    return registry
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The suite's Schema Registry (Confluent-compatible API): ``TEST_SCHEMA_REGISTRY_URL``
+    when set, else an Apicurio Registry the suite starts, like its Kafka."""
+    external = os.environ.get("TEST_SCHEMA_REGISTRY_URL")
+    if external:
+        yield external
+        return
+    registry = start_registry(Path(tmp_path_factory.mktemp("registry")))
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
+
+
 @pytest.fixture
 def unique() -> str:
     """A suffix for this test's topic names and consumer-group ids."""
@@ -101,3 +134,36 @@ def system(kafka: KafkaSettings, unique: str, tmp_path: Path) -> Iterator[System
     sut = System(kafka, unique, tmp_path)
     yield sut
     sut.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A private PostgreSQL cluster from Debian's packages, as the benchmark runs it
+    (installed with apt-get when missing and running as root). When it cannot start
+    and ``CI`` is set, the tests that need it fail; locally they are skipped loudly."""
+    from benchmarks.peers.servers import PostgresServer, Unavailable
+    from benchmarks.procs import Pinning
+
+    server = PostgresServer(Pinning(servers=None, clients=None), allow_install=True)
+    try:
+        server.start()
+    except Unavailable as exc:
+        server.stop()
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL could not start in CI: {exc}", pytrace=False)
+        pytest.skip(f"PostgreSQL could not start (install the postgresql package): {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_dsn(postgres: PostgresServer, unique: str) -> str:
+    """A database of this test's own (advisory locks and the outbox table are per database)."""
+    import psycopg
+
+    name = f"t{unique}"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}".encode())
+    return f"host=127.0.0.1 port={postgres.port} user=postgres dbname={name}"

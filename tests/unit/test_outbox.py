@@ -287,3 +287,16 @@ def test_a_dedupe_claim_lets_its_job_run_once_delivered(rig: Rig) -> None:
     rig.producer.answer()
     (grant,) = rig.engine.claim("w", 1, wait_s=0)
     assert grant.lease_id == "jobs.q/0/0"
+
+
+def test_a_durable_retry_is_logged_at_info_with_the_job_and_tier(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="leasekeeper.outbox")
+    rig.nack(job())
+    rig.outbox.pump()
+    assert not [r for r in caplog.records if "retrying job" in r.getMessage()]  # not yet durable
+    rig.producer.answer()
+    (line,) = [r.getMessage() for r in caplog.records if "retrying job" in r.getMessage()]
+    assert line.startswith("retrying job job-0 (report, tenant acme) after attempt 1 of 50")
+    assert TOPICS.retry("1s") in line
