@@ -459,8 +459,13 @@ class _DevCommands(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name != "kafka":
             return None
-        from devtools.localkafka.cli import kafka_cli
-
+        try:
+            from devtools.localkafka.cli import kafka_cli
+        except ModuleNotFoundError as exc:
+            raise click.ClickException(
+                f"leasekeeper dev kafka needs the development tools ({exc.name} is not "
+                "installed here); run it from a source checkout (make venv)"
+            ) from None
         return kafka_cli
 
 

@@ -135,3 +135,18 @@ def test_leasekeeper_dev_kafka_still_works() -> None:
     result = CliRunner().invoke(main, ["dev", "kafka", "--help"])
     assert result.exit_code == 0, result.output
     assert all(command in result.output for command in ("fetch", "start", "stop", "status"))
+
+
+def test_leasekeeper_dev_without_the_development_tools_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An image built without ``devtools/`` (the Dockerfile copies the runtime only)."""
+    from leasekeeper.cli import main
+
+    for name in [m for m in sys.modules if m.split(".")[0] == "devtools"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "devtools", None)
+    result = CliRunner().invoke(main, ["dev", "kafka", "start"])
+    assert result.exit_code == 1
+    assert "needs the development tools" in result.output
+    assert "Traceback" not in result.output
