@@ -28,6 +28,15 @@ from leasekeeper.commit_tracker import CommitTracker
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest, cap_error
 from leasekeeper.fairness import TenantRoundRobin
+from leasekeeper.id_prefix import PrefixError, resolve_prefix
+from leasekeeper.job_view import (
+    JobState,
+    base_view,
+    cancel_recorded_view,
+    cancelled_view,
+    note_view,
+    unknown_view,
+)
 from leasekeeper.leases import (
     Grant,
     Lease,
@@ -45,7 +54,14 @@ from leasekeeper.offset_metadata import encode as encode_progress
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.settle_in import SettleIn
-from leasekeeper.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
+from leasekeeper.store import (
+    JobNote,
+    LeaseRecord,
+    LeaseStore,
+    NoteKind,
+    Resolution,
+    StoreBatch,
+)
 from leasekeeper.workers_seen import ConnectedWorkers
 from schemas.job import AttemptError, DeadLetterReason, Job
 
@@ -294,19 +310,55 @@ class LeaseEngine:
         self._cond.notify_all()
 
     def _skipped(self, state: PartitionState, pending: Pending) -> bool:
-        """Resolve without running a job that was cancelled, or duplicates a dedupe key."""
+        """Resolve without running a job that was cancelled, or duplicates a dedupe key
+        (noted by id, so that ``inspect job`` can name the original)."""
         job = pending.job
+        batch = self._store.batch()
         if self.control.is_cancelled(job.job_id):
             self.counters.cancelled += 1
-        elif self.control.duplicate_of(job, now_ms(self._clock)) is not None:
+            batch.note(self._skip_note(pending, NoteKind.CANCELLED_WAITING))
+        elif (original := self.control.duplicate_of(job, now_ms(self._clock))) is not None:
             self.counters.deduplicated += 1
+            batch.note(self._skip_note(pending, NoteKind.SKIPPED_DUPLICATE, original))
         else:
             return False
-        batch = self._store.batch()
         batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
         self._store.write(batch)
         state.tracker.resolve(pending.offset)
         return True
+
+    def _skip_note(self, pending: Pending, kind: NoteKind, original: str | None = None) -> JobNote:
+        return JobNote(
+            job_id=pending.job.job_id,
+            kind=kind,
+            topic=pending.tp.topic,
+            partition=pending.tp.partition,
+            offset=pending.offset,
+            seen_ms=now_ms(self._clock),
+            duplicate_of=original,
+        )
+
+    def note_delayed(self, tp: TopicPart, offset: int, job: Job) -> None:
+        """A delay-tier record seen and left in Kafka until due: remembered by id for
+        ``inspect job`` (the record itself stays the only copy of the job)."""
+        note = JobNote(
+            job_id=job.job_id,
+            kind=NoteKind.DELAYED,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+            seen_ms=now_ms(self._clock),
+            due_ms=job.run_at_ms,
+        )
+        batch = self._store.batch()
+        batch.note(note)
+        self._store.write(batch)
+
+    def forget_delayed(self, job_id: str) -> None:
+        """A delayed job leaves its tier for the timer or the window: the note is done."""
+        batch = self._store.batch()
+        batch.forget_note(job_id)
+        self._store.write(batch)
 
     def _claim_key(self, pending: Pending, not_before_ms: int) -> CopyRequest:
         """Claim the job's dedupe key durably before the job may run: a restart must not
@@ -544,6 +596,7 @@ class LeaseEngine:
         del state.leases[offset]
         batch.unlease(state.tp.topic, state.tp.partition, offset)
         batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
+        batch.note(self._skip_note(lease.pending, NoteKind.CANCELLED_RUNNING))
         state.tracker.resolve(offset)
         self.counters.cancelled += 1
         return True
@@ -948,36 +1001,58 @@ class LeaseEngine:
                 "workers": self._workers.snapshot(now),
             }
 
-    def job_view(self, job_id: str) -> dict[str, object]:
-        """Where one job is in this leasekeeper: for ``inspect job ID``."""
+    def job_view(self, given: str) -> dict[str, object]:
+        """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a
+        job id or a unique prefix of one (8+ characters)."""
         with self._cond:
-            view: dict[str, object] = {"job_id": job_id, "member_knows": True}
+            in_hand = self._jobs_in_hand()
+            notes = {note.job_id: note for note in self._store.notes(given)}
+            try:
+                job_id = resolve_prefix([*in_hand, *notes, *self.control.cancelled], given)
+            except PrefixError as exc:
+                return unknown_view(given, str(exc))
+            if job_id is None:
+                return unknown_view(given)
             cancellation = self.control.cancelled.get(job_id)
-            if cancellation is not None:
-                view.update(state="cancelled", cancelled_at_ms=cancellation.cancelled_at_ms,
-                            reason=cancellation.reason)  # fmt: skip
-                return view
-            for state in self._parts.values():
-                for lease in state.leases.values():
-                    if lease.pending.job.job_id == job_id:
-                        view.update(
-                            state="leased",
-                            worker=lease.worker,
-                            attempt=lease.attempt,
-                            lease_id=lease.pending.lease_id,
-                            until_ms=lease.until_ms,
-                        )
-                        return _with_job(view, lease.pending.job)
-            for pending in self._ready:
-                if pending.job.job_id == job_id:
-                    view.update(state="ready", lease_id=pending.lease_id)
-                    return _with_job(view, pending.job)
-            for due, _, pending in self._delayed:
-                if pending.job.job_id == job_id:
-                    view.update(state="delayed", due_ms=due, lease_id=pending.lease_id)
-                    return _with_job(view, pending.job)
-            view.update(state="unknown", member_knows=False)
-            return view
+            if job_id in in_hand:
+                if cancellation is not None:
+                    return cancelled_view(job_id, cancellation)
+                return in_hand[job_id]
+            if job_id in notes:
+                return note_view(notes[job_id], cancellation)
+            assert cancellation is not None  # the only other source of candidates
+            return cancel_recorded_view(job_id, cancellation)
+
+    def _jobs_in_hand(self) -> dict[str, dict[str, object]]:
+        """The view of every job in the window: leased, ready, or on the timer."""
+        views: dict[str, dict[str, object]] = {}
+        for state in self._parts.values():
+            for lease in state.leases.values():
+                job = lease.pending.job
+                views[job.job_id] = _with_job(
+                    base_view(job.job_id)
+                    | {
+                        "state": JobState.LEASED.value,
+                        "worker": lease.worker,
+                        "attempt": lease.attempt,
+                        "lease_id": lease.pending.lease_id,
+                        "until_ms": lease.until_ms,
+                    },
+                    job,
+                )
+        for pending in self._ready:
+            views[pending.job.job_id] = _with_job(
+                base_view(pending.job.job_id)
+                | {"state": JobState.READY.value, "lease_id": pending.lease_id},
+                pending.job,
+            )
+        for due, _, pending in self._delayed:
+            views[pending.job.job_id] = _with_job(
+                base_view(pending.job.job_id)
+                | {"state": JobState.DELAYED.value, "due_ms": due, "lease_id": pending.lease_id},
+                pending.job,
+            )
+        return views
 
     def _in_flight_by_tenant(self) -> dict[str, int]:
         counts: dict[str, int] = {}

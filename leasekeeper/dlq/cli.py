@@ -45,6 +45,7 @@ from leasekeeper.dlq.render import (
     to_json,
 )
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
+from leasekeeper.id_prefix import PrefixError, resolve_prefix
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 __all__ = ["dlq"]
@@ -202,19 +203,15 @@ def show(
     schema_paths: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Everything about one dead letter: JOB_ID, or PARTITION:OFFSET for an undecodable one.
+    """Everything about one dead letter: JOB_ID (or a unique prefix of 8+ characters),
+    or PARTITION:OFFSET for an undecodable one.
 
     A job that died more than once (replayed, then dead again) shows every time.
     """
     target = _target(queue, bootstrap, kafka_config, schema_paths)
-    at = _LOCATION.match(job_id)
-    selection = DeadLetterFilter() if at else DeadLetterFilter(job_id=job_id)
     with _dlq_errors(target.kafka):
-        entries = [
-            entry
-            for entry in read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection)
-            if at is None or location(entry) == job_id
-        ]
+        entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec))
+    entries = _entries_named(entries, job_id)
     if not entries:
         raise click.ClickException(f"no dead letter {job_id} in {target.topics.dlq}")
     console = Console()
@@ -224,6 +221,19 @@ def show(
             click.echo(to_json(record))
         else:
             render_detail(record, console)
+
+
+def _entries_named(entries: list[DlqEntry], given: str) -> list[DlqEntry]:
+    """The entries ``given`` names: a ``PARTITION:OFFSET``, a job id, or a unique
+    prefix of one (ids are long; a table shows them whole so they can be pasted)."""
+    if _LOCATION.match(given):
+        return [entry for entry in entries if location(entry) == given]
+    ids = (entry.job.job_id for entry in entries if entry.job is not None)
+    try:
+        job_id = resolve_prefix(ids, given)
+    except PrefixError as exc:
+        raise click.ClickException(str(exc)) from None
+    return [entry for entry in entries if entry.job is not None and entry.job.job_id == job_id]
 
 
 @dlq.command("replay")

@@ -70,7 +70,10 @@ def summary(entry: DlqEntry) -> dict[str, Any]:
 
 def entries_table(entries: Iterable[DlqEntry], title: str) -> Table:
     table = Table(title=title)
-    for column in ("job id", "type", "tenant", "reason", "attempts", "last error", "died at"):
+    # The id is never cut or wrapped: it is what a person pastes into ``dlq show``.
+    # The other columns give way at a narrow terminal.
+    table.add_column("job id", no_wrap=True)
+    for column in ("type", "tenant", "reason", "attempts", "last error", "died at"):
         table.add_column(column, overflow="fold")
     for entry in entries:
         row = summary(entry)
