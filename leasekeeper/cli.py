@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -25,7 +26,7 @@ from jobcore.localkafka.cli import kafka_cli
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
-from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
+from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
@@ -297,8 +298,9 @@ _TARGET_HELP = "the leasekeeper's unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET
 @main.group(invoke_without_command=True)
 @click.option("--target", default=None, help=_TARGET_HELP)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--wide", is_flag=True, help="every retry-tier partition, not one row per tier")
 @click.pass_context
-def inspect(ctx: click.Context, target: str | None, as_json: bool) -> None:
+def inspect(ctx: click.Context, target: str | None, as_json: bool, wide: bool) -> None:
     """Partitions, commit gaps and leases in flight of a running leasekeeper."""
     if ctx.invoked_subcommand is not None:
         ctx.obj = (target, as_json)
@@ -310,7 +312,7 @@ def inspect(ctx: click.Context, target: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(snapshot, indent=2))
     else:
-        render_snapshot(snapshot)
+        render_snapshot(snapshot, wide=wide)
 
 
 @inspect.command("job")
@@ -319,7 +321,11 @@ def inspect(ctx: click.Context, target: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.pass_context
 def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bool) -> None:
-    """Where JOB_ID is: ready, delayed, leased (to whom, which attempt), or cancelled."""
+    """Where JOB_ID (or a unique prefix of 8+ characters) is: ready, delayed, leased
+    (to whom, which attempt), skipped as a duplicate, or cancelled.
+
+    Exits 1 when this leasekeeper knows no such job, or the prefix is ambiguous.
+    """
     group_target, group_json = ctx.obj or (None, False)
     env = Environment.from_env()
     view = fetch_snapshot(
@@ -330,16 +336,11 @@ def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bo
     )
     if as_json or group_json:
         click.echo(json.dumps(view, indent=2))
-        return
-    click.echo(f"job {job_id}: {view['state']}")
-    for key, value in view.items():
-        if key not in ("job_id", "state", "member_knows"):
-            click.echo(f"  {key}: {value}")
-    if not view["member_knows"]:
-        click.echo(
-            "  (this leasekeeper does not hold it: finished, not fetched yet, owned by "
-            "another leasekeeper, or in the DLQ: see `leasekeeper dlq show`)"
-        )
+    else:
+        for line in job_lines(view, time.time_ns() // 1_000_000):
+            click.echo(line)
+    if view["state"] in NOT_FOUND_STATES:
+        ctx.exit(1)
 
 
 def _ca(env: Environment) -> bytes | None:

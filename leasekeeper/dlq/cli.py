@@ -163,12 +163,14 @@ def dlq() -> None:
 @_queue_options
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.option("--wide", is_flag=True, help="tenant and reason in columns of their own")
 def list_command(
     queue: str,
     bootstrap: str | None,
     kafka_config: Path | None,
     schema_paths: tuple[str, ...],
     as_json: bool,
+    wide: bool,
     **filters: str | None,
 ) -> None:
     """List the dead letters of QUEUE, optionally filtered."""
@@ -182,7 +184,7 @@ def list_command(
             click.echo(to_json(summary(entry)))
         return
     console = Console()
-    console.print(entries_table(entries, title=target.topics.dlq))
+    console.print(entries_table(entries, title=target.topics.dlq, wide=wide))
     console.print(f"{len(entries)} dead letters" + ("" if selection.is_empty else " match"))
 
 
