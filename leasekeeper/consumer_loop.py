@@ -131,6 +131,7 @@ class ConsumerLoop:
         self._engine.promote_due()
         if self.control is not None:
             self.control.poll()
+            self._engine.cancellations_arrived()
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from jobcore.control import DedupeClaim
+from jobcore.control import CancelledHow, DedupeClaim, JobEnd, JobStatus
 from leasekeeper.commit_tracker import CommitTracker
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest, cap_error
@@ -317,6 +317,7 @@ class LeaseEngine:
         if self.control.is_cancelled(job.job_id):
             self.counters.cancelled += 1
             batch.note(self._skip_note(pending, NoteKind.CANCELLED_WAITING))
+            self._enqueue([self._status(pending, JobEnd.CANCELLED, 0, CancelledHow.WAITING)])
         elif (original := self.control.duplicate_of(job, now_ms(self._clock))) is not None:
             self.counters.deduplicated += 1
             batch.note(self._skip_note(pending, NoteKind.SKIPPED_DUPLICATE, original))
@@ -326,6 +327,54 @@ class LeaseEngine:
         self._store.write(batch)
         state.tracker.resolve(pending.offset)
         return True
+
+    def _status(
+        self, pending: Pending, end: JobEnd, attempt: int, how: CancelledHow | None = None
+    ) -> CopyRequest:
+        """A status record for ``jobs.Q.status``: sent by the outbox beside the copies,
+        batched by the producer, off the settle path's latency."""
+        status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=now_ms(self._clock),
+                           attempt=attempt, reason=how.value if how else "")  # fmt: skip
+        return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
+                           generation=pending.generation, status=status)  # fmt: skip
+
+    def _dead_status(self, request: CopyRequest, job: Job, reason: str) -> CopyRequest:
+        status = JobStatus(job_id=job.job_id, state=JobEnd.DEAD, at_ms=now_ms(self._clock),
+                           attempt=job.attempt, reason=reason)  # fmt: skip
+        return CopyRequest(kind=CopyKind.STATUS, source=request.source, offset=request.offset,
+                           generation=request.generation, status=status)  # fmt: skip
+
+    def cancellations_arrived(self) -> None:
+        """Answer at once for cancelled jobs that wait here (in the window, the timer or
+        a held tier): they will be skipped, so their status is known now, and
+        ``producer cancel`` can say so. A running one is answered when its lease ends."""
+        fresh = self.control.take_fresh()
+        if not fresh:
+            return
+        with self._cond:
+            waiting = {p.job.job_id: p for p in self._ready}
+            waiting.update((p.job.job_id, p) for _, _, p in self._delayed)
+            statuses: list[CopyRequest | None] = [
+                self._status(waiting[job_id], JobEnd.CANCELLED, 0, CancelledHow.WAITING)
+                if job_id in waiting
+                else self._noted_cancel(job_id)
+                for job_id in fresh
+            ]
+            self._enqueue([status for status in statuses if status is not None])
+
+    def _noted_cancel(self, job_id: str) -> CopyRequest | None:
+        """The status of a cancelled job seen waiting in a held tier, if it is noted."""
+        notes = self._store.notes(job_id, limit=1)
+        if not notes or notes[0].job_id != job_id or notes[0].kind is not NoteKind.DELAYED:
+            return None
+        return self._noted_status(notes[0])
+
+    def _noted_status(self, note: JobNote) -> CopyRequest:
+        status = JobStatus(job_id=note.job_id, state=JobEnd.CANCELLED, at_ms=now_ms(self._clock),
+                           attempt=0, reason=CancelledHow.WAITING.value)  # fmt: skip
+        source = TopicPart(note.topic, note.partition)
+        return CopyRequest(kind=CopyKind.STATUS, source=source, offset=note.offset,
+                           generation=0, status=status)  # fmt: skip
 
     def _skip_note(self, pending: Pending, kind: NoteKind, original: str | None = None) -> JobNote:
         return JobNote(
@@ -353,6 +402,9 @@ class LeaseEngine:
         batch = self._store.batch()
         batch.note(note)
         self._store.write(batch)
+        if self.control.is_cancelled(job.job_id):  # it will be skipped when due: say so now
+            with self._cond:
+                self._enqueue([self._noted_status(note)])
 
     def forget_delayed(self, job_id: str) -> None:
         """A delayed job leaves its tier for the timer or the window: the note is done."""
@@ -597,6 +649,9 @@ class LeaseEngine:
         batch.unlease(state.tp.topic, state.tp.partition, offset)
         batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
         batch.note(self._skip_note(lease.pending, NoteKind.CANCELLED_RUNNING))
+        self._enqueue(
+            [self._status(lease.pending, JobEnd.CANCELLED, lease.attempt, CancelledHow.RUNNING)]
+        )
         state.tracker.resolve(offset)
         self.counters.cancelled += 1
         return True
@@ -645,6 +700,7 @@ class LeaseEngine:
         if item.outcome is Outcome.ACK:
             self.counters.acked += 1
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
+            actions.append(self._status(pending, JobEnd.SUCCEEDED, lease.attempt))
             state.tracker.resolve(pending.offset)
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.
@@ -823,7 +879,8 @@ class LeaseEngine:
         """Count each copy in flight for its partition and queue it (caller holds the lock)."""
         for request in requests:
             state = self._parts.get(request.source)
-            if state is not None and state.generation == request.generation:
+            counted = request.kind is not CopyKind.STATUS  # resolves nothing: never waited for
+            if counted and state is not None and state.generation == request.generation:
                 state.copies_in_flight += 1
             self._copies.append(request)
 
@@ -834,7 +891,10 @@ class LeaseEngine:
             return taken
 
     def is_current(self, request: CopyRequest) -> bool:
-        """False once the copy's partition moved: the next owner runs the job again."""
+        """False once the copy's partition moved: the next owner runs the job again.
+        A status record is always current: the job ended here whoever owns it now."""
+        if request.kind is CopyKind.STATUS:
+            return True
         with self._cond:
             state = self._parts.get(request.source)
             return state is not None and state.generation == request.generation
@@ -842,6 +902,8 @@ class LeaseEngine:
     def copy_delivered(self, request: CopyRequest, *, dead: bool = False) -> None:
         """The copy is durable: resolve its source offset (a dedupe claim lets its job run).
         ``dead``: the outbox sent a dead letter instead (the copy was too large)."""
+        if request.kind is CopyKind.STATUS:
+            return
         with self._cond:
             self._uncount(request)
             if request.kind is CopyKind.DEDUPE_CLAIM:
@@ -851,6 +913,9 @@ class LeaseEngine:
             if dead:
                 how = Resolution.DEAD
             self.resolve(request.source, request.offset, request.generation, how)
+            if how is Resolution.DEAD and request.job is not None:
+                reason = request.reason if request.kind is CopyKind.DEAD else "too large"
+                self._enqueue([self._dead_status(request, request.job, reason)])
 
     def copy_dropped(self, request: CopyRequest) -> None:
         """The outbox gave up a copy whose partition moved: no longer in flight here."""

@@ -229,7 +229,10 @@ class Outbox:
 
 
 def _can_shrink(entry: _Entry) -> bool:
-    return entry.request.kind is not CopyKind.DEDUPE_CLAIM and entry.shrink < Shrink.NO_PAYLOAD
+    return (
+        entry.request.kind not in (CopyKind.DEDUPE_CLAIM, CopyKind.STATUS)
+        and entry.shrink < Shrink.NO_PAYLOAD
+    )
 
 
 def _name(tp: TopicPart) -> str:

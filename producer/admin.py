@@ -22,6 +22,9 @@ __all__ = ["DLQ_RETENTION_MS", "ensure_queue_topics"]
 DLQ_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
 # Cancellations and dedupe keys must outlive the longest delay they can concern.
 CONTROL_RETENTION_MS = (MAX_DELAY + timedelta(days=5)) // timedelta(milliseconds=1)
+# How each job ended: a week answers "did it already run?" for a cancel; compaction
+# keeps one record per job meanwhile.
+STATUS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 
 
 def ensure_queue_topics(
@@ -59,6 +62,14 @@ def ensure_queue_topics(
     internal = [
         TopicSpec(name=topics.control, partitions=1, replication=replication, config=compacted),
         TopicSpec(name=topics.dedupe, partitions=1, replication=replication, config=compacted),
+        # One partition: ``producer cancel`` finds a job's status without knowing the
+        # partitioner the leasekeeper's producer used.
+        TopicSpec(
+            name=topics.status,
+            partitions=1,
+            replication=replication,
+            config={"cleanup.policy": "compact,delete", "retention.ms": str(STATUS_RETENTION_MS)},
+        ),
     ]
     create_topics(settings, internal)
     create_topics(settings, specs)
