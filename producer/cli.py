@@ -77,7 +77,15 @@ main.add_command(cron)
 @click.argument("job_type", metavar="TYPE")
 @click.option("--tenant", required=True, help="Tenant id; the partition key.")
 @click.option("--payload", "payload_json", required=True, help="The payload as a JSON object.")
-@click.option("--dedupe-key", default=None, help="Idempotency key stored in the envelope.")
+@click.option(
+    "--dedupe-key",
+    default=None,
+    help=(
+        "At most one job per key and tenant within the leasekeeper's --dedupe-window (24 h): "
+        "a later job with the key still gets an id (printed) but is skipped, never run; "
+        "`leasekeeper inspect job ID` then names the job that ran."
+    ),
+)
 @click.option("--priority", type=int, default=None, help="Priority stored in the envelope.")
 @click.option(
     "--delay",
