@@ -26,6 +26,7 @@ from jobcore.localkafka.cli import kafka_cli
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
+from leasekeeper.finished import finished_view
 from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
@@ -322,18 +323,18 @@ def inspect(ctx: click.Context, target: str | None, as_json: bool, wide: bool) -
 @click.pass_context
 def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bool) -> None:
     """Where JOB_ID (or a unique prefix of 8+ characters) is: ready, delayed, leased
-    (to whom, which attempt), skipped as a duplicate, or cancelled.
+    (to whom, which attempt), skipped as a duplicate, or cancelled; for a finished job
+    (whole id, KAFKA_BOOTSTRAP set) how it ended, from the queue's status topic.
 
     Exits 1 when this leasekeeper knows no such job, or the prefix is ambiguous.
     """
     group_target, group_json = ctx.obj or (None, False)
     env = Environment.from_env()
-    view = fetch_snapshot(
-        target or group_target or env.leasekeeper_target,
-        env.leasekeeper_token,
-        job_id=job_id,
-        tls_ca=_ca(env),
-    )
+    where = target or group_target or env.leasekeeper_target
+    view = fetch_snapshot(where, env.leasekeeper_token, job_id=job_id, tls_ca=_ca(env))
+    if view["state"] == "unknown":  # finished? the status topic knows
+        queue = fetch_snapshot(where, env.leasekeeper_token, tls_ca=_ca(env)).get("queue")
+        view = finished_view(view, str(queue or ""), env)
     if as_json or group_json:
         click.echo(json.dumps(view, indent=2))
     else:

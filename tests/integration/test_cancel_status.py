@@ -6,6 +6,8 @@ found yet. Each case has its documented exit code.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 from dataclasses import replace
 
@@ -17,7 +19,7 @@ from producer import JobProducer
 from producer.cli import main as producer_cli
 from schemas.codec import SchemaRegistry
 from tests.apps.recording import SCHEMAS
-from tests.system import System, wait_until
+from tests.system import BIN, System, wait_until
 
 TIERS = DelayTiers.parse("1s,2s,5s")
 
@@ -66,3 +68,39 @@ def test_cancel_answers_which_case_applied(system: System) -> None:
     never = cancel(system, uuid.uuid4().hex, wait_s=1)
     assert never.exit_code == 5, never.output
     assert "not found yet: cancellation recorded" in never.output
+
+
+def inspect_job(system: System, job_id: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KAFKA_BOOTSTRAP": system.kafka.bootstrap, "COLUMNS": "80"}
+    return subprocess.run(
+        [str(BIN / "leasekeeper"), "inspect", "job", job_id,
+         "--target", system.leasekeeper.target],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+
+
+def test_inspect_job_finds_finished_and_skipped_jobs_and_refuses_unknown_ids(
+    system: System,
+) -> None:
+    system.start(workers=1, concurrency=4)
+    keyed = replace(system.task_request(0), dedupe_key="invoice-42")
+    [first] = system.enqueue_requests([keyed])
+    wait_until(lambda: first in statuses(system), 60, "the first job to succeed")
+    [second] = system.enqueue_requests([replace(keyed, payload={"n": 1})])
+
+    def skipped() -> bool:
+        return inspect_job(system, second[:10]).returncode == 0
+
+    wait_until(skipped, 60, "the duplicate to be skipped")
+    shown = inspect_job(system, second[:10])
+    assert shown.stdout.splitlines()[0] == f"job {second}: skipped: duplicate of {first}"
+
+    finished = inspect_job(system, first)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.splitlines()[0] == f"job {first}: succeeded"
+    assert "  ended_at: " in finished.stdout and " ago)" in finished.stdout
+
+    unknown = inspect_job(system, uuid.uuid4().hex)
+    assert unknown.returncode == 1, unknown.stdout
+    assert unknown.stdout.split(": ")[1].startswith("unknown")
+    assert "Traceback" not in unknown.stderr
