@@ -137,6 +137,7 @@ class ConsumerLoop:
             self._last_reap = now
             self._engine.expire()
             self._engine.sweep_unhandled()
+            self._engine.prune_notes()
         if now - self._last_commit >= self._config.commit_interval_s and now >= self._next_commit:
             self._last_commit = now
             self.commit()

@@ -74,6 +74,11 @@ RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back
 UNKNOWN_JOB_TYPE = "UnknownJobType"
 
 # What a delivered copy makes of its source offset.
+# Notes by job id (``inspect job``): pruned this often, and a delayed job's note
+# once it is this far past due (it was dispatched, hopped, or moved with its partition).
+NOTE_PRUNE_INTERVAL_S = 3600.0
+NOTE_OVERDUE_MS = 60_000
+
 _RESOLUTIONS = {
     CopyKind.RETRY: Resolution.RETRIED,
     CopyKind.HOP: Resolution.HOPPED,
@@ -176,6 +181,7 @@ class LeaseEngine:
         # Jobs fetched less than one tier before their run_at wait here, not in a
         # paused partition (which would hold back the records behind them).
         self._delayed: list[tuple[int, int, Pending]] = []
+        self._notes_pruned_at = float("-inf")
         self._delay_seq = itertools.count()
         self._awaiting_claim: dict[str, tuple[Pending, int]] = {}
         self._generation = 0
@@ -405,6 +411,20 @@ class LeaseEngine:
         if self.control.is_cancelled(job.job_id):  # it will be skipped when due: say so now
             with self._cond:
                 self._enqueue([self._noted_status(note)])
+
+    def prune_notes(self) -> int:
+        """Forget, by id, skipped and cancelled jobs older than the dedupe window, and
+        delayed jobs overdue by more than ``NOTE_OVERDUE_MS`` (moved on, or run by the
+        partition's next owner): at most once per ``NOTE_PRUNE_INTERVAL_S``."""
+        now = self._monotonic()
+        if now - self._notes_pruned_at < NOTE_PRUNE_INTERVAL_S:
+            return 0
+        self._notes_pruned_at = now
+        wall = now_ms(self._clock)
+        return self._store.prune_notes(
+            seen_before_ms=wall - self.control.dedupe_window_ms,
+            due_before_ms=wall - NOTE_OVERDUE_MS,
+        )
 
     def forget_delayed(self, job_id: str) -> None:
         """A delayed job leaves its tier for the timer or the window: the note is done."""
@@ -1071,7 +1091,12 @@ class LeaseEngine:
         job id or a unique prefix of one (8+ characters)."""
         with self._cond:
             in_hand = self._jobs_in_hand()
-            notes = {note.job_id: note for note in self._store.notes(given)}
+            overdue = now_ms(self._clock) - NOTE_OVERDUE_MS
+            notes = {
+                note.job_id: note
+                for note in self._store.notes(given)
+                if note.kind is not NoteKind.DELAYED or (note.due_ms or 0) >= overdue
+            }
             try:
                 job_id = resolve_prefix([*in_hand, *notes, *self.control.cancelled], given)
             except PrefixError as exc:

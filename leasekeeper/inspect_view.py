@@ -249,8 +249,8 @@ def job_lines(view: dict[str, Any], now_ms: int) -> list[str]:
     for key, value in view.items():
         if key in _HIDDEN:
             continue
-        if key.endswith("_ms") and isinstance(value, int) and value > 0:
-            lines.append(f"  {key[:-3]}: {when(value, now_ms)}")
+        if key.endswith("_ms") and isinstance(value, int):
+            lines.append(f"  {key[:-3]}: {when(value, now_ms) if value > 0 else 'none'}")
         else:
             lines.append(f"  {key}: {value}")
     lines.extend(_job_hint(view))

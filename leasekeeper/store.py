@@ -247,6 +247,29 @@ class LeaseStore:
             found.append(JobNote.decode(key[len(_NOTES) :].decode(), value))
         return found
 
+    def prune_notes(self, *, seen_before_ms: int, due_before_ms: int) -> int:
+        """Drop notes of jobs skipped or cancelled before ``seen_before_ms`` and of delayed
+        jobs due before ``due_before_ms`` (their tier record moved on, or another
+        leasekeeper took the partition); returns how many. A scan of every note: run
+        it rarely."""
+        batch = WriteBatch(raw_mode=True)
+        dropped = 0
+        for key, value in self._db.items(from_key=_NOTES):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+            if not key.startswith(_NOTES):
+                break
+            note = JobNote.decode(key[len(_NOTES) :].decode(), value)
+            if note.kind is NoteKind.DELAYED:
+                stale = note.due_ms is not None and note.due_ms < due_before_ms
+            else:
+                stale = note.seen_ms < seen_before_ms
+            if stale:
+                batch.delete(key)
+                dropped += 1
+        if dropped:
+            self._db.write(batch, self._write_options)
+        return dropped
+
     def _scan(
         self, kind: str, topic: str, partition: int, from_offset: int
     ) -> Iterable[tuple[int, bytes]]:

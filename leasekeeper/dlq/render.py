@@ -149,7 +149,10 @@ def _fields(record: dict[str, Any]) -> Table:
     job = record.get("job")
     if job:
         for key in _JOB_FIELDS:
-            grid.add_row(key, str(job[key]))
+            if key.endswith("_ms"):  # an ISO time beside ``died_at``, not epoch ms
+                grid.add_row(key[:-3], format_ms(job[key]) if job[key] else "none")
+            else:
+                grid.add_row(key, str(job[key]))
         return grid
     for key in ("raw_key", "raw_value"):
         value = record.get(key)

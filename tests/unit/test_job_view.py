@@ -110,3 +110,34 @@ def test_an_unknown_or_ambiguous_id_is_said_to_be_so(tmp_path: Path) -> None:
     assert engine.job_view(first[:12])["job_id"] == first
     assert engine.job_view(first[:12])["state"] == "ready"
     assert "too short" in str(engine.job_view("abc")["problem"])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW_S
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_notes_are_pruned_past_the_dedupe_window_and_overdue_delays_ignored(
+    tmp_path: Path,
+) -> None:
+    moving = Clock()
+    engine = LeaseEngine(
+        store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10), clock=moving, monotonic=moving
+    )
+    original, duplicate, later = new_id(), new_id(), new_id()
+    seen = int(NOW_S * 1000)
+    engine.control.remember(
+        DedupeClaim(tenant_id="t1", dedupe_key="k", job_id=original, seen_at_ms=seen)
+    )
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(duplicate, key="k"), b"x")
+    engine.note_delayed(TIER, 7, job(later, run_at_ms=seen + 20_000))
+    assert engine.prune_notes() == 0  # nothing is old yet
+    moving.now += 120  # the delayed job is long overdue: its note no longer answers
+    assert engine.job_view(later)["state"] == "unknown"
+    moving.now += 2 * 86_400  # past the dedupe window, and the hourly pass is due
+    assert engine.prune_notes() == 2
+    assert engine.job_view(duplicate)["state"] == "unknown"

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from leasekeeper.dlq import decode_entry
-from leasekeeper.dlq.render import entries_table
+from leasekeeper.dlq.render import detail, entries_table, render_detail
 from leasekeeper.inspect_view import job_lines, render_snapshot
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import AttemptError, DeadLetter, Job
@@ -135,3 +135,14 @@ def test_inspect_job_shows_times_as_iso_and_relative_and_names_the_original() ->
     assert "  skipped_at: 2027-01-15T07:59:48Z (12 s ago)" in lines
     delayed = {"job_id": "j", "state": "delayed", "due_ms": NOW_MS + 20_000, "member_knows": True}
     assert job_lines(delayed, NOW_MS)[1] == "  due: 2027-01-15T08:00:20Z (in 20 s)"
+
+
+def test_dlq_show_gives_times_in_iso_not_epoch_milliseconds() -> None:
+    job_id = uuid.uuid4().hex
+    record = detail(decode_entry(CODEC, 0, 0, dead(job_id)), CODEC)
+    text = at_80(lambda c: render_detail(record, c))
+    assert str(NOW_MS) not in text
+    assert any(
+        line.split()[1:3] == ["created_at", "2027-01-15T08:00:00Z"] for line in text.splitlines()
+    )
+    assert job_id in text
