@@ -332,7 +332,7 @@ def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bo
     env = Environment.from_env()
     where = target or group_target or env.leasekeeper_target
     view = fetch_snapshot(where, env.leasekeeper_token, job_id=job_id, tls_ca=_ca(env))
-    if view["state"] == "unknown":  # finished? the status topic knows
+    if not view["member_knows"]:  # finished? the status topic knows
         queue = fetch_snapshot(where, env.leasekeeper_token, tls_ca=_ca(env)).get("queue")
         view = finished_view(view, str(queue or ""), env)
     if as_json or group_json:

@@ -22,6 +22,9 @@ from producer.status import StatusReader
 log = logging.getLogger(__name__)
 
 _CLIENT_ID = "leasekeeper-inspect"
+# States in which the leasekeeper does not hold the job: it may have ended. A
+# cancellation recorded after a job succeeded does not make it cancelled.
+_NOT_HELD = frozenset({"unknown", "cancellation recorded"})
 # A uuid4 hex id: shorter input is a prefix, which the status topic cannot look up.
 WHOLE_ID = 32
 
@@ -31,7 +34,7 @@ def finished_view(view: dict[str, object], queue: str, env: Environment) -> dict
     topic of ``queue`` has it; ``view`` unchanged otherwise."""
     job_id = str(view["job_id"])
     kafka_named = env.bootstrap_from_env or env.kafka_config is not None
-    if view.get("state") != "unknown" or len(job_id) < max(WHOLE_ID, MIN_PREFIX) or not queue:
+    if view.get("state") not in _NOT_HELD or len(job_id) < max(WHOLE_ID, MIN_PREFIX) or not queue:
         return view
     if not kafka_named:  # no guessing at a default broker: inspect answers at once
         return view
@@ -43,7 +46,12 @@ def finished_view(view: dict[str, object], queue: str, env: Environment) -> dict
     except (KafkaException, KafkaSetupError, RuntimeError, ValueError) as exc:
         log.debug("no status for %s: %s", job_id, exc)
         return view
-    return view if status is None else status_view(status)
+    if status is None:
+        return view
+    ended = status_view(status)
+    if "cancelled_at_ms" in view and status.state.value != "cancelled":
+        ended["cancellation_recorded_at_ms"] = view["cancelled_at_ms"]
+    return ended
 
 
 def status_view(status: JobStatus) -> dict[str, object]:

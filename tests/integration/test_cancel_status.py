@@ -99,6 +99,15 @@ def test_inspect_job_finds_finished_and_skipped_jobs_and_refuses_unknown_ids(
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.splitlines()[0] == f"job {first}: succeeded"
     assert "  ended_at: " in finished.stdout and " ago)" in finished.stdout
+    with JobProducer(system.kafka) as producer:  # the API records, whatever the job did
+        producer.cancel(system.queue, first)
+
+    def recorded() -> bool:
+        return "cancellation_recorded_at" in inspect_job(system, first).stdout
+
+    wait_until(recorded, 30, "the late cancellation to reach the leasekeeper")
+    late = inspect_job(system, first)
+    assert late.stdout.splitlines()[0] == f"job {first}: succeeded", late.stdout
 
     unknown = inspect_job(system, uuid.uuid4().hex)
     assert unknown.returncode == 1, unknown.stdout
