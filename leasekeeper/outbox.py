@@ -107,7 +107,14 @@ class Outbox:
         self._clock = clock
         self._waiting: list[_Entry] = []
         self._in_flight = 0
-        self._counters = {"delivered": 0, "transient_failures": 0, "shrunk": 0, "blocked_events": 0}
+        self._counters = {
+            "delivered": 0,
+            "transient_failures": 0,
+            "shrunk": 0,
+            "blocked_events": 0,
+            "status_dropped": 0,
+        }
+        self._status_warned_at = float("-inf")
         self._view_lock = threading.Lock()
         self._view = OutboxView()
 
@@ -169,6 +176,9 @@ class Outbox:
     def _failed(self, entry: _Entry, failure: ProduceFailure, text: str, *, now: float) -> None:
         """The one failure policy: shrink what is too large, back off from the rest."""
         topic = entry.topic
+        if entry.request.kind is CopyKind.STATUS and failure is not ProduceFailure.TRANSIENT:
+            self._drop_status(entry, f"{failure.value}: {topic}: {text}", now)
+            return
         if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
             entry.shrink = Shrink(entry.shrink + 1)
             entry.due = now
@@ -185,6 +195,19 @@ class Outbox:
         else:
             self._block(entry, f"{failure.value}: {topic}: {text}", now)
         self._waiting.append(entry)
+
+    def _drop_status(self, entry: _Entry, reason: str, now: float) -> None:
+        """A status record that cannot be produced is dropped, never blocks a partition:
+        it only tells ``producer cancel`` how a job ended. Warned at most once a minute."""
+        self._counters["status_dropped"] += 1
+        if now - self._status_warned_at >= 60:
+            self._status_warned_at = now
+            log.warning(
+                "job status records are being dropped (%d so far; %s): `producer cancel` "
+                "cannot tell finished jobs; create the status topic or grant Write on it",
+                self._counters["status_dropped"],
+                reason,
+            )
 
     def _block(self, entry: _Entry, reason: str, now: float) -> None:
         self._back_off(entry, now)
