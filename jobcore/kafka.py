@@ -393,11 +393,22 @@ def delete_records(settings: KafkaSettings, topic: str, partitions: Iterable[int
         future.result(timeout=30)
 
 
-def end_offsets(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
-    """High watermark of each partition (the offset the next record will get)."""
+def end_offsets(
+    consumer: Consumer, topic: str, partitions: Iterable[int], timeout: float = 30.0
+) -> dict[int, int]:
+    """High watermark of each partition (the offset the next record will get). A
+    leader that is still being elected (a new topic, a broker restart) is waited for."""
     result = {}
+    deadline = time.monotonic() + timeout
     for p in partitions:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        while True:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                break
+            except KafkaException as exc:
+                if classify(exc) is not ErrorKind.TRANSIENT or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         result[p] = high
     return result
 

@@ -37,6 +37,9 @@ from schemas.job import Job
 
 log = logging.getLogger(__name__)
 
+# How long an asynchronous commit may go unanswered before the next one is sent anyway.
+ASYNC_COMMIT_PATIENCE_S = 30.0
+
 # Commits and offset look-ups while the group coordinator is unreachable.
 COMMIT_BACKOFF = Backoff(base_s=0.2, cap_s=10.0)
 
@@ -75,6 +78,8 @@ class ConsumerLoop:
         self._stop = threading.Event()
         self._commit_failures = 0
         self._next_commit = 0.0
+        self._async_commit: dict[TopicPart, tuple[int, str]] | None = None
+        self._async_commit_at = 0.0
         self._ran = False
         self._producer = producer
         self._engine = engine
@@ -140,7 +145,7 @@ class ConsumerLoop:
             self._engine.prune_notes()
         if now - self._last_commit >= self._config.commit_interval_s and now >= self._next_commit:
             self._last_commit = now
-            self.commit()
+            self._commit_async()
 
     def _handle(self, message: Message) -> None:
         error = message.error()
@@ -269,9 +274,64 @@ class ConsumerLoop:
             self._consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in resume])
         self._paused = set(wanted)
 
+    def _commit_async(self) -> None:
+        """The steady-state commit: asynchronous, one at a time, its answer served by
+        ``on_commit`` on this thread. A synchronous commit blocks for as long as the
+        group coordinator is unreachable, and with it the reaper, delivery reports and
+        fetching; an asynchronous one lets the loop go on through a broker outage."""
+        if self._async_commit is not None:
+            if self._clock() - self._async_commit_at < ASYNC_COMMIT_PATIENCE_S:
+                return
+            log.warning(
+                "no answer to a commit after %.0fs; committing again", ASYNC_COMMIT_PATIENCE_S
+            )
+        positions = self._engine.commit_positions()
+        if not positions:
+            self._async_commit = None
+            return
+        offsets = [
+            TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)
+            for tp, (offset, metadata) in positions.items()
+        ]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            self._async_commit = None
+            self._commit_failed(exc)
+            return
+        self._async_commit, self._async_commit_at = positions, self._clock()
+
+    def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The answer to an asynchronous commit (the consumer's ``on_commit``): forget
+        what Kafka took, shrink metadata the broker refused as too large (the next
+        commit carries less), back off on anything else."""
+        positions, self._async_commit = self._async_commit or {}, None
+        done: dict[TopicPart, tuple[int, str]] = {}
+        failure: KafkaError | None = None
+        for part in partitions:
+            tp = TopicPart(part.topic, part.partition)
+            position = positions.get(tp)
+            if position is None or part.offset != position[0]:
+                continue  # not this commit's (a synchronous commit's answer)
+            code = part.error.code() if part.error is not None else None
+            if code is None and error is None:
+                done[tp] = position
+            elif code == KafkaError.OFFSET_METADATA_TOO_LARGE:
+                self._engine.shrink_metadata(tp)
+            else:
+                failure = part.error or error
+        if done:
+            self._commit_failures = 0
+            self._next_commit = 0.0
+            self.commits += 1
+            self._engine.committed(done)
+        if failure is not None:
+            self._commit_failed(KafkaException(failure))
+
     def commit(self, only: set[TopicPart] | None = None) -> None:
         """Commit each partition at its lowest unresolved offset, with the progress
-        beyond it in the metadata, when either changed."""
+        beyond it in the metadata, when either changed. Synchronous: for a revoke and
+        for shutdown, which must not let go before the commit is known."""
         positions = self._engine.commit_positions(only)
         if not positions:
             return

@@ -18,6 +18,7 @@ from jobcore.kafka import (
     KafkaException,
     KafkaSettings,
     KafkaSetupError,
+    TopicPartition,
     classify,
     cluster_id,
     make_admin,
@@ -127,13 +128,15 @@ class LeaseKeeperService:
         self.failure: Failure | None = None
         self.connected = threading.Event()
         self.gate = TierGate(config.tiers, self.topics)
-        overrides: dict[str, str | int] = {
+        overrides: dict[str, object] = {
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": config.session_timeout_ms,
             "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
         }
         if config.instance_id:
             overrides["group.instance.id"] = config.instance_id
+        # Answers to the loop's asynchronous commits, served on the loop's thread.
+        overrides["on_commit"] = self._on_commit
         consumer = make_consumer(config.kafka, self._group_id, **overrides)
         self.loop = ConsumerLoop(
             consumer=consumer,
@@ -150,6 +153,9 @@ class LeaseKeeperService:
         self._server: grpc.Server | None = None
         self._rpc_counters = RpcCounters()
         self._started = time.time()
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        self.loop.on_commit(error, partitions)
 
     def start(self) -> None:
         """Answer ``inspect`` and ``/metrics`` at once, then connect to Kafka in the
@@ -259,6 +265,7 @@ class LeaseKeeperService:
             held_tiers=self.gate.snapshot(),
             outbox=self.outbox.view().to_dict(),
             kafka="connected" if self.connected.is_set() else "connecting",
+            kafka_last_error=self.config.kafka.watch.last_reason(),
         )
         counters = view["counters"]
         assert isinstance(counters, dict)

@@ -9,6 +9,7 @@ tenants between partitions and breaks their ordering, so it must be a decision.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from jobcore.delay_tiers import DelayTiers
@@ -78,8 +79,18 @@ def ensure_queue_topics(
 
 
 def _check_partitions(settings: KafkaSettings, specs: list[TopicSpec]) -> None:
-    metadata = make_admin(settings).list_topics(timeout=30)
+    admin = make_admin(settings)
+    # Another broker may not know a topic created a moment ago: wait until all do.
+    deadline = time.monotonic() + 30
+    metadata = admin.list_topics(timeout=30)
+    while time.monotonic() < deadline and not all(
+        spec.name in metadata.topics and metadata.topics[spec.name].partitions for spec in specs
+    ):
+        time.sleep(0.1)
+        metadata = admin.list_topics(timeout=30)
     for spec in specs:
+        if spec.name not in metadata.topics:
+            raise RuntimeError(f"topic {spec.name} was created but is not visible after 30s")
         actual = len(metadata.topics[spec.name].partitions)
         if actual != spec.partitions:
             raise ValueError(
