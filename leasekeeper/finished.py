@@ -17,7 +17,7 @@ from jobcore.control import JobStatus
 from jobcore.kafka import KafkaException, KafkaSetupError
 from jobcore.topics import QueueTopics
 from leasekeeper.id_prefix import MIN_PREFIX
-from producer.status import StatusReader
+from producer.status import StatusError, StatusReader
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def finished_view(view: dict[str, object], queue: str, env: Environment) -> dict
         topic = QueueTopics(queue=queue, prefix=env.topic_prefix).status
         with StatusReader(settings, topic) as reader:
             status = reader.latest(job_id, timeout_s=10)
-    except (KafkaException, KafkaSetupError, RuntimeError, ValueError) as exc:
+    except (KafkaException, KafkaSetupError, StatusError, ValueError) as exc:
         log.debug("no status for %s: %s", job_id, exc)
         return view
     if status is None:

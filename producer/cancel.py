@@ -8,10 +8,10 @@ was recorded, which is all that can be known.
 from __future__ import annotations
 
 from jobcore.control import JobEnd
-from jobcore.kafka import KafkaSettings, make_admin
+from jobcore.kafka import KafkaException, KafkaSettings, make_admin
 from jobcore.topics import QueueTopics
-from producer.api import JobProducer
-from producer.status import CancelAnswer, CancelOutcome, StatusReader, ended
+from producer.api import CancelError, JobProducer
+from producer.status import CancelAnswer, CancelOutcome, StatusError, StatusReader, ended
 
 # How long ``cancel`` waits for a leasekeeper to answer for the cancellation.
 DEFAULT_WAIT_S = 10.0
@@ -33,14 +33,24 @@ def cancel_job(
     if not _has_status_topic(settings, topics):
         producer.cancel(topics.queue, job_id, reason=reason)
         return CancelAnswer(job_id=job_id, outcome=CancelOutcome.RECORDED)
-    with StatusReader(settings, topics.status) as reader:
-        before = reader.latest(job_id)
+    try:
+        reader = StatusReader(settings, topics.status)
+    except KafkaException as exc:
+        raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
+    with reader:
+        try:
+            before = reader.latest(job_id)
+        except (KafkaException, StatusError) as exc:
+            raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
         if before is not None and before.state is not JobEnd.CANCELLED:
             return CancelAnswer(job_id=job_id, outcome=ended(before), status=before)
         producer.cancel(topics.queue, job_id, reason=reason)
         if before is not None:  # cancelled before: the leasekeeper already answered
             return CancelAnswer(job_id=job_id, outcome=ended(before), status=before)
-        after = reader.wait_for(job_id, wait_s)
+        try:
+            after = reader.wait_for(job_id, wait_s)
+        except (KafkaException, StatusError):  # recorded; only the answer is missing
+            return CancelAnswer(job_id=job_id, outcome=CancelOutcome.RECORDED)
     if after is None:
         return CancelAnswer(job_id=job_id, outcome=CancelOutcome.NOT_FOUND)
     return CancelAnswer(job_id=job_id, outcome=ended(after), status=after)

@@ -38,6 +38,10 @@ MAX_SCAN = 1_000_000
 CANCEL_DAYS = 35
 
 
+class StatusError(RuntimeError):
+    """The status topic could not be read (a non-retriable error)."""
+
+
 class CancelOutcome(StrEnum):
     """Which case applied; each has its exit code (``EXIT_CODES``)."""
 
@@ -169,7 +173,7 @@ def _status(message: Message, job_id: str) -> JobStatus | None:
     if error is not None:
         if error.code() == KafkaError._PARTITION_EOF or error.retriable():
             return None
-        raise RuntimeError(f"reading the status topic failed: {error}")
+        raise StatusError(f"reading the status topic failed: {error}")
     if message.key() != job_id.encode() or message.value() is None:
         return None
     value = message.value()
