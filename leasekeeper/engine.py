@@ -23,12 +23,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from jobcore.control import CancelledHow, DedupeClaim, JobEnd, JobStatus
+from jobcore.control import CancelledHow, DedupeClaim, JobEnd
+from leasekeeper import job_records as records
 from leasekeeper.commit_tracker import CommitTracker
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest, cap_error
 from leasekeeper.fairness import TenantRoundRobin
 from leasekeeper.id_prefix import PrefixError, resolve_prefix
+from leasekeeper.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.job_view import (
     JobState,
     base_view,
@@ -55,7 +57,6 @@ from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.settle_in import SettleIn
 from leasekeeper.store import (
-    JobNote,
     LeaseRecord,
     LeaseStore,
     NoteKind,
@@ -74,11 +75,6 @@ RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back
 UNKNOWN_JOB_TYPE = "UnknownJobType"
 
 # What a delivered copy makes of its source offset.
-# Notes by job id (``inspect job``): pruned this often, and a delayed job's note
-# once it is this far past due (it was dispatched, hopped, or moved with its partition).
-NOTE_PRUNE_INTERVAL_S = 3600.0
-NOTE_OVERDUE_MS = 60_000
-
 _RESOLUTIONS = {
     CopyKind.RETRY: Resolution.RETRIED,
     CopyKind.HOP: Resolution.HOPPED,
@@ -322,33 +318,31 @@ class LeaseEngine:
         batch = self._store.batch()
         if self.control.is_cancelled(job.job_id):
             self.counters.cancelled += 1
-            batch.note(self._skip_note(pending, NoteKind.CANCELLED_WAITING))
-            self._enqueue([self._status(pending, JobEnd.CANCELLED, 0, CancelledHow.WAITING)])
+            at = now_ms(self._clock)
+            batch.note(records.skip_note(pending, NoteKind.CANCELLED_WAITING, seen_ms=at))
+            self._enqueue(
+                [
+                    records.ended(
+                        pending, JobEnd.CANCELLED, attempt=0, at_ms=at, how=CancelledHow.WAITING
+                    )
+                ]
+            )
         elif (original := self.control.duplicate_of(job, now_ms(self._clock))) is not None:
             self.counters.deduplicated += 1
-            batch.note(self._skip_note(pending, NoteKind.SKIPPED_DUPLICATE, original))
+            batch.note(
+                records.skip_note(
+                    pending,
+                    NoteKind.SKIPPED_DUPLICATE,
+                    seen_ms=now_ms(self._clock),
+                    original=original,
+                )
+            )
         else:
             return False
         batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
         self._store.write(batch)
         state.tracker.resolve(pending.offset)
         return True
-
-    def _status(
-        self, pending: Pending, end: JobEnd, attempt: int, how: CancelledHow | None = None
-    ) -> CopyRequest:
-        """A status record for ``jobs.Q.status``: sent by the outbox beside the copies,
-        batched by the producer, off the settle path's latency."""
-        status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=now_ms(self._clock),
-                           attempt=attempt, reason=how.value if how else "")  # fmt: skip
-        return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
-                           generation=pending.generation, status=status)  # fmt: skip
-
-    def _dead_status(self, request: CopyRequest, job: Job, reason: str) -> CopyRequest:
-        status = JobStatus(job_id=job.job_id, state=JobEnd.DEAD, at_ms=now_ms(self._clock),
-                           attempt=job.attempt, reason=reason)  # fmt: skip
-        return CopyRequest(kind=CopyKind.STATUS, source=request.source, offset=request.offset,
-                           generation=request.generation, status=status)  # fmt: skip
 
     def cancellations_arrived(self) -> None:
         """Answer at once for cancelled jobs that wait here (in the window, the timer or
@@ -360,8 +354,11 @@ class LeaseEngine:
         with self._cond:
             waiting = {p.job.job_id: p for p in self._ready}
             waiting.update((p.job.job_id, p) for _, _, p in self._delayed)
+            at = now_ms(self._clock)
             statuses: list[CopyRequest | None] = [
-                self._status(waiting[job_id], JobEnd.CANCELLED, 0, CancelledHow.WAITING)
+                records.ended(
+                    waiting[job_id], JobEnd.CANCELLED, attempt=0, at_ms=at, how=CancelledHow.WAITING
+                )
                 if job_id in waiting
                 else self._noted_cancel(job_id)
                 for job_id in fresh
@@ -373,44 +370,18 @@ class LeaseEngine:
         notes = self._store.notes(job_id, limit=1)
         if not notes or notes[0].job_id != job_id or notes[0].kind is not NoteKind.DELAYED:
             return None
-        return self._noted_status(notes[0])
-
-    def _noted_status(self, note: JobNote) -> CopyRequest:
-        status = JobStatus(job_id=note.job_id, state=JobEnd.CANCELLED, at_ms=now_ms(self._clock),
-                           attempt=0, reason=CancelledHow.WAITING.value)  # fmt: skip
-        source = TopicPart(note.topic, note.partition)
-        return CopyRequest(kind=CopyKind.STATUS, source=source, offset=note.offset,
-                           generation=0, status=status)  # fmt: skip
-
-    def _skip_note(self, pending: Pending, kind: NoteKind, original: str | None = None) -> JobNote:
-        return JobNote(
-            job_id=pending.job.job_id,
-            kind=kind,
-            topic=pending.tp.topic,
-            partition=pending.tp.partition,
-            offset=pending.offset,
-            seen_ms=now_ms(self._clock),
-            duplicate_of=original,
-        )
+        return records.cancelled_in_tier(notes[0], at_ms=now_ms(self._clock))
 
     def note_delayed(self, tp: TopicPart, offset: int, job: Job) -> None:
         """A delay-tier record seen and left in Kafka until due: remembered by id for
         ``inspect job`` (the record itself stays the only copy of the job)."""
-        note = JobNote(
-            job_id=job.job_id,
-            kind=NoteKind.DELAYED,
-            topic=tp.topic,
-            partition=tp.partition,
-            offset=offset,
-            seen_ms=now_ms(self._clock),
-            due_ms=job.run_at_ms,
-        )
+        note = records.delayed_note(tp, offset, job, seen_ms=now_ms(self._clock))
         batch = self._store.batch()
         batch.note(note)
         self._store.write(batch)
         if self.control.is_cancelled(job.job_id):  # it will be skipped when due: say so now
             with self._cond:
-                self._enqueue([self._noted_status(note)])
+                self._enqueue([records.cancelled_in_tier(note, at_ms=now_ms(self._clock))])
 
     def prune_notes(self) -> int:
         """Forget, by id, skipped and cancelled jobs older than the dedupe window, and
@@ -668,9 +639,18 @@ class LeaseEngine:
         del state.leases[offset]
         batch.unlease(state.tp.topic, state.tp.partition, offset)
         batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
-        batch.note(self._skip_note(lease.pending, NoteKind.CANCELLED_RUNNING))
+        at = now_ms(self._clock)
+        batch.note(records.skip_note(lease.pending, NoteKind.CANCELLED_RUNNING, seen_ms=at))
         self._enqueue(
-            [self._status(lease.pending, JobEnd.CANCELLED, lease.attempt, CancelledHow.RUNNING)]
+            [
+                records.ended(
+                    lease.pending,
+                    JobEnd.CANCELLED,
+                    attempt=lease.attempt,
+                    at_ms=at,
+                    how=CancelledHow.RUNNING,
+                )
+            ]
         )
         state.tracker.resolve(offset)
         self.counters.cancelled += 1
@@ -720,7 +700,11 @@ class LeaseEngine:
         if item.outcome is Outcome.ACK:
             self.counters.acked += 1
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
-            actions.append(self._status(pending, JobEnd.SUCCEEDED, lease.attempt))
+            actions.append(
+                records.ended(
+                    pending, JobEnd.SUCCEEDED, attempt=lease.attempt, at_ms=now_ms(self._clock)
+                )
+            )
             state.tracker.resolve(pending.offset)
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.
@@ -935,7 +919,9 @@ class LeaseEngine:
             self.resolve(request.source, request.offset, request.generation, how)
             if how is Resolution.DEAD and request.job is not None:
                 reason = request.reason if request.kind is CopyKind.DEAD else "too large"
-                self._enqueue([self._dead_status(request, request.job, reason)])
+                self._enqueue(
+                    [records.died(request, request.job, reason=reason, at_ms=now_ms(self._clock))]
+                )
 
     def copy_dropped(self, request: CopyRequest) -> None:
         """The outbox gave up a copy whose partition moved: no longer in flight here."""
