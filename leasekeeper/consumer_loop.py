@@ -79,6 +79,7 @@ class ConsumerLoop:
         self._commit_failures = 0
         self._next_commit = 0.0
         self._async_commit: dict[TopicPart, tuple[int, str]] | None = None
+        self._fatal = False
         self._async_commit_at = 0.0
         self._ran = False
         self._producer = producer
@@ -150,6 +151,8 @@ class ConsumerLoop:
     def _handle(self, message: Message) -> None:
         error = message.error()
         if error is not None:
+            if error.fatal() or error.code() == KafkaError._FATAL:
+                self._fail_fatally(error)
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", error)
             return
@@ -429,8 +432,21 @@ class ConsumerLoop:
         for tp in partitions:
             self._engine.revoke(TopicPart(tp.topic, tp.partition))
 
+    def _fail_fatally(self, error: KafkaError) -> None:
+        """The consumer is unusable (for example fenced: another member holds its
+        static instance id) and its partitions are another member's now. Let go of them
+        at once, so no job of theirs is handed out or acked here any more, and stop:
+        the leasekeeper exits non-zero and its supervisor starts it again."""
+        self._fatal = True
+        for tp in self._engine.assigned():
+            self._engine.revoke(tp)
+        raise KafkaException(error)
+
     def _shutdown(self) -> None:
         """Stop fetching, drain the jobs in flight, commit, leave the group."""
+        if self._fatal:
+            self._consumer.close()  # nothing to drain or commit: the partitions are gone
+            return
         try:
             assignment = self._consumer.assignment()
             if assignment:

@@ -247,7 +247,8 @@ class LeaseKeeperService:
             pass
         except Exception as exc:
             self.failure = _failure(exc)
-            if self.failure.exit_code == 2:
+            if self.failure.exit_code == 2 or isinstance(exc, KafkaException):
+                # Kafka's own words say it all (e.g. fenced); a traceback adds nothing.
                 log.error("%s", self.failure.message)
             else:
                 log.exception("the Kafka loop failed; stopping the leasekeeper")

@@ -19,8 +19,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
+from typing import TypeVar
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.control import Cancellation
@@ -39,9 +41,27 @@ from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
 
-__all__ = ["CancelError", "EnqueueError", "JobProducer", "JobRequest"]
+__all__ = ["CancelError", "Delivered", "EnqueueError", "JobProducer", "JobRequest"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delivered:
+    """Where the broker put a job's record (what an outbox relay remembers)."""
+
+    job_id: str
+    topic: str
+    partition: int
+    offset: int
+
+    @classmethod
+    def of(cls, job_id: str, message: Message) -> Delivered:
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        assert topic is not None and partition is not None and offset is not None
+        return cls(job_id=job_id, topic=topic, partition=partition, offset=offset)
 
 
 class EnqueueError(Exception):
@@ -207,6 +227,25 @@ class JobProducer:
             )
         return ids
 
+    def send_job(self, job: Job) -> Future[Delivered]:
+        """Produce a job already built by :func:`producer.request.build_job` (e.g. staged
+        in an outbox), exactly as :meth:`enqueue_nowait` produces one: the same topic
+        choice, checks, key and headers. The future holds where the record landed."""
+        if self._closed.is_set():
+            raise RuntimeError("this JobProducer is closed")
+        return self._produce(
+            self.destination_of(job),
+            key=job.tenant_id.encode(),
+            value=self._codec.encode(job),
+            record_id=job.job_id,
+            result=lambda msg: Delivered.of(job.job_id, msg),
+        )
+
+    def destination_of(self, job: Job) -> str:
+        """The topic ``job`` is written to, checked to exist; raises EnqueueError when
+        it does not (see :meth:`_destination`)."""
+        return self._destination(job)
+
     def cancel(self, queue: str, job_id: str, *, reason: str = "") -> None:
         """Record that job ``job_id`` of ``queue`` must not run; returns once the broker
         acknowledged the record.
@@ -236,6 +275,7 @@ class JobProducer:
                 key=cancellation.key,
                 value=cancellation.encode(),
                 record_id=job_id,
+                result=lambda _msg: job_id,
             ).result()
         except EnqueueError as exc:
             raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
@@ -299,13 +339,25 @@ class JobProducer:
     def _send(self, job: Job, topic: str) -> Future[str]:
         """Produce ``job`` keyed by its tenant (a tier keeps the tenant's partition)."""
         return self._produce(
-            topic, key=job.tenant_id.encode(), value=self._codec.encode(job), record_id=job.job_id
+            topic,
+            key=job.tenant_id.encode(),
+            value=self._codec.encode(job),
+            record_id=job.job_id,
+            result=lambda _msg: job.job_id,
         )
 
-    def _produce(self, topic: str, *, key: bytes, value: bytes, record_id: str) -> Future[str]:
-        """The future holds ``record_id`` once acknowledged, or the EnqueueError that
-        stopped the record."""
-        future: Future[str] = Future()
+    def _produce(
+        self,
+        topic: str,
+        *,
+        key: bytes,
+        value: bytes,
+        record_id: str,
+        result: Callable[[Message], _T],
+    ) -> Future[_T]:
+        """The future holds ``result(message)`` once acknowledged, or the EnqueueError
+        that stopped the record."""
+        future: Future[_T] = Future()
         future.set_running_or_notify_cancel()  # a produced record cannot be withdrawn
         try:
             produce_reliably(
@@ -314,7 +366,7 @@ class JobProducer:
                 key=key,
                 value=value,
                 headers=[("job_id", record_id.encode())],
-                on_delivery=_reporter(future, record_id),
+                on_delivery=_reporter(future, record_id, result),
             )
         except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
             future.set_exception(
@@ -373,10 +425,12 @@ class JobProducer:
                 log.exception("serving delivery reports")
 
 
-def _reporter(future: Future[str], job_id: str) -> Callable[[KafkaError | None, Message], None]:
-    def report(error: KafkaError | None, _message: Message) -> None:
+def _reporter(
+    future: Future[_T], job_id: str, result: Callable[[Message], _T]
+) -> Callable[[KafkaError | None, Message], None]:
+    def report(error: KafkaError | None, message: Message) -> None:
         if error is None:
-            future.set_result(job_id)
+            future.set_result(result(message))
         else:
             future.set_exception(
                 EnqueueError(

@@ -262,6 +262,26 @@ def create_queue(
         click.echo(name)
 
 
+def _outbox_commands() -> click.Command:
+    """``producer outbox``; a hint when psycopg (the ``outbox`` extra) is not installed."""
+    try:
+        from producer.outbox.cli import outbox
+    except ImportError as exc:
+        problem = str(exc)
+
+        @click.command("outbox", context_settings={"ignore_unknown_options": True})
+        @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+        def missing(args: Sequence[str]) -> None:
+            """Transactional enqueue (needs the outbox extra)."""
+            raise click.ClickException(
+                f"producer outbox needs psycopg 3 ({problem}); install it: "
+                "pip install 'kafka-lease-queue[outbox]'"
+            )
+
+        return missing
+    return outbox
+
+
 def _send(
     settings: KafkaSettings,
     registry: SchemaRegistry,
@@ -284,6 +304,9 @@ def _send(
             max_attempts=request.max_attempts,
             timeout_s=request.timeout_s,
         )
+
+
+main.add_command(_outbox_commands())
 
 
 def _parse_payload(text: str) -> Mapping[str, object]:

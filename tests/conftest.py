@@ -11,12 +11,16 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from jobcore.kafka import KafkaSettings
 from jobcore.localkafka import KafkaUnavailable, LocalKafka, obtain
 from tests.system import System
+
+if TYPE_CHECKING:
+    from benchmarks.peers.servers import PostgresServer
 
 
 @pytest.fixture(scope="session")
@@ -101,3 +105,36 @@ def system(kafka: KafkaSettings, unique: str, tmp_path: Path) -> Iterator[System
     sut = System(kafka, unique, tmp_path)
     yield sut
     sut.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A private PostgreSQL cluster from Debian's packages, as the benchmark runs it
+    (installed with apt-get when missing and running as root). When it cannot start
+    and ``CI`` is set, the tests that need it fail; locally they are skipped loudly."""
+    from benchmarks.peers.servers import PostgresServer, Unavailable
+    from benchmarks.procs import Pinning
+
+    server = PostgresServer(Pinning(servers=None, clients=None), allow_install=True)
+    try:
+        server.start()
+    except Unavailable as exc:
+        server.stop()
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL could not start in CI: {exc}", pytrace=False)
+        pytest.skip(f"PostgreSQL could not start (install the postgresql package): {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_dsn(postgres: PostgresServer, unique: str) -> str:
+    """A database of this test's own (advisory locks and the outbox table are per database)."""
+    import psycopg
+
+    name = f"t{unique}"
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}".encode())
+    return f"host=127.0.0.1 port={postgres.port} user=postgres dbname={name}"

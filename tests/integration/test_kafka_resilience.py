@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobcore.control import Cancellation
-from jobcore.kafka import KafkaSettings, delete_records, make_producer
+from jobcore.kafka import KafkaSettings, delete_records, make_consumer, make_producer
 from jobcore.localkafka import KafkaUnavailable, LocalKafka, free_port, obtain
 from jobcore.topics import QueueTopics
 from leasekeeper.control_feed import ControlFeed
@@ -180,3 +180,35 @@ def test_serve_survives_a_broker_outage_while_running(unique: str, tmp_path: Pat
     finally:
         system.stop()
         cluster.stop()
+
+
+def test_a_fenced_leasekeeper_lets_go_of_its_jobs_and_exits_non_zero(system: System) -> None:
+    """Another member joins with the leasekeeper's static instance id: the broker fences
+    the leasekeeper (a fatal consumer error). It must stop handing out and acking jobs
+    of partitions that are someone else's now, and exit non-zero for its supervisor."""
+    lk = system.leasekeeper
+    lk.start().wait_assigned(PARTITIONS)
+    usurper = make_consumer(
+        system.kafka,
+        system.topics.consumer_group,
+        **{
+            "group.instance.id": f"lk-{system.queue}",
+            "session.timeout.ms": 10_000,
+            "partition.assignment.strategy": "cooperative-sticky",
+        },
+    )
+    try:
+        usurper.subscribe([system.topics.ready])
+        assert lk.process is not None
+
+        def exited() -> bool:
+            usurper.poll(0.1)
+            return lk.process is not None and lk.process.poll() is not None
+
+        wait_until(exited, 90, "the fenced leasekeeper to exit")
+    finally:
+        usurper.close()
+    assert lk.process.returncode == 1
+    log = lk.log.read_text()
+    assert "fenced" in log.lower()
+    assert "Traceback" not in log

@@ -1,0 +1,156 @@
+"""``producer outbox``: create the outbox table, and relay staged jobs to Kafka."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import click
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_failure, kafka_settings
+from jobcore.config import Environment
+from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
+from jobcore.kafka import KafkaException, KafkaSetupError
+from producer.api import EnqueueError, JobProducer
+from producer.outbox.metrics import serve_metrics
+from producer.outbox.relay import OutboxRelay, RelayConfig
+from producer.outbox.schema import init_schema
+from schemas.codec import SchemaRegistry
+
+_DSN = click.option(
+    "--dsn",
+    required=True,
+    help="PostgreSQL connection string of the application's database "
+    "(e.g. 'host=db dbname=shop user=app' or postgresql://...).",
+)
+
+
+@click.group()
+def outbox() -> None:
+    """Enqueue in the application's own transaction through a job_outbox table."""
+
+
+@outbox.command("init", short_help="Create the job_outbox table, index and trigger.")
+@_DSN
+def init(dsn: str) -> None:
+    """Create job_outbox (safe to run again). The same SQL ships as
+    producer/outbox/schema.sql for migration tools."""
+    try:
+        init_schema(dsn)
+    except psycopg.Error as exc:
+        raise click.ClickException(_db_problem(dsn, exc)) from None
+    click.echo("job_outbox ready")
+
+
+@outbox.command("relay", short_help="Move staged jobs to Kafka (one active, others standby).")
+@_DSN
+@click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between checks without a NOTIFY, and between standby lock attempts.",
+)
+@click.option(
+    "--retry-tiers",
+    "tiers",
+    default=",".join(DEFAULT_TIERS),
+    show_default=True,
+    help="Delay tiers; must be the leasekeeper's --retry-tiers.",
+)
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
+@click.option("--schema-path", "schema_paths", multiple=True, type=click.Path(file_okay=False))
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
+def relay(
+    dsn: str,
+    batch: int,
+    poll_interval: float,
+    tiers: str,
+    metrics_port: int | None,
+    schema_paths: Sequence[str],
+    log_level: str,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+) -> None:
+    """Relay committed job_outbox rows to Kafka in staging order until SIGTERM."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    _check_database(dsn)
+    env = Environment.from_env()
+    settings = kafka_settings(
+        "outbox-relay", bootstrap=bootstrap, kafka_config=kafka_config, env=env
+    )
+    registry = SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths])
+    try:
+        delay_tiers = DelayTiers.parse(tiers)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--retry-tiers") from None
+    config = RelayConfig(dsn=dsn, batch=batch, poll_interval_s=poll_interval)
+    try:
+        with JobProducer(
+            settings, registry=registry, prefix=env.topic_prefix, tiers=delay_tiers
+        ) as producer:
+            _serve(OutboxRelay(config, producer, settings, registry=registry), dsn, metrics_port)
+    except (EnqueueError, KafkaException, KafkaSetupError) as exc:
+        raise kafka_failure(exc, settings) from None
+
+
+def _serve(relay: OutboxRelay, dsn: str, metrics_port: int | None) -> None:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if metrics_port is not None:
+        serve_metrics(relay, dsn, metrics_port)
+    relay.run(stop)
+
+
+def _check_database(dsn: str) -> None:
+    """A wrong DSN, or a database without the outbox table, fails here in one line."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            conn.execute("SELECT 1 FROM job_outbox_relay")
+    except psycopg.errors.UndefinedTable:
+        raise click.ClickException(
+            f"{_where(dsn)} (from --dsn) has no job_outbox table; create it: "
+            "producer outbox init --dsn ... (or apply producer/outbox/schema.sql)"
+        ) from None
+    except psycopg.Error as exc:
+        raise click.ClickException(_db_problem(dsn, exc)) from None
+
+
+def _where(dsn: str) -> str:
+    """host:port/dbname of ``dsn``, never its password."""
+    parts = conninfo_to_dict(dsn)
+    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+def _db_problem(dsn: str, exc: psycopg.Error) -> str:
+    """One line naming the database (never its password), the reason and the fix."""
+    try:
+        where = _where(dsn)
+    except psycopg.Error:
+        return f"--dsn is not a valid PostgreSQL connection string: {exc}"
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (
+        f"cannot use PostgreSQL at {where} (from --dsn): {reason}; check the DSN, "
+        "that the server runs, and the user's rights"
+    )

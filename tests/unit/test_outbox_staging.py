@@ -1,0 +1,110 @@
+"""The outbox's pure parts: relay marks, staging built exactly as enqueue builds, the
+SQLAlchemy helper, and the relay's settings checks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from producer.api import Delivered
+from producer.outbox import SCHEMA_SQL, Outbox, RelayConfig, raw_connection
+from producer.outbox.marks import Marks
+from producer.request import JobRequest, build_job
+from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
+
+NOW = 1_700_000_000.0
+RECEIPT = {"order_id": 7, "email": "a@example.com", "amount_cents": 1999}
+
+
+def delivered(topic: str, partition: int, offset: int) -> Delivered:
+    return Delivered(job_id="j", topic=topic, partition=partition, offset=offset)
+
+
+def test_marks_move_past_delivered_records_and_keep_other_partitions() -> None:
+    marks = Marks().with_topic("jobs.q", {0: 5, 1: 9})
+    moved = marks.advance([delivered("jobs.q", 0, 7), delivered("jobs.q", 0, 6)])
+    assert moved.positions == {"jobs.q": {0: 8, 1: 9}}
+
+
+@given(
+    st.dictionaries(st.integers(0, 5), st.integers(0, 1000)),
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1000))),
+)
+def test_marks_never_move_backwards_and_survive_json(
+    start: dict[int, int], records: list[tuple[int, int]]
+) -> None:
+    marks = Marks().with_topic("t", start)
+    moved = marks.advance(delivered("t", p, o) for p, o in records)
+    for partition, offset in start.items():
+        assert moved.positions["t"][partition] >= offset
+    assert Marks.from_json(json.loads(moved.to_json())) == moved
+
+
+def test_a_staged_row_holds_the_envelope_enqueue_would_build() -> None:
+    request = JobRequest(queue="q", type="send_receipt", payload=RECEIPT, tenant_id="acme")
+    staged = Outbox(clock=lambda: NOW).build([request])[0]
+    codec = EnvelopeCodec(SchemaRegistry())
+    expected = build_job(request, codec=codec, now=NOW, job_id=staged.job.job_id)
+    assert staged.job == expected
+    assert staged.envelope == codec.encode(expected)
+    assert staged.row()[:3] == (staged.job.job_id, "q", "acme")
+
+
+def test_an_invalid_payload_names_the_request_before_any_row() -> None:
+    good = JobRequest(queue="q", type="send_receipt", payload=RECEIPT, tenant_id="a")
+    bad = JobRequest(queue="q", type="send_receipt", payload={"order_id": 1}, tenant_id="a")
+    with pytest.raises(PayloadError, match="request 1"):
+        Outbox().build([good, bad])
+
+
+def test_the_schema_creates_the_table_index_trigger_and_relay_state() -> None:
+    for name in ("TABLE IF NOT EXISTS job_outbox", "INDEX IF NOT EXISTS", "pg_notify"):
+        assert name in SCHEMA_SQL
+    assert "job_outbox_relay" in SCHEMA_SQL
+
+
+@pytest.mark.parametrize(
+    ("batch", "poll", "problem"), [(0, 1.0, "batch"), (10, 0.0, "poll interval")]
+)
+def test_relay_settings_are_checked(batch: int, poll: float, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        RelayConfig(dsn="", batch=batch, poll_interval_s=poll)
+
+
+@dataclass
+class _Fairy:
+    driver_connection: Any
+
+
+@dataclass
+class _SaConnection:
+    connection: _Fairy
+
+
+class _Session:
+    def __init__(self, conn: _SaConnection) -> None:
+        self._conn = conn
+
+    def get_bind(self) -> None:
+        return None
+
+    def connection(self) -> _SaConnection:
+        return self._conn
+
+
+def test_raw_connection_unwraps_a_sqlalchemy_connection_or_session() -> None:
+    driver = psycopg.Connection.__new__(psycopg.Connection)
+    sa_conn = _SaConnection(_Fairy(driver))
+    assert raw_connection(sa_conn) is driver
+    assert raw_connection(_Session(sa_conn)) is driver
+
+
+def test_raw_connection_refuses_another_driver_with_the_fix() -> None:
+    with pytest.raises(TypeError, match=r"postgresql\+psycopg://"):
+        raw_connection(_SaConnection(_Fairy(object())))
