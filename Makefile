@@ -24,6 +24,7 @@ run: $(STAMP)
 ## the suite starts itself, or KAFKA_BOOTSTRAP when set.
 test: $(STAMP)
 	$(PY) -m jobcore.localkafka fetch
+	$(PY) -m jobcore.localregistry fetch
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)

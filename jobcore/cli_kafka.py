@@ -8,13 +8,16 @@ same way: one line naming the file, where its name came from, and the fix.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from jobcore.config import ENV_KAFKA_CONFIG, Environment
+from jobcore.cli_errors import ExitCode, Unreachable, debug_wanted
+from jobcore.config import ENV_KAFKA_CONFIG, BootstrapOrigin, Environment
+from jobcore.durations import DURATION, shown
 from jobcore.kafka import (
     ErrorKind,
     KafkaException,
@@ -22,23 +25,30 @@ from jobcore.kafka import (
     KafkaSetupError,
     classify,
     describe_setup_error,
+    reachable,
 )
 from jobcore.properties import PropertiesError
 
 __all__ = [
     "BOOTSTRAP_HELP",
+    "DEFAULT_CONNECT_TIMEOUT_S",
     "KafkaSetupFailed",
+    "connect_timeout_option",
     "kafka_config_option",
     "kafka_failure",
     "kafka_settings",
+    "require_kafka",
+    "unreachable_message",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 BOOTSTRAP_HELP = (
     "Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP, else bootstrap.servers of the "
-    "--kafka-config file, else 127.0.0.1:9092]"
+    "--kafka-config file, else the address `leasekeeper dev kafka start` recorded, "
+    "else 127.0.0.1:9092]"
 )
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _CONFIG_HELP = (
     "librdkafka client properties (security.protocol, sasl.*, ssl.*), in the format of "
     "kcat -F and the Kafka tools' --command-config [env KAFKA_CONFIG]"
@@ -49,7 +59,49 @@ class KafkaSetupFailed(click.ClickException):
     """A Kafka setup mistake (a bad config file, wrong credentials, a missing queue):
     exit 2, so a supervisor's ``on-failure`` policy can tell it from a crash."""
 
-    exit_code = 2
+    exit_code = ExitCode.SETUP
+
+
+def connect_timeout_option(command: _F) -> _F:
+    """``--connect-timeout``: how long a one-shot command waits for Kafka to answer."""
+    option = click.option(
+        "--connect-timeout",
+        "connect_timeout_s",
+        type=DURATION,
+        default=shown(DEFAULT_CONNECT_TIMEOUT_S),
+        show_default=True,
+        help="Give up when Kafka has not answered for this long (10s, 1m); exit 3.",
+    )
+    return option(command)
+
+
+def unreachable_message(settings: KafkaSettings) -> str:
+    """``cannot reach Kafka at ADDRESS (where it came from; the fix)``."""
+    origin = settings.origin or "given"
+    if origin == BootstrapOrigin.CONFIG_FILE.value:
+        fix = "fix bootstrap.servers in the file, or set KAFKA_BOOTSTRAP or --bootstrap"
+    else:
+        fix = "set KAFKA_BOOTSTRAP or --bootstrap"
+    return (
+        f"cannot reach Kafka at {settings.bootstrap} ({origin}; {fix}; "
+        "is it running? leasekeeper dev kafka status)"
+    )
+
+
+def require_kafka(settings: KafkaSettings, timeout_s: float) -> None:
+    """Fail a one-shot command at once, in one line, when Kafka does not answer
+    within ``timeout_s``, rather than after each client's own timeouts (30 s and
+    hundreds of client log lines). The client's own logs stay below WARNING unless
+    ``--debug``: the one line says what they would."""
+    if not debug_wanted():
+        logging.getLogger("librdkafka").setLevel(logging.CRITICAL)
+        logging.getLogger("jobcore.kafka").setLevel(logging.ERROR)
+    try:
+        ok = reachable(settings, timeout_s)
+    except (KafkaSetupError, KafkaException) as exc:  # a setting librdkafka refused
+        raise kafka_failure(exc, settings) from None
+    if not ok:
+        raise Unreachable(unreachable_message(settings))
 
 
 def kafka_config_option(command: _F) -> _F:
@@ -89,4 +141,6 @@ def kafka_failure(exc: Exception, settings: KafkaSettings) -> click.ClickExcepti
         return KafkaSetupFailed(str(exc))
     if isinstance(exc, KafkaException) and classify(exc) is ErrorKind.SETUP:
         return KafkaSetupFailed(describe_setup_error(exc.args[0]))
+    if classify(exc) is ErrorKind.TRANSIENT:
+        return Unreachable(unreachable_message(settings))
     return click.ClickException(str(exc) or f"Kafka did not answer ({type(exc).__name__})")

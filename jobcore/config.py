@@ -3,9 +3,12 @@ at the edge (CLI) and passed in as values; nothing here is a global singleton.""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from jobcore.kafka import KafkaSettings
@@ -21,6 +24,54 @@ ENV_SCHEMA_PATH = "JOBS_SCHEMA_PATH"
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 SOCKET_NAME = "leasekeeper.sock"
+ENV_LOCAL_KAFKA_DIR = "LOCAL_KAFKA_DIR"
+
+log = logging.getLogger(__name__)
+
+
+class BootstrapOrigin(StrEnum):
+    """Where the Kafka address came from: an error about an unreachable broker names
+    it, so a person knows which setting to change."""
+
+    FLAG = "--bootstrap"
+    ENV = "KAFKA_BOOTSTRAP"
+    CONFIG_FILE = "bootstrap.servers of the Kafka config file"
+    DEV_KAFKA = "recorded by `leasekeeper dev kafka start`"
+    DEFAULT = "default"
+
+
+def dev_kafka_state_file(environ: dict[str, str] | None = None) -> Path:
+    """Where ``leasekeeper dev kafka start`` records its pids and address."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(ENV_LOCAL_KAFKA_DIR)
+    if explicit:
+        return Path(explicit) / "state.json"
+    cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "kafka-lease-queue" / "dev-cluster" / "state.json"
+
+
+def recorded_dev_bootstrap(environ: dict[str, str] | None = None) -> str | None:
+    """The address of a local Kafka started by ``dev kafka start`` whose processes
+    still run, so a second terminal without ``export KAFKA_BOOTSTRAP`` finds it."""
+    try:
+        state = json.loads(dev_kafka_state_file(environ).read_text())
+        pids = [int(p) for p in state["pids"]]
+        bootstrap = str(state["bootstrap"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return bootstrap if pids and all(_alive(pid) for pid in pids) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 DEFAULT_LEASE_S = 30
 DEFAULT_MAX_ATTEMPTS = 8
 DEFAULT_TIMEOUT_S = 30.0
@@ -28,17 +79,45 @@ DEFAULT_TIMEOUT_S = 30.0
 AUTH_METADATA_KEY = "x-leasekeeper-token"
 
 
-def default_leasekeeper_target(environ: dict[str, str] | None = None) -> str:
+def default_leasekeeper_target(
+    environ: dict[str, str] | None = None, *, queue: str | None = None
+) -> str:
     """``unix:`` + a socket in a directory of this user's own: ``$XDG_RUNTIME_DIR`` when
     set, else one per user id under the temp directory, so users of one machine never
-    share (or squat) each other's socket directory. The leasekeeper creates it 0700."""
+    share (or squat) each other's socket directory. The leasekeeper creates it 0700.
+
+    The socket is named after the queue (``emails.sock``), so ``workers run --queue
+    emails`` and ``inspect --queue emails`` in another terminal find the leasekeeper
+    of ``serve --queue emails`` with no address to copy."""
+    name = f"{queue}.sock" if queue else SOCKET_NAME
+    return f"unix:{socket_directory(environ) / name}"
+
+
+def socket_directory(environ: dict[str, str] | None = None) -> Path:
+    """The private directory of this user's default sockets."""
     env = os.environ if environ is None else environ
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime:
-        directory = Path(runtime) / "kafka-lease-queue"
-    else:
-        directory = Path(tempfile.gettempdir()) / f"kafka-lease-queue-{os.getuid()}"
-    return f"unix:{directory / SOCKET_NAME}"
+        return Path(runtime) / "kafka-lease-queue"
+    return Path(tempfile.gettempdir()) / f"kafka-lease-queue-{os.getuid()}"
+
+
+def queues_with_sockets(environ: dict[str, str] | None = None) -> list[str]:
+    """The queues whose leasekeepers have a socket in the default directory (a
+    leasekeeper killed with SIGKILL leaves its socket behind, so this may list one
+    that no longer answers)."""
+    try:
+        found = sorted(socket_directory(environ).glob("*.sock"))
+    except OSError:
+        return []
+    return [path.stem for path in found if path.is_socket() and path.name != SOCKET_NAME]
+
+
+def schema_path_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The directories of ``JOBS_SCHEMA_PATH``: every command and ``JobProducer()`` add
+    them to the schemas they load, and ``--schema-path`` adds more."""
+    env = os.environ if environ is None else environ
+    return tuple(p for p in env.get(ENV_SCHEMA_PATH, "").split(os.pathsep) if p)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,10 +135,13 @@ class Environment:
     # bootstrap.servers wins over the built-in default, not over KAFKA_BOOTSTRAP.
     bootstrap_from_env: bool = False
     kafka_config: Path | None = None
+    # The address ``dev kafka start`` recorded, used when nothing else names one.
+    dev_bootstrap: str | None = None
+    # LEASEKEEPER_TARGET was set: it wins over the per-queue default socket.
+    leasekeeper_target_from_env: bool = False
 
     @classmethod
     def from_env(cls) -> Environment:
-        schema_path = os.environ.get(ENV_SCHEMA_PATH, "")
         kafka_config = os.environ.get(ENV_KAFKA_CONFIG)
         return cls(
             bootstrap=os.environ.get(ENV_BOOTSTRAP, DEFAULT_BOOTSTRAP),
@@ -68,24 +150,59 @@ class Environment:
             leasekeeper_token=os.environ.get(ENV_LEASEKEEPER_TOKEN) or None,
             leasekeeper_tls_ca=os.environ.get(ENV_LEASEKEEPER_TLS_CA) or None,
             topic_prefix=os.environ.get(ENV_TOPIC_PREFIX, "jobs"),
-            schema_path=tuple(p for p in schema_path.split(os.pathsep) if p),
+            schema_path=schema_path_from_env(),
             bootstrap_from_env=bool(os.environ.get(ENV_BOOTSTRAP)),
             kafka_config=Path(kafka_config) if kafka_config else None,
+            dev_bootstrap=None if os.environ.get(ENV_BOOTSTRAP) else recorded_dev_bootstrap(),
+            leasekeeper_target_from_env=bool(os.environ.get(ENV_LEASEKEEPER_TARGET)),
         )
+
+    def target(self, given: str | None = None, *, queue: str | None = None) -> str:
+        """The leasekeeper address: the flag, else ``LEASEKEEPER_TARGET``, else the
+        default socket of ``queue``; with no queue, the socket of the only queue
+        whose leasekeeper has one, else the socket of no queue."""
+        if given:
+            return given
+        if self.leasekeeper_target_from_env:
+            return self.leasekeeper_target
+        if not queue:
+            # One leasekeeper of this user running: that is the one meant.
+            running = queues_with_sockets()
+            queue = running[0] if len(running) == 1 else None
+        return default_leasekeeper_target(queue=queue)
 
     def kafka(
         self, client_id: str, *, bootstrap: str | None = None, kafka_config: Path | None = None
     ) -> KafkaSettings:
         """Client settings: librdkafka properties from ``kafka_config`` (else the
         ``KAFKA_CONFIG`` file) go into ``extra``; the bootstrap is the flag, else
-        ``KAFKA_BOOTSTRAP``, else the file's ``bootstrap.servers``, else the default.
+        ``KAFKA_BOOTSTRAP``, else the file's ``bootstrap.servers``, else the address
+        ``dev kafka start`` recorded, else the default; ``origin`` says which.
         Raises PropertiesError for a file that cannot be read or parsed."""
         path = kafka_config or self.kafka_config
         extra = load_properties(path) if path is not None else {}
         from_file = extra.pop("bootstrap.servers", None)
-        from_env = self.bootstrap if self.bootstrap_from_env else None
-        return KafkaSettings(
-            bootstrap=bootstrap or from_env or from_file or DEFAULT_BOOTSTRAP,
-            client_id=client_id,
-            extra=extra,
+        candidates = (
+            (bootstrap, BootstrapOrigin.FLAG),
+            (self.bootstrap if self.bootstrap_from_env else None, BootstrapOrigin.ENV),
+            (str(from_file) if from_file else None, BootstrapOrigin.CONFIG_FILE),
+            (self.dev_bootstrap, BootstrapOrigin.DEV_KAFKA),
         )
+        address, origin = next(((a, o) for a, o in candidates if a), (None, None))
+        if address is None or origin is None:
+            address, origin = DEFAULT_BOOTSTRAP, BootstrapOrigin.DEFAULT
+        if origin is BootstrapOrigin.DEV_KAFKA:
+            _say_once(f"using Kafka at {address}, {origin.value} (KAFKA_BOOTSTRAP is unset)")
+        return KafkaSettings(
+            bootstrap=address, client_id=client_id, extra=extra, origin=origin.value
+        )
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Log ``message`` at INFO the first time only: several clients are built per run."""
+    if message not in _said:
+        _said.add(message)
+        log.info("%s", message)

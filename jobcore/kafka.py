@@ -70,12 +70,52 @@ __all__ = [
     "make_share_consumer",
     "produce_once",
     "produce_reliably",
+    "reachable",
     "set_group_config",
     "topic_ids",
     "wait_for_brokers",
 ]
 
 log = logging.getLogger(__name__)
+
+
+class RepeatFilter(logging.Filter):
+    """Drops a log line that repeats one seen within ``window_s``: a client whose
+    broker is down says "Connect ... failed" a few times a second, and one line per
+    window tells a person as much. Digits are ignored when comparing, since counts
+    and durations change between otherwise identical lines."""
+
+    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._window_s = window_s
+        self._clock = clock
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = "".join(c for c in record.getMessage() if not c.isdigit())
+        now = self._clock()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last < self._window_s:
+                return False
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[key] = now
+        return True
+
+
+def _client_logger() -> logging.Logger:
+    """The logger librdkafka's own lines go to (the client's ``logger`` setting), so
+    they are never printed raw as ``%3|...`` on the terminal: WARNING and up by
+    default, each repeat once per window."""
+    logger = logging.getLogger("librdkafka")
+    if not any(isinstance(f, RepeatFilter) for f in logger.filters):
+        logger.addFilter(RepeatFilter())
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+    return logger
+
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
@@ -222,12 +262,16 @@ class KafkaSettings:
     bootstrap: str
     client_id: str = "kafka-lease-queue"
     extra: Mapping[str, str | int | bool] = field(default_factory=dict)
+    # Where ``bootstrap`` came from (a flag, an environment variable, a default), so
+    # "cannot reach Kafka" can name the setting to change; empty when unknown.
+    origin: str = ""
     watch: ErrorWatch = field(default_factory=ErrorWatch, compare=False, repr=False)
 
     def base(self) -> dict[str, Any]:
         return {
             "bootstrap.servers": self.bootstrap,
             "client.id": self.client_id,
+            "logger": _client_logger(),
             **self.extra,
             "error_cb": self.watch,
         }
@@ -315,6 +359,27 @@ def topic_ids(
     wanted = sorted(set(names))
     futures = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
     return {name: str(futures[name].result(timeout=timeout).topic_id) for name in wanted}
+
+
+def reachable(settings: KafkaSettings, timeout: float) -> bool:
+    """True once a broker answers a metadata request, False after ``timeout`` s of
+    silence. A credential or configuration problem the client reports meanwhile
+    raises KafkaSetupError at once: it is not "unreachable", and waiting would not help.
+    """
+    admin = make_admin(settings)
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            admin.list_topics(timeout=max(0.1, min(1.0, remaining)))
+            return True
+        except KafkaException as exc:
+            if classify(exc) is ErrorKind.SETUP:
+                raise KafkaSetupError(describe_setup_error(exc.args[0])) from exc
+        admin.poll(0)
+        settings.watch.raise_if_setup_error()
+        if time.monotonic() >= deadline:
+            return False
 
 
 def wait_for_brokers(bootstrap: str, count: int, timeout: float) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -9,9 +10,12 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
+import grpc
 
+from jobcore.cli_errors import FriendlyGroup, Unreachable, log_level_option
 from jobcore.cli_kafka import (
     BOOTSTRAP_HELP,
     KafkaSetupFailed,
@@ -19,21 +23,32 @@ from jobcore.cli_kafka import (
     kafka_failure,
     kafka_settings,
 )
-from jobcore.config import Environment
+from jobcore.cli_registry import SchemaSetupFailed, registry_settings, schema_registry_options
+from jobcore.config import Environment, queues_with_sockets
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
+from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
 from jobcore.localkafka.cli import kafka_cli
+from jobcore.schema_registry import RegistrySetupError
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
 from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
+from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
+from schemas.codec import SchemaError
+
+# Defaults come from the config dataclasses, so the CLI and a Python caller agree.
+_ENGINE = EngineConfig()
+_LOOP = LoopConfig()
+_POLICY = RetryPolicy()
+_SERVE_FIELDS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
 
 
-@click.group()
+@click.group(cls=FriendlyGroup)
 def main() -> None:
     """The lease-tracking sidecar of the job queue."""
 
@@ -43,29 +58,51 @@ def main() -> None:
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
 @click.option("--state-dir", type=click.Path(path_type=Path), required=True, help="RocksDB dir")
-@click.option("--listen", default=None, help="unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET]")
-@click.option("--lease", "lease_s", default=30.0, show_default=True, help="lease length (s)")
-@click.option("--window-records", default=10_000, show_default=True)
-@click.option("--window-bytes", default=64 * 1024 * 1024, show_default=True)
-@click.option("--group-id", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
-@click.option("--schema-path", multiple=True, help="extra directory of job payload schemas")
+@click.option(
+    "--listen",
+    default=None,
+    help="unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET; default: the queue's own socket "
+    "in a private directory]",
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    type=DURATION,
+    default=shown(_ENGINE.lease_s),
+    show_default=True,
+    help="lease length (30s, 2m)",
+)
+@click.option("--window-records", default=_ENGINE.window_records, show_default=True)
+@click.option("--window-bytes", default=_ENGINE.window_bytes, show_default=True)
+@click.option("--group", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
+@click.option("--group-id", "group_id_alias", default=None, hidden=True)
+@click.option(
+    "--schema-path",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="extra directory of job payload schemas (repeatable; adds to $JOBS_SCHEMA_PATH)",
+)
+@schema_registry_options
 @click.option(
     "--instance-id",
     default=None,
     help="static group membership: restarting with the same id takes the partitions back at once",
 )
-@click.option("--session-timeout-ms", default=10_000, show_default=True)
+@click.option(
+    "--session-timeout-ms", default=_SERVE_FIELDS["session_timeout_ms"], show_default=True
+)
 @click.option(
     "--lease-for",
     multiple=True,
-    metavar="TYPE=SECONDS",
-    help="lease length for one job type (repeatable)",
+    metavar="TYPE=DURATION",
+    help="lease length for one job type (repeatable), e.g. resize_image=5m",
 )
 @click.option(
     "--drain-grace",
-    default=10.0,
+    type=DURATION,
+    default=shown(_LOOP.drain_grace_s),
     show_default=True,
-    help="seconds moving or stopping partitions wait for jobs in flight",
+    help="how long moving or stopping partitions wait for jobs in flight",
 )
 @click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
 @click.option(
@@ -76,29 +113,44 @@ def main() -> None:
 )
 @click.option(
     "--jitter",
-    type=click.Choice([j.value for j in Jitter]),
-    default=Jitter.FULL.value,
+    type=click.Choice([j.value for j in Jitter], case_sensitive=False),
+    default=_POLICY.jitter.value,
     show_default=True,
 )
-@click.option("--retry-base", default=1.0, show_default=True, help="backoff base (s)")
-@click.option("--retry-cap", default=3600.0, show_default=True, help="backoff cap (s)")
+@click.option(
+    "--retry-base",
+    type=DURATION,
+    default=shown(_POLICY.base_s),
+    show_default=True,
+    help="backoff base",
+)
+@click.option(
+    "--retry-cap",
+    type=DURATION,
+    default=shown(_POLICY.cap_s),
+    show_default=True,
+    help="backoff cap",
+)
 @click.option(
     "--retry-budget",
-    default=0.10,
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=DEFAULT_SHARE,
     show_default=True,
     help="share of recent throughput retries may use",
 )
 @click.option(
     "--retry-budget-floor",
-    default=60,
+    type=click.IntRange(min=1),
+    default=DEFAULT_MIN_RETRIES,
     show_default=True,
     help="retries always allowed per 60 s window, however quiet the queue",
 )
 @click.option(
     "--dedupe-window",
-    default=86_400.0,
+    type=DURATION,
+    default=shown(_SERVE_FIELDS["dedupe_window_s"]),
     show_default=True,
-    help="seconds a dedupe key blocks later jobs with the same key (from the first)",
+    help="how long a dedupe key blocks later jobs with the same key (from the first)",
 )
 @click.option(
     "--permanent-error",
@@ -113,9 +165,10 @@ def main() -> None:
 )
 @click.option(
     "--unknown-type-grace",
-    default=600.0,
+    type=DURATION,
+    default=shown(_ENGINE.unknown_type_grace_s),
     show_default=True,
-    help="seconds a job no connected worker runs waits before it fails as UnknownJobType",
+    help="how long a job no connected worker runs waits before it fails as UnknownJobType",
 )
 @click.option(
     "--socket-mode",
@@ -138,7 +191,7 @@ def main() -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="TLS private key (PEM) for a TCP listener",
 )
-@click.option("--log-level", default="INFO", show_default=True)
+@log_level_option()
 def serve(
     queue: str,
     bootstrap: str | None,
@@ -148,8 +201,11 @@ def serve(
     lease_s: float,
     window_records: int,
     window_bytes: int,
-    group_id: str | None,
+    group: str | None,
+    group_id_alias: str | None,
     schema_path: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     instance_id: str | None,
     session_timeout_ms: int,
     lease_for: tuple[str, ...],
@@ -188,10 +244,10 @@ def serve(
             "leasekeeper", bootstrap=bootstrap, kafka_config=kafka_config, env=env
         ),
         state_dir=state_dir,
-        listen=listen or env.leasekeeper_target,
+        listen=env.target(listen, queue=queue),
         prefix=env.topic_prefix,
         token=env.leasekeeper_token,
-        group_id=group_id,
+        group_id=group or group_id_alias,
         engine=EngineConfig(
             lease_s=lease_s,
             lease_s_by_type=_leases_by_type(lease_for),
@@ -214,6 +270,7 @@ def serve(
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
         schema_dirs=schema_path + env.schema_path,
+        schema_registry=registry_settings(schema_registry, schema_registry_config),
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
         reset_state=reset_state,
@@ -231,6 +288,8 @@ def _run_service(config: ServeConfig) -> None:
         service = LeaseKeeperService(config)
     except KafkaException as exc:  # librdkafka refused the configuration itself
         raise kafka_failure(exc, config.kafka) from None
+    except (SchemaError, RegistrySetupError) as exc:
+        raise SchemaSetupFailed(str(exc)) from None
     stopper = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -279,37 +338,49 @@ def _tiers(spec: str) -> DelayTiers:
 def _leases_by_type(pairs: tuple[str, ...]) -> dict[str, float]:
     leases = {}
     for pair in pairs:
-        job_type, _, seconds = pair.partition("=")
+        job_type, _, length = pair.partition("=")
         try:
-            leases[job_type] = float(seconds)
-        except ValueError:
+            leases[job_type] = parse_duration(length).total_seconds()
+        except ValueError as exc:
             raise click.BadParameter(
-                f"expected TYPE=SECONDS, got {pair!r}", param_hint="--lease-for"
+                f"expected TYPE=DURATION, got {pair!r}: {exc}", param_hint="--lease-for"
             ) from None
         if not job_type or leases[job_type] <= 0:
             raise click.BadParameter(
-                f"expected TYPE=SECONDS > 0, got {pair!r}", param_hint="--lease-for"
+                f"expected TYPE=DURATION > 0, got {pair!r}", param_hint="--lease-for"
             )
     return leases
 
 
 _TARGET_HELP = "the leasekeeper's unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET]"
+_QUEUE_HELP = "the queue whose leasekeeper to ask, at its default socket"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Where:
+    """Which leasekeeper ``inspect`` asks: given on the group or on ``inspect job``."""
+
+    target: str | None = None
+    queue: str | None = None
+    as_json: bool = False
 
 
 @main.group(invoke_without_command=True)
+@click.option("--queue", default=None, help=_QUEUE_HELP)
 @click.option("--target", default=None, help=_TARGET_HELP)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--wide", is_flag=True, help="every retry-tier partition, not one row per tier")
 @click.pass_context
-def inspect(ctx: click.Context, target: str | None, as_json: bool, wide: bool) -> None:
-    """Partitions, commit gaps and leases in flight of a running leasekeeper."""
+def inspect(
+    ctx: click.Context, queue: str | None, target: str | None, as_json: bool, wide: bool
+) -> None:
+    """Partitions, commit gaps and leases in flight of a running leasekeeper.
+
+    Exits 3 when no leasekeeper answers at the address."""
     if ctx.invoked_subcommand is not None:
-        ctx.obj = (target, as_json)
+        ctx.obj = _Where(target=target, queue=queue, as_json=as_json)
         return
-    env = Environment.from_env()
-    snapshot = fetch_snapshot(
-        target or env.leasekeeper_target, env.leasekeeper_token, tls_ca=_ca(env)
-    )
+    snapshot = _fetch(_Where(target=target, queue=queue))
     if as_json:
         click.echo(json.dumps(snapshot, indent=2))
     else:
@@ -318,30 +389,63 @@ def inspect(ctx: click.Context, target: str | None, as_json: bool, wide: bool) -
 
 @inspect.command("job")
 @click.argument("job_id")
+@click.option("--queue", default=None, help=_QUEUE_HELP)
 @click.option("--target", default=None, help=_TARGET_HELP)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.pass_context
-def inspect_job(ctx: click.Context, job_id: str, target: str | None, as_json: bool) -> None:
+def inspect_job(
+    ctx: click.Context, job_id: str, queue: str | None, target: str | None, as_json: bool
+) -> None:
     """Where JOB_ID (or a unique prefix of 8+ characters) is: ready, delayed, leased
     (to whom, which attempt), skipped as a duplicate, or cancelled; for a finished job
     (whole id, KAFKA_BOOTSTRAP set) how it ended, from the queue's status topic.
 
     Exits 1 when this leasekeeper knows no such job, or the prefix is ambiguous.
     """
-    group_target, group_json = ctx.obj or (None, False)
-    env = Environment.from_env()
-    where = target or group_target or env.leasekeeper_target
-    view = fetch_snapshot(where, env.leasekeeper_token, job_id=job_id, tls_ca=_ca(env))
+    group = ctx.obj or _Where()
+    where = _Where(target=target or group.target, queue=queue or group.queue)
+    view = _fetch(where, job_id=job_id)
     if not view["member_knows"]:  # finished? the status topic knows
-        queue = fetch_snapshot(where, env.leasekeeper_token, tls_ca=_ca(env)).get("queue")
-        view = finished_view(view, str(queue or ""), env)
-    if as_json or group_json:
+        snapshot_queue = _fetch(where).get("queue")
+        view = finished_view(view, str(snapshot_queue or ""), Environment.from_env())
+    if as_json or group.as_json:
         click.echo(json.dumps(view, indent=2))
     else:
         for line in job_lines(view, time.time_ns() // 1_000_000):
             click.echo(line)
     if view["state"] in NOT_FOUND_STATES:
         ctx.exit(1)
+
+
+def _fetch(where: _Where, job_id: str = "") -> dict[str, Any]:
+    """The snapshot, or one line naming the address, where it came from and the fix."""
+    env = Environment.from_env()
+    address = env.target(where.target, queue=where.queue)
+    try:
+        return fetch_snapshot(address, env.leasekeeper_token, job_id=job_id, tls_ca=_ca(env))
+    except grpc.RpcError as exc:
+        code = exc.code() if isinstance(exc, grpc.Call) else None
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise Unreachable(_no_leasekeeper(address, where, env)) from None
+        details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+        raise click.ClickException(f"the leasekeeper at {address} refused: {details}") from None
+
+
+def _no_leasekeeper(address: str, where: _Where, env: Environment) -> str:
+    if where.target:
+        origin = "--target"
+    elif env.leasekeeper_target_from_env:
+        origin = "LEASEKEEPER_TARGET"
+    elif where.queue:
+        origin = f"the default socket of queue {where.queue}"
+    elif len(running := queues_with_sockets()) > 1:
+        origin = f"sockets of queues {', '.join(running)}: give --queue to pick one"
+    else:
+        origin = "the default socket; give --queue QUEUE to ask that queue's leasekeeper"
+    return (
+        f"no leasekeeper answers at {address} ({origin}); is `leasekeeper serve --queue "
+        f"{where.queue or 'QUEUE'}` running? set --queue, --target or LEASEKEEPER_TARGET"
+    )
 
 
 def _ca(env: Environment) -> bytes | None:

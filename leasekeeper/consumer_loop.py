@@ -30,12 +30,16 @@ from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
+from leasekeeper.log_lines import partitions_line
 from leasekeeper.outbox import Outbox
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
+from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
 
 log = logging.getLogger(__name__)
+# How long a partition waits before an envelope whose schema was unavailable is read again.
+SCHEMA_RETRY_MS = 5_000
 
 # How long an asynchronous commit may go unanswered before the next one is sent anyway.
 ASYNC_COMMIT_PATIENCE_S = 30.0
@@ -167,6 +171,9 @@ class ConsumerLoop:
             if value is None:
                 raise DecodeError("record has no value (tombstone)")
             job = self._codec.decode(value)
+        except SchemaUnavailable as exc:
+            self._hold_for_schema(tp, offset, str(exc))
+            return
         except DecodeError as exc:
             self._dead_letter_raw(tp, offset, message.key(), value, str(exc))
             return
@@ -175,6 +182,16 @@ class ConsumerLoop:
             self._engine.offer(tp, offset, job, value)
         else:
             self._from_tier(tier, tp, offset, job, message)
+
+    def _hold_for_schema(self, tp: TopicPart, offset: int, reason: str) -> None:
+        """An envelope whose schema is neither cached nor obtainable (the registry is
+        down): the record is fine, so hold its partition and fetch it again later,
+        rather than dead-letter a good job; other partitions go on."""
+        log.warning("%s/%d@%d waits for its schema: %s", tp.topic, tp.partition, offset, reason)
+        self._gate.hold(tp, wall_ms() + SCHEMA_RETRY_MS)
+        self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
+        self._paused.add(tp)
 
     def _from_tier(self, tier: str, tp: TopicPart, offset: int, job: Job, message: Message) -> None:
         """A delay-tier record: dispatch it when due; wait out the last fraction of a tier
@@ -399,7 +416,8 @@ class ConsumerLoop:
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
         self._engine.assignment_received()
-        log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
+        log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
+        log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Hand partitions over: stop dispatching them, let their jobs in flight finish
@@ -414,7 +432,7 @@ class ConsumerLoop:
             self._engine.revoke(tp)
         log.info(
             "revoked %s (%d jobs still in flight after the grace period)",
-            sorted((tp.topic, tp.partition) for tp in moving),
+            partitions_line((tp.topic, tp.partition) for tp in moving),
             left,
         )
 

@@ -2,8 +2,9 @@
 ``jobs.Q.status`` (the record the leasekeeper wrote when it succeeded, died or
 was cancelled).
 
-Only tried when the leasekeeper answers ``unknown`` for a whole job id, and only
-with Kafka settings in the environment (``KAFKA_BOOTSTRAP`` and friends). A
+Only tried when the leasekeeper does not hold a whole job id, and only when
+Kafka is named (``KAFKA_BOOTSTRAP``, ``KAFKA_CONFIG``, or the address
+``dev kafka start`` recorded). A
 failure to read leaves the answer ``unknown``: inspect must work during an
 incident even when Kafka does not.
 """
@@ -33,7 +34,9 @@ def finished_view(view: dict[str, object], queue: str, env: Environment) -> dict
     """``view`` with how the job ended, when it is ``unknown`` here and the status
     topic of ``queue`` has it; ``view`` unchanged otherwise."""
     job_id = str(view["job_id"])
-    kafka_named = env.bootstrap_from_env or env.kafka_config is not None
+    kafka_named = (
+        env.bootstrap_from_env or env.kafka_config is not None or env.dev_bootstrap is not None
+    )
     if view.get("state") not in _NOT_HELD or len(job_id) < max(WHOLE_ID, MIN_PREFIX) or not queue:
         return view
     if not kafka_named:  # no guessing at a default broker: inspect answers at once

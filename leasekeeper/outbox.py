@@ -31,6 +31,7 @@ from jobcore.kafka import ProduceError, ProduceFailure, Producer, produce_once
 from leasekeeper.copies import CopyKind, CopyRequest, Shrink
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
+from leasekeeper.log_lines import RateLimit, copy_line
 from leasekeeper.router import KafkaRouter
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ class Outbox:
         self._status_warned_at = float("-inf")
         self._view_lock = threading.Lock()
         self._view = OutboxView()
+        self._told = RateLimit(clock=clock)
 
     def pump(self) -> None:
         """Send every copy that is due; called on each turn of the Kafka loop."""
@@ -171,7 +173,18 @@ class Outbox:
             log.warning("%s delivered: partition %s moves again", entry.request.describe,
                         _name(entry.request.source))  # fmt: skip
         self._counters["delivered"] += 1
+        self._tell(entry)
         self._engine.copy_delivered(entry.request, dead=entry.shrink is not Shrink.FULL)
+
+    def _tell(self, entry: _Entry) -> None:
+        """Log a retry or a dead letter at INFO once it is durable, a few a minute at most."""
+        line = copy_line(entry.request, entry.topic)
+        if line is None:
+            return
+        allowance = self._told.allow()
+        if allowance.log:
+            held = f" ({allowance.suppressed} more not logged)" if allowance.suppressed else ""
+            log.info("%s%s", line, held)
 
     def _failed(self, entry: _Entry, failure: ProduceFailure, text: str, *, now: float) -> None:
         """The one failure policy: shrink what is too large, back off from the rest."""

@@ -48,16 +48,22 @@ class BudgetSnapshot:
         return asdict(self)
 
 
+# The defaults of ``leasekeeper serve --retry-budget`` and ``--retry-budget-floor``,
+# defined once: the service and the CLI read them from here.
+DEFAULT_SHARE = 0.10
+DEFAULT_MIN_RETRIES = 60
+
+
 class RetryBudget:
     """Sliding-window retry budget of one queue; see the module docstring."""
 
     def __init__(
         self,
         *,
-        share: float = 0.10,
+        share: float = DEFAULT_SHARE,
         window_s: float = 60.0,
         bucket_s: float = 1.0,
-        min_retries: int = 10,
+        min_retries: int = DEFAULT_MIN_RETRIES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 0 < share <= 1:

@@ -139,6 +139,6 @@ class KafkaRouter:
         return OutRecord(
             topic=self._topics.dlq,
             key=key,
-            value=self._codec.encode_dead_letter(letter),
+            value=self._codec.encode_dead_letter(letter, topic=self._topics.dlq),
             headers=(("job_id", job_id.encode()), ("reason", letter.reason.encode())),
         )

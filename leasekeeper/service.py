@@ -27,6 +27,7 @@ from jobcore.kafka import (
     topic_ids,
 )
 from jobcore.retrying import Stopped, until_done
+from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
@@ -35,7 +36,7 @@ from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.outbox import Outbox
-from leasekeeper.retry_budget import RetryBudget
+from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
@@ -72,6 +73,8 @@ class ServeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     schema_dirs: tuple[str, ...] = ()
+    # Registry mode (Confluent wire format); None keeps the embedded file registry.
+    schema_registry: RegistrySettings | None = None
     member_id: str = field(default_factory=socket.gethostname)
     # Static group membership: a leasekeeper restarted with the same instance id
     # gets its partitions back at once instead of after the session timeout.
@@ -79,10 +82,10 @@ class ServeConfig:
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
     tiers: DelayTiers = field(default_factory=DelayTiers)
-    retry_budget_share: float = 0.10
+    retry_budget_share: float = DEFAULT_SHARE
     # Retries always allowed per minute, however quiet the queue: a budget of 10%
     # of a handful of jobs would hold a small queue's retries back for minutes.
-    retry_budget_floor: int = 60
+    retry_budget_floor: int = DEFAULT_MIN_RETRIES
     dedupe_window_s: float = 24 * 3600
     # On a state dir of another cluster, group or topic: wipe it instead of refusing.
     reset_state: bool = False
@@ -106,7 +109,7 @@ class LeaseKeeperService:
         self.topics = QueueTopics(queue=config.queue, prefix=config.prefix)
         self._stop = threading.Event()
         self._store = LeaseStore(config.state_dir)
-        codec = EnvelopeCodec(SchemaRegistry(extra_dirs=config.schema_dirs))
+        codec = EnvelopeCodec(self._schemas())
         self._producer = make_producer(config.kafka)
         router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers)
         self.engine = LeaseEngine(
@@ -156,6 +159,22 @@ class LeaseKeeperService:
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         self.loop.on_commit(error, partitions)
+
+    def _schemas(self) -> SchemaRegistry:
+        """The file registry, or registry mode with the envelope's and dead letter's ids
+        resolved now: from the disk cache, else from the registry, waited for with
+        backoff while it is down (a stop ends the wait)."""
+        settings = self.config.schema_registry
+        if settings is None:
+            return SchemaRegistry(extra_dirs=self.config.schema_dirs)
+        return open_registry(
+            settings,
+            self.config.schema_dirs,
+            prefix=self.config.prefix,
+            queues=[self.config.queue],
+            stop=self._stop,
+            payloads=False,
+        )
 
     def start(self) -> None:
         """Answer ``inspect`` and ``/metrics`` at once, then connect to Kafka in the

@@ -22,9 +22,9 @@ from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
-from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
+from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, schema_path_from_env
 from jobcore.control import Cancellation
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
@@ -111,7 +111,11 @@ class JobProducer:
         tiers: DelayTiers | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._codec = EnvelopeCodec(registry if registry is not None else SchemaRegistry())
+        # Without a registry, the schemas a CLI would load: the package's own and
+        # JOBS_SCHEMA_PATH's, so a caller following the README finds its types.
+        if registry is None:
+            registry = SchemaRegistry(extra_dirs=schema_path_from_env())
+        self._codec = EnvelopeCodec(registry)
         self._prefix = prefix
         self._tiers = tiers if tiers is not None else DelayTiers()
         self._clock = clock
@@ -124,6 +128,10 @@ class JobProducer:
         )
         self._poller.start()
 
+    @overload
+    def enqueue(self, request: JobRequest, /) -> str: ...
+
+    @overload
     def enqueue(
         self,
         queue: str,
@@ -137,30 +145,32 @@ class JobProducer:
         priority: int | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> str: ...
+
+    def enqueue(
+        self,
+        queue: str | JobRequest,
+        type: str | None = None,
+        payload: Mapping[str, object] | None = None,
+        **options: Any,
     ) -> str:
         """Enqueue one job and return its id once the broker acknowledged it.
 
-        ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta, up to
-        ``MAX_DELAY``, 30 days) hold the job back until then; a time already past
-        means now.
+        Give a :class:`JobRequest`, or its fields: ``queue``, ``type``, ``payload``
+        and the keyword options. ``run_at`` (an aware datetime) or ``delay`` (seconds
+        or a timedelta, up to ``MAX_DELAY``, 30 days) hold the job back until then; a
+        time already past means now.
 
         Raises PayloadError (nothing sent) for a payload its schema rejects,
         ValueError for invalid options, EnqueueError when the queue has no topic
         (or no topic for the delay tier it needs) or Kafka refused the job.
         """
-        return self.enqueue_nowait(
-            queue,
-            type,
-            payload,
-            tenant_id=tenant_id,
-            dedupe_key=dedupe_key,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout_s=timeout_s,
-        ).result()
+        return self.enqueue_nowait(as_request(queue, type, payload, options)).result()
 
+    @overload
+    def enqueue_nowait(self, request: JobRequest, /) -> Future[str]: ...
+
+    @overload
     def enqueue_nowait(
         self,
         queue: str,
@@ -174,25 +184,21 @@ class JobProducer:
         priority: int | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> Future[str]: ...
+
+    def enqueue_nowait(
+        self,
+        queue: str | JobRequest,
+        type: str | None = None,
+        payload: Mapping[str, object] | None = None,
+        **options: Any,
     ) -> Future[str]:
         """Like :meth:`enqueue`, but returns at once; the future resolves on delivery.
 
         Validation errors are still raised here, before anything is sent; a
         delivery failure is the future's EnqueueError.
         """
-        request = JobRequest(
-            queue=queue,
-            type=type,
-            payload=payload,
-            tenant_id=tenant_id,
-            dedupe_key=dedupe_key,
-            run_at=run_at,
-            delay=delay,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout_s=timeout_s,
-        )
-        job = self._build(request)
+        job = self._build(as_request(queue, type, payload, options))
         return self._send(job, self._destination(job))
 
     def enqueue_batch(self, requests: Iterable[JobRequest]) -> list[str]:
@@ -439,3 +445,20 @@ def _reporter(
             )
 
     return report
+
+
+def as_request(
+    queue: str | JobRequest,
+    job_type: str | None,
+    payload: Mapping[str, object] | None,
+    options: Mapping[str, Any],
+) -> JobRequest:
+    """The one place the job options become a :class:`JobRequest`, whichever way
+    :meth:`JobProducer.enqueue` was called."""
+    if isinstance(queue, JobRequest):
+        if job_type is not None or payload is not None or options:
+            raise TypeError("give a JobRequest alone, or queue, type, payload and options")
+        return queue
+    if job_type is None or payload is None:
+        raise TypeError("enqueue needs queue, type and payload (or one JobRequest)")
+    return JobRequest(queue=queue, type=job_type, payload=payload, **options)

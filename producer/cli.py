@@ -16,12 +16,16 @@ from typing import TypeVar
 
 import click
 
+from jobcore.cli_errors import FriendlyGroup
 from jobcore.cli_kafka import (
     BOOTSTRAP_HELP,
+    connect_timeout_option,
     kafka_config_option,
     kafka_failure,
     kafka_settings,
+    require_kafka,
 )
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
@@ -32,6 +36,7 @@ from producer.cancel import DEFAULT_WAIT_S, cancel_job
 from producer.durations import parse_at, parse_delay
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
+from producer.schemas_cli import schemas
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
@@ -54,6 +59,28 @@ def _converter(
     return convert
 
 
+_QUEUE_HELP = "The queue (topic jobs.QUEUE), as every command takes it; a first argument works too."
+
+
+def queue_and_arguments(
+    flag: str | None, words: tuple[str, ...], names: tuple[str, ...]
+) -> tuple[str, tuple[str, ...]]:
+    """The queue and the other arguments, whether the queue came as ``--queue Q`` (the
+    spelling of every command) or as the first argument (the older one, kept)."""
+    expected = len(names) + (0 if flag else 1)
+    if len(words) != expected:
+        given = " ".join(words) or "nothing"
+        if flag:
+            wanted = " ".join(names) or "no argument"
+            raise click.UsageError(f"expected {wanted} after --queue {flag}, got {given}")
+        positional = " ".join(("QUEUE", *names))
+        with_flag = " ".join(("--queue QUEUE", *names))
+        raise click.UsageError(f"expected {positional} or {with_flag}, got {given}")
+    if flag:
+        return flag, words
+    return words[0], words[1:]
+
+
 _TIERS = click.option(
     "--retry-tiers",
     "tiers",
@@ -64,17 +91,18 @@ _TIERS = click.option(
 )
 
 
-@click.group()
+@click.group(cls=FriendlyGroup)
 def main() -> None:
     """Enqueue jobs onto a Kafka-backed queue."""
 
 
 main.add_command(cron)
+main.add_command(schemas)
 
 
 @main.command("enqueue", short_help="Enqueue one job; print its id.")
-@click.argument("queue")
-@click.argument("job_type", metavar="TYPE")
+@click.argument("words", nargs=-1, metavar="[QUEUE] TYPE")
+@click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
 @click.option("--tenant", required=True, help="Tenant id; the partition key.")
 @click.option("--payload", "payload_json", required=True, help="The payload as a JSON object.")
 @click.option(
@@ -117,6 +145,7 @@ main.add_command(cron)
 )
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
+@connect_timeout_option
 @click.option(
     "--schema-path",
     "schema_paths",
@@ -124,9 +153,10 @@ main.add_command(cron)
     type=click.Path(exists=True, file_okay=False),
     help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
 )
+@schema_registry_options
 def enqueue(
-    queue: str,
-    job_type: str,
+    words: tuple[str, ...],
+    queue_flag: str | None,
     payload_json: str,
     tenant: str,
     dedupe_key: str | None,
@@ -138,9 +168,13 @@ def enqueue(
     timeout_s: float,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
     schema_paths: Sequence[str],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
-    """Enqueue a TYPE job on QUEUE; print its id once Kafka acknowledged it.
+    """Enqueue a TYPE job on QUEUE (--queue, or the first argument); print its id once
+    Kafka acknowledged it.
 
     The payload is validated against TYPE's schema first; an invalid one exits
     with the offending field named and nothing sent. With --delay or --at the job
@@ -148,9 +182,16 @@ def enqueue(
     """
     if delay is not None and run_at is not None:
         raise click.UsageError("give --delay or --at, not both")
+    queue, (job_type,) = queue_and_arguments(queue_flag, words, ("TYPE",))
     env = Environment.from_env()
+    registry = schemas_for(
+        [*env.schema_path, *schema_paths],
+        url=schema_registry,
+        config=schema_registry_config,
+        prefix=env.topic_prefix,
+        queues=[queue],
+    )
     try:
-        registry = SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths])
         request = JobRequest(
             queue=queue,
             type=job_type,
@@ -165,18 +206,20 @@ def enqueue(
         )
         # Checked before connecting: a bad payload fails fast, even with no broker.
         EnvelopeCodec(registry).validate_payload(request.type, request.payload)
-        settings = kafka_settings(
-            _CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env
-        )
-        job_id = _send(settings, registry, request, prefix=env.topic_prefix, tiers=tiers)
-    except (ValueError, EnqueueError, KafkaException) as exc:
+    except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    require_kafka(settings, connect_timeout_s)
+    try:
+        job_id = _send(settings, registry, request, prefix=env.topic_prefix, tiers=tiers)
+    except (ValueError, EnqueueError, KafkaException, KafkaSetupError) as exc:
+        raise kafka_failure(exc, settings) from None
     click.echo(job_id)
 
 
 @main.command("cancel", short_help="Cancel a job, unless it already ended; say which case applied.")
-@click.argument("queue")
-@click.argument("job_id")
+@click.argument("words", nargs=-1, metavar="[QUEUE] JOB_ID")
+@click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
 @click.option("--reason", default="", help="Why; kept with the cancellation.")
 @click.option(
     "--wait",
@@ -188,13 +231,15 @@ def enqueue(
 )
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
+@connect_timeout_option
 def cancel(
-    queue: str,
-    job_id: str,
+    words: tuple[str, ...],
+    queue_flag: str | None,
     reason: str,
     wait_s: float,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
 ) -> None:
     """Cancel JOB_ID of QUEUE, and say which case applied (from jobs.QUEUE.status).
 
@@ -202,15 +247,17 @@ def cancel(
     Exit codes:
       0  cancelled while it waited (ready or delayed): it will not run; or, for a
          queue without a status topic, the cancellation was recorded
-      3  cancelled while it ran: its lease ended (the handler may have done part of its work)
-      4  not cancelled: it already succeeded or died (the answer says when)
-      5  not found yet: the cancellation is recorded, and the job is skipped if it
+      4  cancelled while it ran: its lease ended (the handler may have done part of its work)
+      5  not cancelled: it already succeeded or died (the answer says when)
+      6  not found yet: the cancellation is recorded, and the job is skipped if it
          appears within 35 days
-      1  nothing was recorded (an error, e.g. Kafka unreachable)
+      1, 2, 3  nothing was recorded (an error, a setup mistake, Kafka unreachable)
     """
+    queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
     env = Environment.from_env()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
+    require_kafka(settings, connect_timeout_s)
     try:
         with JobProducer(settings, prefix=env.topic_prefix) as producer:
             answer = cancel_job(settings, producer, topics, job_id, reason=reason, wait_s=wait_s)
@@ -225,19 +272,23 @@ def _iso(at_ms: int) -> str:
 
 
 @main.command("create-queue", short_help="Create a queue's topics.")
-@click.argument("queue")
+@click.argument("words", nargs=-1, metavar="[QUEUE]")
+@click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
 @click.option("--partitions", type=click.IntRange(min=1), required=True)
 @click.option("--replication", type=int, default=-1, help="Default: the broker's default.")
 @_TIERS
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
+@connect_timeout_option
 def create_queue(
-    queue: str,
+    words: tuple[str, ...],
+    queue_flag: str | None,
     partitions: int,
     replication: int,
     tiers: DelayTiers,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
 ) -> None:
     """Create QUEUE's ready, delay-tier and dead-letter topics (and its control
     topics); print their names.
@@ -245,8 +296,10 @@ def create_queue(
     A no-op when they already exist with the same partition count; missing ones
     are added.
     """
+    queue, _ = queue_and_arguments(queue_flag, words, ())
     env = Environment.from_env()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    require_kafka(settings, connect_timeout_s)
     try:
         names = ensure_queue_topics(
             settings,
@@ -292,18 +345,7 @@ def _send(
 ) -> str:
     """Enqueue ``request`` and wait for the broker's acknowledgement."""
     with JobProducer(settings, registry=registry, prefix=prefix, tiers=tiers) as producer:
-        return producer.enqueue(
-            request.queue,
-            request.type,
-            request.payload,
-            tenant_id=request.tenant_id,
-            dedupe_key=request.dedupe_key,
-            run_at=request.run_at,
-            delay=request.delay,
-            priority=request.priority,
-            max_attempts=request.max_attempts,
-            timeout_s=request.timeout_s,
-        )
+        return producer.enqueue(request)
 
 
 main.add_command(_outbox_commands())

@@ -7,26 +7,21 @@ Pure parsing, apart from the CLI so it has its own unit tests. Limits (at most
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 
-__all__ = ["parse_at", "parse_delay"]
+from jobcore.durations import parse_duration
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DELAY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?$")
+__all__ = ["parse_at", "parse_delay"]
 
 
 def parse_delay(text: str) -> timedelta:
     """``"90s"``, ``"10m"``, ``"2h"``, ``"3d"``, ``"250ms"``, ``"1.5h"``, or plain seconds
-    (``"45"``, ``"2.5"``); ValueError otherwise."""
-    match = _DELAY.match(text.strip())
-    if match is None:
-        raise ValueError(
-            f"invalid delay {text!r}: seconds (e.g. 90) or a number and a unit "
-            "(ms, s, m, h, d), e.g. 90s, 10m, 2h, 3d"
-        )
-    number, unit = match.groups()
-    return timedelta(seconds=float(number) * _UNITS[unit or "s"])
+    (``"45"``, ``"2.5"``); ValueError otherwise. The one duration syntax of every
+    command (``jobcore.durations``), worded as a delay."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("invalid duration", "invalid delay", 1)) from None
 
 
 def parse_at(text: str) -> datetime:

@@ -54,13 +54,14 @@ class CancelOutcome(StrEnum):
 
 
 class CancelExit(IntEnum):
-    """``producer cancel`` exit codes (1 is any error: nothing was recorded)."""
+    """``producer cancel`` exit codes, beside every command's 1 (failure), 2 (setup
+    mistake) and 3 (Kafka unreachable), after which nothing was recorded."""
 
     CANCELLED = 0
     RECORDED = 0
-    LEASE_ENDED = 3
-    ALREADY_ENDED = 4
-    NOT_FOUND = 5
+    LEASE_ENDED = 4
+    ALREADY_ENDED = 5
+    NOT_FOUND = 6
 
 
 EXIT_CODES = {

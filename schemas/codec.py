@@ -145,6 +145,13 @@ class SchemaRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._current
 
+    def close(self) -> None:
+        """Release connections (registry mode holds an HTTP client); nothing to do here."""
+
+    def names(self) -> list[str]:
+        """Every record name with a current schema, sorted."""
+        return sorted(self._current)
+
     def payload_types(self) -> list[str]:
         """The job types a producer may enqueue, sorted."""
         return sorted(n for n, v in self._current.items() if v.kind is SchemaKind.JOB)
@@ -176,8 +183,11 @@ class SchemaRegistry:
             )
         return found
 
-    def encode(self, name: str, record: Mapping[str, object]) -> bytes:
-        """``record`` in single-object encoding with the current schema of ``name``."""
+    def encode(self, name: str, record: Mapping[str, object], *, topic: str | None = None) -> bytes:
+        """``record`` in single-object encoding with the current schema of ``name``.
+
+        ``topic`` (where the bytes go) names the subject in registry mode; unused here.
+        """
         version = self.current(name)
         out = io.BytesIO()
         out.write(MARKER + version.fingerprint)
@@ -231,8 +241,9 @@ class EnvelopeCodec:
     def decode(self, data: bytes | None) -> Job:
         return _typed(Job.from_avro, self.registry.decode(data, expect=JOB_SCHEMA), JOB_SCHEMA)
 
-    def encode_dead_letter(self, letter: DeadLetter) -> bytes:
-        return self.registry.encode(DEAD_LETTER_SCHEMA, letter.to_avro())
+    def encode_dead_letter(self, letter: DeadLetter, *, topic: str | None = None) -> bytes:
+        """``topic`` is the DLQ topic: a registry names the dead letter's subject by it."""
+        return self.registry.encode(DEAD_LETTER_SCHEMA, letter.to_avro(), topic=topic)
 
     def decode_dead_letter(self, data: bytes | None) -> DeadLetter:
         record = self.registry.decode(data, expect=DEAD_LETTER_SCHEMA)

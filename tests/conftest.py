@@ -17,6 +17,7 @@ import pytest
 
 from jobcore.kafka import KafkaSettings
 from jobcore.localkafka import KafkaUnavailable, LocalKafka, obtain
+from jobcore.localregistry import LocalRegistry, RegistryUnavailable
 from tests.system import System
 
 if TYPE_CHECKING:
@@ -91,6 +92,34 @@ def kafka_bootstrap(local_kafka: LocalKafka | None) -> str:
 @pytest.fixture
 def kafka(kafka_bootstrap: str) -> KafkaSettings:
     return KafkaSettings(bootstrap=kafka_bootstrap, client_id="tests")
+
+
+def start_registry(workdir: Path) -> LocalRegistry:
+    """A registry of the caller's own (Apicurio, Java 21+), or a clear skip or CI failure."""
+    registry = LocalRegistry(workdir=workdir)
+    try:
+        registry.start()
+    except RegistryUnavailable as exc:
+        registry.stop(grace=5)
+        if os.environ.get("CI"):
+            pytest.fail(f"the Schema Registry could not start in CI: {exc}", pytrace=False)
+        pytest.skip(f"the Schema Registry could not start: {exc}")
+    return registry
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The suite's Schema Registry (Confluent-compatible API): ``TEST_SCHEMA_REGISTRY_URL``
+    when set, else an Apicurio Registry the suite starts, like its Kafka."""
+    external = os.environ.get("TEST_SCHEMA_REGISTRY_URL")
+    if external:
+        yield external
+        return
+    registry = start_registry(Path(tmp_path_factory.mktemp("registry")))
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
 
 
 @pytest.fixture

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import click
 
+from jobcore.cli_errors import FriendlyGroup, log_level_option
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
-from schemas.codec import SchemaError
+from jobcore.durations import DURATION, shown
+from schemas.codec import EnvelopeCodec, SchemaError
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected
 from workers.decoding import EnvelopeDecoder, default_decoder, job_types
@@ -21,8 +24,6 @@ from workers.runtime import Worker
 from workers.supervisor import run_in_foreground, supervise
 
 log = logging.getLogger(__name__)
-
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,8 @@ class RunOptions:
     log_level: str
     heartbeats: bool = True
     tls_ca: str | None = None
+    schema_registry: str | None = None
+    schema_registry_config: Path | None = None
 
     def child_command(self, index: int, parent_pid: int) -> list[str]:
         """The command line of child ``index`` under ``--processes`` (token via environment)."""
@@ -53,17 +56,29 @@ class RunOptions:
             "--parent-pid", str(parent_pid),
             *(f"--schema-path={d}" for d in self.schema_dirs),
             *([f"--tls-ca={self.tls_ca}"] if self.tls_ca else []),
+            *([f"--schema-registry={self.schema_registry}"] if self.schema_registry else []),
+            *([f"--schema-registry-config={self.schema_registry_config}"]
+              if self.schema_registry_config else []),
         ]  # fmt: skip
 
 
-@click.group()
+@click.group(cls=FriendlyGroup)
 def main() -> None:
     """Run job handlers that claim work from a leasekeeper."""
 
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--target", help="Leasekeeper gRPC target [env LEASEKEEPER_TARGET].")
+@click.option(
+    "--queue",
+    default=None,
+    help="Claim from this queue's leasekeeper, at its default socket (as `leasekeeper serve "
+    "--queue QUEUE` listens).",
+)
+@click.option(
+    "--target",
+    help="Leasekeeper gRPC target [env LEASEKEEPER_TARGET; default: the --queue's socket].",
+)
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
@@ -84,21 +99,16 @@ def main() -> None:
     "schema_paths",
     multiple=True,
     type=click.Path(file_okay=False, exists=True),
-    help="Extra payload schema directory (repeatable) [env JOBS_SCHEMA_PATH].",
+    help="Extra payload schema directory (repeatable; adds to $JOBS_SCHEMA_PATH).",
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
-    default=30.0,
+    type=DURATION,
+    default=shown(30.0),
     show_default=True,
-    help="Seconds running jobs get to finish after SIGTERM.",
+    help="How long running jobs get to finish after SIGTERM (30s, 2m).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(_LOG_LEVELS, case_sensitive=False),
-    default="INFO",
-    show_default=True,
-)
+@log_level_option()
 @click.option(
     "--tls-ca",
     type=click.Path(dir_okay=False, exists=True),
@@ -111,8 +121,10 @@ def main() -> None:
     hidden=True,
     help="--no-heartbeats acts like a worker cut off from its leasekeeper (fencing tests)",
 )
+@schema_registry_options
 def run(
     app_spec: str,
+    queue: str | None,
     target: str | None,
     concurrency: int,
     processes: int,
@@ -123,6 +135,8 @@ def run(
     tls_ca: str | None,
     parent_pid: int | None,
     heartbeats: bool,
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
     """Run the handlers of MODULE:APP (imported like uvicorn does, from the current directory).
 
@@ -132,16 +146,19 @@ def run(
     env = Environment.from_env()
     options = RunOptions(
         app_spec=app_spec,
-        target=target or env.leasekeeper_target,
+        target=env.target(target, queue=queue),
         token=env.leasekeeper_token,
         concurrency=concurrency,
         processes=processes,
         worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}",
-        schema_dirs=schema_paths or env.schema_path,
+        # Added to JOBS_SCHEMA_PATH, as in every other command (children get the sum).
+        schema_dirs=tuple(dict.fromkeys((*schema_paths, *env.schema_path))),
         grace_s=grace,
         log_level=log_level.upper(),
         heartbeats=heartbeats,
         tls_ca=tls_ca or env.leasekeeper_tls_ca,
+        schema_registry=schema_registry,
+        schema_registry_config=schema_registry_config,
     )
     logging.basicConfig(
         level=options.log_level,
@@ -164,6 +181,14 @@ def _load(app_spec: str) -> App:
 
 
 def _decoder(options: RunOptions) -> EnvelopeDecoder:
+    if options.schema_registry or options.schema_registry_config:
+        registry = schemas_for(
+            options.schema_dirs,
+            url=options.schema_registry,
+            config=options.schema_registry_config,
+            prefix=Environment.from_env().topic_prefix,
+        )
+        return EnvelopeCodec(registry)
     try:
         return default_decoder(options.schema_dirs)
     except SchemaError as exc:
@@ -183,8 +208,13 @@ def _read_ca(path: str | None) -> bytes | None:
 
 def _check_runnable(app: App, decoder: EnvelopeDecoder, options: RunOptions) -> None:
     """A worker that has handlers but no schema for any of them would claim nothing."""
+    if not app.handlers:
+        raise click.ClickException(
+            f"app {app.name!r} ({options.app_spec}) has no handlers: it would claim every "
+            "type and run none; register them with @app.job('TYPE')"
+        )
     types = job_types(app, decoder)
-    if app.handlers and not types.runnable:
+    if not types.runnable:
         where = ", ".join(options.schema_dirs) or "none given"
         raise click.ClickException(
             f"no payload schema for any job type of app {app.name!r} "

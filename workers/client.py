@@ -97,6 +97,10 @@ class ReconnectBackoff:
         return base / 2 + rng.random() * base / 2
 
 
+# A worker with no leasekeeper says so again after this long, then at doubling intervals.
+STILL_DOWN_FIRST_S = 30.0
+
+
 class LeaseKeeperClient:
     """Thread-safe; the claim, heartbeat and settle threads of a worker share one.
 
@@ -133,6 +137,11 @@ class LeaseKeeperClient:
         self._generation = 0
         self._failures = 0
         self._reconnect_at = 0.0
+        # While it stays unreachable: since when, and when to say so next (30 s, 60 s,
+        # 120 s, ... after the first failure), so a worker aimed at the wrong socket
+        # does not fall silent after its first warning.
+        self._down_since = 0.0
+        self._next_report_s = STILL_DOWN_FIRST_S
 
     def claim(self, max_jobs: int, wait_ms: int, job_types: Sequence[str] = ()) -> list[Lease]:
         """Long-poll for up to ``max_jobs`` jobs of ``job_types`` (empty: any type); an
@@ -252,9 +261,31 @@ class LeaseKeeperClient:
             delay = self._backoff.delay(self._failures, self._rng)
             self._reconnect_at = self._clock() + delay
             failures = self._failures
+            still_down = self._still_down(failures)
         channel.close()
         level = logging.WARNING if failures == 1 else logging.DEBUG
         log.log(level, "leasekeeper at %s unavailable; reconnecting in %.2fs", self.target, delay)
+        if still_down is not None:
+            log.warning(
+                "still no leasekeeper at %s after %.0f s; retrying (is `leasekeeper serve "
+                "--queue QUEUE` running? the worker's --queue or --target must match)",
+                self.target,
+                still_down,
+            )
+
+    def _still_down(self, failures: int) -> float | None:
+        """Seconds unreachable when a "still no leasekeeper" line is due (the lock is held)."""
+        now = self._clock()
+        if failures == 1:
+            self._down_since = now
+            self._next_report_s = STILL_DOWN_FIRST_S
+            return None
+        down = now - self._down_since
+        if down < self._next_report_s:
+            return None
+        while self._next_report_s <= down:
+            self._next_report_s *= 2
+        return down
 
     def _recovered(self, generation: int) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
 from workers.app import App, Handler
 from workers.context import JobContext
@@ -74,20 +75,27 @@ class Runnable:
 
 @dataclass(frozen=True, kw_only=True)
 class Unrunnable:
-    """A claimed job that can never run here; nacked permanently at once."""
+    """A claimed job that cannot run here. Undecodable bytes are nacked permanently at
+    once; a type with no handler in this app is released (``release``), since another
+    worker (or this one after a deploy) may have the handler: the leasekeeper
+    dead-letters it only after its unknown-type grace if none comes."""
 
     ctx: JobContext
     failure: Failure
+    release: bool = False
 
 
 def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unrunnable:
     """Decode ``lease``'s envelope and payload and find its handler.
 
-    Every failure here is permanent: another attempt would decode the same
-    bytes with the same schemas and find the same (missing) handler.
+    A decoding failure is permanent: another attempt would decode the same bytes
+    with the same schemas. A missing handler is not: it is released. Nor is a
+    writer's schema that is not cached while the registry is down: it is retried.
     """
     try:
         envelope = decoder.decode(lease.envelope)
+    except SchemaUnavailable as exc:
+        return Unrunnable(ctx=_bare_context(lease), failure=_unavailable(exc))
     except Exception as exc:
         return Unrunnable(ctx=_bare_context(lease), failure=_decode_failure("envelope", exc))
     ctx = _context(lease, envelope)
@@ -97,13 +105,21 @@ def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unru
         return Unrunnable(
             ctx=ctx,
             failure=Failure(error_class=UNKNOWN_JOB_TYPE, message=message, permanent=True),
+            release=True,
         )
     try:
         payload = decoder.decode_payload(envelope.type, envelope.payload)
+    except SchemaUnavailable as exc:
+        return Unrunnable(ctx=ctx, failure=_unavailable(exc))
     except Exception as exc:
         return Unrunnable(ctx=ctx, failure=_decode_failure(f"{envelope.type} payload", exc))
     timeout = handler.timeout_s or (envelope.timeout_s if envelope.timeout_s > 0 else None)
     return Runnable(handler=handler, ctx=ctx, payload=payload, timeout_s=timeout)
+
+
+def _unavailable(exc: SchemaUnavailable) -> Failure:
+    """Transient: the job is retried with backoff, not dead-lettered."""
+    return Failure(error_class=type(exc).__name__, message=str(exc), retry_after_s=5.0)
 
 
 def _decode_failure(what: str, exc: Exception) -> Failure:

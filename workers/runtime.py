@@ -179,6 +179,14 @@ class Worker:
             held = self._table.add(lease, prepared.ctx, now=self._clock(), beat_interval_s=interval)
             if self._stopping.is_set() or index >= free:
                 self._settle_now(held, Settlement.release(lease.ref))
+            elif isinstance(prepared, Unrunnable) and prepared.release:
+                log.warning(
+                    "job %s (lease %s): %s; released for a worker that has one",
+                    prepared.ctx.job_id,
+                    lease.ref.lease_id,
+                    prepared.failure.message,
+                )
+                self._settle_now(held, Settlement.release(lease.ref))
             elif isinstance(prepared, Unrunnable):
                 log.warning(
                     "job %s (lease %s) cannot run: %s: %s",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from jobcore.config import dev_kafka_state_file
 from jobcore.kafka import wait_for_brokers
 from jobcore.localkafka.cluster import LocalKafka
 from jobcore.localkafka.distribution import KafkaUnavailable, cache_root, obtain
@@ -25,7 +26,8 @@ def state_dir() -> Path:
 
 
 def _state_file() -> Path:
-    return state_dir() / "state.json"
+    """Where other commands look for the address when KAFKA_BOOTSTRAP is unset."""
+    return dev_kafka_state_file()
 
 
 def _read_state() -> dict[str, object] | None:

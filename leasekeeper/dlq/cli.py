@@ -19,12 +19,16 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from jobcore.cli_errors import FriendlyGroup
 from jobcore.cli_kafka import (
     BOOTSTRAP_HELP,
+    connect_timeout_option,
     kafka_config_option,
     kafka_failure,
     kafka_settings,
+    require_kafka,
 )
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
 from jobcore.kafka import (
     KafkaException,
@@ -46,7 +50,8 @@ from leasekeeper.dlq.render import (
 )
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
 from leasekeeper.id_prefix import PrefixError, resolve_prefix
-from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.codec import EnvelopeCodec
+from schemas.job import DeadLetterReason
 
 __all__ = ["dlq"]
 
@@ -64,21 +69,27 @@ class _Target:
 
 
 def _target(
-    queue: str, bootstrap: str | None, kafka_config: Path | None, schema_paths: tuple[str, ...]
+    queue: str,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    schema_paths: tuple[str, ...],
+    connect_timeout_s: float,
+    registry_options: tuple[str | None, Path | None] = (None, None),
 ) -> _Target:
     env = Environment.from_env()
     try:
         topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
-    registry = SchemaRegistry(extra_dirs=schema_paths + env.schema_path)
-    return _Target(
-        kafka=kafka_settings(
-            "leasekeeper-dlq", bootstrap=bootstrap, kafka_config=kafka_config, env=env
-        ),
-        topics=topics,
-        codec=EnvelopeCodec(registry),
+    url, config = registry_options
+    registry = schemas_for(
+        schema_paths + env.schema_path, url=url, config=config, prefix=env.topic_prefix
     )
+    settings = kafka_settings(
+        "leasekeeper-dlq", bootstrap=bootstrap, kafka_config=kafka_config, env=env
+    )
+    require_kafka(settings, connect_timeout_s)
+    return _Target(kafka=settings, topics=topics, codec=EnvelopeCodec(registry))
 
 
 def _queue_options(command: _F) -> _F:
@@ -86,6 +97,7 @@ def _queue_options(command: _F) -> _F:
         click.option("--queue", required=True, help="the queue (dead letters on jobs.QUEUE.dlq)"),
         click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP),
         kafka_config_option,
+        connect_timeout_option,
         click.option(
             "--schema-path",
             "schema_paths",
@@ -93,6 +105,7 @@ def _queue_options(command: _F) -> _F:
             type=click.Path(exists=True, file_okay=False),
             help="extra directory of job payload schemas (adds to $JOBS_SCHEMA_PATH)",
         ),
+        schema_registry_options,
     ]
     for option in reversed(options):
         command = option(command)
@@ -105,7 +118,13 @@ def _filter_options(command: _F) -> _F:
         click.option("--tenant", default=None, help="only this tenant"),
         click.option("--error-class", default=None, help="only jobs whose last attempt raised it"),
         click.option(
-            "--reason", default=None, help="undecodable, attempts exhausted, permanent error"
+            "--reason",
+            default=None,
+            callback=_reason,
+            metavar="REASON",
+            help="only this reason: "
+            + ", ".join(r.value for r in DeadLetterReason)
+            + " (a unique prefix will do, e.g. permanent)",
         ),
         click.option("--since", default=None, help="died at or after (ISO 8601; UTC if no zone)"),
         click.option("--until", default=None, help="died before (ISO 8601; UTC if no zone)"),
@@ -113,6 +132,19 @@ def _filter_options(command: _F) -> _F:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def _reason(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A dead-letter reason, spelled loosely (``permanent``, ``attempts-exhausted``):
+    a value that matches no reason would list nothing and look like an empty DLQ."""
+    if value is None:
+        return None
+    wanted = " ".join(value.strip().lower().replace("-", " ").replace("_", " ").split())
+    matches = [r.value for r in DeadLetterReason if r.value.startswith(wanted)] if wanted else []
+    if len(matches) == 1 or wanted in matches:
+        return wanted if wanted in matches else matches[0]
+    choices = ", ".join(repr(r.value) for r in DeadLetterReason)
+    raise click.BadParameter(f"{value!r} is not a dead-letter reason; use one of {choices}")
 
 
 def _selection(
@@ -154,7 +186,7 @@ def _dlq_errors(settings: KafkaSettings) -> Iterator[None]:
         raise kafka_failure(exc, settings) from None
 
 
-@click.group(name="dlq")
+@click.group(name="dlq", cls=FriendlyGroup)
 def dlq() -> None:
     """Search, inspect and replay a queue's dead letters (jobs.QUEUE.dlq)."""
 
@@ -168,14 +200,24 @@ def list_command(
     queue: str,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     as_json: bool,
     wide: bool,
     **filters: str | None,
 ) -> None:
     """List the dead letters of QUEUE, optionally filtered."""
-    target = _target(queue, bootstrap, kafka_config, schema_paths)
-    selection = _selection(**filters)
+    selection = _selection(**filters)  # a bad filter fails before Kafka is asked
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        connect_timeout_s,
+        (schema_registry, schema_registry_config),
+    )
     with _dlq_errors(target.kafka):
         entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection))
     entries.sort(key=_died_first)
@@ -202,7 +244,10 @@ def show(
     queue: str,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     as_json: bool,
 ) -> None:
     """Everything about one dead letter: JOB_ID (or a unique prefix of 8+ characters),
@@ -210,7 +255,14 @@ def show(
 
     A job that died more than once (replayed, then dead again) shows every time.
     """
-    target = _target(queue, bootstrap, kafka_config, schema_paths)
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        connect_timeout_s,
+        (schema_registry, schema_registry_config),
+    )
     with _dlq_errors(target.kafka):
         entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec))
     entries = _entries_named(entries, job_id)
@@ -249,7 +301,10 @@ def replay(
     queue: str,
     bootstrap: str | None,
     kafka_config: Path | None,
+    connect_timeout_s: float,
     schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
     dry_run: bool,
     group: str | None,
     as_json: bool,
@@ -264,8 +319,15 @@ def replay(
     The default group is dlq-replay.jobs.QUEUE, plus a fingerprint of the
     filters when there are any, so each selection keeps its own progress.
     """
-    target = _target(queue, bootstrap, kafka_config, schema_paths)
-    selection = _selection(**filters)
+    selection = _selection(**filters)  # a bad filter fails before Kafka is asked
+    target = _target(
+        queue,
+        bootstrap,
+        kafka_config,
+        schema_paths,
+        connect_timeout_s,
+        (schema_registry, schema_registry_config),
+    )
     options = ReplayOptions(
         topics=target.topics,
         selection=selection,

@@ -17,14 +17,17 @@ from types import FrameType
 
 import click
 
+from jobcore.cli_errors import log_level_option
 from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_settings
+from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
+from jobcore.durations import DURATION
 from jobcore.kafka import KafkaException
 from producer.scheduler.config import CronConfig, load_config
 from producer.scheduler.listing import list_rows, render_rows
-from producer.scheduler.service import Scheduler
+from producer.scheduler.service import Scheduler, check_payload
 from producer.scheduler.state import LastFire, read_last_fires
-from schemas.codec import SchemaRegistry
+from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 __all__ = ["cron"]
 
@@ -37,6 +40,13 @@ _CONFIG = click.option(
     help="TOML file with [[cron]] entries (and an optional [scheduler] table).",
 )
 _BOOTSTRAP = click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+_SCHEMA_PATH = click.option(
+    "--schema-path",
+    "schema_paths",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
+)
 _GROUP = click.option(
     "--group",
     default=None,
@@ -64,23 +74,14 @@ def cron() -> None:
 @click.option(
     "--misfire-grace",
     "misfire_grace_s",
-    type=click.FloatRange(min=1),
+    type=DURATION,
     default=None,
-    help="Seconds late after which a fire counts as missed [default: from the file, else 60].",
+    help="How late a fire may be before it counts as missed (90s, 2m) [default: from the "
+    "file, else 60s].",
 )
-@click.option(
-    "--schema-path",
-    "schema_paths",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
-    default="INFO",
-    show_default=True,
-)
+@_SCHEMA_PATH
+@log_level_option()
+@schema_registry_options
 def run(
     config_path: Path,
     bootstrap: str | None,
@@ -90,6 +91,8 @@ def run(
     misfire_grace_s: float | None,
     schema_paths: Sequence[str],
     log_level: str,
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
 ) -> None:
     """Take part in the leader election of the scheduler group; while leader, enqueue
     every entry of the config file at its fire times (each fire is logged)."""
@@ -101,12 +104,22 @@ def run(
         if session_timeout_ms is not None:
             options = dataclasses.replace(options, session_timeout_ms=session_timeout_ms)
         if misfire_grace_s is not None:
+            if misfire_grace_s < 1:
+                raise click.BadParameter(
+                    f"{misfire_grace_s:g}s is too short: at least 1s", param_hint="--misfire-grace"
+                )
             options = dataclasses.replace(options, misfire_grace_s=misfire_grace_s)
         scheduler = Scheduler(
             kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env),
             options=options,
             entries=config.entries,
-            registry=SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths]),
+            registry=schemas_for(
+                [*env.schema_path, *schema_paths],
+                url=schema_registry,
+                config=schema_registry_config,
+                prefix=env.topic_prefix,
+                queues=sorted({entry.queue for entry in config.entries}),
+            ),
         )
     except ValueError as exc:
         raise click.ClickException(f"{config_path}: {exc}") from exc
@@ -133,14 +146,25 @@ def run(
 @_BOOTSTRAP
 @kafka_config_option
 @_GROUP
+@_SCHEMA_PATH
 def list_entries(
-    config_path: Path, bootstrap: str | None, kafka_config: Path | None, group: str | None
+    config_path: Path,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    group: str | None,
+    schema_paths: Sequence[str],
 ) -> None:
     """A table of the entries in the config file: schedule, zone, the next fire in the
-    entry's zone and in UTC, and the last fire recorded in Kafka."""
+    entry's zone and in UTC, and the last fire recorded in Kafka.
+
+    Entries are checked as ``cron run`` checks them: a payload its type's schema
+    refuses fails here too."""
     env = Environment.from_env()
+    codec = EnvelopeCodec(SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths]))
     try:
         config = _load(config_path, env, group)
+        for entry in config.entries:
+            check_payload(codec, entry)
     except ValueError as exc:
         raise click.ClickException(f"{config_path}: {exc}") from exc
     last_fires: dict[str, LastFire] | None

@@ -17,6 +17,7 @@ from datetime import timedelta
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.kafka import KafkaSettings
 from producer.api import JobProducer
+from producer.request import JobRequest
 from producer.scheduler.entry import CronConfigError, CronEntry
 from producer.scheduler.leadership import KafkaLeadership
 from producer.scheduler.loop import CronLoop
@@ -74,10 +75,7 @@ class Scheduler:
     def add(self, entry: CronEntry) -> None:
         """Schedule ``entry``, also while running; raises CronConfigError for a duplicate
         name or a payload its job type's schema rejects."""
-        try:
-            self._codec.validate_payload(entry.type, entry.payload)
-        except PayloadError as exc:
-            raise CronConfigError(entry.name, "payload", str(exc)) from exc
+        check_payload(self._codec, entry)
         with self._lock:
             if entry.name in self._entries:
                 raise CronConfigError(entry.name, "name", "another entry has this name")
@@ -124,12 +122,22 @@ class Scheduler:
 
 def _enqueue(producer: JobProducer, fire: Fire) -> str:
     entry = fire.entry
-    return producer.enqueue(
-        entry.queue,
-        entry.type,
-        entry.payload,
+    request = JobRequest(
+        queue=entry.queue,
+        type=entry.type,
+        payload=entry.payload,
         tenant_id=entry.tenant,
         dedupe_key=fire.dedupe_key,
         max_attempts=DEFAULT_MAX_ATTEMPTS if entry.max_attempts is None else entry.max_attempts,
         timeout_s=DEFAULT_TIMEOUT_S if entry.timeout_s is None else entry.timeout_s,
     )
+    return producer.enqueue(request)
+
+
+def check_payload(codec: EnvelopeCodec, entry: CronEntry) -> None:
+    """CronConfigError when ``entry``'s payload does not match its type's schema; shared
+    by the scheduler and ``cron list``, so the two refuse the same files."""
+    try:
+        codec.validate_payload(entry.type, entry.payload)
+    except PayloadError as exc:
+        raise CronConfigError(entry.name, "payload", str(exc)) from exc

@@ -33,16 +33,23 @@ def test_the_readme_tour_runs(tmp_path: Path) -> None:
     blocks = readme_blocks()
     for name in ("receipts.py", "enqueue.py"):
         (tmp_path / name).write_text(blocks[name])
-    env = {**os.environ, "LOCAL_KAFKA_DIR": str(tmp_path / "kafka"), "PYTHONPATH": str(tmp_path)}
-    env.pop("KAFKA_BOOTSTRAP", None)  # the tour starts its own broker
+    env = {
+        **os.environ,
+        "LOCAL_KAFKA_DIR": str(tmp_path / "kafka"),
+        "PYTHONPATH": str(tmp_path),
+        # The default sockets (one per queue) go here, not into this user's own directory.
+        "XDG_RUNTIME_DIR": str(tmp_path),
+    }
+    for name in ("KAFKA_BOOTSTRAP", "LEASEKEEPER_TARGET"):
+        env.pop(name, None)  # the tour starts its own broker and finds its own socket
     background: list[subprocess.Popen[bytes]] = []
     outputs: list[str] = []
     try:
         for line in blocks["tour"].strip().splitlines():
             outputs.append(_run_line(line, tmp_path, env, background))
-        job_id = outputs[5].strip()
-        assert re.fullmatch(r"[0-9a-f]{32}", job_id), outputs[5]
-        assert "partitions" in outputs[6]
+        job_id = outputs[4].strip()
+        assert re.fullmatch(r"[0-9a-f]{32}", job_id), outputs[4]
+        assert "partitions" in outputs[5]
         worker_log = tmp_path / "bg-1.log"
         wait_until(lambda: job_id in worker_log.read_text(), 60, "the worker to send receipt 42")
 
@@ -58,6 +65,8 @@ def test_the_readme_tour_runs(tmp_path: Path) -> None:
             60,
             "the worker to send the batch",
         )
+        for log in (tmp_path / "bg-0.log", worker_log):  # client logs go through logging
+            assert not re.search(r"^%\d\|", log.read_text(), re.M), log.read_text()
     finally:
         for process in background:
             process.terminate()

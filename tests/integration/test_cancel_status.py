@@ -50,10 +50,10 @@ def test_cancel_answers_which_case_applied(system: System) -> None:
     assert statuses(system)[done].state is JobEnd.SUCCEEDED
     assert statuses(system)[dies].state is JobEnd.DEAD
     succeeded = cancel(system, done)
-    assert succeeded.exit_code == 4, succeeded.output
+    assert succeeded.exit_code == 5, succeeded.output
     assert succeeded.output.startswith(f"not cancelled: job {done} already succeeded at ")
     dead = cancel(system, dies)
-    assert dead.exit_code == 4, dead.output
+    assert dead.exit_code == 5, dead.output
     assert "already died (permanent error) at " in dead.output
 
     waiting = cancel(system, later)
@@ -62,11 +62,11 @@ def test_cancel_answers_which_case_applied(system: System) -> None:
 
     wait_until(lambda: long in {e.job_id for e in system.starts()}, 60, "the long job to start")
     running = cancel(system, long)
-    assert running.exit_code == 3, running.output
+    assert running.exit_code == 4, running.output
     assert running.output.startswith(f"cancelled {long} while it ran (attempt 1)")
 
     never = cancel(system, uuid.uuid4().hex, wait_s=1)
-    assert never.exit_code == 5, never.output
+    assert never.exit_code == 6, never.output
     assert "not found yet: cancellation recorded" in never.output
 
 

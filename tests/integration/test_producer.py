@@ -326,7 +326,7 @@ def test_the_cli_enqueues_later_and_cancels(
     at = datetime.fromtimestamp(before_ms // 1000 + 2 * 3600, tz=UTC)
     at_job = cli(*enqueue, "--at", at.strftime("%Y-%m-%dT%H:%M:%SZ"))
     # No leasekeeper runs: nobody can say the job was stopped, only that it will be.
-    answer = cli("cancel", queue, at_job, "--reason", "not needed", "--wait", "0", code=5)
+    answer = cli("cancel", queue, at_job, "--reason", "not needed", "--wait", "0", code=6)
     assert answer == (
         f"job {at_job} not found yet: cancellation recorded; it will be skipped if it "
         "appears within 35 days"

@@ -94,12 +94,12 @@ def test_status_records_round_trip_and_answers_name_the_case() -> None:
     status = JobStatus(job_id="j", state=JobEnd.DEAD, at_ms=5, attempt=3, reason="too large")
     assert JobStatus.decode(status.encode()) == status
     answer = CancelAnswer(job_id="j", outcome=ended(status), status=status)
-    assert answer.exit_code == 4
+    assert answer.exit_code == 5
     assert answer.message(str) == "not cancelled: job j already died (too large) at 5 (attempt 3)"
     running = JobStatus(job_id="j", state=JobEnd.CANCELLED, at_ms=5, attempt=2,
                         reason=CancelledHow.RUNNING.value)  # fmt: skip
     assert ended(running) is CancelOutcome.LEASE_ENDED
-    assert CancelAnswer(job_id="j", outcome=CancelOutcome.NOT_FOUND).exit_code == 5
+    assert CancelAnswer(job_id="j", outcome=CancelOutcome.NOT_FOUND).exit_code == 6
     recorded = CancelAnswer(job_id="j", outcome=CancelOutcome.RECORDED)
     assert (recorded.exit_code, recorded.message(str)) == (
         0,

@@ -307,3 +307,16 @@ def test_a_status_record_that_cannot_be_written_is_dropped_never_blocking(
     assert rig.committable() == 1
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "status records are being dropped" in warning.getMessage()
+
+
+def test_a_durable_retry_is_logged_at_info_with_the_job_and_tier(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="leasekeeper.outbox")
+    rig.nack(job())
+    rig.outbox.pump()
+    assert not [r for r in caplog.records if "retrying job" in r.getMessage()]  # not yet durable
+    rig.producer.answer()
+    (line,) = [r.getMessage() for r in caplog.records if "retrying job" in r.getMessage()]
+    assert line.startswith("retrying job job-0 (report, tenant acme) after attempt 1 of 50")
+    assert TOPICS.retry("1s") in line

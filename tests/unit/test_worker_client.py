@@ -68,3 +68,27 @@ def test_an_incompatible_server_is_rejected_not_retried(tmp_path: Path) -> None:
             client.settle([])
     finally:
         server.stop(0).wait()
+
+
+def test_a_worker_with_no_leasekeeper_keeps_saying_so_with_backoff(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One warning at the first failure, then "still no leasekeeper" after 30 s, 60 s,
+    120 s: a worker aimed at the wrong socket never falls silent, nor floods the log."""
+    now = [0.0]
+    target = f"unix:{tmp_path / 'nobody.sock'}"
+    client = LeaseKeeperClient(
+        target,
+        worker_id="w",
+        backoff=ReconnectBackoff(initial_s=0.05, max_s=0.05),
+        clock=lambda: now[0],
+    )
+    caplog.set_level("WARNING", logger="workers.client")
+    with client:
+        for _ in range(130):  # one failed call per simulated second
+            with pytest.raises(LeaseKeeperUnavailable):
+                client.claim(1, 0)
+            now[0] += 1.0
+    still = [r.getMessage() for r in caplog.records if "still no leasekeeper" in r.getMessage()]
+    assert [m.split(" after ")[1].split(" s;")[0] for m in still] == ["30", "60", "120"]
+    assert all(target in m for m in still)
