@@ -1,4 +1,4 @@
-"""Records of a queue's small internal topics: cancellations and dedupe keys.
+"""Records of a queue's small internal topics: cancellations, dedupe keys, job status.
 
 They are compacted topics that every leasekeeper of the queue reads whole (they
 are small: one record per cancelled job or per deduplicated key), so the facts
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 
 VERSION = 1
 
@@ -76,3 +77,59 @@ class DedupeClaim:
 def dedupe_index_key(tenant_id: str, dedupe_key: str) -> bytes:
     """Dedupe keys are scoped to a queue (the topic) and a tenant."""
     return f"{tenant_id}\x00{dedupe_key}".encode()
+
+
+class JobEnd(StrEnum):
+    """How a job ended, as ``jobs.Q.status`` records it."""
+
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class CancelledHow(StrEnum):
+    """The ``reason`` of a cancelled job's status: it never ran, or it was stopped."""
+
+    WAITING = "cancelled while waiting"
+    RUNNING = "lease ended while running"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobStatus:
+    """How job ``job_id`` ended: the record of the compacted ``jobs.Q.status`` topic,
+    keyed by job id. ``reason`` is the dead-letter reason of a dead job, and
+    ``CancelledHow`` of a cancelled one. Written by the leasekeeper, read by
+    ``producer cancel`` to say which case applied."""
+
+    job_id: str
+    state: JobEnd
+    at_ms: int
+    attempt: int
+    reason: str = ""
+
+    @property
+    def key(self) -> bytes:
+        return self.job_id.encode()
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "v": VERSION,
+                "job_id": self.job_id,
+                "state": self.state.value,
+                "at": self.at_ms,
+                "attempt": self.attempt,
+                "reason": self.reason,
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> JobStatus:
+        record = json.loads(data)
+        return cls(
+            job_id=record["job_id"],
+            state=JobEnd(record["state"]),
+            at_ms=record["at"],
+            attempt=record["attempt"],
+            reason=record.get("reason", ""),
+        )

@@ -19,12 +19,20 @@ from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
 
-__all__ = ["CONTROL_RETENTION_MS", "DLQ_RETENTION_MS", "ensure_queue_topics"]
+__all__ = [
+    "CONTROL_RETENTION_MS",
+    "DLQ_RETENTION_MS",
+    "STATUS_RETENTION_MS",
+    "ensure_queue_topics",
+]
 
 # Dead letters wait for a human; a month covers holidays and slow incident reviews.
 DLQ_RETENTION_MS = 30 * 24 * 60 * 60 * 1000
 # Cancellations and dedupe keys must outlive the longest delay they can concern.
 CONTROL_RETENTION_MS = (MAX_DELAY + timedelta(days=5)) // timedelta(milliseconds=1)
+# How each job ended: a week answers "did it already run?" for a cancel; compaction
+# keeps one record per job meanwhile.
+STATUS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 
 
 def ensure_queue_topics(
@@ -62,6 +70,14 @@ def ensure_queue_topics(
     internal = [
         TopicSpec(name=topics.control, partitions=1, replication=replication, config=compacted),
         TopicSpec(name=topics.dedupe, partitions=1, replication=replication, config=compacted),
+        # One partition: ``producer cancel`` finds a job's status without knowing the
+        # partitioner the leasekeeper's producer used.
+        TopicSpec(
+            name=topics.status,
+            partitions=1,
+            replication=replication,
+            config={"cleanup.policy": "compact,delete", "retention.ms": str(STATUS_RETENTION_MS)},
+        ),
     ]
     create_topics(settings, internal)
     create_topics(settings, specs)

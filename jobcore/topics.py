@@ -43,6 +43,11 @@ class QueueTopics:
         return f"{self.prefix}.{self.queue}.dedupe"
 
     @property
+    def status(self) -> str:
+        """How each job ended (compacted, keyed by job id): read by ``producer cancel``."""
+        return f"{self.prefix}.{self.queue}.status"
+
+    @property
     def consumer_group(self) -> str:
         """The leasekeepers of one queue share this consumer group."""
         return f"leasekeeper.{self.prefix}.{self.queue}"

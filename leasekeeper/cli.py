@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -31,7 +32,8 @@ from jobcore.schema_registry import RegistrySetupError
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
-from leasekeeper.inspect_view import fetch_snapshot, render_snapshot
+from leasekeeper.finished import finished_view
+from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
@@ -366,8 +368,11 @@ class _Where:
 @click.option("--queue", default=None, help=_QUEUE_HELP)
 @click.option("--target", default=None, help=_TARGET_HELP)
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--wide", is_flag=True, help="every retry-tier partition, not one row per tier")
 @click.pass_context
-def inspect(ctx: click.Context, queue: str | None, target: str | None, as_json: bool) -> None:
+def inspect(
+    ctx: click.Context, queue: str | None, target: str | None, as_json: bool, wide: bool
+) -> None:
     """Partitions, commit gaps and leases in flight of a running leasekeeper.
 
     Exits 3 when no leasekeeper answers at the address."""
@@ -378,7 +383,7 @@ def inspect(ctx: click.Context, queue: str | None, target: str | None, as_json: 
     if as_json:
         click.echo(json.dumps(snapshot, indent=2))
     else:
-        render_snapshot(snapshot)
+        render_snapshot(snapshot, wide=wide)
 
 
 @inspect.command("job")
@@ -390,22 +395,25 @@ def inspect(ctx: click.Context, queue: str | None, target: str | None, as_json: 
 def inspect_job(
     ctx: click.Context, job_id: str, queue: str | None, target: str | None, as_json: bool
 ) -> None:
-    """Where JOB_ID is: ready, delayed, leased (to whom, which attempt), or cancelled."""
+    """Where JOB_ID (or a unique prefix of 8+ characters) is: ready, delayed, leased
+    (to whom, which attempt), skipped as a duplicate, or cancelled; for a finished job
+    (whole id, KAFKA_BOOTSTRAP set) how it ended, from the queue's status topic.
+
+    Exits 1 when this leasekeeper knows no such job, or the prefix is ambiguous.
+    """
     group = ctx.obj or _Where()
     where = _Where(target=target or group.target, queue=queue or group.queue)
     view = _fetch(where, job_id=job_id)
+    if not view["member_knows"]:  # finished? the status topic knows
+        snapshot_queue = _fetch(where).get("queue")
+        view = finished_view(view, str(snapshot_queue or ""), Environment.from_env())
     if as_json or group.as_json:
         click.echo(json.dumps(view, indent=2))
-        return
-    click.echo(f"job {job_id}: {view['state']}")
-    for key, value in view.items():
-        if key not in ("job_id", "state", "member_knows"):
-            click.echo(f"  {key}: {value}")
-    if not view["member_knows"]:
-        click.echo(
-            "  (this leasekeeper does not hold it: finished, not fetched yet, owned by "
-            "another leasekeeper, or in the DLQ: see `leasekeeper dlq show`)"
-        )
+    else:
+        for line in job_lines(view, time.time_ns() // 1_000_000):
+            click.echo(line)
+    if view["state"] in NOT_FOUND_STATES:
+        ctx.exit(1)
 
 
 def _fetch(where: _Where, job_id: str = "") -> dict[str, Any]:

@@ -141,11 +141,13 @@ class ConsumerLoop:
         self._engine.promote_due()
         if self.control is not None:
             self.control.poll()
+            self._engine.cancellations_arrived()
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
             self._engine.expire()
             self._engine.sweep_unhandled()
+            self._engine.prune_notes()
         if now - self._last_commit >= self._config.commit_interval_s and now >= self._next_commit:
             self._last_commit = now
             self._commit_async()
@@ -162,6 +164,7 @@ class ConsumerLoop:
         assert topic is not None and partition is not None and offset is not None
         tp = TopicPart(topic, partition)
         if self._gate.is_held(tp):
+            self._note_behind_head(tp, offset, message)
             return  # behind a held head: fetched again once the head is due
         value = message.value()
         try:
@@ -199,6 +202,7 @@ class ConsumerLoop:
         value = message.value()
         assert value is not None
         if job.run_at_ms - now < self._gate.tiers.seconds[0] * 1000:
+            self._engine.forget_delayed(job.job_id)
             self._engine.offer(tp, offset, job, value, not_before_ms=job.run_at_ms)
             return
         _, produced_ms = message.timestamp()
@@ -206,6 +210,7 @@ class ConsumerLoop:
             tier, produced_ms if produced_ms > 0 else now, job.run_at_ms
         )
         if release_at > now:
+            self._engine.note_delayed(tp, offset, job)
             self._gate.hold(tp, release_at)
             self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
             self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
@@ -214,6 +219,18 @@ class ConsumerLoop:
         hop = self._gate.tiers.next_hop(job.run_at_ms, now)
         assert hop is not None  # not due: checked above
         self._hop(tp, offset, job, hop)
+
+    def _note_behind_head(self, tp: TopicPart, offset: int, message: Message) -> None:
+        """A tier record fetched behind a held head: not dispatched now, but indexed by
+        id so ``inspect job`` finds it. Records of other topics are not noted."""
+        value = message.value()
+        if value is None or self._gate.tier_of(tp.topic) is None:
+            return
+        try:
+            job = self._codec.decode(value)
+        except DecodeError:
+            return  # dead-lettered when its turn comes
+        self._engine.note_delayed(tp, offset, job)
 
     def _hop(self, tp: TopicPart, offset: int, job: Job, hop: str) -> None:
         """Copy the job to tier ``hop``; the original resolves on the copy's delivery."""

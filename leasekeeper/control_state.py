@@ -38,6 +38,8 @@ class ControlState:
     cancelled: dict[str, Cancellation] = field(default_factory=dict)
     claims: dict[bytes, DedupeClaim] = field(default_factory=dict)
     pruned: int = 0
+    # Job ids cancelled since the engine last looked: it answers for those it holds.
+    fresh: list[str] = field(default_factory=list)
     # Writers are the Kafka loop and the engine; readers only use ``get`` and ``in``.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -48,6 +50,13 @@ class ControlState:
         with self._lock:
             self.cancelled.pop(cancellation.job_id, None)
             self.cancelled[cancellation.job_id] = cancellation
+            self.fresh.append(cancellation.job_id)
+
+    def take_fresh(self) -> list[str]:
+        """Job ids cancelled since the last call."""
+        with self._lock:
+            taken, self.fresh = self.fresh, []
+            return taken
 
     def uncancel(self, job_id: str) -> None:
         """A tombstone on the control topic: the cancellation no longer holds."""

@@ -1,8 +1,9 @@
 """Durable copies as values: what the engine decided must be written to Kafka.
 
 The engine (on any thread) only describes a copy: a retry or hop to a delay
-tier, a dead letter, a raw dead letter for an undecodable record, or a dedupe
-key's claim. The outbox, on the Kafka loop's thread, sends it and reports back.
+tier, a dead letter, a raw dead letter for an undecodable record, a dedupe
+key's claim, or a job's status record. The outbox, on the Kafka loop's thread,
+sends it and reports back.
 Nothing here produces; everything here is plain data and pure functions, so the
 shrinking of oversized copies is tested without Kafka.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import IntEnum, StrEnum
 
-from jobcore.control import DedupeClaim
+from jobcore.control import DedupeClaim, JobStatus
 from leasekeeper.leases import TopicPart
 from schemas.job import AttemptError, Job
 from schemas.vocabulary import DeadLetterReason
@@ -32,6 +33,7 @@ class CopyKind(StrEnum):
     DEAD = "dead"  # a job to the DLQ
     DEAD_RAW = "dead_raw"  # an undecodable record to the DLQ, byte for byte
     DEDUPE_CLAIM = "dedupe_claim"  # a dedupe key's first job, before the job runs
+    STATUS = "status"  # how a job ended, to jobs.Q.status; resolves nothing
 
 
 class Shrink(IntEnum):
@@ -60,6 +62,7 @@ class CopyRequest:
     raw_value: bytes | None = None  # DEAD_RAW
     claim: DedupeClaim | None = None  # DEDUPE_CLAIM
     lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
+    status: JobStatus | None = None  # STATUS
 
     @property
     def describe(self) -> str:

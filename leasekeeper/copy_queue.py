@@ -8,8 +8,20 @@ is not let go (nor its commit moved) while a copy of one of its jobs is unsent.
 
 from __future__ import annotations
 
-from leasekeeper.copies import CopyRequest
+from leasekeeper import job_records as records
+from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.partition_book import PartitionBook
+from leasekeeper.store import Resolution
+from schemas.job import Job
+from schemas.vocabulary import DeadLetterReason
+
+# What a delivered copy makes of its source offset.
+_RESOLUTIONS = {
+    CopyKind.RETRY: Resolution.RETRIED,
+    CopyKind.HOP: Resolution.HOPPED,
+    CopyKind.DEAD: Resolution.DEAD,
+    CopyKind.DEAD_RAW: Resolution.DEAD,
+}
 
 
 class CopyQueue:
@@ -19,7 +31,8 @@ class CopyQueue:
 
     def add(self, requests: list[CopyRequest]) -> None:
         for request in requests:
-            self._book.count_copy(request, 1)
+            if _counted(request):
+                self._book.count_copy(request, 1)
             self._copies.append(request)
 
     def take(self) -> list[CopyRequest]:
@@ -28,4 +41,22 @@ class CopyQueue:
 
     def done(self, request: CopyRequest) -> None:
         """Delivered or dropped: no longer in flight for its partition."""
-        self._book.count_copy(request, -1)
+        if _counted(request):
+            self._book.count_copy(request, -1)
+
+
+def _counted(request: CopyRequest) -> bool:
+    """A status record resolves nothing: nothing ever waits for it."""
+    return request.kind is not CopyKind.STATUS
+
+
+def resolution_of(request: CopyRequest) -> Resolution:
+    """What the delivery of ``request`` makes of its source offset."""
+    return _RESOLUTIONS[request.kind]
+
+
+def dead_status(request: CopyRequest, job: Job, at_ms: int) -> CopyRequest:
+    """The status record of a dead-lettered job (a retry or hop too large dies as such)."""
+    reason = request.reason if request.kind is CopyKind.DEAD else None
+    reason = reason or DeadLetterReason.TOO_LARGE
+    return records.died(request, job, reason=reason.value, at_ms=at_ms)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from leasekeeper import engine_view
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.copy_queue import CopyQueue
+from leasekeeper.copy_queue import CopyQueue, dead_status, resolution_of
 from leasekeeper.engine_config import Counters, EngineConfig, EngineContext, now_ms
 from leasekeeper.failures import FailurePath
 from leasekeeper.fairness import DispatchPolicy
@@ -49,14 +49,6 @@ from schemas.vocabulary import ErrorClass
 __all__ = ["UNKNOWN_JOB_TYPE", "Counters", "EngineConfig", "LeaseEngine"]
 
 UNKNOWN_JOB_TYPE = ErrorClass.UNKNOWN_JOB_TYPE.value
-
-# What a delivered copy makes of its source offset.
-_RESOLUTIONS = {
-    CopyKind.RETRY: Resolution.RETRIED,
-    CopyKind.HOP: Resolution.HOPPED,
-    CopyKind.DEAD: Resolution.DEAD,
-    CopyKind.DEAD_RAW: Resolution.DEAD,
-}
 
 
 class LeaseEngine:
@@ -95,7 +87,8 @@ class LeaseEngine:
         book, window = self._book, self._window
         self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
         self._core = LeaseCore(ctx=ctx, book=book, window=window, intake=self._intake,
-                               failures=failures, budget=self._budget)  # fmt: skip
+                               failures=failures, budget=self._budget,
+                               copies=self._copies)  # fmt: skip
         self._unhandled = UnhandledSweep(ctx=ctx, book=book, window=window, failures=failures)
 
     # -- partitions -------------------------------------------------------
@@ -150,6 +143,31 @@ class LeaseEngine:
         dispatch at once, or at ``not_before_ms``)."""
         with self._cond:
             self._intake.offer(tp, offset, job, envelope, not_before_ms)
+
+    def cancellations_arrived(self) -> None:
+        """Answer at once for cancelled jobs that wait here (in the window, the timer or
+        a held tier): they will be skipped, so their status is known now, and
+        ``producer cancel`` can say so. A running one is answered when its lease ends."""
+        fresh = self.control.take_fresh()
+        if fresh:
+            with self._cond:
+                self._intake.cancelled_waiting(fresh)
+
+    def note_delayed(self, tp: TopicPart, offset: int, job: Job) -> None:
+        """A delay-tier record seen and left in Kafka until due: remembered by id for
+        ``inspect job`` (the record itself stays the only copy of the job)."""
+        status = self._intake.note_delayed(tp, offset, job)
+        if status is not None:
+            with self._cond:
+                self._copies.add([status])
+
+    def prune_notes(self) -> int:
+        """Forget old notes by job id (see ``Intake.prune_notes``); returns how many."""
+        return self._intake.prune_notes()
+
+    def forget_delayed(self, job_id: str) -> None:
+        """A delayed job leaves its tier for the timer or the window: the note is done."""
+        self._intake.forget_delayed(job_id)
 
     def track_unoffered(self, tp: TopicPart, offset: int) -> int | None:
         """Track a record that will not be dispatched (undecodable, or hopping to another
@@ -242,20 +260,27 @@ class LeaseEngine:
             return self._copies.take()
 
     def is_current(self, request: CopyRequest) -> bool:
-        """False once the copy's partition moved: the next owner runs the job again."""
+        """False once the copy's partition moved: the next owner runs the job again.
+        A status record is always current: the job ended here whoever owns it now."""
+        if request.kind is CopyKind.STATUS:
+            return True
         with self._cond:
             return self._book.current(request.source, request.generation) is not None
 
     def copy_delivered(self, request: CopyRequest, *, dead: bool = False) -> None:
         """The copy is durable: resolve its source offset (a dedupe claim lets its job run).
         ``dead``: the outbox sent a dead letter instead (the copy was too large)."""
+        if request.kind is CopyKind.STATUS:
+            return
         with self._cond:
             self._copies.done(request)
             if request.kind is CopyKind.DEDUPE_CLAIM:
                 self._intake.claimed(request)
                 return
-            how = Resolution.DEAD if dead else _RESOLUTIONS[request.kind]
+            how = Resolution.DEAD if dead else resolution_of(request)
             self._book.resolve(request.source, request.offset, request.generation, how)
+            if how is Resolution.DEAD and request.job is not None:
+                self._copies.add([dead_status(request, request.job, now_ms(self._clock))])
 
     def copy_dropped(self, request: CopyRequest) -> None:
         """The outbox gave up a copy whose partition moved: no longer in flight here."""
@@ -308,12 +333,13 @@ class LeaseEngine:
                 mono=self._monotonic(),
             )
 
-    def job_view(self, job_id: str) -> dict[str, object]:
-        """Where one job is in this leasekeeper: for ``inspect job ID``."""
+    def job_view(self, given: str) -> dict[str, object]:
+        """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a
+        job id or a unique prefix of one (8+ characters)."""
         with self._cond:
-            return engine_view.job_view(
-                job_id, book=self._book, window=self._window, control=self.control
-            )
+            return engine_view.job_view(given, book=self._book, window=self._window,
+                                        control=self.control, store=self._store,
+                                        now_ms=now_ms(self._clock))  # fmt: skip
 
 
 def _of_types(job_types: frozenset[str]) -> Callable[[Pending], bool] | None:

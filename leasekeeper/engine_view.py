@@ -11,9 +11,20 @@ from dataclasses import replace
 
 from leasekeeper.control_state import ControlState
 from leasekeeper.engine_config import Counters
+from leasekeeper.id_prefix import PrefixError, resolve_prefix
+from leasekeeper.job_records import NOTE_OVERDUE_MS
+from leasekeeper.job_view import (
+    JobState,
+    base_view,
+    cancel_recorded_view,
+    cancelled_view,
+    note_view,
+    unknown_view,
+)
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.snapshots import EngineSnapshot, LeaseView, PartitionView
+from leasekeeper.store import LeaseStore, NoteKind
 from leasekeeper.window import ReadyWindow
 from schemas.job import Job
 
@@ -45,36 +56,62 @@ def snapshot(
 
 
 def job_view(
-    job_id: str, *, book: PartitionBook, window: ReadyWindow, control: ControlState
+    given: str,
+    *,
+    book: PartitionBook,
+    window: ReadyWindow,
+    control: ControlState,
+    store: LeaseStore,
+    now_ms: int,
 ) -> dict[str, object]:
-    """Where one job is in this leasekeeper: for ``inspect job ID``."""
-    view: dict[str, object] = {"job_id": job_id, "member_knows": True}
+    """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a job
+    id or a unique prefix of one; the job is looked for in hand (leased, ready, on the
+    timer), then in the notes by id, then among the cancellations."""
+    in_hand = _jobs_in_hand(book, window)
+    overdue = now_ms - NOTE_OVERDUE_MS
+    notes = {
+        note.job_id: note
+        for note in store.notes(given)
+        if note.kind is not NoteKind.DELAYED or (note.due_ms or 0) >= overdue
+    }
+    try:
+        job_id = resolve_prefix([*in_hand, *notes, *control.cancelled], given)
+    except PrefixError as exc:
+        return unknown_view(given, str(exc))
+    if job_id is None:
+        return unknown_view(given)
     cancellation = control.cancelled.get(job_id)
-    if cancellation is not None:
-        view.update(state="cancelled", cancelled_at_ms=cancellation.cancelled_at_ms,
-                    reason=cancellation.reason)  # fmt: skip
-        return view
+    if job_id in in_hand:
+        if cancellation is not None:
+            return cancelled_view(job_id, cancellation)
+        return in_hand[job_id]
+    if job_id in notes:
+        return note_view(notes[job_id], cancellation)
+    assert cancellation is not None  # the only other source of candidates
+    return cancel_recorded_view(job_id, cancellation)
+
+
+def _jobs_in_hand(book: PartitionBook, window: ReadyWindow) -> dict[str, dict[str, object]]:
+    """The view of every job in the window: leased, ready, or on the timer."""
+    views: dict[str, dict[str, object]] = {}
     for state in book.parts.values():
         for lease in state.leases.values():
-            if lease.pending.job.job_id == job_id:
-                view.update(
-                    state="leased",
-                    worker=lease.worker,
-                    attempt=lease.attempt,
-                    lease_id=lease.pending.lease_id,
-                    until_ms=lease.until_ms,
-                )
-                return _with_job(view, lease.pending.job)
+            job = lease.pending.job
+            leased = {
+                "state": JobState.LEASED.value,
+                "worker": lease.worker,
+                "attempt": lease.attempt,
+                "lease_id": lease.pending.lease_id,
+                "until_ms": lease.until_ms,
+            }
+            views[job.job_id] = _with_job(base_view(job.job_id) | leased, job)
     for pending in window.ready():
-        if pending.job.job_id == job_id:
-            view.update(state="ready", lease_id=pending.lease_id)
-            return _with_job(view, pending.job)
+        ready = {"state": JobState.READY.value, "lease_id": pending.lease_id}
+        views[pending.job.job_id] = _with_job(base_view(pending.job.job_id) | ready, pending.job)
     for due, pending in window.delayed():
-        if pending.job.job_id == job_id:
-            view.update(state="delayed", due_ms=due, lease_id=pending.lease_id)
-            return _with_job(view, pending.job)
-    view.update(state="unknown", member_knows=False)
-    return view
+        delayed = {"state": JobState.DELAYED.value, "due_ms": due, "lease_id": pending.lease_id}
+        views[pending.job.job_id] = _with_job(base_view(pending.job.job_id) | delayed, pending.job)
+    return views
 
 
 def _in_flight_by_tenant(book: PartitionBook) -> dict[str, int]:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from jobcore.config import AUTH_METADATA_KEY
+from jobcore.delay_tiers import parse_duration
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -45,16 +48,22 @@ def fetch_snapshot(
 
 
 def render_snapshot(
-    snapshot: dict[str, Any], console: Console | None = None, now_ms: int | None = None
+    snapshot: dict[str, Any],
+    console: Console | None = None,
+    now_ms: int | None = None,
+    *,
+    wide: bool = False,
 ) -> None:
-    """Print the snapshot; ``now_ms`` (epoch ms) turns due times into "in N s"."""
+    """Print the snapshot; ``now_ms`` (epoch ms) turns due times into "in N s".
+    ``wide`` lists every retry-tier partition instead of one row per tier."""
     console = console or Console()
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     console.print(
         f"[bold]queue[/] {snapshot.get('queue')}  member {snapshot.get('member')}  "
         f"ready {snapshot['ready']}  commits {snapshot.get('commits')}"
     )
-    console.print(_partitions_table(snapshot["partitions"]))
+    queue = str(snapshot.get("queue") or "")
+    console.print(_partitions_table(snapshot["partitions"], queue, wide))
     leases = [lease for p in snapshot["partitions"] for lease in p["leases"]]
     if leases:
         console.print(_leases_table(leases))
@@ -132,29 +141,83 @@ def _due(at_ms: int, now_ms: int) -> str:
     return "now" if seconds <= 0 else f"in {seconds:.1f}s"
 
 
-def _partitions_table(partitions: list[dict[str, Any]]) -> Table:
-    table = Table(title="partitions")
-    for column in ("topic", "partition", "committed", "highest fetched", "unresolved", "leases"):
-        table.add_column(column, justify="right" if column != "topic" else "left")
-    for p in sorted(partitions, key=lambda p: (p["topic"], p["partition"])):
-        gaps = ", ".join(str(o) for o in p["unresolved"][:8])
-        if p["unresolved_count"] > 8:
-            gaps += f" … ({p['unresolved_count']})"
+def _offset(value: int) -> str:
+    """An offset, or ``none`` where Kafka has none yet (committed -1001, fetched -1)."""
+    return "none" if value < 0 else str(value)
+
+
+def _gaps(offsets: list[int], count: int) -> str:
+    gaps = ", ".join(str(o) for o in offsets[:8])
+    if count > 8:
+        gaps += f" … ({count})"
+    return gaps or "-"
+
+
+def _is_tier(topic: str, queue: str) -> bool:
+    return f".{queue}.retry." in topic
+
+
+def _short(topic: str, queue: str) -> str:
+    """A topic of the queue by what follows the queue's name (``retry.1m``), indented
+    under the queue; the whole name elsewhere. Names are never cut."""
+    _, sep, rest = topic.partition(f".{queue}.")
+    return f"  {rest}" if sep and rest else topic
+
+
+def _order(p: dict[str, Any], queue: str) -> tuple[bool, float, str, int]:
+    """The queue's own topics first, then its tiers from the shortest delay up."""
+    topic = p["topic"]
+    tier = _is_tier(topic, queue)
+    try:
+        delay = parse_duration(topic.rsplit(".", 1)[-1]) if tier else 0.0
+    except ValueError:
+        delay = float("inf")
+    return (tier, delay, topic, p["partition"])
+
+
+def _partitions_table(partitions: list[dict[str, Any]], queue: str, wide: bool) -> Table:
+    """The queue's partitions one per row, its retry tiers grouped under it: one row per
+    tier (partitions summed) unless ``wide``, since a queue has partitions x tiers of them."""
+    table = Table(title="partitions", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    table.add_column("topic", no_wrap=True)
+    for column in ("partition", "committed", "highest fetched"):
+        table.add_column(column, justify="right")
+    table.add_column("unresolved", justify="right", overflow="fold")
+    table.add_column("leases", justify="right")
+    ordered = sorted(partitions, key=lambda p: _order(p, queue))
+    tiers: dict[str, list[dict[str, Any]]] = {}
+    for p in ordered:
+        if _is_tier(p["topic"], queue) and not wide:
+            tiers.setdefault(p["topic"], []).append(p)
+            continue
         table.add_row(
-            p["topic"],
+            _short(p["topic"], queue),
             str(p["partition"]),
-            str(p["committed"]),
-            str(p["highest_fetched"]),
-            gaps or "-",
+            _offset(p["committed"]),
+            _offset(p["highest_fetched"]),
+            _gaps(p["unresolved"], p["unresolved_count"]),
             str(len(p["leases"])),
+        )
+    for topic, rows in tiers.items():
+        unresolved = sum(p["unresolved_count"] for p in rows)
+        leases = sum(len(p["leases"]) for p in rows)
+        table.add_row(
+            _short(topic, queue), f"{len(rows)} parts", "-", "-", str(unresolved), str(leases)
         )
     return table
 
 
 def _leases_table(leases: list[dict[str, Any]]) -> Table:
-    table = Table(title="leases in flight")
-    for column in ("job id", "type", "tenant", "worker", "attempt", "age s", "expires in s"):
-        table.add_column(column)
+    """Leases in flight, oldest first. The job id is never cut or wrapped: it is what
+    a person pastes into ``inspect job``; the other columns give way."""
+    table = Table(
+        title="leases in flight", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False
+    )
+    table.add_column("job id", no_wrap=True)
+    for column in ("type", "tenant", "worker"):
+        table.add_column(column, overflow="fold")
+    for column in ("attempt", "age", "expires"):
+        table.add_column(column, no_wrap=True, justify="right")
     for lease in sorted(leases, key=lambda x: -x["age_s"])[:50]:
         table.add_row(
             lease["job_id"],
@@ -162,7 +225,55 @@ def _leases_table(leases: list[dict[str, Any]]) -> Table:
             lease["tenant"],
             lease["worker"],
             str(lease["attempt"]),
-            f"{lease['age_s']:.1f}",
-            f"{lease['expires_in_s']:.1f}",
+            f"{lease['age_s']:.1f} s",
+            f"in {lease['expires_in_s']:.1f} s",
         )
     return table
+
+
+# States of ``inspect job`` that mean "not found here": the command exits 1.
+NOT_FOUND_STATES = frozenset({"unknown", "ambiguous"})
+_HIDDEN = frozenset({"job_id", "state", "member_knows", "problem"})
+
+
+def job_lines(view: dict[str, Any], now_ms: int) -> list[str]:
+    """``inspect job`` for a person: the state first, then each field, times as ISO
+    with the wait left or the time passed (never raw epoch milliseconds)."""
+    state = view["state"]
+    headline = f"job {view['job_id']}: {state}"
+    if state == "skipped" and view.get("duplicate_of"):
+        headline = f"job {view['job_id']}: skipped: duplicate of {view['duplicate_of']}"
+    lines = [headline]
+    if view.get("problem"):
+        return [*lines, f"  {view['problem']}"]
+    for key, value in view.items():
+        if key in _HIDDEN:
+            continue
+        if key.endswith("_ms") and isinstance(value, int):
+            lines.append(f"  {key[:-3]}: {when(value, now_ms) if value > 0 else 'none'}")
+        else:
+            lines.append(f"  {key}: {value}")
+    lines.extend(_job_hint(view))
+    return lines
+
+
+def _job_hint(view: dict[str, Any]) -> list[str]:
+    if view["state"] == "cancellation recorded":
+        return [
+            "  (this leasekeeper does not hold the job: it will be skipped if it has not "
+            "run yet; a job that already finished is not undone)"
+        ]
+    if view["state"] == "unknown":
+        return [
+            "  (not held by this leasekeeper: finished, not fetched yet, owned by another "
+            "leasekeeper, or in the DLQ: see `leasekeeper dlq show`)"
+        ]
+    return []
+
+
+def when(at_ms: int, now_ms: int) -> str:
+    """ISO 8601 UTC to the second, and how far from now: "in 12 s" or "12 s ago"."""
+    iso = datetime.fromtimestamp(at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    seconds = round((at_ms - now_ms) / 1000)
+    relative = f"in {seconds} s" if seconds >= 0 else f"{-seconds} s ago"
+    return f"{iso} ({relative})"

@@ -10,13 +10,15 @@ delayed heap when not due yet. The engine's lock guards it.
 
 from __future__ import annotations
 
-from jobcore.control import DedupeClaim
+from jobcore.control import CancelledHow, DedupeClaim, JobEnd
+from leasekeeper import job_records as records
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.copy_queue import CopyQueue
 from leasekeeper.engine_config import EngineContext, now_ms
+from leasekeeper.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.leases import Pending, TopicPart, restore_lease
 from leasekeeper.partition_book import PartitionBook, PartitionState
-from leasekeeper.store import Resolution
+from leasekeeper.store import NoteKind, Resolution
 from leasekeeper.window import ReadyWindow
 from schemas.job import Job
 
@@ -40,6 +42,7 @@ class Intake:
         self._clock = ctx.clock
         self._monotonic = ctx.monotonic
         self._awaiting_claim: dict[str, tuple[Pending, int]] = {}
+        self._notes_pruned_at = float("-inf")
 
     def offer(
         self, tp: TopicPart, offset: int, job: Job, envelope: bytes, not_before_ms: int
@@ -73,15 +76,26 @@ class Intake:
         self._copies.add([self._claim_key(pending, not_before_ms)])
 
     def skipped(self, state: PartitionState, pending: Pending) -> bool:
-        """Resolve without running a job that was cancelled, or duplicates a dedupe key."""
+        """Resolve without running a job that was cancelled, or duplicates a dedupe key
+        (noted by id, so that ``inspect job`` can name the original)."""
         job = pending.job
+        batch = self._store.batch()
+        at = now_ms(self._clock)
         if self._control.is_cancelled(job.job_id):
             self._counters.cancelled += 1
-        elif self._control.duplicate_of(job, now_ms(self._clock)) is not None:
+            batch.note(records.skip_note(pending, NoteKind.CANCELLED_WAITING, seen_ms=at))
+            ended = records.ended(
+                pending, JobEnd.CANCELLED, attempt=0, at_ms=at, how=CancelledHow.WAITING
+            )
+            self._copies.add([ended])
+        elif (original := self._control.duplicate_of(job, at)) is not None:
             self._counters.deduplicated += 1
+            note = records.skip_note(
+                pending, NoteKind.SKIPPED_DUPLICATE, seen_ms=at, original=original
+            )
+            batch.note(note)
         else:
             return False
-        batch = self._store.batch()
         batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
         self._store.write(batch)
         state.tracker.resolve(pending.offset)
@@ -120,3 +134,59 @@ class Intake:
 
     def claim_dropped(self, request: CopyRequest) -> None:
         self._awaiting_claim.pop(request.lease_id, None)
+
+    # -- notes by job id and status records of cancelled jobs --------------------
+
+    def cancelled_waiting(self, fresh: list[str]) -> None:
+        """Status records for freshly cancelled jobs that wait here (in the window, the
+        timer or a held tier): they will be skipped, so their status is known now."""
+        waiting = {p.job.job_id: p for p in self._window.ready()}
+        waiting.update((p.job.job_id, p) for _, p in self._window.delayed())
+        at = now_ms(self._clock)
+        statuses = [
+            records.ended(
+                waiting[job_id], JobEnd.CANCELLED, attempt=0, at_ms=at, how=CancelledHow.WAITING
+            )
+            if job_id in waiting
+            else self._noted_cancel(job_id)
+            for job_id in fresh
+        ]
+        self._copies.add([status for status in statuses if status is not None])
+
+    def _noted_cancel(self, job_id: str) -> CopyRequest | None:
+        """The status of a cancelled job seen waiting in a held tier, if it is noted."""
+        notes = self._store.notes(job_id, limit=1)
+        if not notes or notes[0].job_id != job_id or notes[0].kind is not NoteKind.DELAYED:
+            return None
+        return records.cancelled_in_tier(notes[0], at_ms=now_ms(self._clock))
+
+    def note_delayed(self, tp: TopicPart, offset: int, job: Job) -> CopyRequest | None:
+        """Remember a delay-tier record by id; the status record to send if the job was
+        cancelled already (it will be skipped when due)."""
+        note = records.delayed_note(tp, offset, job, seen_ms=now_ms(self._clock))
+        batch = self._store.batch()
+        batch.note(note)
+        self._store.write(batch)
+        if not self._control.is_cancelled(job.job_id):
+            return None
+        return records.cancelled_in_tier(note, at_ms=now_ms(self._clock))
+
+    def prune_notes(self) -> int:
+        """Forget, by id, skipped and cancelled jobs older than the dedupe window, and
+        delayed jobs overdue by more than ``NOTE_OVERDUE_MS`` (moved on, or run by the
+        partition's next owner): at most once per ``NOTE_PRUNE_INTERVAL_S``."""
+        now = self._monotonic()
+        if now - self._notes_pruned_at < NOTE_PRUNE_INTERVAL_S:
+            return 0
+        self._notes_pruned_at = now
+        wall = now_ms(self._clock)
+        return self._store.prune_notes(
+            seen_before_ms=wall - self._control.dedupe_window_ms,
+            due_before_ms=wall - NOTE_OVERDUE_MS,
+        )
+
+    def forget_delayed(self, job_id: str) -> None:
+        """A delayed job leaves its tier for the timer or the window: the note is done."""
+        batch = self._store.batch()
+        batch.forget_note(job_id)
+        self._store.write(batch)

@@ -16,7 +16,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
+from jobcore.control import CancelledHow, JobEnd
+from leasekeeper import job_records as records
 from leasekeeper.copies import CopyRequest, cap_error
+from leasekeeper.copy_queue import CopyQueue
 from leasekeeper.engine_config import EngineContext, now_ms
 from leasekeeper.failures import FailurePath
 from leasekeeper.intake import Intake
@@ -34,7 +37,7 @@ from leasekeeper.leases import (
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
-from leasekeeper.store import Resolution, StoreBatch
+from leasekeeper.store import NoteKind, Resolution, StoreBatch
 from leasekeeper.window import ReadyWindow
 from schemas.job import AttemptError
 from schemas.vocabulary import ErrorClass
@@ -55,7 +58,9 @@ class LeaseCore:
         intake: Intake,
         failures: FailurePath,
         budget: RetryBudget,
+        copies: CopyQueue,
     ) -> None:
+        self._copies = copies
         self._book = book
         self._window = window
         self._intake = intake
@@ -201,6 +206,11 @@ class LeaseCore:
         del state.leases[offset]
         batch.unlease(state.tp.topic, state.tp.partition, offset)
         batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
+        at = now_ms(self._clock)
+        batch.note(records.skip_note(lease.pending, NoteKind.CANCELLED_RUNNING, seen_ms=at))
+        ended = records.ended(lease.pending, JobEnd.CANCELLED, attempt=lease.attempt, at_ms=at,
+                              how=CancelledHow.RUNNING)  # fmt: skip
+        self._copies.add([ended])
         state.tracker.resolve(offset)
         self._counters.cancelled += 1
         return True
@@ -249,6 +259,11 @@ class LeaseCore:
         if item.outcome is Outcome.ACK:
             self._counters.acked += 1
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
+            actions.append(
+                records.ended(
+                    pending, JobEnd.SUCCEEDED, attempt=lease.attempt, at_ms=now_ms(self._clock)
+                )
+            )
             state.tracker.resolve(pending.offset)
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.

@@ -6,6 +6,7 @@ engine free of metrics calls: every scrape turns one snapshot into samples.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,11 +23,14 @@ COUNTERS = {
     "invalid_retry_after": "nacks whose retry_after_s was NaN, negative or too long (clamped)",
 }
 
+_log = logging.getLogger(__name__)
+
 OUTBOX_COUNTERS = {
     "delivered": "durable copies delivered (retries, dead letters, hops, dedupe claims)",
     "transient_failures": "copy sends that failed transiently and were retried after a backoff",
     "shrunk": "copies too large for their topic, dead-lettered with less history or no payload",
     "blocked_events": "copies that became blocked (not authorised, unknown topic): alerts raised",
+    "status_dropped": "job status records dropped (not authorised, unknown status topic)",
 }
 
 
@@ -46,32 +50,35 @@ class EngineCollector(Collector):
         yield self._gauge(
             "leasekeeper_ready_jobs", "fetched jobs waiting for dispatch", snap["ready"]
         )
-        partitions = snap["partitions"]
-        leases = GaugeMetricFamily(
-            "leasekeeper_leases_in_flight", "jobs leased to workers", labels=["queue", "partition"]
-        )
-        unresolved = GaugeMetricFamily(
-            "leasekeeper_unresolved_offsets",
-            "fetched offsets not yet resolved (holding the commit back)",
-            labels=["queue", "partition"],
-        )
-        lag = GaugeMetricFamily(
-            "leasekeeper_commit_gap",
-            "highest fetched offset minus committed offset",
-            labels=["queue", "partition"],
-        )
-        for p in partitions:
-            labels = [self._queue, str(p["partition"])]
-            leases.add_metric(labels, len(p["leases"]))
-            unresolved.add_metric(labels, p["unresolved_count"])
-            lag.add_metric(labels, max(0, p["highest_fetched"] + 1 - max(p["committed"], 0)))
-        yield leases
-        yield unresolved
-        yield lag
+        yield from self._partitions(snap["partitions"])
         yield from self._retry_path(snap)
         if "outbox" in snap:
             yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
+
+    def _partitions(self, partitions: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
+        """One series per (topic, partition): a leasekeeper holds partition 0 of the
+        queue and of every tier topic, so without ``topic`` those series would repeat."""
+        labels = ["queue", "topic", "partition"]
+        leases = GaugeMetricFamily(
+            "leasekeeper_leases_in_flight", "jobs leased to workers", labels=labels
+        )
+        unresolved = GaugeMetricFamily(
+            "leasekeeper_unresolved_offsets",
+            "fetched offsets not yet resolved (holding the commit back)",
+            labels=labels,
+        )
+        gap = GaugeMetricFamily(
+            "leasekeeper_commit_gap", "highest fetched offset minus committed offset", labels=labels
+        )
+        for p in sorted(partitions, key=lambda p: (p["topic"], p["partition"])):
+            values = [self._queue, p["topic"], str(p["partition"])]
+            leases.add_metric(values, len(p["leases"]))
+            unresolved.add_metric(values, p["unresolved_count"])
+            gap.add_metric(values, max(0, p["highest_fetched"] + 1 - max(p["committed"], 0)))
+        yield leases
+        yield unresolved
+        yield gap
 
     def _control(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         """Control-state size and the start-up read: the memory and start-up cost of
@@ -188,3 +195,4 @@ def serve_metrics(snapshot: Callable[[], dict[str, Any]], queue: str, port: int)
     registry = CollectorRegistry()
     registry.register(EngineCollector(snapshot, queue))
     start_http_server(port, addr="127.0.0.1", registry=registry)
+    _log.info("metrics: http://127.0.0.1:%d/metrics", port)

@@ -108,7 +108,14 @@ class Outbox:
         self._clock = clock
         self._waiting: list[_Entry] = []
         self._in_flight = 0
-        self._counters = {"delivered": 0, "transient_failures": 0, "shrunk": 0, "blocked_events": 0}
+        self._counters = {
+            "delivered": 0,
+            "transient_failures": 0,
+            "shrunk": 0,
+            "blocked_events": 0,
+            "status_dropped": 0,
+        }
+        self._status_warned_at = float("-inf")
         self._view_lock = threading.Lock()
         self._view = OutboxView()
         self._told = RateLimit(clock=clock)
@@ -182,6 +189,9 @@ class Outbox:
     def _failed(self, entry: _Entry, failure: ProduceFailure, text: str, *, now: float) -> None:
         """The one failure policy: shrink what is too large, back off from the rest."""
         topic = entry.topic
+        if entry.request.kind is CopyKind.STATUS and failure is not ProduceFailure.TRANSIENT:
+            self._drop_status(entry, f"{failure.value}: {topic}: {text}", now)
+            return
         if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
             entry.shrink = Shrink(entry.shrink + 1)
             entry.due = now
@@ -198,6 +208,19 @@ class Outbox:
         else:
             self._block(entry, f"{failure.value}: {topic}: {text}", now)
         self._waiting.append(entry)
+
+    def _drop_status(self, entry: _Entry, reason: str, now: float) -> None:
+        """A status record that cannot be produced is dropped, never blocks a partition:
+        it only tells ``producer cancel`` how a job ended. Warned at most once a minute."""
+        self._counters["status_dropped"] += 1
+        if now - self._status_warned_at >= 60:
+            self._status_warned_at = now
+            log.warning(
+                "job status records are being dropped (%d so far; %s): `producer cancel` "
+                "cannot tell finished jobs; create the status topic or grant Write on it",
+                self._counters["status_dropped"],
+                reason,
+            )
 
     def _block(self, entry: _Entry, reason: str, now: float) -> None:
         self._back_off(entry, now)
@@ -242,7 +265,10 @@ class Outbox:
 
 
 def _can_shrink(entry: _Entry) -> bool:
-    return entry.request.kind is not CopyKind.DEDUPE_CLAIM and entry.shrink < Shrink.NO_PAYLOAD
+    return (
+        entry.request.kind not in (CopyKind.DEDUPE_CLAIM, CopyKind.STATUS)
+        and entry.shrink < Shrink.NO_PAYLOAD
+    )
 
 
 def _name(tp: TopicPart) -> str:

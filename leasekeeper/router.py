@@ -66,6 +66,10 @@ class KafkaRouter:
             assert request.claim is not None
             claim = request.claim
             return OutRecord(topic=self._topics.dedupe, key=claim.key, value=claim.encode())
+        if kind is CopyKind.STATUS:
+            assert request.status is not None
+            status = request.status
+            return OutRecord(topic=self._topics.status, key=status.key, value=status.encode())
         if kind is CopyKind.DEAD_RAW:
             return self._dead_raw(request, shrink)
         assert request.job is not None

@@ -23,8 +23,72 @@ OFFSET_WIDTH = 20
 # Facts about the store itself live under their own prefix, apart from the
 # per-partition keys ("r/", "c/", "l/").
 _META = b"meta/"
+# Jobs by id ("j/<job id>"): delayed and skipped jobs, for ``inspect job``.
+_NOTES = b"j/"
 # Every key the store writes is printable ASCII, so this range holds them all.
 _ALL_KEYS = (b"\x00", b"\xff")
+
+
+class NoteKind(StrEnum):
+    """Why the store remembers a job by id (see ``JobNote``)."""
+
+    DELAYED = "delayed"
+    SKIPPED_DUPLICATE = "skipped_duplicate"
+    # Cancelled while it waited (never run), or while it ran (its lease ended).
+    CANCELLED_WAITING = "cancelled_waiting"
+    CANCELLED_RUNNING = "cancelled_running"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobNote:
+    """A job the leasekeeper saw but does not hold in its window, by job id: a
+    delay-tier record waiting for its due time, a job skipped as a duplicate, or
+    a cancelled one (skipped while waiting, or its lease ended while running).
+
+    Offsets index the partition state; ``inspect job ID`` needs the other way round,
+    and a person asks by id. ``due_ms`` is the run time of a delayed job;
+    ``duplicate_of`` the id of the job that claimed the dedupe key first.
+    """
+
+    job_id: str
+    kind: NoteKind
+    topic: str
+    partition: int
+    offset: int
+    seen_ms: int
+    due_ms: int | None = None
+    duplicate_of: str | None = None
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            [
+                self.kind.value,
+                self.topic,
+                self.partition,
+                self.offset,
+                self.seen_ms,
+                self.due_ms,
+                self.duplicate_of,
+            ]
+        ).encode()
+
+    @classmethod
+    def decode(cls, job_id: str, raw: bytes) -> JobNote:
+        kind, topic, partition, offset, seen_ms, due_ms, duplicate_of = json.loads(raw)
+        return cls(
+            job_id=job_id,
+            kind=NoteKind(kind),
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            seen_ms=seen_ms,
+            due_ms=due_ms,
+            duplicate_of=duplicate_of,
+        )
+
+
+def _note_key(job_id: str) -> bytes:
+    return _NOTES + job_id.encode()
 
 
 class Resolution(StrEnum):
@@ -96,6 +160,12 @@ class StoreBatch:
     def unhandled(self, topic: str, partition: int, offset: int, since_ms: int) -> None:
         self._batch.put(_key("u", topic, partition, offset), str(since_ms).encode())
 
+    def note(self, note: JobNote) -> None:
+        self._batch.put(_note_key(note.job_id), note.encode())
+
+    def forget_note(self, job_id: str) -> None:
+        self._batch.delete(_note_key(job_id))
+
     def unlease(self, topic: str, partition: int, offset: int) -> None:
         self._batch.delete(_key("l", topic, partition, offset))
 
@@ -164,6 +234,41 @@ class LeaseStore:
             offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
         }
         return PartitionMemory(resolved=resolved, claims=claims, leases=leases, unhandled=unhandled)
+
+    def notes(self, id_prefix: str, limit: int = 10) -> list[JobNote]:
+        """Up to ``limit`` notes whose job id starts with ``id_prefix`` (a whole id
+        gives at most that job): a prefix scan, like git's short ids."""
+        start = _note_key(id_prefix)
+        found: list[JobNote] = []
+        for key, value in self._db.items(from_key=start):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+            if not key.startswith(start) or len(found) >= limit:
+                break
+            found.append(JobNote.decode(key[len(_NOTES) :].decode(), value))
+        return found
+
+    def prune_notes(self, *, seen_before_ms: int, due_before_ms: int) -> int:
+        """Drop notes of jobs skipped or cancelled before ``seen_before_ms`` and of delayed
+        jobs due before ``due_before_ms`` (their tier record moved on, or another
+        leasekeeper took the partition); returns how many. A scan of every note: run
+        it rarely."""
+        batch = WriteBatch(raw_mode=True)
+        dropped = 0
+        for key, value in self._db.items(from_key=_NOTES):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+            if not key.startswith(_NOTES):
+                break
+            note = JobNote.decode(key[len(_NOTES) :].decode(), value)
+            if note.kind is NoteKind.DELAYED:
+                stale = note.due_ms is not None and note.due_ms < due_before_ms
+            else:
+                stale = note.seen_ms < seen_before_ms
+            if stale:
+                batch.delete(key)
+                dropped += 1
+        if dropped:
+            self._db.write(batch, self._write_options)
+        return dropped
 
     def _scan(
         self, kind: str, topic: str, partition: int, from_offset: int

@@ -8,8 +8,9 @@ Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,7 +30,9 @@ from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.topic_admin import ensure_queue_topics
+from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
+from producer.cancel import DEFAULT_WAIT_S, cancel_job
 from producer.durations import parse_at, parse_delay
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
@@ -102,7 +105,15 @@ main.add_command(schemas)
 @click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
 @click.option("--tenant", required=True, help="Tenant id; the partition key.")
 @click.option("--payload", "payload_json", required=True, help="The payload as a JSON object.")
-@click.option("--dedupe-key", default=None, help="Idempotency key stored in the envelope.")
+@click.option(
+    "--dedupe-key",
+    default=None,
+    help=(
+        "At most one job per key and tenant within the leasekeeper's --dedupe-window (24 h): "
+        "a later job with the key still gets an id (printed) but is skipped, never run; "
+        "`leasekeeper inspect job ID` then names the job that ran."
+    ),
+)
 @click.option("--priority", type=int, default=None, help="Priority stored in the envelope.")
 @click.option(
     "--delay",
@@ -206,10 +217,18 @@ def enqueue(
     click.echo(job_id)
 
 
-@main.command("cancel", short_help="Cancel a job: it will not run.")
+@main.command("cancel", short_help="Cancel a job, unless it already ended; say which case applied.")
 @click.argument("words", nargs=-1, metavar="[QUEUE] JOB_ID")
 @click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
 @click.option("--reason", default="", help="Why; kept with the cancellation.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    help="Seconds to wait for a leasekeeper to answer for the cancellation.",
+)
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
 @connect_timeout_option
@@ -217,25 +236,39 @@ def cancel(
     words: tuple[str, ...],
     queue_flag: str | None,
     reason: str,
+    wait_s: float,
     bootstrap: str | None,
     kafka_config: Path | None,
     connect_timeout_s: float,
 ) -> None:
-    """Record that JOB_ID of QUEUE must not run, once Kafka acknowledged it.
+    """Cancel JOB_ID of QUEUE, and say which case applied (from jobs.QUEUE.status).
 
-    A waiting job (delayed, or not yet claimed) is skipped; a running one loses
-    its lease. Exits non-zero when the cancellation was not recorded.
+    \b
+    Exit codes:
+      0  cancelled while it waited (ready or delayed): it will not run; or, for a
+         queue without a status topic, the cancellation was recorded
+      4  cancelled while it ran: its lease ended (the handler may have done part of its work)
+      5  not cancelled: it already succeeded or died (the answer says when)
+      6  not found yet: the cancellation is recorded, and the job is skipped if it
+         appears within 35 days
+      1, 2, 3  nothing was recorded (an error, a setup mistake, Kafka unreachable)
     """
     queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
     env = Environment.from_env()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     require_kafka(settings, connect_timeout_s)
     try:
         with JobProducer(settings, prefix=env.topic_prefix) as producer:
-            producer.cancel(queue, job_id, reason=reason)
+            answer = cancel_job(settings, producer, topics, job_id, reason=reason, wait_s=wait_s)
     except (ValueError, CancelError, EnqueueError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None
-    click.echo(f"cancelled {job_id}")
+    click.echo(answer.message(_iso))
+    sys.exit(answer.exit_code)
+
+
+def _iso(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @main.command("create-queue", short_help="Create a queue's topics.")

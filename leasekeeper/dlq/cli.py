@@ -49,6 +49,7 @@ from leasekeeper.dlq.render import (
     to_json,
 )
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
+from leasekeeper.id_prefix import PrefixError, resolve_prefix
 from schemas.codec import EnvelopeCodec
 from schemas.job import DeadLetterReason
 
@@ -194,6 +195,7 @@ def dlq() -> None:
 @_queue_options
 @_filter_options
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.option("--wide", is_flag=True, help="tenant and reason in columns of their own")
 def list_command(
     queue: str,
     bootstrap: str | None,
@@ -203,6 +205,7 @@ def list_command(
     schema_registry: str | None,
     schema_registry_config: Path | None,
     as_json: bool,
+    wide: bool,
     **filters: str | None,
 ) -> None:
     """List the dead letters of QUEUE, optionally filtered."""
@@ -223,7 +226,7 @@ def list_command(
             click.echo(to_json(summary(entry)))
         return
     console = Console()
-    console.print(entries_table(entries, title=target.topics.dlq))
+    console.print(entries_table(entries, title=target.topics.dlq, wide=wide))
     console.print(f"{len(entries)} dead letters" + ("" if selection.is_empty else " match"))
 
 
@@ -247,7 +250,8 @@ def show(
     schema_registry_config: Path | None,
     as_json: bool,
 ) -> None:
-    """Everything about one dead letter: JOB_ID, or PARTITION:OFFSET for an undecodable one.
+    """Everything about one dead letter: JOB_ID (or a unique prefix of 8+ characters),
+    or PARTITION:OFFSET for an undecodable one.
 
     A job that died more than once (replayed, then dead again) shows every time.
     """
@@ -259,14 +263,9 @@ def show(
         connect_timeout_s,
         (schema_registry, schema_registry_config),
     )
-    at = _LOCATION.match(job_id)
-    selection = DeadLetterFilter() if at else DeadLetterFilter(job_id=job_id)
     with _dlq_errors(target.kafka):
-        entries = [
-            entry
-            for entry in read_dead_letters(target.kafka, target.topics.dlq, target.codec, selection)
-            if at is None or location(entry) == job_id
-        ]
+        entries = list(read_dead_letters(target.kafka, target.topics.dlq, target.codec))
+    entries = _entries_named(entries, job_id)
     if not entries:
         raise click.ClickException(f"no dead letter {job_id} in {target.topics.dlq}")
     console = Console()
@@ -276,6 +275,19 @@ def show(
             click.echo(to_json(record))
         else:
             render_detail(record, console)
+
+
+def _entries_named(entries: list[DlqEntry], given: str) -> list[DlqEntry]:
+    """The entries ``given`` names: a ``PARTITION:OFFSET``, a job id, or a unique
+    prefix of one (ids are long; a table shows them whole so they can be pasted)."""
+    if _LOCATION.match(given):
+        return [entry for entry in entries if location(entry) == given]
+    ids = (entry.job.job_id for entry in entries if entry.job is not None)
+    try:
+        job_id = resolve_prefix(ids, given)
+    except PrefixError as exc:
+        raise click.ClickException(str(exc)) from None
+    return [entry for entry in entries if entry.job is not None and entry.job.job_id == job_id]
 
 
 @dlq.command("replay")

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
@@ -68,27 +69,35 @@ def summary(entry: DlqEntry) -> dict[str, Any]:
     }
 
 
-def entries_table(entries: Iterable[DlqEntry], title: str) -> Table:
-    table = Table(title=title)
-    for column in ("job id", "type", "tenant", "reason", "attempts", "last error", "died at"):
-        table.add_column(column, overflow="fold")
+def entries_table(entries: Iterable[DlqEntry], title: str, *, wide: bool = False) -> Table:
+    """Dead letters, one per row. The id and the time are never cut or wrapped (they are
+    what ``dlq show`` and ``--since`` take); the tenant and the reason get columns of
+    their own only when ``wide``, so that 80 columns suffice otherwise."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    table.add_column("job id", no_wrap=True)
+    table.add_column("type", overflow="fold")
+    if wide:
+        table.add_column("tenant", overflow="fold")
+        table.add_column("reason", overflow="fold")
+    table.add_column("tries", no_wrap=True, justify="right")
+    table.add_column("died at", no_wrap=True)
+    table.add_column("last error", overflow="fold", ratio=1)
     for entry in entries:
-        row = summary(entry)
-        last = row["last_error_class"]
-        error = (
-            f"{last}: {_clip(row['last_error_message'], 60)}" if last else _clip(row["detail"], 70)
-        )
-        attempts = f"{row['attempts']}/{row['max_attempts']}" if entry.job else "-"
-        table.add_row(
-            row["job_id"] or location(entry),
-            row["type"] or "(undecodable)",
-            row["tenant"] or "-",
-            row["reason"] or "-",
-            attempts,
-            error or "-",
-            row["died_at"] or "-",
-        )
+        table.add_row(*_entry_cells(entry, wide))
     return table
+
+
+def _entry_cells(entry: DlqEntry, wide: bool) -> list[str]:
+    row = summary(entry)
+    last = row["last_error_class"]
+    error = f"{last}: {_clip(row['last_error_message'], 60)}" if last else _clip(row["detail"], 70)
+    if not wide and row["reason"]:
+        error = f"{row['reason']}; {error}" if error else row["reason"]
+    cells = [row["job_id"] or location(entry), row["type"] or "(undecodable)"]
+    if wide:
+        cells += [row["tenant"] or "-", row["reason"] or "-"]
+    attempts = f"{row['attempts']}/{row['max_attempts']}" if entry.job else "-"
+    return [*cells, attempts, row["died_at"] or "-", error or "-"]
 
 
 def detail(entry: DlqEntry, codec: EnvelopeCodec) -> dict[str, Any]:
@@ -140,7 +149,10 @@ def _fields(record: dict[str, Any]) -> Table:
     job = record.get("job")
     if job:
         for key in _JOB_FIELDS:
-            grid.add_row(key, str(job[key]))
+            if key.endswith("_ms"):  # an ISO time beside ``died_at``, not epoch ms
+                grid.add_row(key[:-3], format_ms(job[key]) if job[key] else "none")
+            else:
+                grid.add_row(key, str(job[key]))
         return grid
     for key in ("raw_key", "raw_value"):
         value = record.get(key)

@@ -14,6 +14,7 @@ import urllib.request
 from collections import Counter
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.localkafka import free_port
 from tests.chaos import Ledger, extra_starts, leasekeeper_fault, twice_started, worker_fault
@@ -106,6 +107,18 @@ def test_without_heartbeats_the_job_is_redelivered_and_the_late_ack_rejected(
         r'^leasekeeper_stale_rejected_total\{queue="[^"]+"\} (\S+)$', metrics, re.M
     )
     assert rejected is not None and float(rejected.group(1)) >= 1
+    # The queue's partitions and its tiers' share numbers: no series may repeat.
+    series = [
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+    ]
+    assert len(series) == len(set(series)), sorted(s for s in series if series.count(s) > 1)
+    in_flight = [dict(labels) for name, labels in series if name == "leasekeeper_leases_in_flight"]
+    assert {labels["topic"] for labels in in_flight} >= {
+        system.topics.ready,
+        system.topics.retry("1s"),
+    }
 
 
 def test_a_handler_that_never_returns_is_stopped_by_its_timeout_and_retried(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from leasekeeper.metrics import COUNTERS, EngineCollector
@@ -71,9 +72,10 @@ def test_the_existing_families_are_unchanged() -> None:
     assert 'leasekeeper_acked_total{queue="emails"} 42.0' in text
     assert 'leasekeeper_retried_total{queue="emails"} 9.0' in text
     assert 'leasekeeper_ready_jobs{queue="emails"} 7.0' in text
-    assert 'leasekeeper_leases_in_flight{partition="2",queue="emails"} 2.0' in text
-    assert 'leasekeeper_unresolved_offsets{partition="2",queue="emails"} 3.0' in text
-    assert 'leasekeeper_commit_gap{partition="2",queue="emails"} 5.0' in text
+    labels = '{partition="2",queue="emails",topic="jobs.emails"}'
+    assert f"leasekeeper_leases_in_flight{labels} 2.0" in text
+    assert f"leasekeeper_unresolved_offsets{labels} 3.0" in text
+    assert f"leasekeeper_commit_gap{labels} 5.0" in text
 
 
 def test_nothing_waiting_is_a_zero_not_a_missing_series() -> None:
@@ -142,3 +144,31 @@ def test_blocked_copies_are_exported_per_partition_for_alerting() -> None:
     )
     assert 'leasekeeper_copies_shrunk_total{queue="emails"} 2.0' in text
     assert 'leasekeeper_copies_blocked_events_total{queue="emails"} 2.0' in text
+
+
+def _partition(topic: str, partition: int) -> dict[str, Any]:
+    return {
+        "topic": topic,
+        "partition": partition,
+        "committed": -1001,
+        "highest_fetched": -1,
+        "unresolved_count": 0,
+        "leases": [],
+    }
+
+
+def test_no_series_repeats_when_the_queue_and_its_tiers_share_partition_numbers() -> None:
+    """A leasekeeper holds partition 0 of the queue and of every tier topic: each
+    (name, labels) pair must appear once, told apart by ``topic``."""
+    topics = ["jobs.emails", "jobs.emails.retry.1s", "jobs.emails.retry.1m", "jobs.emails.dlq"]
+    partitions = [_partition(topic, p) for topic in topics for p in (0, 1)]
+    text = scrape(snapshot(partitions=partitions, **RETRY_FIELDS))
+    seen: list[tuple[str, tuple[tuple[str, str], ...]]] = [
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+    repeated = {series for series in seen if seen.count(series) > 1}
+    assert not repeated
+    in_flight = [s for s in seen if s[0] == "leasekeeper_leases_in_flight"]
+    assert len(in_flight) == len(partitions)

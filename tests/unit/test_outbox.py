@@ -289,6 +289,26 @@ def test_a_dedupe_claim_lets_its_job_run_once_delivered(rig: Rig) -> None:
     assert grant.lease_id == "jobs.q/0/0"
 
 
+def test_a_status_record_that_cannot_be_written_is_dropped_never_blocking(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.engine.offer(TP, 0, job(), b"x")
+    (grant,) = rig.engine.claim("w", 1, wait_s=0)
+    ack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)
+    rig.engine.settle([ack])
+    with caplog.at_level(logging.WARNING, logger="leasekeeper.outbox"):
+        rig.outbox.pump()
+        assert [s.topic for s in rig.producer.sent] == [TOPICS.status]
+        rig.producer.answer(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        rig.clock.now += 5
+        rig.outbox.pump()
+    assert len(rig.producer.sent) == 1  # not sent again
+    assert rig.outbox.blocked() == {} and rig.outbox.view().counters["status_dropped"] == 1
+    assert rig.committable() == 1
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "status records are being dropped" in warning.getMessage()
+
+
 def test_a_durable_retry_is_logged_at_info_with_the_job_and_tier(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,0 +1,99 @@
+"""Reading ``jobs.Q.status``: how each job ended (succeeded, dead, cancelled).
+
+The leasekeeper writes one status record when a job succeeds, dies or is
+cancelled (compacted, keyed by job id, one partition). ``producer cancel`` and
+``leasekeeper inspect job`` both read it, so the reader lives here, beside the
+Kafka adapter. The read is a scan of the status partition's tail (``MAX_SCAN``
+records): cheap for the jobs a person looks up by hand, which are recent.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+
+from jobcore.control import JobStatus
+from jobcore.kafka import (
+    Consumer,
+    KafkaError,
+    KafkaSettings,
+    Message,
+    TopicPartition,
+    make_consumer,
+)
+
+__all__ = ["MAX_SCAN", "StatusError", "StatusReader"]
+
+# The most recent status records a reader looks through.
+MAX_SCAN = 1_000_000
+
+
+class StatusError(RuntimeError):
+    """The status topic could not be read (a non-retriable error)."""
+
+
+class StatusReader:
+    """Reads one queue's status partition: the latest record of a job, then new ones."""
+
+    def __init__(
+        self, settings: KafkaSettings, topic: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._topic = topic
+        self._clock = clock
+        self._consumer: Consumer = make_consumer(settings, f"cancel.{uuid.uuid4().hex}")
+        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        self._start, self._end = max(low, high - MAX_SCAN), high
+        self._consumer.assign([TopicPartition(topic, 0, self._start)])
+
+    def latest(self, job_id: str, timeout_s: float = 30.0) -> JobStatus | None:
+        """The last status of ``job_id`` written before this reader started."""
+        found: JobStatus | None = None
+        deadline = self._clock() + timeout_s
+        while self._position() < self._end and self._clock() < deadline:
+            for message in self._consumer.consume(num_messages=500, timeout=0.2):
+                status = _status(message, job_id)
+                found = status or found
+        return found
+
+    def wait_for(self, job_id: str, timeout_s: float) -> JobStatus | None:
+        """The first status of ``job_id`` written from now on, within ``timeout_s``."""
+        deadline = self._clock() + timeout_s
+        while self._clock() < deadline:
+            for message in self._consumer.consume(num_messages=500, timeout=0.2):
+                status = _status(message, job_id)
+                if status is not None:
+                    return status
+        return None
+
+    def _position(self) -> int:
+        (tp,) = self._consumer.position([TopicPartition(self._topic, 0)])
+        return max(self._start, int(tp.offset))  # no position before the first fetch
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> StatusReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _status(message: Message, job_id: str) -> JobStatus | None:
+    error = message.error()
+    if error is not None:
+        if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+            return None
+        raise StatusError(f"reading the status topic failed: {error}")
+    if message.key() != job_id.encode() or message.value() is None:
+        return None
+    value = message.value()
+    assert value is not None
+    return JobStatus.decode(value)

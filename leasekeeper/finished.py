@@ -1,0 +1,71 @@
+"""``inspect job`` for a job the leasekeeper no longer holds: how it ended, from
+``jobs.Q.status`` (the record the leasekeeper wrote when it succeeded, died or
+was cancelled).
+
+Only tried when the leasekeeper does not hold a whole job id, and only when
+Kafka is named (``KAFKA_BOOTSTRAP``, ``KAFKA_CONFIG``, or the address
+``dev kafka start`` recorded). A
+failure to read leaves the answer ``unknown``: inspect must work during an
+incident even when Kafka does not.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from jobcore.config import Environment
+from jobcore.control import JobStatus
+from jobcore.kafka import KafkaException, KafkaSetupError
+from jobcore.status import StatusError, StatusReader
+from jobcore.topics import QueueTopics
+from leasekeeper.id_prefix import MIN_PREFIX
+
+log = logging.getLogger(__name__)
+
+_CLIENT_ID = "leasekeeper-inspect"
+# States in which the leasekeeper does not hold the job: it may have ended. A
+# cancellation recorded after a job succeeded does not make it cancelled.
+_NOT_HELD = frozenset({"unknown", "cancellation recorded"})
+# A uuid4 hex id: shorter input is a prefix, which the status topic cannot look up.
+WHOLE_ID = 32
+
+
+def finished_view(view: dict[str, object], queue: str, env: Environment) -> dict[str, object]:
+    """``view`` with how the job ended, when it is ``unknown`` here and the status
+    topic of ``queue`` has it; ``view`` unchanged otherwise."""
+    job_id = str(view["job_id"])
+    kafka_named = (
+        env.bootstrap_from_env or env.kafka_config is not None or env.dev_bootstrap is not None
+    )
+    if view.get("state") not in _NOT_HELD or len(job_id) < max(WHOLE_ID, MIN_PREFIX) or not queue:
+        return view
+    if not kafka_named:  # no guessing at a default broker: inspect answers at once
+        return view
+    try:
+        settings = env.kafka(_CLIENT_ID, bootstrap=None, kafka_config=None)
+        topic = QueueTopics(queue=queue, prefix=env.topic_prefix).status
+        with StatusReader(settings, topic) as reader:
+            status = reader.latest(job_id, timeout_s=10)
+    except (KafkaException, KafkaSetupError, StatusError, ValueError) as exc:
+        log.debug("no status for %s: %s", job_id, exc)
+        return view
+    if status is None:
+        return view
+    ended = status_view(status)
+    if "cancelled_at_ms" in view and status.state.value != "cancelled":
+        ended["cancellation_recorded_at_ms"] = view["cancelled_at_ms"]
+    return ended
+
+
+def status_view(status: JobStatus) -> dict[str, object]:
+    """A finished job as ``inspect job`` shows it."""
+    view: dict[str, object] = {
+        "job_id": status.job_id,
+        "state": status.state.value,
+        "member_knows": False,
+        "ended_at_ms": status.at_ms,
+        "attempt": status.attempt,
+    }
+    if status.reason:
+        view["reason"] = status.reason
+    return view

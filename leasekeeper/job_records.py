@@ -1,0 +1,64 @@
+"""What the engine records about how a job ended or where it waits (pure values).
+
+Two kinds: status records for ``jobs.Q.status`` (succeeded, dead, cancelled),
+sent by the outbox as ``STATUS`` copies that resolve nothing, so an offset never
+waits for them; and notes by job id in the RocksDB store (delayed, skipped as a
+duplicate, cancelled) for ``inspect job``. Kept apart from the engine so that it
+only decides when to write them.
+"""
+
+from __future__ import annotations
+
+from jobcore.control import CancelledHow, JobEnd, JobStatus
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.leases import Pending, TopicPart
+from leasekeeper.store import JobNote, NoteKind
+from schemas.job import Job
+
+# Notes by job id are pruned this often, and a delayed job's note once it is this far
+# past due (it was dispatched, hopped, or moved with its partition).
+NOTE_PRUNE_INTERVAL_S = 3600.0
+NOTE_OVERDUE_MS = 60_000
+
+
+def ended(
+    pending: Pending, end: JobEnd, *, attempt: int, at_ms: int, how: CancelledHow | None = None
+) -> CopyRequest:
+    """The status record of a job in hand that ended ``end``."""
+    status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=at_ms, attempt=attempt,
+                       reason=how.value if how else "")  # fmt: skip
+    return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
+                       generation=pending.generation, status=status)  # fmt: skip
+
+
+def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequest:
+    """The status record of a job whose dead letter ``request`` was delivered."""
+    status = JobStatus(job_id=job.job_id, state=JobEnd.DEAD, at_ms=at_ms, attempt=job.attempt,
+                       reason=reason)  # fmt: skip
+    return CopyRequest(kind=CopyKind.STATUS, source=request.source, offset=request.offset,
+                       generation=request.generation, status=status)  # fmt: skip
+
+
+def cancelled_in_tier(note: JobNote, *, at_ms: int) -> CopyRequest:
+    """The status record of a cancelled job noted in a held tier: it will be skipped."""
+    status = JobStatus(job_id=note.job_id, state=JobEnd.CANCELLED, at_ms=at_ms, attempt=0,
+                       reason=CancelledHow.WAITING.value)  # fmt: skip
+    source = TopicPart(note.topic, note.partition)
+    return CopyRequest(kind=CopyKind.STATUS, source=source, offset=note.offset, generation=0,
+                       status=status)  # fmt: skip
+
+
+def skip_note(
+    pending: Pending, kind: NoteKind, *, seen_ms: int, original: str | None = None
+) -> JobNote:
+    """A job resolved without running (cancelled, or a duplicate of ``original``)."""
+    return JobNote(job_id=pending.job.job_id, kind=kind, topic=pending.tp.topic,
+                   partition=pending.tp.partition, offset=pending.offset, seen_ms=seen_ms,
+                   duplicate_of=original)  # fmt: skip
+
+
+def delayed_note(tp: TopicPart, offset: int, job: Job, *, seen_ms: int) -> JobNote:
+    """A delay-tier record seen and left in Kafka until due."""
+    return JobNote(job_id=job.job_id, kind=NoteKind.DELAYED, topic=tp.topic,
+                   partition=tp.partition, offset=offset, seen_ms=seen_ms,
+                   due_ms=job.run_at_ms)  # fmt: skip

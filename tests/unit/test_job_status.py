@@ -1,0 +1,107 @@
+"""Status records (``jobs.Q.status``): the engine describes one whenever a job ends,
+and ``producer cancel`` turns what it reads into one honest line and exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobcore.control import Cancellation, CancelledHow, JobEnd, JobStatus
+from leasekeeper.copies import CopyKind
+from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.leases import Outcome, Settlement, TopicPart
+from leasekeeper.store import LeaseStore
+from producer.status import CancelAnswer, CancelOutcome, ended
+from schemas.job import Job
+
+TP = TopicPart("jobs.q", 0)
+NOW_S = 1_800_000_000.0
+
+
+def clock() -> float:
+    return NOW_S
+
+
+def make_engine(path: Path) -> LeaseEngine:
+    return LeaseEngine(
+        store=LeaseStore(path), config=EngineConfig(lease_s=10), clock=clock, monotonic=clock
+    )
+
+
+def job(i: int, run_at_ms: int = 0) -> Job:
+    return Job(job_id=f"job-{i}", queue="q", tenant_id="t1", type="noop", payload=b"",
+               created_at_ms=0, run_at_ms=run_at_ms)  # fmt: skip
+
+
+def statuses(engine: LeaseEngine) -> list[JobStatus]:
+    return [c.status for c in engine.take_copies() if c.kind is CopyKind.STATUS and c.status]
+
+
+def test_an_ack_writes_succeeded_without_holding_the_commit(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)])
+    assert [(s.job_id, s.state, s.attempt) for s in statuses(engine)] == [
+        ("job-0", JobEnd.SUCCEEDED, 1)
+    ]
+    assert engine.commit_positions()[TP][0] == 1  # the status copy is not waited for
+
+
+def test_a_permanent_failure_writes_dead_once_the_dead_letter_is_delivered(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+                              permanent=True)])  # fmt: skip
+    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
+    assert statuses(engine) == []  # not before the dead letter is durable
+    engine.copy_delivered(dead)
+    ((job_id, state, reason),) = [(s.job_id, s.state, s.reason) for s in statuses(engine)]
+    assert (job_id, state, reason) == ("job-0", JobEnd.DEAD, "permanent error")
+
+
+def test_a_cancellation_is_answered_for_waiting_and_running_jobs(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)  # job-0 runs, job-1 waits
+    engine.take_copies()
+    engine.control.cancel(Cancellation(job_id="job-1", cancelled_at_ms=0))
+    engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
+    engine.cancellations_arrived()
+    assert [(s.job_id, s.reason) for s in statuses(engine)] == [
+        ("job-1", CancelledHow.WAITING.value)
+    ]
+    engine.heartbeat([(grant.lease_id, grant.token)])
+    assert [(s.job_id, s.reason) for s in statuses(engine)] == [
+        ("job-0", CancelledHow.RUNNING.value)
+    ]
+
+
+def test_a_cancelled_job_seen_in_a_held_tier_is_answered(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
+    engine.cancellations_arrived()  # not seen yet: nothing to say
+    assert statuses(engine) == []
+    engine.note_delayed(TopicPart("jobs.q.retry.1m", 0), 3, job(0, run_at_ms=2_000_000_000_000))
+    assert [(s.job_id, s.state) for s in statuses(engine)] == [("job-0", JobEnd.CANCELLED)]
+
+
+def test_status_records_round_trip_and_answers_name_the_case() -> None:
+    status = JobStatus(job_id="j", state=JobEnd.DEAD, at_ms=5, attempt=3, reason="too large")
+    assert JobStatus.decode(status.encode()) == status
+    answer = CancelAnswer(job_id="j", outcome=ended(status), status=status)
+    assert answer.exit_code == 5
+    assert answer.message(str) == "not cancelled: job j already died (too large) at 5 (attempt 3)"
+    running = JobStatus(job_id="j", state=JobEnd.CANCELLED, at_ms=5, attempt=2,
+                        reason=CancelledHow.RUNNING.value)  # fmt: skip
+    assert ended(running) is CancelOutcome.LEASE_ENDED
+    assert CancelAnswer(job_id="j", outcome=CancelOutcome.NOT_FOUND).exit_code == 6
+    recorded = CancelAnswer(job_id="j", outcome=CancelOutcome.RECORDED)
+    assert (recorded.exit_code, recorded.message(str)) == (
+        0,
+        "cancellation recorded: the job will be skipped if it has not run yet",
+    )
