@@ -193,6 +193,12 @@ class LeaseEngine:
     def window_full(self) -> bool:
         return self.window_room() == 0
 
+    def over_share(self, fetching: set[TopicPart]) -> tuple[set[TopicPart], int]:
+        """The partitions a full window pauses (those holding their share of it or
+        more) and the records the others may still fetch: see ``ReadyWindow.over_share``."""
+        with self._cond:
+            return self._window.over_share(fetching)
+
     # -- workers ------------------------------------------------------------
 
     def claim(
