@@ -80,7 +80,9 @@ class LeaseEngine:
                             control=self.control, clock=clock, monotonic=monotonic)  # fmt: skip
         self._book = PartitionBook(store=store, counters=self.counters, max_span=config.max_span)
         self._window = ReadyWindow(records=config.window_records, max_bytes=config.window_bytes,
-                                   wake=self._cond.notify_all, policy=policy)  # fmt: skip
+                                   wake=self._cond.notify_all, policy=policy,
+                                   class_weights=config.class_weights,
+                                   tenants=config.tenants)  # fmt: skip
         self._copies = CopyQueue(book=self._book)
         failures = FailurePath(config=config, budget=self._budget, rng=rng or random.Random(),
                                clock=clock)  # fmt: skip

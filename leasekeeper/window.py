@@ -17,14 +17,19 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
-from leasekeeper.fairness import DispatchPolicy, TenantRoundRobin
+from leasekeeper.fairness import DispatchPolicy
 from leasekeeper.leases import Pending, TopicPart
+from leasekeeper.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy, WeightedFair
 
 
 def job_type(pending: Pending) -> str:
     return pending.job.type
+
+
+def priority_class(pending: Pending) -> str:
+    return pending.job.priority_class
 
 
 class ReadyWindow:
@@ -35,12 +40,23 @@ class ReadyWindow:
         max_bytes: int,
         wake: Callable[[], None],
         policy: DispatchPolicy[Pending] | None = None,
+        class_weights: Mapping[str, int] | None = None,
+        tenants: TenantPolicy | None = None,
     ) -> None:
+        """Without a ``policy``: weighted priority classes, then tenants by weighted fair
+        queuing on cost (``WeightedFair``)."""
         self.records = records
         self._max_bytes = max_bytes
         self._wake = wake
         self._ready: DispatchPolicy[Pending] = (
-            policy if policy is not None else TenantRoundRobin(kind=job_type)
+            policy
+            if policy is not None
+            else WeightedFair(
+                klass=priority_class,
+                kind=job_type,
+                class_weights=class_weights or DEFAULT_CLASS_WEIGHTS,
+                tenants=tenants,
+            )
         )
         self.bytes = 0
         self._delayed: list[tuple[int, int, Pending]] = []
@@ -75,12 +91,24 @@ class ReadyWindow:
         self._hold(pending.tp, 1)
         self._wake()
 
-    def pop(self, accept: Callable[[Pending], bool] | None) -> Pending | None:
-        pending = self._ready.pop(accept)
+    def pop(
+        self, accept: Callable[[Pending], bool] | None, skip: Container[str] = frozenset()
+    ) -> Pending | None:
+        """The job the policy chooses, from a tenant not in ``skip`` (at its cap)."""
+        pending = self._ready.pop(accept, skip)
         if pending is not None:
             self.bytes -= len(pending.envelope)
             self._hold(pending.tp, -1)
         return pending
+
+    def settled(self, tenant: str, cost_s: float) -> None:
+        """A job of ``tenant`` ran ``cost_s`` of handler time: the policy charges it."""
+        self._ready.settled(tenant, cost_s)
+
+    def classes(self) -> dict[str, int]:
+        """Ready jobs per priority class, when the policy knows classes."""
+        classes = getattr(self._ready, "classes", None)
+        return dict(classes()) if callable(classes) else {}
 
     def has_any(self, job_types: frozenset[str]) -> bool:
         return self._ready.has_any(job_types)

@@ -5,11 +5,18 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.leases import Outcome, Settlement, TopicPart
+from leasekeeper.store import LeaseStore
 from leasekeeper.weighted import TenantPolicy, WeightedFair
+from schemas.job import Job
+
+TP = TopicPart("jobs.q", 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,3 +148,32 @@ def test_no_tenant_with_ready_work_is_starved(order: list[str]) -> None:
         assert item is not None
         waiting.discard(item.tenant)
     assert not waiting
+
+
+def engine_job(i: int, tenant: str, klass: str = "default") -> Job:
+    return Job(job_id=f"{tenant}-{i}", queue="q", tenant_id=tenant, type="noop", payload=b"",
+               created_at_ms=0, priority_class=klass)  # fmt: skip
+
+
+def test_the_cap_holds_across_the_workers_of_one_leasekeeper(tmp_path: Path) -> None:
+    config = EngineConfig(tenants=TenantPolicy(default_cap=2, caps={"b": 1}))
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=config)
+    engine.assign(TP, -1001)
+    for i in range(6):
+        engine.offer(TP, i, engine_job(i, "a" if i < 4 else "b"), b"x")
+    first = engine.claim("w1", 10, wait_s=0)
+    assert len(first) == 3, "two of a (its cap), one of b (its own cap)"
+    assert engine.claim("w2", 10, wait_s=0) == []
+    engine.settle([Settlement(lease_id=first[0].lease_id, token=first[0].token,
+                              outcome=Outcome.ACK, run_s=0.05)])  # fmt: skip
+    assert len(engine.claim("w2", 10, wait_s=0)) == 1
+
+
+def test_a_critical_job_behind_a_bulk_backlog_is_claimed_first(tmp_path: Path) -> None:
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig())
+    engine.assign(TP, -1001)
+    for i in range(200):
+        engine.offer(TP, i, engine_job(i, "flood", "bulk"), b"x")
+    engine.offer(TP, 200, engine_job(0, "reset", "critical"), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    assert grant.lease_id == TP.lease_id(200)
