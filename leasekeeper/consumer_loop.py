@@ -72,6 +72,7 @@ class ConsumerLoop:
         topics: QueueTopics,
         gate: TierGate,
         config: LoopConfig,
+        ready_topics: tuple[str, ...] = (),
         clock: Callable[[], float] = time.monotonic,
         watch: ErrorWatch | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
@@ -92,6 +93,8 @@ class ConsumerLoop:
         self._outbox = outbox
         self._topics = topics
         self._gate = gate
+        # The priority classes' topics (the default class's is ``topics.ready``).
+        self._ready_topics = ready_topics or (topics.ready,)
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
@@ -105,7 +108,7 @@ class ConsumerLoop:
         self._stop = stop
         self._ran = True
         self._consumer.subscribe(
-            [self._topics.ready, *self._gate.topics],
+            [*self._ready_topics, *self._gate.topics],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,

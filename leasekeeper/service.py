@@ -26,6 +26,7 @@ from jobcore.kafka import (
     make_producer,
     topic_ids,
 )
+from jobcore.priority import PriorityClasses
 from jobcore.retrying import Stopped, until_done
 from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
@@ -150,6 +151,7 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
+            ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
             config=config.loop,
             watch=config.kafka.watch,
         )
@@ -242,6 +244,7 @@ class LeaseKeeperService:
             partitions=len(ready.partitions),
             prefix=self.config.prefix,
             tiers=self.config.tiers,
+            classes=PriorityClasses(weights=self.config.engine.class_weights),
         )
 
     def _check_state_identity(self) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from producer.request import JobRequest
 from tests.system import PARTITIONS, System, wait_until
 
 OTHERS = [f"other-{i}" for i in range(12)]
@@ -40,3 +44,29 @@ def test_a_full_window_lets_a_partition_without_the_flood_fetch(system: System) 
 
     wait_until(fetched_elsewhere, 30, "the jobs outside the flooded partition to be fetched")
     assert ready_by_tenant(system)["tenant-0"] < 1_000, "the flood is still held back"
+
+
+def flood_requests(system: System, count: int, klass: str) -> Iterator[JobRequest]:
+    for n in range(count):
+        yield JobRequest(queue=system.queue, type="noop", payload={"n": n},
+                         tenant_id="flood", priority=klass)  # fmt: skip
+
+
+def test_a_critical_job_behind_a_bulk_backlog_starts_before_the_next_200_bulk_jobs(
+    system: System,
+) -> None:
+    system.start(workers=1, concurrency=4)
+    system.enqueue_requests(flood_requests(system, 3_000, "bulk"))
+    wait_until(lambda: len(system.starts()) >= 100, 60, "the bulk backlog to be running")
+    started_before = len(system.starts())
+    urgent = JobRequest(queue=system.queue, type="noop", payload={"n": 0},
+                        tenant_id="reset", priority="critical")  # fmt: skip
+    (critical,) = system.enqueue_requests([urgent])
+    wait_until(lambda: critical in {e.job_id for e in system.starts()}, 60, "the critical job")
+    order = [e.job_id for e in system.starts()]  # one worker process: its file is in order
+    assert order.index(critical) - started_before < 200, (order.index(critical), started_before)
+
+
+def test_an_unknown_priority_class_is_refused_with_the_known_names(system: System) -> None:
+    with pytest.raises(ValueError, match="unknown priority class 'urgent': use one of critical"):
+        system.enqueue_requests(flood_requests(system, 1, "urgent"))

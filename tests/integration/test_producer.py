@@ -82,7 +82,7 @@ def test_an_enqueued_job_lands_on_the_ready_topic_keyed_by_tenant(
 ) -> None:
     with JobProducer(kafka, clock=lambda: NOW) as producer:
         job_id = producer.enqueue(
-            queue, "send_receipt", RECEIPT, tenant_id="acme", dedupe_key="order-7", priority=2
+            queue, "send_receipt", RECEIPT, tenant_id="acme", dedupe_key="order-7"
         )
 
     [msg] = read_all(kafka, f"jobs.{queue}", 1)
@@ -95,7 +95,6 @@ def test_an_enqueued_job_lands_on_the_ready_topic_keyed_by_tenant(
         tenant_id="acme",
         type="send_receipt",
         payload=job.payload,
-        priority=2,
         run_at_ms=int(NOW * 1000),
         dedupe_key="order-7",
         created_at_ms=int(NOW * 1000),
