@@ -177,3 +177,16 @@ def test_a_critical_job_behind_a_bulk_backlog_is_claimed_first(tmp_path: Path) -
     engine.offer(TP, 200, engine_job(0, "reset", "critical"), b"x")
     (grant,) = engine.claim("w", 1, wait_s=0)
     assert grant.lease_id == TP.lease_id(200)
+
+
+def test_a_settlements_run_time_is_charged_to_its_tenant(tmp_path: Path) -> None:
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig())
+    engine.assign(TP, -1001)
+    for i, tenant in enumerate(["a", "a", "b", "b"]):
+        engine.offer(TP, i, engine_job(i, tenant), b"x")
+    (first,) = engine.claim("w", 1, wait_s=0)
+    assert first.lease_id == TP.lease_id(0)
+    engine.settle([Settlement(lease_id=first.lease_id, token=first.token,
+                              outcome=Outcome.ACK, run_s=1.0)])  # fmt: skip
+    rest = [g.lease_id for g in engine.claim("w", 2, wait_s=0)]
+    assert rest == [TP.lease_id(2), TP.lease_id(3)], "a's one second buys b two turns"
