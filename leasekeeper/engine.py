@@ -34,6 +34,7 @@ from leasekeeper.copy_queue import CopyQueue, dead_status, resolution_of
 from leasekeeper.engine_config import Counters, EngineConfig, EngineContext, now_ms
 from leasekeeper.failures import FailurePath
 from leasekeeper.fairness import DispatchPolicy
+from leasekeeper.fairness_view import FairnessSnapshot, fairness_snapshot
 from leasekeeper.intake import Intake
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
@@ -340,6 +341,12 @@ class LeaseEngine:
                 workers=self._unhandled.workers.snapshot(now_ms(self._clock)),
                 mono=self._monotonic(),
             )
+
+    def fairness(self) -> FairnessSnapshot:
+        """Per priority class and per tenant: what ``inspect`` and the metrics show."""
+        with self._cond:
+            return fairness_snapshot(config=self._config, window=self._window,
+                                     book=self._book, now_ms=now_ms(self._clock))  # fmt: skip
 
     def job_view(self, given: str) -> dict[str, object]:
         """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a

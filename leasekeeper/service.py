@@ -282,7 +282,15 @@ class LeaseKeeperService:
         return LeaseKeeperSnapshot(
             engine=self.engine.snapshot(),
             queue=self.config.queue,
-            topics={"ready": self.topics.ready, "dlq": self.topics.dlq},
+            topics={
+                "ready": self.topics.ready,
+                "dlq": self.topics.dlq,
+                **{
+                    f"class {name}": self.topics.of_class(name)
+                    for name in self.config.engine.class_weights
+                    if self.topics.of_class(name) != self.topics.ready
+                },
+            },
             member=self.config.member_id,
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
@@ -292,6 +300,7 @@ class LeaseKeeperService:
             kafka_last_error=self.config.kafka.watch.last_reason(),
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
+            fairness=self.engine.fairness(),
         )
 
     def snapshot_dict(self) -> dict[str, object]:
