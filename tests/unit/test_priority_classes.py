@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 
 from jobcore.priority import PriorityClasses
 from jobcore.topics import QueueTopics
+from leasekeeper import cli as leasekeeper_cli
+from producer import cli as producer_cli
 
 
 def test_classes_default_to_critical_default_bulk_at_6_3_1() -> None:
@@ -48,3 +53,23 @@ def test_a_queue_name_that_would_collide_with_a_class_topic_is_refused(name: str
     with pytest.raises(ValueError, match="reserved"):
         QueueTopics(queue=name)
     assert QueueTopics(queue="critical").ready == "jobs.critical", "a plain name stays allowed"
+
+
+def test_enqueue_refuses_an_unknown_class_in_one_line_before_connecting() -> None:
+    result = CliRunner().invoke(
+        producer_cli.main,
+        ["enqueue", "--queue", "q", "noop", "--tenant", "t", "--payload", "{}",
+         "--priority", "urgent", "--bootstrap", "127.0.0.1:1"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "unknown priority class 'urgent': use one of critical, default, bulk" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_serve_refuses_a_bad_tenant_flag_naming_it(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        leasekeeper_cli.main,
+        ["serve", "--queue", "q", "--state-dir", str(tmp_path), "--tenant-weight", "acme"],
+    )
+    assert result.exit_code == 1, result.output
+    assert "--tenant-weight 'acme': expected TENANT=N with N > 0" in result.output
