@@ -18,6 +18,8 @@ leasekeeper.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -50,11 +52,14 @@ class TenantPolicy:
 
 
 class _Tenants(Generic[T]):
-    """One class's ready jobs per tenant, FIFO within a tenant."""
+    """One class's ready jobs per tenant, FIFO within a tenant, and a heap of the
+    tenants by virtual clock (stale entries, whose clock moved since, are skipped), so
+    choosing a tenant costs O(log tenants), not a scan of every tenant."""
 
     def __init__(self) -> None:
         self.queues: dict[str, deque[T]] = {}
         self.size = 0
+        self.heap: list[tuple[float, int, str]] = []
 
 
 class WeightedFair(Generic[T]):
@@ -79,6 +84,7 @@ class WeightedFair(Generic[T]):
         self._mean_cost: dict[str, float] = {}
         self._kinds: Counter[str] = Counter()
         self._size = 0
+        self._seq = itertools.count()
 
     # -- filling ------------------------------------------------------------------
 
@@ -93,6 +99,7 @@ class WeightedFair(Generic[T]):
             queue = tenants.queues[tenant] = deque()
             # A tenant coming back starts at the present, not with credit saved while idle.
             self._vtime[tenant] = max(self._vtime.get(tenant, 0.0), self._vnow)
+            self._enter(tenants, tenant)
         tenants.size += 1
         self._size += 1
         if self._kind is not None:
@@ -140,20 +147,41 @@ class WeightedFair(Generic[T]):
         self._credit[name] -= total
         return (name, *candidates[name])
 
+    def _enter(self, tenants: _Tenants[T], tenant: str) -> None:
+        heapq.heappush(tenants.heap, (self._vtime[tenant], next(self._seq), tenant))
+        if len(tenants.heap) > 4 * len(tenants.queues) + 64:  # drop the stale entries
+            tenants.heap = [e for e in tenants.heap if self._current(tenants, e)]
+            heapq.heapify(tenants.heap)
+
+    def _current(self, tenants: _Tenants[T], entry: tuple[float, int, str]) -> bool:
+        return entry[2] in tenants.queues and self._vtime.get(entry[2]) == entry[0]
+
+    def _set_vtime(self, tenant: str, vtime: float) -> None:
+        """Move a tenant's clock; its heap entries in every class follow."""
+        self._vtime[tenant] = vtime
+        for tenants in self._classes.values():
+            if tenant in tenants.queues:
+                self._enter(tenants, tenant)
+
     def _best_tenant(
         self, tenants: _Tenants[T], accept: Callable[[T], bool] | None, skip: Container[str]
     ) -> tuple[str, int] | None:
-        best: tuple[float, str, int] | None = None
-        for tenant, queue in tenants.queues.items():
-            if tenant in skip:
+        """The eligible tenant with the lowest clock, and the index of its first job
+        ``accept`` takes; the heap is left as it was (less stale entries)."""
+        passed: list[tuple[float, int, str]] = []
+        found: tuple[str, int] | None = None
+        while tenants.heap and found is None:
+            entry = heapq.heappop(tenants.heap)
+            if not self._current(tenants, entry):
                 continue
-            vtime = self._vtime.get(tenant, 0.0)
-            if best is not None and vtime >= best[0]:
-                continue
-            index = _first(queue, accept)
+            passed.append(entry)
+            tenant = entry[2]
+            index = None if tenant in skip else _first(tenants.queues[tenant], accept)
             if index is not None:
-                best = (vtime, tenant, index)
-        return None if best is None else (best[1], best[2])
+                found = (tenant, index)
+        for entry in passed:
+            heapq.heappush(tenants.heap, entry)
+        return found
 
     def _take(self, name: str, tenant: str, index: int) -> T:
         tenants = self._classes[name]
@@ -170,7 +198,7 @@ class WeightedFair(Generic[T]):
             if self._kinds[kind] <= 0:
                 del self._kinds[kind]
         self._vnow = self._vtime.get(tenant, 0.0)
-        self._vtime[tenant] = self._vnow + self._estimate(tenant) / self._tenants.weight(tenant)
+        self._set_vtime(tenant, self._vnow + self._estimate(tenant) / self._tenants.weight(tenant))
         return item
 
     # -- costs --------------------------------------------------------------------
@@ -185,7 +213,7 @@ class WeightedFair(Generic[T]):
             return
         estimate = self._estimate(tenant)
         weight = self._tenants.weight(tenant)
-        self._vtime[tenant] = self._vtime.get(tenant, self._vnow) + (cost_s - estimate) / weight
+        self._set_vtime(tenant, self._vtime.get(tenant, self._vnow) + (cost_s - estimate) / weight)
         self._mean_cost[tenant] = estimate + COST_SMOOTHING * (cost_s - estimate)
 
     # -- the rest of the DispatchPolicy ---------------------------------------------
@@ -208,7 +236,8 @@ class WeightedFair(Generic[T]):
         """Remove without charging the tenant (the job leaves unrun)."""
         vtime, vnow = self._vtime.get(tenant, 0.0), self._vnow
         item = self._take(name, tenant, index)
-        self._vtime[tenant], self._vnow = vtime, vnow
+        self._vnow = vnow
+        self._set_vtime(tenant, vtime)
         return item
 
     def tenants(self) -> dict[str, int]:
