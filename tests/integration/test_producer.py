@@ -185,6 +185,8 @@ def test_a_custom_prefix_selects_the_topics(kafka: KafkaSettings, unique: str) -
     topics = QueueTopics(queue=f"q{unique}", prefix="staging")
     assert ensure_queue_topics(kafka, topics.queue, partitions=1, prefix="staging") == [
         topics.ready,
+        "staging." + topics.queue + ".critical",  # the priority classes honour the prefix
+        "staging." + topics.queue + ".bulk",
         topics.dlq,
         *(topics.retry(t) for t in DEFAULT_TIERS),
     ]
@@ -207,6 +209,8 @@ def test_ensure_queue_topics_is_idempotent(kafka: KafkaSettings, unique: str) ->
         == again
         == [
             f"jobs.{queue}",
+            f"jobs.{queue}.critical",
+            f"jobs.{queue}.bulk",
             f"jobs.{queue}.dlq",
             *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
         ]
