@@ -30,6 +30,7 @@ from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
 from jobcore.schema_registry import RegistrySetupError
 from leasekeeper.consumer_loop import LoopConfig
+from leasekeeper.dashboard.cli import dashboard
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
@@ -483,3 +484,4 @@ def dev() -> None:
 
 
 main.add_command(dlq)
+main.add_command(dashboard)
