@@ -66,6 +66,7 @@ def job_page(base: str, job_id: str, found: JobWhere | None) -> str:
     form = (
         f'<form method="get" action="{e(base + "/job")}"><label>job id '
         f'<input name="id" value="{e(job_id)}" size="40"></label> '
+        '<label>queue <input name="queue" placeholder="any with a leasekeeper"></label> '
         '<button type="submit">Look up</button></form>'
     )
     if found is None:

@@ -1,25 +1,28 @@
 """What Kafka itself says about a queue: offsets, lag, tier backlogs, DLQ depth.
 
 These numbers need no leasekeeper: a queue whose leasekeepers are all down
-still shows its backlog growing. Committed offsets are read with a consumer of
-the leasekeepers' group that never subscribes (so it never joins the group),
-and answers are cached for a couple of seconds: many open tabs cost Kafka one
-query per refresh interval, not one per tab.
+still shows its backlog growing. Watermarks and the leasekeepers' committed
+offsets are asked of the admin client in batches (a cluster may hold hundreds
+of queues), and answers are cached for a couple of seconds: many open tabs cost
+Kafka one query per refresh interval, not one per tab.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 from jobcore.kafka import (
     Consumer,
     KafkaSettings,
     TopicPartition,
+    group_offsets,
     make_admin,
     make_consumer,
+    watermarks,
 )
 from jobcore.topics import QueueTopics
 
@@ -64,7 +67,7 @@ def discover_queues(names: set[str], prefix: str) -> list[str]:
 
 
 class KafkaView:
-    """Cached queries about queues of one prefix."""
+    """Cached, batched queries about the queues of one prefix."""
 
     def __init__(
         self, settings: KafkaSettings, prefix: str, clock: Callable[[], float] = time.monotonic
@@ -72,11 +75,12 @@ class KafkaView:
         self._settings = settings
         self._prefix = prefix
         self._clock = clock
-        self._lock = threading.Lock()
-        self._consumers: dict[str, Consumer] = {}
-        self._cache: dict[str, tuple[float, object]] = {}
+        self._lock = threading.RLock()
+        self._admin = make_admin(settings)
+        self._heads: Consumer | None = None
+        self._cache: dict[object, tuple[float, object]] = {}
 
-    def _cached(self, key: str, compute: Callable[[], object]) -> object:
+    def _cached(self, key: object, compute: Callable[[], object]) -> object:
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and self._clock() - hit[0] < CACHE_S:
@@ -89,7 +93,7 @@ class KafkaView:
         """Topic name -> partition count."""
 
         def compute() -> dict[str, int]:
-            metadata = make_admin(self._settings).list_topics(timeout=10)
+            metadata = self._admin.list_topics(timeout=10)
             return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
 
         found = self._cached("topics", compute)
@@ -100,72 +104,97 @@ class KafkaView:
         return discover_queues(set(self.topics()), self._prefix)
 
     def offsets(self, queue: str) -> QueueOffsets:
-        found = self._cached(f"q:{queue}", lambda: self._offsets(queue))
-        assert isinstance(found, QueueOffsets)
+        return self.many([queue])[queue]
+
+    def many(self, queues: list[str]) -> dict[str, QueueOffsets]:
+        """Offsets of ``queues``, asked of Kafka in a few batched requests."""
+        found = self._cached(tuple(queues), lambda: self._compute(queues))
+        assert isinstance(found, dict)
         return found
 
-    def _consumer(self, group: str) -> Consumer:
-        if group not in self._consumers:
-            self._consumers[group] = make_consumer(self._settings, group)
-        return self._consumers[group]
-
-    def _offsets(self, queue: str) -> QueueOffsets:
-        topics = QueueTopics(queue=queue, prefix=self._prefix)
-        counts = self.topics_uncached()
-        consumer = self._consumer(topics.consumer_group)
-        ready = self._lags(consumer, topics.ready, counts.get(topics.ready, 0))
-        tier_prefix = f"{topics.ready}.retry."
-        tiers = {
-            name: sum(p.lag for p in self._lags(consumer, name, n))
-            for name, n in sorted(counts.items())
-            if name.startswith(tier_prefix)
-        }
-        return QueueOffsets(
-            queue=queue,
-            ready=tuple(ready),
-            tiers=tiers,
-            dlq_depth=self._depth(consumer, topics.dlq, counts.get(topics.dlq, 0)),
-            oldest_ready_ms=self._oldest(consumer, ready),
+    def _compute(self, queues: list[str]) -> dict[str, QueueOffsets]:
+        counts = self.topics()
+        named = {q: QueueTopics(queue=q, prefix=self._prefix) for q in queues}
+        own = {q: _own_topics(t, counts) for q, t in named.items()}
+        marks = watermarks(
+            self._admin,
+            [
+                (topic, p)
+                for topics in own.values()
+                for topic in topics
+                for p in range(counts[topic])
+            ],
         )
+        commits = group_offsets(self._admin, [t.consumer_group for t in named.values()])
+        result = {}
+        for queue, topics in named.items():
+            committed = commits.get(topics.consumer_group, {})
+            lags = {
+                topic: _lags(topic, counts[topic], marks, committed)
+                for topic in own[queue]
+                if topic != topics.dlq
+            }
+            result[queue] = QueueOffsets(
+                queue=queue,
+                ready=tuple(lags.get(topics.ready, [])),
+                tiers={t: sum(p.lag for p in ps) for t, ps in lags.items() if t != topics.ready},
+                dlq_depth=sum(
+                    high - low for (t, _), (low, high) in marks.items() if t == topics.dlq
+                ),
+                oldest_ready_ms=None,
+            )
+        heads = self._oldest([p for o in result.values() for p in o.ready if p.lag])
+        return {
+            q: replace(o, oldest_ready_ms=_min(heads.get((p.topic, p.partition)) for p in o.ready))
+            for q, o in result.items()
+        }
 
-    def topics_uncached(self) -> dict[str, int]:
-        metadata = make_admin(self._settings).list_topics(timeout=10)
-        return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
-
-    @staticmethod
-    def _lags(consumer: Consumer, topic: str, partitions: int) -> list[PartitionLag]:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        committed = {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
-        lags = []
-        for p in range(partitions):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            done = committed.get(p, -1)
-            lags.append(PartitionLag(topic=topic, partition=p, end=high, committed=max(done, -1)))
-        return lags
-
-    @staticmethod
-    def _depth(consumer: Consumer, topic: str, partitions: int) -> int:
-        total = 0
-        for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += max(0, high - low)
-        return total
-
-    @staticmethod
-    def _oldest(consumer: Consumer, ready: list[PartitionLag]) -> int | None:
-        """Timestamp of the first unconsumed record of each lagging partition; the oldest."""
-        heads = [TopicPartition(p.topic, p.partition, max(p.committed, 0)) for p in ready if p.lag]
-        if not heads:
-            return None
-        consumer.assign(heads)
+    def _oldest(self, lagging: list[PartitionLag]) -> dict[tuple[str, int], int]:
+        """Produce time of the first unconsumed record of each lagging partition."""
+        if not lagging:
+            return {}
+        if self._heads is None:
+            self._heads = make_consumer(self._settings, f"dashboard-heads.{uuid.uuid4().hex}")
+        consumer = self._heads
+        consumer.assign(
+            [TopicPartition(p.topic, p.partition, max(p.committed, 0)) for p in lagging]
+        )
+        seen: dict[tuple[str, int], int] = {}
+        deadline = self._clock() + 1.0
         try:
-            seen: dict[int, int] = {}
-            deadline = time.monotonic() + 1.0
-            while len(seen) < len(heads) and time.monotonic() < deadline:
-                for message in consumer.consume(num_messages=len(heads), timeout=0.2):
-                    partition = message.partition()
-                    if message.error() is None and partition is not None:
-                        seen.setdefault(partition, message.timestamp()[1])
+            while len(seen) < len(lagging) and self._clock() < deadline:
+                for message in consumer.consume(num_messages=len(lagging), timeout=0.2):
+                    topic, partition = message.topic(), message.partition()
+                    if message.error() is None and topic is not None and partition is not None:
+                        seen.setdefault((topic, partition), message.timestamp()[1])
         finally:
             consumer.unassign()
-        return min(seen.values()) if seen else None
+        return seen
+
+
+def _own_topics(topics: QueueTopics, counts: dict[str, int]) -> list[str]:
+    """The ready topic, its delay tiers and its DLQ, as they exist in the cluster."""
+    tier = f"{topics.ready}.retry."
+    return [name for name in counts if name in (topics.ready, topics.dlq) or name.startswith(tier)]
+
+
+def _lags(
+    topic: str,
+    partitions: int,
+    marks: dict[tuple[str, int], tuple[int, int]],
+    committed: dict[tuple[str, int], int],
+) -> list[PartitionLag]:
+    return [
+        PartitionLag(
+            topic=topic,
+            partition=p,
+            end=marks.get((topic, p), (0, 0))[1],
+            committed=committed.get((topic, p), -1),
+        )
+        for p in range(partitions)
+    ]
+
+
+def _min(values: Iterable[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None

@@ -49,8 +49,9 @@ def overview_page(
 ) -> str:
     records = fleet.current(now_ms)
     rows = []
+    measured = kafka.many(queues)
     for queue in queues:
-        offsets = kafka.offsets(queue)
+        offsets = measured[queue]
         history = fleet.history(queue)
         last = history[-1] if history else None
         rows.append(
@@ -239,8 +240,8 @@ def scheduled_page(base: str, fleet: FleetState, kafka: KafkaView, now_ms: int) 
         )
     tiers = [
         (Raw(link(base, f"queues/{q}", q)), topic, n)
-        for q in kafka.queues()
-        for topic, n in sorted(kafka.offsets(q).tiers.items())
+        for q, offsets in kafka.many(fleet.queues(now_ms)).items()
+        for topic, n in sorted(offsets.tiers.items())
     ]
     return live(
         "scheduled",

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 audit = logging.getLogger("leasekeeper.dashboard.audit")
 
 _QUEUE = r"([A-Za-z0-9._-]+)"
+OVERVIEW_MAX = 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +61,15 @@ class Dashboard:
         return round(self.wall() * 1000)
 
     def queues(self) -> list[str]:
-        return sorted(set(self.kafka.queues()) | set(self.fleet.queues(self.now_ms())))
+        """Every queue of the cluster: those with live leasekeepers first."""
+        live = self.fleet.queues(self.now_ms())
+        return live + [q for q in self.kafka.queues() if q not in live]
+
+    def shown_queues(self) -> tuple[list[str], list[str]]:
+        """The queues the overview measures (live ones first, ``OVERVIEW_MAX`` at
+        most: a shared cluster may hold hundreds), and the rest, listed by name."""
+        every = self.queues()
+        return every[:OVERVIEW_MAX], every[OVERVIEW_MAX:]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,21 +97,23 @@ def get(d: Dashboard, path: str, query: str) -> Response:
     """Route a GET (path without the base)."""
     now = d.now_ms()
     if path in ("", "/"):
-        return _page(d, "Overview", "", overview_page(d.base, d.fleet, d.kafka, d.queues(), now))
+        shown, others = d.shown_queues()
+        body = overview_page(d.base, d.fleet, d.kafka, shown, now) + _others(d, others)
+        return _page(d, "Overview", "", body)
     if path == "/leasekeepers":
         return _page(d, "Leasekeepers and workers", "leasekeepers", leasekeepers_page(d.fleet, now))
     if path == "/scheduled":
         return _page(d, "Scheduled", "scheduled", scheduled_page(d.base, d.fleet, d.kafka, now))
     if path == "/dlq":
-        links = "".join(f"<li>{link(d.base, f'dlq/{q}', q)}</li>" for q in d.queues())
+        links = "".join(f"<li>{link(d.base, f'dlq/{q}', q)}</li>" for q in d.queues()[:500])
         return _page(d, "Dead letters", "dlq", f"<ul>{links}</ul>")
     if path == "/job":
         return _job(d, query)
     if path == "/api/overview":
         return _json(_overview_json(d))
     if path == "/api/job":
-        job_id = parse_qs(query).get("id", [""])[0]
-        return _json(lookup(d.actions, d.fleet, d.queues(), job_id, now).to_dict())
+        job_id, queues = _job_query(d, query)
+        return _json(lookup(d.actions, d.fleet, queues, job_id, now).to_dict())
     return _queue_routes(d, path, query)
 
 
@@ -125,16 +136,32 @@ def _queue_routes(d: Dashboard, path: str, query: str) -> Response:
     return _error(d, HTTPStatus.NOT_FOUND, "no such page")
 
 
+def _others(d: Dashboard, others: list[str]) -> str:
+    if not others:
+        return ""
+    links = ", ".join(link(d.base, f"queues/{q}", q) for q in others[:500])
+    return f"<details><summary>{len(others)} more queues</summary><p>{links}</p></details>"
+
+
+def _job_query(d: Dashboard, query: str) -> tuple[str, list[str]]:
+    """The job id, and the queues whose status topics to read: the one given, or
+    those with live leasekeepers (reading every queue's would not scale)."""
+    values = parse_qs(query)
+    job_id = values.get("id", [""])[0].strip()
+    queue = values.get("queue", [""])[0].strip()
+    return job_id, [queue] if queue else d.fleet.queues(d.now_ms())
+
+
 def _job(d: Dashboard, query: str) -> Response:
-    job_id = parse_qs(query).get("id", [""])[0].strip()
-    found = lookup(d.actions, d.fleet, d.queues(), job_id, d.now_ms()) if job_id else None
+    job_id, queues = _job_query(d, query)
+    found = lookup(d.actions, d.fleet, queues, job_id, d.now_ms()) if job_id else None
     return _page(d, "Job", "job", job_page(d.base, job_id, found))
 
 
 def _overview_json(d: Dashboard) -> dict[str, object]:
     now = d.now_ms()
     queues = {}
-    for queue in d.queues():
+    for queue in d.shown_queues()[0]:
         offsets = d.kafka.offsets(queue)
         history = d.fleet.history(queue)
         queues[queue] = {
