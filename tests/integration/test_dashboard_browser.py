@@ -96,6 +96,22 @@ def _open(browser: object, url: str, *, expect: str, timeout: float = 60) -> str
     return str(browser.find_element(By.TAG_NAME, "body").text)  # type: ignore[attr-defined]
 
 
+def _result(browser: object) -> str:
+    """The text of a replay's result page, once the browser has loaded it."""
+    from selenium.webdriver.common.by import By
+
+    def loaded() -> bool:
+        return bool(browser.find_elements(By.ID, "replay-result"))  # type: ignore[attr-defined]
+
+    wait_until(
+        loaded,
+        60,
+        "the replay's result page",
+        describe=lambda: browser.find_element(By.TAG_NAME, "body").text,  # type: ignore[attr-defined]
+    )
+    return str(browser.find_element(By.ID, "replay-result").text)  # type: ignore[attr-defined]
+
+
 def _shot(browser: object, name: str) -> None:
     where = os.environ.get("DASHBOARD_SCREENSHOTS")
     if where:
@@ -117,7 +133,7 @@ def test_every_page_and_a_replay_from_the_page(
 
     _open(browser, f"{dashboard_url}/", expect=queue)
     _shot(browser, "overview")
-    _open(browser, f"{dashboard_url}/queues/{queue}", expect="tenant-1")
+    _open(browser, f"{dashboard_url}/queues/{queue}", expect=f"{queue}@lk-{queue}")
     _shot(browser, "queue")
     _open(browser, f"{dashboard_url}/leasekeepers", expect=f"{queue}@lk-{queue}")
     _shot(browser, "leasekeepers")
@@ -128,17 +144,22 @@ def test_every_page_and_a_replay_from_the_page(
     _open(browser, f"{dashboard_url}/dlq/{queue}", expect="1 matching dead letters")
     _shot(browser, "dead-letters")
     browser.find_element(By.ID, "dry-run").click()  # type: ignore[attr-defined]
-    result = browser.find_element(By.ID, "replay-result").text  # type: ignore[attr-defined]
+    result = _result(browser)
     assert result.startswith("would replay 1 "), result
 
     _open(browser, f"{dashboard_url}/dlq/{queue}", expect=dead)
     browser.find_element(By.LINK_TEXT, dead).click()  # type: ignore[attr-defined]
+    wait_until(
+        lambda: bool(browser.find_elements(By.ID, "replay-one")),  # type: ignore[attr-defined]
+        60,
+        "the dead letter's page",
+    )
     entry = browser.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
     assert "Attempt history" in entry and "the dependency is broken" in entry
     _shot(browser, "dead-letter")
     (system.recordings / "broken").unlink()
     browser.find_element(By.ID, "replay-one").click()  # type: ignore[attr-defined]
-    result = browser.find_element(By.ID, "replay-result").text  # type: ignore[attr-defined]
+    result = _result(browser)
     assert result.startswith("replayed 1 "), result
 
     _open(browser, f"{dashboard_url}/job?id={dead}", expect="succeeded", timeout=90)

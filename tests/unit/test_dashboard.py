@@ -145,3 +145,17 @@ def test_dlq_filters_from_the_query_string() -> None:
     assert selection.since_ms == 1740787200000
     with pytest.raises(FilterError, match="not an ISO 8601 time"):
         selection_from_query("until=yesterday")
+
+
+def test_the_command_refuses_an_open_address_without_a_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from leasekeeper.cli import main
+
+    monkeypatch.delenv("DASHBOARD_TOKEN", raising=False)
+    result = CliRunner().invoke(main, ["dashboard", "--listen", "0.0.0.0:8700"])
+    assert result.exit_code != 0
+    assert "0.0.0.0" in result.output and "DASHBOARD_TOKEN" in result.output
+    assert "Traceback" not in result.output
