@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from devtools.waiting import wait_until
+from producer import JobProducer
 from tests.apps.recording import SCHEMAS
 from tests.system import System
 
@@ -163,3 +164,13 @@ def test_every_page_and_a_replay_from_the_page(
     assert result.startswith("replayed 1 "), result
 
     _open(browser, f"{dashboard_url}/job?id={dead}", expect="succeeded", timeout=90)
+
+    # The library answers for finished jobs: through the dashboard, and from the topic.
+    with JobProducer(system.kafka) as producer:
+        via_dashboard = producer.status(queue, dead, dashboard=dashboard_url)
+        via_topic = producer.status(queue, succeeded[1])
+    assert (via_dashboard.state, via_dashboard.source) == (
+        "succeeded",
+        f"dashboard {dashboard_url}",
+    )
+    assert via_topic.state == "succeeded" and via_topic.source.startswith("status topic")
