@@ -40,6 +40,7 @@ from workers.inflight import Held, InFlight, Phase
 from workers.messages import Lease, LeaseResult, Settlement
 from workers.middleware import MiddlewareChain
 from workers.monitor import LeaseMonitor
+from workers.tracing import default_middleware
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
-        self._middleware = MiddlewareChain(app.middleware)
+        self._middleware = MiddlewareChain((*default_middleware(), *app.middleware))
         self.worker_id = worker_id or client.worker_id
         self.shutdown_grace_s = shutdown_grace_s
         self._client = client
