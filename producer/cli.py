@@ -318,7 +318,12 @@ def status(
         raise kafka_failure(exc, settings) from None
     details = [
         f"{k} {v}"
-        for k, v in (("worker", found.worker), ("attempt", found.attempt), ("reason", found.reason))
+        for k, v in (
+            ("worker", found.worker),
+            ("attempt", found.attempt),
+            ("reason", found.reason),
+            ("last error", found.last_error),
+        )
         if v is not None
     ]
     when = f" at {_iso(found.at_ms)}" if found.at_ms else ""

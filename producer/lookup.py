@@ -44,6 +44,7 @@ class JobLookup:
     worker: str | None = None
     attempt: int | None = None
     reason: str | None = None
+    last_error: str | None = None
     at_ms: int | None = None
 
     @property
@@ -103,6 +104,8 @@ def lookup(
         queue=queue,
         attempt=status.attempt,
         reason=status.reason or None,
+        worker=status.worker or None,
+        last_error=status.last_error or None,
         at_ms=status.at_ms,
     )
 
@@ -121,5 +124,6 @@ def _from_answer(job_id: str, source: str, found: dict[str, object]) -> JobLooku
         worker=text("worker"),
         attempt=attempt if isinstance(attempt, int) else None,
         reason=text("reason"),
+        last_error=text("last_error"),
         at_ms=at_ms if isinstance(at_ms, int) else None,
     )

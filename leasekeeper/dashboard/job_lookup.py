@@ -26,6 +26,7 @@ class JobWhere:
     worker: str | None = None
     attempt: int | None = None
     reason: str | None = None
+    last_error: str | None = None
     at_ms: int | None = None
     leasekeeper: str | None = None
 
@@ -57,6 +58,8 @@ def lookup(
                 queue=queue,
                 attempt=status.attempt,
                 reason=status.reason or None,
+                worker=status.worker or None,
+                last_error=status.last_error or None,
                 at_ms=status.at_ms,
             )
     return JobWhere(job_id=job_id, state="not found yet")

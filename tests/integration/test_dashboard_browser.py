@@ -174,3 +174,4 @@ def test_every_page_and_a_replay_from_the_page(
         f"dashboard {dashboard_url}",
     )
     assert via_topic.state == "succeeded" and via_topic.source.startswith("status topic")
+    assert via_topic.worker  # the status record names the worker that ran it
