@@ -1,0 +1,76 @@
+"""The dashboard over HTTP, in process against the real broker: a path prefix, the
+access policy at the door, and the JSON API."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from jobcore.kafka import KafkaSettings
+from jobcore.topic_admin import ensure_queue_topics
+from leasekeeper.dashboard.access import AccessPolicy
+from leasekeeper.dashboard.actions import Actions
+from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.dashboard.server import Dashboard, DashboardServer
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+
+pytestmark = pytest.mark.kafka
+TOKEN = "t0ken"
+
+
+@pytest.fixture
+def base_url(kafka: KafkaSettings) -> Iterator[str]:
+    dashboard = Dashboard(
+        fleet=FleetState(),
+        kafka=KafkaView(kafka, "jobs"),
+        actions=Actions(kafka=kafka, prefix="jobs", codec=EnvelopeCodec(SchemaRegistry())),
+        policy=AccessPolicy(token=TOKEN),
+        base="/ops/jobs",
+    )
+    server = DashboardServer(dashboard, "127.0.0.1", 0)
+    server.start()
+    yield f"http://127.0.0.1:{server.port}/ops/jobs"
+    server.stop()
+
+
+def fetch(url: str, method: str = "GET", **headers: str) -> tuple[int, str]:
+    request = urllib.request.Request(
+        url, method=method, headers=headers, data=b"" if method == "POST" else None
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_pages_live_under_the_prefix_and_link_within_it(
+    base_url: str, kafka: KafkaSettings, unique: str
+) -> None:
+    queue = f"http{unique}"
+    ensure_queue_topics(kafka, queue, partitions=1)
+    status, page = fetch(f"{base_url}/leasekeepers")
+    assert status == 200
+    assert 'href="/ops/jobs/dlq"' in page and 'href="/ops/jobs/job"' in page
+    status, page = fetch(f"{base_url}/queues/{queue}")
+    assert status == 200 and f'href="/ops/jobs/dlq/{queue}"' in page
+    status, api = fetch(f"{base_url}/api/job?id=nope&queue={queue}")
+    assert status == 200 and json.loads(api)["state"] == "not found yet"
+
+
+def test_writes_need_the_token_and_the_same_origin(base_url: str) -> None:
+    replay = f"{base_url}/dlq/none-such/replay?mode=dry-run"
+    assert fetch(replay, "POST", **{"Sec-Fetch-Site": "same-origin"})[0] == 403  # no token
+    assert (
+        fetch(replay, "POST", Authorization=f"Bearer {TOKEN}", **{"Sec-Fetch-Site": "cross-site"})[
+            0
+        ]
+        == 403
+    )
+    assert fetch(replay, "GET")[0] == 404  # a write action is POST only
+    assert fetch(f"{base_url}/", "DELETE")[0] == 403
