@@ -7,11 +7,12 @@ continue each other's progress instead of replaying twice.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-from jobcore.control import JobStatus
-from jobcore.kafka import KafkaSettings, make_consumer, make_producer
+from jobcore.control import Cancellation, JobStatus
+from jobcore.kafka import KafkaException, KafkaSettings, make_consumer, make_producer
 from jobcore.status import StatusReader
 from jobcore.topics import QueueTopics
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
@@ -81,6 +82,17 @@ class Actions:
             consumer.close()
             if producer is not None:
                 producer.flush(10)
+
+    def cancel(self, queue: str, job_id: str, *, reason: str) -> None:
+        """Record the cancellation on ``jobs.Q.control``, as ``producer cancel`` does: the
+        job is skipped wherever it waits, a running one loses its lease. Returns once
+        the broker acknowledged it."""
+        record = Cancellation(job_id=job_id, cancelled_at_ms=round(time.time() * 1000),
+                              reason=reason)  # fmt: skip
+        producer = make_producer(self.kafka)
+        producer.produce(self.topics(queue).control, key=record.key, value=record.encode())
+        if producer.flush(30) > 0:
+            raise KafkaException(f"the cancellation of {job_id} was not acknowledged in 30 s")
 
     def finished(self, queue: str, job_id: str) -> JobStatus | None:
         """How the job ended, from the queue's status topic (None: not finished or unknown)."""

@@ -65,7 +65,19 @@ def lookup(
     return JobWhere(job_id=job_id, state="not found yet")
 
 
-def job_page(base: str, job_id: str, found: JobWhere | None) -> str:
+def _cancel_form(base: str, found: JobWhere) -> str:
+    """Cancel is offered for a job that has not finished, in a queue we know."""
+    if found.queue is None or found.state != "leased":
+        return ""
+    return (
+        f'<form method="post" action="{e(base + "/job/cancel")}">'
+        f'<input type="hidden" name="queue" value="{e(found.queue)}">'
+        f'<input type="hidden" name="id" value="{e(found.job_id)}">'
+        '<button class="danger" id="cancel">Cancel this job</button></form>'
+    )
+
+
+def job_page(base: str, job_id: str, found: JobWhere | None, *, can_act: bool = False) -> str:
     form = (
         f'<form method="get" action="{e(base + "/job")}"><label>job id '
         f'<input name="id" value="{e(job_id)}" size="40"></label> '
@@ -83,4 +95,6 @@ def job_page(base: str, job_id: str, found: JobWhere | None) -> str:
             '<p class="muted">Not held by any leasekeeper and not finished: it may be ready '
             "or delayed in Kafka, not yet seen by a leasekeeper, or not enqueued at all.</p>"
         )
-    return form + f'<p id="job-state">{e(found.state)}</p>' + table(("field", "value"), rows) + note
+    cancel = _cancel_form(base, found) if can_act else ""
+    state = f'<p id="job-state">{e(found.state)}</p>'
+    return form + state + table(("field", "value"), rows) + note + cancel

@@ -155,7 +155,7 @@ def _job_query(d: Dashboard, query: str) -> tuple[str, list[str]]:
 def _job(d: Dashboard, query: str) -> Response:
     job_id, queues = _job_query(d, query)
     found = lookup(d.actions, d.fleet, queues, job_id, d.now_ms()) if job_id else None
-    return _page(d, "Job", "job", job_page(d.base, job_id, found))
+    return _page(d, "Job", "job", job_page(d.base, job_id, found, can_act=not d.policy.read_only))
 
 
 def _overview_json(d: Dashboard) -> dict[str, object]:
@@ -174,8 +174,23 @@ def _overview_json(d: Dashboard) -> dict[str, object]:
     return {"queues": queues, "leasekeepers": d.fleet.current(now)}
 
 
+def _cancel(d: Dashboard, query: str, who: str) -> Response:
+    values = parse_qs(query)
+    queue = values.get("queue", [""])[0].strip()
+    job_id = values.get("id", [""])[0].strip()
+    if not re.fullmatch(_QUEUE, queue) or not job_id:
+        return _error(d, HTTPStatus.BAD_REQUEST, "cancel needs a queue and a job id")
+    audit.info("%s: cancel job %s of %s", who, job_id, queue)
+    d.actions.cancel(queue, job_id, reason=f"cancelled from the dashboard by {who}")
+    back = link(d.base, f"job?id={job_id}&queue={queue}", "look the job up")
+    body = f'<p id="cancel-result">cancellation recorded for {e(job_id)}</p><p>{back}</p>'
+    return _page(d, "Cancel", "job", body)
+
+
 def post(d: Dashboard, path: str, query: str, who: str) -> Response:
-    """The write actions: replay (or its dry run) of a DLQ selection."""
+    """The write actions: cancel a job; replay (or its dry run) of a DLQ selection."""
+    if path == "/job/cancel":
+        return _cancel(d, query, who)
     m = re.fullmatch(f"/dlq/{_QUEUE}/replay", path)
     if m is None:
         return _error(d, HTTPStatus.NOT_FOUND, "no such action")

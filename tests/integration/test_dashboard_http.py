@@ -10,8 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobcore.kafka import KafkaSettings
+from devtools.waiting import wait_until
+from jobcore.control import Cancellation
+from jobcore.kafka import OFFSET_BEGINNING, KafkaSettings, TopicPartition, make_consumer
 from jobcore.topic_admin import ensure_queue_topics
+from jobcore.topics import QueueTopics
 from leasekeeper.dashboard.access import AccessPolicy
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetState
@@ -74,3 +77,31 @@ def test_writes_need_the_token_and_the_same_origin(base_url: str) -> None:
     )
     assert fetch(replay, "GET")[0] == 404  # a write action is POST only
     assert fetch(f"{base_url}/", "DELETE")[0] == 403
+
+
+def test_cancel_records_the_cancellation_on_the_control_topic(
+    base_url: str, kafka: KafkaSettings, unique: str
+) -> None:
+    queue = f"cancel{unique}"
+    ensure_queue_topics(kafka, queue, partitions=1)
+    url = f"{base_url}/job/cancel?queue={queue}&id=job-{unique}"
+    assert fetch(url, "POST", **{"Sec-Fetch-Site": "same-origin"})[0] == 403  # no token
+    status, page = fetch(url, "POST", Authorization=f"Bearer {TOKEN}")
+    assert status == 200 and f"cancellation recorded for job-{unique}" in page
+
+    consumer = make_consumer(kafka, f"check.{unique}")
+    try:
+        consumer.assign([TopicPartition(QueueTopics(queue=queue).control, 0, OFFSET_BEGINNING)])
+        found: list[Cancellation] = []
+
+        def recorded() -> bool:
+            for message in consumer.consume(num_messages=10, timeout=0.5):
+                value = message.value()
+                if message.error() is None and value is not None:
+                    found.append(Cancellation.decode(value))
+            return bool(found)
+
+        wait_until(recorded, 30, "the cancellation on the control topic")
+    finally:
+        consumer.close()
+    assert found[0].job_id == f"job-{unique}" and "dashboard" in found[0].reason
