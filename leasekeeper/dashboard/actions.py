@@ -15,6 +15,7 @@ from jobcore.control import Cancellation, JobStatus
 from jobcore.kafka import KafkaException, KafkaSettings, make_consumer, make_producer
 from jobcore.status import StatusReader
 from jobcore.topics import QueueTopics
+from leasekeeper.dashboard.status_index import StatusIndex
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
 from leasekeeper.dlq.reader import read_dead_letters
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
@@ -51,6 +52,8 @@ class Actions:
     kafka: KafkaSettings
     prefix: str
     codec: EnvelopeCodec
+    # The RocksDB index of the status topics; None: every lookup scans the topic.
+    index: StatusIndex | None = None
 
     def topics(self, queue: str) -> QueueTopics:
         return QueueTopics(queue=queue, prefix=self.prefix)
@@ -95,6 +98,11 @@ class Actions:
             raise KafkaException(f"the cancellation of {job_id} was not acknowledged in 30 s")
 
     def finished(self, queue: str, job_id: str) -> JobStatus | None:
-        """How the job ended, from the queue's status topic (None: not finished or unknown)."""
+        """How the job ended, from the index once it caught up with the queue's status
+        topic, else from a scan of the topic (None: not finished or unknown)."""
+        if self.index is not None:
+            self.index.want(queue)
+            if self.index.caught_up(queue):
+                return self.index.get(queue, job_id)
         with StatusReader(self.kafka, self.topics(queue).status) as reader:
             return reader.latest(job_id, timeout_s=10)

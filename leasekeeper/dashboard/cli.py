@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import tempfile
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -26,6 +28,7 @@ from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetReader, FleetState
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.server import Dashboard, DashboardServer, url_of
+from leasekeeper.dashboard.status_index import StatusIndex
 from schemas.codec import EnvelopeCodec
 
 __all__ = ["dashboard", "split_listen"]
@@ -58,7 +61,13 @@ def _base_path(text: str) -> str:
 @kafka_config_option
 @connect_timeout_option
 @click.option("--base-path", default="", help="path prefix when served behind a proxy (/ops/jobs)")
-@click.option("--read-only", is_flag=True, help="no write actions (replay), for anyone")
+@click.option("--read-only", is_flag=True, help="no write actions (cancel, replay), for anyone")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="RocksDB index of the status topics, kept across restarts [default: a new temp dir]",
+)
 @click.option(
     "--insecure",
     is_flag=True,
@@ -80,6 +89,7 @@ def dashboard(
     connect_timeout_s: float,
     base_path: str,
     read_only: bool,
+    state_dir: Path | None,
     insecure: bool,
     schema_paths: tuple[str, ...],
     schema_registry: str | None,
@@ -106,11 +116,19 @@ def dashboard(
         config=schema_registry_config,
         prefix=env.topic_prefix,
     )
+    fleet = FleetState()
+    index = StatusIndex(
+        settings,
+        env.topic_prefix,
+        state_dir or Path(tempfile.mkdtemp(prefix="dashboard-status-")),
+        live_queues=lambda: fleet.queues(round(time.time() * 1000)),
+    )
+    codec = EnvelopeCodec(registry)
     _serve(
         Dashboard(
-            fleet=FleetState(),
+            fleet=fleet,
             kafka=KafkaView(settings, env.topic_prefix),
-            actions=Actions(kafka=settings, prefix=env.topic_prefix, codec=EnvelopeCodec(registry)),
+            actions=Actions(kafka=settings, prefix=env.topic_prefix, codec=codec, index=index),
             policy=AccessPolicy(token=token, insecure=insecure, read_only=read_only),
             base=_base_path(base_path),
         ),
@@ -128,6 +146,8 @@ def _serve(d: Dashboard, host: str, port: int) -> None:
         ) from None
     reader = FleetReader(d.actions.kafka, d.actions.prefix, d.fleet)
     reader.start()
+    if d.actions.index is not None:
+        d.actions.index.start()
     server.start()
     click.echo(f"dashboard on {url_of(host, server.port, d.base)}", err=True)
     stopper = threading.Event()
@@ -141,4 +161,6 @@ def _serve(d: Dashboard, host: str, port: int) -> None:
         pass
     server.stop()
     reader.stop()
+    if d.actions.index is not None:
+        d.actions.index.stop()
     click.echo("dashboard stopped", err=True)
