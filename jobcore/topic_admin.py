@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
+from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics, leasekeepers_topic
 
 __all__ = [
@@ -63,9 +64,10 @@ def ensure_queue_topics(
     prefix: str = DEFAULT_PREFIX,
     replication: int = -1,
     tiers: DelayTiers | None = None,
+    classes: PriorityClasses | None = None,
 ) -> list[str]:
-    """Create the ready, delay-tier and dead-letter topics of ``queue`` if missing; returns
-    their names.
+    """Create the ready (one per priority class), delay-tier and dead-letter topics of
+    ``queue`` if missing; returns their names.
 
     ``replication=-1`` takes the broker's default replication factor.
     """
@@ -73,7 +75,10 @@ def ensure_queue_topics(
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     topics = QueueTopics(queue=queue, prefix=prefix)
     specs = [
-        TopicSpec(name=topics.ready, partitions=partitions, replication=replication),
+        *(
+            TopicSpec(name=name, partitions=partitions, replication=replication)
+            for name in topics.classes((classes or PriorityClasses()).names)
+        ),
         TopicSpec(
             name=topics.dlq,
             partitions=partitions,

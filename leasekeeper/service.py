@@ -26,6 +26,7 @@ from jobcore.kafka import (
     make_producer,
     topic_ids,
 )
+from jobcore.priority import PriorityClasses
 from jobcore.retrying import Stopped, until_done
 from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
@@ -153,6 +154,7 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
+            ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
             config=config.loop,
             watch=config.kafka.watch,
         )
@@ -260,6 +262,7 @@ class LeaseKeeperService:
             partitions=len(ready.partitions),
             prefix=self.config.prefix,
             tiers=self.config.tiers,
+            classes=PriorityClasses(weights=self.config.engine.class_weights),
         )
 
     def _check_state_identity(self) -> None:
@@ -297,7 +300,15 @@ class LeaseKeeperService:
         return LeaseKeeperSnapshot(
             engine=self.engine.snapshot(),
             queue=self.config.queue,
-            topics={"ready": self.topics.ready, "dlq": self.topics.dlq},
+            topics={
+                "ready": self.topics.ready,
+                "dlq": self.topics.dlq,
+                **{
+                    f"class {name}": self.topics.of_class(name)
+                    for name in self.config.engine.class_weights
+                    if self.topics.of_class(name) != self.topics.ready
+                },
+            },
             member=self.config.member_id,
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
@@ -307,6 +318,7 @@ class LeaseKeeperService:
             kafka_last_error=self.config.kafka.watch.last_reason(),
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
+            fairness=self.engine.fairness(),
         )
 
     def snapshot_dict(self) -> dict[str, object]:

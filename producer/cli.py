@@ -30,6 +30,7 @@ from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
+from jobcore.priority import PriorityClasses
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
@@ -119,7 +120,15 @@ main.add_command(schemas)
         "`leasekeeper inspect job ID` then names the job that ran."
     ),
 )
-@click.option("--priority", type=int, default=None, help="Priority stored in the envelope.")
+@click.option(
+    "--priority",
+    default=None,
+    metavar="CLASS",
+    help=(
+        "Priority class: critical, default or bulk (or as JOBS_PRIORITY_CLASSES names them); "
+        "each class has its own topic and dispatch weight."
+    ),
+)
 @click.option(
     "--delay",
     callback=_converter(parse_delay),
@@ -165,7 +174,7 @@ def enqueue(
     payload_json: str,
     tenant: str,
     dedupe_key: str | None,
-    priority: int | None,
+    priority: str | None,
     delay: timedelta | None,
     run_at: datetime | None,
     tiers: DelayTiers,
@@ -209,6 +218,8 @@ def enqueue(
             max_attempts=max_attempts,
             timeout_s=timeout_s,
         )
+        if priority is not None:
+            PriorityClasses.from_env().check(priority)
         # Checked before connecting: a bad payload fails fast, even with no broker.
         EnvelopeCodec(registry).validate_payload(request.type, request.payload)
     except ValueError as exc:
@@ -359,6 +370,10 @@ def create_queue(
     """
     queue, _ = queue_and_arguments(queue_flag, words, ())
     env = Environment.from_env()
+    try:
+        classes = PriorityClasses.from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     require_kafka(settings, connect_timeout_s)
     try:
@@ -369,6 +384,7 @@ def create_queue(
             prefix=env.topic_prefix,
             replication=replication,
             tiers=tiers,
+            classes=classes,
         )
     except (ValueError, RuntimeError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None

@@ -242,7 +242,12 @@ class Worker:
             elif self._table.decide(held):
                 self._log_result(held, failure)
                 ref = held.ref
-                outcome = Settlement.ack(ref) if failure is None else Settlement.nack(ref, failure)
+                run_s = 0.0 if held.started_at is None else self._clock() - held.started_at
+                outcome = (
+                    Settlement.ack(ref, run_s)
+                    if failure is None
+                    else Settlement.nack(ref, failure, run_s)
+                )
                 self._batcher.put(outcome, held)
         finally:
             self._table.finish(held)
