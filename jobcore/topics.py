@@ -13,6 +13,14 @@ RESERVED_SUFFIXES = frozenset(
 )
 
 
+def leasekeepers_topic(prefix: str = DEFAULT_PREFIX) -> str:
+    """Every leasekeeper's latest snapshot (compacted, keyed by instance): ``jobs._leasekeepers``.
+
+    One topic for all queues of a prefix, so a dashboard finds every leasekeeper on
+    every host without being told where they run."""
+    return f"{prefix}._leasekeepers"
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueueTopics:
     """Names of every topic and group that belong to queue ``queue``."""

@@ -31,6 +31,7 @@ from jobcore.kafka import KafkaException
 from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
 from leasekeeper.consumer_loop import LoopConfig
+from leasekeeper.dashboard.cli import dashboard
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
@@ -518,3 +519,4 @@ def dev() -> None:
 
 
 main.add_command(dlq)
+main.add_command(dashboard)

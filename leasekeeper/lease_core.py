@@ -283,7 +283,11 @@ class LeaseCore:
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
             actions.append(
                 records.ended(
-                    pending, JobEnd.SUCCEEDED, attempt=lease.attempt, at_ms=now_ms(self._clock)
+                    pending,
+                    JobEnd.SUCCEEDED,
+                    attempt=lease.attempt,
+                    at_ms=now_ms(self._clock),
+                    worker=lease.worker,
                 )
             )
             state.tracker.resolve(pending.offset)

@@ -38,6 +38,7 @@ from jobcore.kafka import (
 )
 from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+from producer.lookup import JobLookup, lookup
 from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
@@ -123,6 +124,7 @@ class JobProducer:
         self._classes = classes if classes is not None else PriorityClasses.from_env()
         self._clock = clock
         self._producer = make_producer(settings)
+        self._settings = settings
         self._watch = settings.watch
         self._known_topics: set[str] = set()
         self._closed = threading.Event()
@@ -288,6 +290,28 @@ class JobProducer:
             ).result()
         except EnqueueError as exc:
             raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
+
+    def status(
+        self,
+        queue: str,
+        job_id: str,
+        *,
+        dashboard: str | None = None,
+        token: str | None = None,
+        enqueued_at_ms: int | None = None,
+    ) -> JobLookup:
+        """Where ``job_id`` is or how it ended, and which source said so: the dashboard's
+        API at ``dashboard`` (live leases too), else the queue's status topic (finished
+        jobs only). See ``producer/lookup.py``."""
+        return lookup(
+            self._settings,
+            queue,
+            job_id,
+            prefix=self._prefix,
+            dashboard=dashboard,
+            token=token,
+            enqueued_at_ms=enqueued_at_ms,
+        )
 
     def flush(self, timeout: float = 30) -> None:
         """Wait until every job produced so far was acknowledged or failed.

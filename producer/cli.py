@@ -8,6 +8,7 @@ Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -35,9 +36,13 @@ from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.cancel import DEFAULT_WAIT_S, cancel_job
 from producer.durations import parse_at, parse_delay
+from producer.lookup import NOT_FOUND, NOT_SEEN
+from producer.lookup import LookupError as LookupFailed
+from producer.lookup import lookup as job_lookup
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
 from producer.schemas_cli import schemas
+from producer.status import StatusError
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
@@ -280,6 +285,62 @@ def cancel(
 
 def _iso(at_ms: int) -> str:
     return datetime.fromtimestamp(at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@main.command("status", short_help="Where a job is, or how it ended.")
+@click.argument("words", nargs=-1, metavar="[QUEUE] JOB_ID")
+@click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
+@click.option(
+    "--dashboard",
+    default=None,
+    help="ask `leasekeeper dashboard` at this URL (live leases too; token: DASHBOARD_TOKEN); "
+    "else read jobs.QUEUE.status (finished jobs only)",
+)
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
+@connect_timeout_option
+def status(
+    words: tuple[str, ...],
+    queue_flag: str | None,
+    dashboard: str | None,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    connect_timeout_s: float,
+) -> None:
+    """Say where JOB_ID of QUEUE is (leased, with its worker) or how it ended (succeeded,
+    dead with the reason, cancelled), and which source said so. Exits 1 when not found."""
+    queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
+    env = Environment.from_env()
+    settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    if not dashboard:
+        require_kafka(settings, connect_timeout_s)
+    try:
+        found = job_lookup(
+            settings,
+            queue,
+            job_id,
+            prefix=env.topic_prefix,
+            dashboard=dashboard,
+            token=os.environ.get("DASHBOARD_TOKEN") or None,
+        )
+    except LookupFailed as exc:
+        raise click.ClickException(f"{exc} (check --dashboard)") from None
+    except (StatusError, KafkaException) as exc:
+        raise kafka_failure(exc, settings) from None
+    details = [
+        f"{k} {v}"
+        for k, v in (
+            ("worker", found.worker),
+            ("attempt", found.attempt),
+            ("reason", found.reason),
+            ("last error", found.last_error),
+        )
+        if v is not None
+    ]
+    when = f" at {_iso(found.at_ms)}" if found.at_ms else ""
+    extra = f" ({', '.join(details)})" if details else ""
+    click.echo(f"job {job_id}: {found.state}{when}{extra} [from the {found.source}]")
+    sys.exit(0 if found.state not in (NOT_FOUND, NOT_SEEN) else 1)
 
 
 @main.command("create-queue", short_help="Create a queue's topics.")

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.topics import DEFAULT_CLASS, QueueTopics
+from jobcore.tracing import current_trace
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 
@@ -146,6 +147,7 @@ def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: 
         timeout_s=float(request.timeout_s),
         dedupe_key=request.dedupe_key,
         created_at_ms=now_ms,
+        trace=current_trace(),
     )
 
 

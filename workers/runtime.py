@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from jobcore.config import DEFAULT_LEASE_S
 from workers.app import App
@@ -37,7 +38,9 @@ from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import EventLoopThread, call_async, call_sync
 from workers.inflight import Held, InFlight, Phase
 from workers.messages import Lease, LeaseResult, Settlement
+from workers.middleware import MiddlewareChain
 from workers.monitor import LeaseMonitor
+from workers.tracing import default_middleware
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
+        self._middleware = MiddlewareChain((*default_middleware(), *app.middleware))
         self.worker_id = worker_id or client.worker_id
         self.shutdown_grace_s = shutdown_grace_s
         self._client = client
@@ -125,6 +129,7 @@ class Worker:
             self._loop.start()
         self._batcher.start()
         self._monitor.start()
+        self._middleware.worker_start(self.app)
         log.info(
             "worker %s claiming from %s (concurrency %d, handlers: %s)",
             self.worker_id,
@@ -144,6 +149,7 @@ class Worker:
             self._claim_loop()
         finally:
             self._drain()
+            self._middleware.worker_stop(self.app)
         if self._fatal is not None:
             raise self._fatal
 
@@ -213,12 +219,14 @@ class Worker:
     def _run_sync(self, held: Held, job: Runnable) -> None:
         if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
             return
-        self._finish(held, call_sync(job.handler, job.ctx, job.payload))
+        call = partial(call_sync, job.handler, job.ctx, job.payload)
+        self._finish(held, self._middleware.run_sync(job.ctx, call))
 
     async def _run_async(self, held: Held, job: Runnable) -> None:
         if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
             return
-        self._finish(held, await call_async(job.handler, job.ctx, job.payload))
+        call = partial(call_async, job.handler, job.ctx, job.payload)
+        self._finish(held, await self._middleware.run_async(job.ctx, call))
 
     def _finish(self, held: Held, failure: Failure | None) -> None:
         """Settle a job whose handler returned, unless its lease is gone or it was settled."""
