@@ -107,6 +107,17 @@ def started(system: System, *leasekeepers: Leasekeeper) -> tuple[Leasekeeper, ..
     return leasekeepers
 
 
+def joined(leasekeeper: Leasekeeper) -> bool:
+    """Connected to Kafka, alive and given an assignment (of any topic)."""
+    leasekeeper.assert_alive()
+    snapshot = leasekeeper.snapshot()
+    return (
+        snapshot is not None
+        and snapshot.get("kafka") == "connected"
+        and len(snapshot["partitions"]) > 0
+    )
+
+
 def wait_runs(system: System, count: int) -> int:
     """Wait until ``count`` jobs ran; never for more than the load holds (on a slow
     machine the faults come late, and the last ones may find the load almost done)."""
@@ -215,7 +226,12 @@ def test_kill_9_of_a_broker_a_leasekeeper_and_a_worker_loses_nothing_bounded_dup
     # A leasekeeper restarted while a broker is down (its address still in the
     # bootstrap list, leaders moving) must come up and take its partitions back.
     ledger.add(leasekeeper_fault(second, ran))
-    (second,) = started(system, system.new_leasekeeper("lk2", SESSION))
+    second = system.new_leasekeeper("lk2", SESSION)
+    system.leasekeepers.append(second)
+    second.start()
+    # It must come up and join; which partitions it gets is the group's choice
+    # (its session may have expired while it was down, so they may all stay away).
+    wait_until(lambda: joined(second), 90, "the restarted leasekeeper to join the group")
     wait_runs(system, len(system.runs()) + AFTER_BROKER_KILL // 2)
     kafka_cluster3.restart_broker(victim)
     wait_until(lambda: in_sync(system), 120, "the restarted broker to catch up", step=0.5)
