@@ -21,7 +21,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from jobcore.config import DEFAULT_LEASE_S
 from workers.app import App
@@ -35,6 +34,7 @@ from workers.client import (
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
 from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import EventLoopThread, call_async, call_sync
+from workers.handler_threads import HandlerThreads
 from workers.inflight import Held, InFlight, Phase
 from workers.messages import Lease, LeaseResult, Settlement
 from workers.monitor import LeaseMonitor
@@ -77,7 +77,9 @@ class Worker:
         self._abandoned = 0
         self._types = job_types(app, decoder)
         self._table = InFlight(concurrency=concurrency)
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="worker-handler")
+        self._pool: HandlerThreads[tuple[Held, Runnable]] = HandlerThreads(
+            concurrency, self._run_sync_item, name="worker-handler"
+        )
         self._loop = EventLoopThread()
         self._batcher: SettleBatcher[Held] = SettleBatcher(
             client,
@@ -123,6 +125,7 @@ class Worker:
         self._started = True
         if self.app.has_async_handlers:
             self._loop.start()
+        self._pool.start()
         self._batcher.start()
         self._monitor.start()
         log.info(
@@ -173,6 +176,7 @@ class Worker:
     def _accept(self, leases: Sequence[Lease], free: int) -> None:
         if len(leases) > free:
             log.warning("leasekeeper sent %d jobs for %d free slots", len(leases), free)
+        sync: list[tuple[Held, Runnable]] = []
         for index, lease in enumerate(leases):
             prepared = prepare(self.app, self._decoder, lease)
             interval = (lease.lease_s if lease.lease_s > 0 else DEFAULT_LEASE_S) / 3
@@ -196,19 +200,23 @@ class Worker:
                     prepared.failure.message,
                 )
                 self._settle_now(held, Settlement.nack(lease.ref, prepared.failure))
+            elif not prepared.handler.is_async:
+                sync.append((held, prepared))
             else:
-                self._dispatch(held, prepared)
+                self._dispatch_async(held, prepared)
+        if sync:
+            self._pool.submit(sync)  # the claimed batch at once, one tuple a job
 
-    def _dispatch(self, held: Held, job: Runnable) -> None:
-        if not job.handler.is_async:
-            self._pool.submit(self._run_sync, held, job)
-            return
+    def _dispatch_async(self, held: Held, job: Runnable) -> None:
         try:
             future = self._loop.submit(self._run_async(held, job))
         except RuntimeError:
             self._settle_now(held, Settlement.release(held.ref))
             return
         held.cancel = future.cancel
+
+    def _run_sync_item(self, item: tuple[Held, Runnable]) -> None:
+        self._run_sync(*item)
 
     def _run_sync(self, held: Held, job: Runnable) -> None:
         if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
@@ -318,7 +326,7 @@ class Worker:
         self._monitor.join(_SETTLE_FLUSH_S)
         self._batcher.close(_SETTLE_FLUSH_S)
         self._abandoned = len(self._table.running())
-        self._pool.shutdown(wait=self._abandoned == 0, cancel_futures=True)
+        self._pool.shutdown(wait=self._abandoned == 0)
         self._loop.stop(timeout=1.0)
         log.info("worker %s stopped", self.worker_id)
 
