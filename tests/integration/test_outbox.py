@@ -202,7 +202,11 @@ def test_two_relays_one_sends_and_the_standby_takes_over(
     with psycopg.connect(db) as conn:
         first = outbox.stage_many(conn, [receipt(queue, n) for n in range(100)])
     with relay_thread(db, kafka, batch=7) as one, relay_thread(db, kafka, batch=7) as two:
-        wait_for(lambda: waiting(db) == 0, "the first rows to be relayed")
+        # The count moves just after the delete commits: wait for both.
+        wait_for(
+            lambda: waiting(db) == 0 and one.relayed + two.relayed == 100,
+            "the first rows to be relayed",
+        )
         assert one.active.is_set() != two.active.is_set()
         leader = one if one.active.is_set() else two
         standby = two if leader is one else one
