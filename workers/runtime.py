@@ -4,18 +4,30 @@ Threads and what they do:
 
 - the caller of ``run()``: the claim loop, asking for as many jobs as there
   are free slots, in one Claim call;
-- ``concurrency`` pool threads for ``def`` handlers, one event loop thread for
-  ``async def`` handlers;
+- ``concurrency`` handler threads for ``def`` handlers, one event loop thread for
+  ``async def`` handlers (at most ``concurrency`` of them running at once);
 - the lease monitor: batched heartbeats and handler time limits;
 - the settle thread: batched acks, nacks and releases.
 
 ``stop()`` (from another thread: see ``workers.supervisor``) stops claiming,
 releases jobs that have not started, and lets running ones finish within
 ``shutdown_grace_s``; ``run()`` then returns.
+
+Prefetch: a worker holds up to ``prefetch x concurrency`` leases, and runs
+``concurrency`` of them at a time; the rest wait in line for a free handler. A
+job that finishes finds the next one already here, instead of waiting for its
+settle to be answered and a claim to come back. Waiting jobs are heartbeated
+like running ones, released on shutdown, and have their attempt counted at claim
+like every job (invariant 4): when the worker dies, a prefetched job that never
+started is run again after its lease expires, with that attempt spent. Its
+``timeout_s`` starts when it starts. The default is 1 (no job waits here): a
+worker stuck in a long handler would otherwise hoard the jobs it prefetched,
+and a redelivered job could land behind the very handler that lost it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -54,6 +66,7 @@ class Worker:
         *,
         decoder: EnvelopeDecoder,
         concurrency: int = 8,
+        prefetch: int = 1,
         worker_id: str | None = None,
         claim_wait_ms: int = 1000,
         shutdown_grace_s: float = 30.0,
@@ -76,7 +89,12 @@ class Worker:
         self._fatal: LeaseKeeperRejected | None = None
         self._abandoned = 0
         self._types = job_types(app, decoder)
-        self._table = InFlight(concurrency=concurrency)
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be at least 1, got {prefetch}")
+        self._concurrency, self._prefetch = concurrency, prefetch
+        # The table's slots are leases in hand; handler threads bound what runs.
+        self._table = InFlight(concurrency=concurrency * prefetch)
+        self._async_slots = asyncio.Semaphore(concurrency)
         self._pool: HandlerThreads[tuple[Held, Runnable]] = HandlerThreads(
             concurrency, self._run_sync_item, name="worker-handler"
         )
@@ -99,7 +117,13 @@ class Worker:
 
     @property
     def concurrency(self) -> int:
-        return self._table.concurrency
+        """Handlers run at once."""
+        return self._concurrency
+
+    @property
+    def prefetch(self) -> int:
+        """Leases held per handler slot: ``concurrency x prefetch`` in hand at most."""
+        return self._prefetch
 
     @property
     def in_hand(self) -> int:
@@ -129,10 +153,11 @@ class Worker:
         self._batcher.start()
         self._monitor.start()
         log.info(
-            "worker %s claiming from %s (concurrency %d, handlers: %s)",
+            "worker %s claiming from %s (concurrency %d, prefetch %d, handlers: %s)",
             self.worker_id,
             self._client.target,
             self.concurrency,
+            self.prefetch,
             ", ".join(self._types.runnable) or "none",
         )
         for job_type in self._types.missing_schema:
@@ -224,9 +249,10 @@ class Worker:
         self._finish(held, call_sync(job.handler, job.ctx, job.payload))
 
     async def _run_async(self, held: Held, job: Runnable) -> None:
-        if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
-            return
-        self._finish(held, await call_async(job.handler, job.ctx, job.payload))
+        async with self._async_slots:  # prefetched jobs wait here for a slot
+            if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
+                return
+            self._finish(held, await call_async(job.handler, job.ctx, job.payload))
 
     def _finish(self, held: Held, failure: Failure | None) -> None:
         """Settle a job whose handler returned, unless its lease is gone or it was settled."""
