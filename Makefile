@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto
+.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,16 @@ venv: $(STAMP)
 ## Start local Kafka and the demo system (Ctrl-C stops everything).
 run: $(STAMP)
 	$(PY) -m devtools.demo
+
+## Headless Chromium and its driver from Debian's packages, for the dashboard's browser
+## test (no browser download is possible or wanted). Needs root; a no-op when present.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  echo "chromium and chromedriver present"; \
+	else \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    chromium chromium-driver; \
+	fi
 
 ## Run every test suite (unit, integration, acceptance) against a real Kafka
 ## the suite starts itself, or KAFKA_BOOTSTRAP when set.
@@ -36,7 +46,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 ## Benchmarks side by side (results in benchmarks/results/, see BENCHMARKS.md):
-## SCENARIO=drain|raw|share|peers|latency|recovery|memory|micro (or 1-8), QUICK=1,
+## SCENARIO=drain|raw|share|peers|latency|recovery|memory|noisy|micro (or 1-9), QUICK=1,
 ## BENCH_ARGS for anything else (e.g. BENCH_ARGS="--no-pin").
 bench: $(STAMP)
 	$(PY) -m benchmarks $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(QUICK),--quick) $(BENCH_ARGS)

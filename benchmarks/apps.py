@@ -93,3 +93,19 @@ def recorded_100ms(ctx: JobContext, payload: dict[str, Any]) -> None:
 def settled(ctx: JobContext, outcome: str, accepted: bool) -> None:
     if accepted and outcome == "ack":
         _event("ack", ctx.job_id, ctx.attempt)
+
+
+# -- noisy neighbour: start latency per group (flooder, other tenants, critical) ------
+
+noisy_app = App("bench-noisy")
+# The group travels in the payload's n (group * NOISY_GROUP_SCALE + a counter); the
+# sample is group * NOISY_GROUP_SCALE + the start latency in ms.
+NOISY_GROUP_SCALE = 10_000_000
+
+
+@noisy_app.job(JOB_TYPE)
+def record_group_start(ctx: JobContext, payload: dict[str, Any]) -> None:
+    now_ms = time.time() * 1000
+    group = int(payload["n"]) // NOISY_GROUP_SCALE
+    latency = min(NOISY_GROUP_SCALE - 1.0, max(0.0, now_ms - ctx.created_at_ms))
+    progress.hit(group * NOISY_GROUP_SCALE + latency)

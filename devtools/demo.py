@@ -1,4 +1,5 @@
-"""``make run``: Kafka, a queue, a leasekeeper, two workers and a stream of demo jobs.
+"""``make run``: Kafka, a queue, a leasekeeper, two workers, the dashboard and a stream of
+demo jobs.
 
 Everything runs on this machine as the user would run it (the same CLIs), and
 Ctrl-C stops it all cleanly: producer first, then workers (they finish or
@@ -25,6 +26,7 @@ from jobcore.kafka import KafkaSettings
 from leasekeeper.inspect_view import fetch_snapshot
 
 QUEUE = "demo"
+DASHBOARD = "127.0.0.1:8700"
 TENANTS = ("acme", "globex", "initech", "umbrella")
 BIN = Path(sys.executable).parent
 
@@ -121,6 +123,11 @@ def main() -> None:
                      "--concurrency", "16"],
                     work / f"worker-{i}.log",
                 ))  # fmt: skip
+            children.append(_spawn(
+                ["leasekeeper", "dashboard", "--listen", DASHBOARD, "--bootstrap", bootstrap],
+                work / "dashboard.log",
+            ))  # fmt: skip
+            console.print(f"dashboard at http://{DASHBOARD}/ (log in {work / 'dashboard.log'})")
             feeder = threading.Thread(
                 target=_produce, args=(KafkaSettings(bootstrap=bootstrap), stop)
             )

@@ -94,6 +94,10 @@ class CancelledHow(StrEnum):
     RUNNING = "lease ended while running"
 
 
+# A status record stays small: the whole history is in the dead letter.
+LAST_ERROR_MAX = 500
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobStatus:
     """How job ``job_id`` ended: the record of the compacted ``jobs.Q.status`` topic,
@@ -106,6 +110,10 @@ class JobStatus:
     at_ms: int
     attempt: int
     reason: str = ""
+    # The worker that ran the last attempt, and that attempt's error ("Class: message",
+    # cut to LAST_ERROR_MAX) for a dead job; empty when unknown (older records).
+    worker: str = ""
+    last_error: str = ""
 
     @property
     def key(self) -> bytes:
@@ -120,6 +128,8 @@ class JobStatus:
                 "at": self.at_ms,
                 "attempt": self.attempt,
                 "reason": self.reason,
+                "worker": self.worker,
+                "last_error": self.last_error[:LAST_ERROR_MAX],
             }
         ).encode()
 
@@ -132,4 +142,6 @@ class JobStatus:
             at_ms=record["at"],
             attempt=record["attempt"],
             reason=record.get("reason", ""),
+            worker=record.get("worker", ""),
+            last_error=record.get("last_error", ""),
         )

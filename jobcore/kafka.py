@@ -21,6 +21,7 @@ from confluent_kafka import (
     OFFSET_END,
     OFFSET_INVALID,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
@@ -35,6 +36,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 
@@ -67,6 +69,7 @@ __all__ = [
     "delete_records",
     "describe_setup_error",
     "end_offsets",
+    "group_offsets",
     "is_retriable",
     "make_admin",
     "make_consumer",
@@ -78,6 +81,7 @@ __all__ = [
     "set_group_config",
     "topic_ids",
     "wait_for_brokers",
+    "watermarks",
 ]
 
 log = logging.getLogger(__name__)
@@ -479,6 +483,53 @@ def end_offsets(
                     raise
                 time.sleep(0.1)
         result[p] = high
+    return result
+
+
+def watermarks(
+    admin: AdminClient, partitions: Iterable[tuple[str, int]], timeout: float = 10.0
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Low and high watermark of many partitions in two batched requests (a dashboard
+    over hundreds of queues cannot ask partition by partition). A partition whose
+    answer failed is left out."""
+    wanted = list(partitions)
+    found: dict[tuple[str, int], list[int]] = {tp: [-1, -1] for tp in wanted}
+    specs = (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    for index, spec in enumerate(specs):
+        if not wanted:
+            break
+        request = {TopicPartition(t, p): spec for t, p in wanted}
+        for tp, future in admin.list_offsets(request, request_timeout=timeout).items():
+            try:
+                found[(tp.topic, tp.partition)][index] = future.result(timeout=timeout).offset
+            except KafkaException:
+                found.pop((tp.topic, tp.partition), None)
+    return {tp: (low, high) for tp, (low, high) in found.items() if high >= 0}
+
+
+def group_offsets(
+    admin: AdminClient, groups: Iterable[str], timeout: float = 10.0
+) -> dict[str, dict[tuple[str, int], int]]:
+    """Each group's committed offsets (every partition it committed), asked of all
+    groups at once; a group that has none, or whose answer failed, maps to ``{}``."""
+    futures = {
+        group: admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=timeout
+        )[group]
+        for group in groups
+    }
+    result: dict[str, dict[tuple[str, int], int]] = {}
+    for group, future in futures.items():
+        try:
+            answer = future.result(timeout=timeout)
+        except KafkaException:
+            result[group] = {}
+            continue
+        result[group] = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in answer.topic_partitions or []
+            if tp.offset >= 0
+        }
     return result
 
 

@@ -17,12 +17,14 @@ from datetime import timedelta
 
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
-from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+from jobcore.priority import PriorityClasses
+from jobcore.topics import DEFAULT_PREFIX, QueueTopics, leasekeepers_topic
 
 __all__ = [
     "CONTROL_RETENTION_MS",
     "DLQ_RETENTION_MS",
     "STATUS_RETENTION_MS",
+    "ensure_leasekeepers_topic",
     "ensure_queue_topics",
 ]
 
@@ -33,6 +35,25 @@ CONTROL_RETENTION_MS = (MAX_DELAY + timedelta(days=5)) // timedelta(milliseconds
 # How each job ended: a week answers "did it already run?" for a cancel; compaction
 # keeps one record per job meanwhile.
 STATUS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+# Leasekeeper snapshots are live data: a day keeps a stopped one's last words for a
+# look after an incident; compaction keeps one record per instance meanwhile.
+LEASEKEEPERS_RETENTION_MS = 24 * 60 * 60 * 1000
+
+
+def ensure_leasekeepers_topic(
+    settings: KafkaSettings, prefix: str = DEFAULT_PREFIX, replication: int = -1
+) -> str:
+    """Create ``jobs._leasekeepers`` if missing (one partition: a dashboard reads it whole)."""
+    name = leasekeepers_topic(prefix)
+    config = {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": str(LEASEKEEPERS_RETENTION_MS),
+        "segment.ms": str(60 * 60 * 1000),
+    }
+    create_topics(
+        settings, [TopicSpec(name=name, partitions=1, replication=replication, config=config)]
+    )
+    return name
 
 
 def ensure_queue_topics(
@@ -43,9 +64,10 @@ def ensure_queue_topics(
     prefix: str = DEFAULT_PREFIX,
     replication: int = -1,
     tiers: DelayTiers | None = None,
+    classes: PriorityClasses | None = None,
 ) -> list[str]:
-    """Create the ready, delay-tier and dead-letter topics of ``queue`` if missing; returns
-    their names.
+    """Create the ready (one per priority class), delay-tier and dead-letter topics of
+    ``queue`` if missing; returns their names.
 
     ``replication=-1`` takes the broker's default replication factor.
     """
@@ -53,7 +75,10 @@ def ensure_queue_topics(
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     topics = QueueTopics(queue=queue, prefix=prefix)
     specs = [
-        TopicSpec(name=topics.ready, partitions=partitions, replication=replication),
+        *(
+            TopicSpec(name=name, partitions=partitions, replication=replication)
+            for name in topics.classes((classes or PriorityClasses()).names)
+        ),
         TopicSpec(
             name=topics.dlq,
             partitions=partitions,

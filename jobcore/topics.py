@@ -5,6 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_PREFIX = "jobs"
+DEFAULT_CLASS = "default"
+# The last part of a topic name that a queue's own topics use: a queue named
+# ``emails.critical`` would collide with the critical class topic of ``emails``.
+RESERVED_SUFFIXES = frozenset(
+    {"critical", "bulk", "overflow", "dlq", "retry", "status", "control", "dedupe"}
+)
+
+
+def leasekeepers_topic(prefix: str = DEFAULT_PREFIX) -> str:
+    """Every leasekeeper's latest snapshot (compacted, keyed by instance): ``jobs._leasekeepers``.
+
+    One topic for all queues of a prefix, so a dashboard finds every leasekeeper on
+    every host without being told where they run."""
+    return f"{prefix}._leasekeepers"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,11 +31,32 @@ class QueueTopics:
     def __post_init__(self) -> None:
         if not self.queue or any(c in self.queue for c in " /\\:"):
             raise ValueError(f"invalid queue name {self.queue!r}: use letters, digits, . _ -")
+        parts = self.queue.split(".")
+        clash = next((p for p in parts[1:] if p in RESERVED_SUFFIXES), None)
+        if clash is not None:
+            raise ValueError(
+                f"invalid queue name {self.queue!r}: {clash!r} after a dot is reserved for the "
+                f"topics of a queue ({', '.join(sorted(RESERVED_SUFFIXES))}); rename the queue"
+            )
 
     @property
     def ready(self) -> str:
         """Ready jobs, keyed by tenant: ``jobs.Q``."""
         return f"{self.prefix}.{self.queue}"
+
+    def of_class(self, name: str) -> str:
+        """A priority class's topic: ``jobs.Q`` for the default class, else ``jobs.Q.<class>``."""
+        return self.ready if name == DEFAULT_CLASS else f"{self.prefix}.{self.queue}.{name}"
+
+    def classes(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The topics of the priority classes ``names``, the default class's first."""
+        ordered = sorted(names, key=lambda n: n != DEFAULT_CLASS)
+        return tuple(self.of_class(name) for name in ordered)
+
+    @property
+    def overflow(self) -> str:
+        """A flooding tenant's excess (reserved: see docs/fairness.md): ``jobs.Q.overflow``."""
+        return f"{self.prefix}.{self.queue}.overflow"
 
     @property
     def dlq(self) -> str:

@@ -28,8 +28,10 @@ from jobcore.config import Environment, queues_with_sockets
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
+from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
 from leasekeeper.consumer_loop import LoopConfig
+from leasekeeper.dashboard.cli import dashboard
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
@@ -38,6 +40,7 @@ from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
+from leasekeeper.tenant_config import tenant_policy
 from schemas.codec import SchemaError
 
 # Defaults come from the config dataclasses, so the CLI and a Python caller agree.
@@ -73,6 +76,26 @@ def main() -> None:
 )
 @click.option("--window-records", default=_ENGINE.window_records, show_default=True)
 @click.option("--window-bytes", default=_ENGINE.window_bytes, show_default=True)
+@click.option(
+    "--tenant-cap",
+    type=int,
+    default=None,
+    help="skip, at claim time, a tenant already running this many jobs (all workers)",
+)
+@click.option("--tenant-cap-for", multiple=True, metavar="TENANT=N", help="one tenant's cap")
+@click.option(
+    "--tenant-weight",
+    multiple=True,
+    metavar="TENANT=W",
+    help="a tenant's weight in weighted fair queuing by handler time (default 1)",
+)
+@click.option(
+    "--tenants",
+    "tenants_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="TOML file of tenant weights and caps ([defaults], [tenants.NAME]); flags win",
+)
 @click.option("--group", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
 @click.option("--group-id", "group_id_alias", default=None, hidden=True)
 @click.option(
@@ -200,6 +223,10 @@ def serve(
     lease_s: float,
     window_records: int,
     window_bytes: int,
+    tenant_cap: int | None,
+    tenant_cap_for: tuple[str, ...],
+    tenant_weight: tuple[str, ...],
+    tenants_file: Path | None,
     group: str | None,
     group_id_alias: str | None,
     schema_path: tuple[str, ...],
@@ -233,6 +260,13 @@ def serve(
     loop fails, so a supervisor restarts it."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     env = Environment.from_env()
+    try:
+        classes = PriorityClasses.from_env()
+        tenants = tenant_policy(
+            cap=tenant_cap, cap_for=tenant_cap_for, weight_for=tenant_weight, path=tenants_file
+        )
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     config = ServeConfig(
         insecure=insecure,
         socket_mode=_socket_mode(socket_mode),
@@ -252,6 +286,8 @@ def serve(
             lease_s_by_type=_leases_by_type(lease_for),
             window_records=window_records,
             window_bytes=window_bytes,
+            class_weights=classes.weights,
+            tenants=tenants,
             unknown_type_grace_s=unknown_type_grace,
             retries=RetryPolicies(
                 default=RetryPolicy(
@@ -483,3 +519,4 @@ def dev() -> None:
 
 
 main.add_command(dlq)
+main.add_command(dashboard)

@@ -72,6 +72,7 @@ class ConsumerLoop:
         topics: QueueTopics,
         gate: TierGate,
         config: LoopConfig,
+        ready_topics: tuple[str, ...] = (),
         clock: Callable[[], float] = time.monotonic,
         watch: ErrorWatch | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
@@ -92,11 +93,14 @@ class ConsumerLoop:
         self._outbox = outbox
         self._topics = topics
         self._gate = gate
+        # The priority classes' topics (the default class's is ``topics.ready``).
+        self._ready_topics = ready_topics or (topics.ready,)
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
         # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
         self._assignment: set[TopicPart] = set()
+        self._full = False
         self.control: ControlFeed | None = None
         self._last_commit = 0.0
         self._last_reap = 0.0
@@ -106,7 +110,7 @@ class ConsumerLoop:
         self._stop = stop
         self._ran = True
         self._consumer.subscribe(
-            [self._topics.ready, *self._gate.topics],
+            [*self._ready_topics, *self._gate.topics],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
@@ -284,15 +288,20 @@ class ConsumerLoop:
         )
 
     def _apply_backpressure(self) -> int:
-        """Pause every partition while the window is full, and any partition fetched as far
-        beyond its commit as commit metadata can describe; returns the window's room."""
+        """Pause, while the window is full, the partitions holding their share of it or
+        more (one partition's backlog must not stop the others' fetch), and any
+        partition fetched as far beyond its commit as commit metadata can describe;
+        returns how many records this fetch may take."""
         room = self._engine.window_room()
         assignment = self._assignment
-        # Hysteresis: pause when full, resume only once half the window is free,
-        # so a busy window does not flap between paused and fetching.
-        was_full = bool(assignment) and assignment <= self._paused
-        full = room == 0 or (was_full and room < self._engine.window_records // 2)
-        wanted = set(assignment) if full else self._engine.over_span() & assignment
+        # Hysteresis: full when no room is left, and full until half the window is
+        # free again, so a busy window does not flap between paused and fetching.
+        self._full = room == 0 or (self._full and room < self._engine.window_records // 2)
+        wanted = self._engine.over_span() & assignment
+        if self._full:
+            over, headroom = self._engine.over_share(assignment)
+            wanted |= over
+            room = headroom
         wanted |= self._gate.held() & assignment
         # A partition whose copy cannot be produced fetches nothing more to fail on.
         wanted |= set(self._outbox.blocked()) & assignment

@@ -34,6 +34,7 @@ from leasekeeper.copy_queue import CopyQueue, dead_status, resolution_of
 from leasekeeper.engine_config import Counters, EngineConfig, EngineContext, now_ms
 from leasekeeper.failures import FailurePath
 from leasekeeper.fairness import DispatchPolicy
+from leasekeeper.fairness_view import FairnessSnapshot, fairness_snapshot
 from leasekeeper.intake import Intake
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
@@ -80,7 +81,9 @@ class LeaseEngine:
                             control=self.control, clock=clock, monotonic=monotonic)  # fmt: skip
         self._book = PartitionBook(store=store, counters=self.counters, max_span=config.max_span)
         self._window = ReadyWindow(records=config.window_records, max_bytes=config.window_bytes,
-                                   wake=self._cond.notify_all, policy=policy)  # fmt: skip
+                                   wake=self._cond.notify_all, policy=policy,
+                                   class_weights=config.class_weights,
+                                   tenants=config.tenants)  # fmt: skip
         self._copies = CopyQueue(book=self._book)
         failures = FailurePath(config=config, budget=self._budget, rng=rng or random.Random(),
                                clock=clock)  # fmt: skip
@@ -192,6 +195,12 @@ class LeaseEngine:
 
     def window_full(self) -> bool:
         return self.window_room() == 0
+
+    def over_share(self, fetching: set[TopicPart]) -> tuple[set[TopicPart], int]:
+        """The partitions a full window pauses (those holding their share of it or
+        more) and the records the others may still fetch: see ``ReadyWindow.over_share``."""
+        with self._cond:
+            return self._window.over_share(fetching)
 
     # -- workers ------------------------------------------------------------
 
@@ -332,6 +341,12 @@ class LeaseEngine:
                 workers=self._unhandled.workers.snapshot(now_ms(self._clock)),
                 mono=self._monotonic(),
             )
+
+    def fairness(self) -> FairnessSnapshot:
+        """Per priority class and per tenant: what ``inspect`` and the metrics show."""
+        with self._cond:
+            return fairness_snapshot(config=self._config, window=self._window,
+                                     book=self._book, now_ms=now_ms(self._clock))  # fmt: skip
 
     def job_view(self, given: str) -> dict[str, object]:
         """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a

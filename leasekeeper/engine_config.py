@@ -9,6 +9,7 @@ from leasekeeper.control_state import ControlState
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseStore
+from leasekeeper.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +33,10 @@ class EngineConfig:
     unknown_type_grace_s: float = 600.0
     # A worker counts as connected this long after its last claim.
     worker_seen_s: float = 60.0
+    # Priority class → dispatch weight (each class also has its own topic).
+    class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
+    # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).
+    tenants: TenantPolicy = field(default_factory=TenantPolicy)
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)

@@ -9,7 +9,7 @@ engine: ``LeaseEngine(policy=...)`` takes any ``DispatchPolicy``.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -23,7 +23,15 @@ class DispatchPolicy(Protocol[T]):
 
     def push_front(self, tenant: str, item: T) -> None: ...
 
-    def pop(self, accept: Callable[[T], bool] | None = None) -> T | None: ...
+    def pop(
+        self, accept: Callable[[T], bool] | None = None, skip: Container[str] = frozenset()
+    ) -> T | None:
+        """The next item ``accept`` takes, from a tenant not in ``skip`` (those at their cap)."""
+        ...
+
+    def settled(self, tenant: str, cost_s: float) -> None:
+        """A job of ``tenant`` ran for ``cost_s`` of handler time (for cost-aware policies)."""
+        ...
 
     def has_any(self, kinds: frozenset[str] = frozenset()) -> bool: ...
 
@@ -81,10 +89,14 @@ class TenantRoundRobin(Generic[T]):
         self._size += 1
         self._count(item, 1)
 
-    def pop(self, accept: Callable[[T], bool] | None = None) -> T | None:
-        """The next tenant's oldest item (that ``accept`` takes); tenants without one
-        keep their turn."""
+    def pop(
+        self, accept: Callable[[T], bool] | None = None, skip: Container[str] = frozenset()
+    ) -> T | None:
+        """The next tenant's oldest item (that ``accept`` takes); tenants without one, or
+        in ``skip``, keep their turn."""
         for tenant, queue in self._queues.items():
+            if tenant in skip:
+                continue
             index = _first(queue, accept)
             if index is None:
                 continue
@@ -98,6 +110,9 @@ class TenantRoundRobin(Generic[T]):
                 del self._queues[tenant]
             return item
         return None
+
+    def settled(self, tenant: str, cost_s: float) -> None:
+        """Round robin counts jobs, not their cost."""
 
     def remove_if(self, predicate: Callable[[T], bool]) -> list[T]:
         """Drop the items matching ``predicate`` (a revoked partition's jobs)."""

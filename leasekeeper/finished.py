@@ -68,4 +68,8 @@ def status_view(status: JobStatus) -> dict[str, object]:
     }
     if status.reason:
         view["reason"] = status.reason
+    if status.worker:
+        view["worker"] = status.worker
+    if status.last_error:
+        view["last_error"] = status.last_error
     return view

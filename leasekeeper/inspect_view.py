@@ -70,13 +70,44 @@ def render_snapshot(
     counters = snapshot["counters"]
     console.print("  ".join(f"{k} {v}" for k, v in counters.items()))
     tenants = snapshot.get("in_flight_by_tenant") or {}
-    if tenants:
+    if tenants and not snapshot.get("tenants"):
         console.print("in flight by tenant: " + ", ".join(f"{t} {n}" for t, n in tenants.items()))
+    for line in fairness_lines(snapshot):
+        console.print(line, highlight=False)
     for line in retry_lines(snapshot, now):
         console.print(line, highlight=False)
     control = control_line(snapshot)
     if control:
         console.print(control, highlight=False)
+
+
+# Tenants listed by inspect before "… N more": the busiest (ready plus in flight).
+TENANTS_SHOWN = 10
+
+
+def fairness_lines(snapshot: dict[str, Any]) -> list[str]:
+    """Per priority class (ready, weight, oldest ready age) and the busiest tenants
+    (ready, in flight, cap, weight); nothing from an older leasekeeper."""
+    lines = []
+    classes = snapshot.get("classes") or []
+    if classes:
+        lines.append("[bold]classes[/] " + "  ".join(_class_cell(c) for c in classes))
+    tenants = snapshot.get("tenants") or []
+    for t in tenants[:TENANTS_SHOWN]:
+        cap = "-" if t["cap"] is None else t["cap"]
+        lines.append(
+            f"  tenant {t['tenant']}: ready {t['ready']}, in flight {t['in_flight']}, "
+            f"cap {cap}, weight {t['weight']:g}"
+        )
+    if len(tenants) > TENANTS_SHOWN:
+        lines.append(f"  … {len(tenants) - TENANTS_SHOWN} more tenants (--json lists all)")
+    return lines
+
+
+def _class_cell(view: dict[str, Any]) -> str:
+    age = view.get("oldest_ready_age_ms")
+    oldest = "" if age is None else f", oldest {age / 1000:.1f}s"
+    return f"{view['name']} (weight {view['weight']}): ready {view['ready']}{oldest}"
 
 
 def control_line(snapshot: dict[str, Any]) -> str:

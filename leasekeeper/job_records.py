@@ -22,19 +22,28 @@ NOTE_OVERDUE_MS = 60_000
 
 
 def ended(
-    pending: Pending, end: JobEnd, *, attempt: int, at_ms: int, how: CancelledHow | None = None
+    pending: Pending,
+    end: JobEnd,
+    *,
+    attempt: int,
+    at_ms: int,
+    how: CancelledHow | None = None,
+    worker: str = "",
 ) -> CopyRequest:
-    """The status record of a job in hand that ended ``end``."""
+    """The status record of a job in hand that ended ``end`` (run by ``worker``)."""
     status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=at_ms, attempt=attempt,
-                       reason=how.value if how else "")  # fmt: skip
+                       reason=how.value if how else "", worker=worker)  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
                        generation=pending.generation, status=status)  # fmt: skip
 
 
 def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequest:
     """The status record of a job whose dead letter ``request`` was delivered."""
+    last = job.errors[-1] if job.errors else None
+    error = f"{last.error_class}: {last.message}" if last else ""
     status = JobStatus(job_id=job.job_id, state=JobEnd.DEAD, at_ms=at_ms, attempt=job.attempt,
-                       reason=reason)  # fmt: skip
+                       reason=reason, worker=last.worker if last else "",
+                       last_error=error)  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=request.source, offset=request.offset,
                        generation=request.generation, status=status)  # fmt: skip
 

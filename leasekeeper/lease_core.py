@@ -13,7 +13,7 @@ decided, and the engine queues them.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 from jobcore.control import CancelledHow, JobEnd
@@ -85,15 +85,35 @@ class LeaseCore:
         grants: list[Grant] = []
         actions: list[CopyRequest] = []
         batch = self._store.batch()
+        running = self._running_by_tenant()
+        skip = {t for t, n in running.items() if self._at_cap(t, n)}
         while len(grants) < max_jobs:
-            pending = self._window.pop(accept)
+            pending = self._window.pop(accept, skip)
             if pending is None:
                 break
             grant = self._lease(pending, worker, batch, actions)
             if grant is not None:
                 grants.append(grant)
+                tenant = pending.job.tenant_id
+                running[tenant] += 1
+                if self._at_cap(tenant, running[tenant]):
+                    skip.add(tenant)
         self._store.write(batch)
         return grants, actions
+
+    def _at_cap(self, tenant: str, running: int) -> bool:
+        cap = self._config.tenants.cap(tenant)
+        return cap is not None and running >= cap
+
+    def _running_by_tenant(self) -> Counter[str]:
+        """Jobs in flight per tenant over every worker of this leasekeeper, counted only
+        when a cap is configured (leases in flight are bounded by worker concurrency)."""
+        running: Counter[str] = Counter()
+        if self._config.tenants.default_cap is None and not self._config.tenants.caps:
+            return running
+        for state in self._book.parts.values():
+            running.update(lease.pending.job.tenant_id for lease in state.leases.values())
+        return running
 
     def _lease(
         self, pending: Pending, worker: str, batch: StoreBatch, actions: list[CopyRequest]
@@ -232,6 +252,8 @@ class LeaseCore:
             self._remember_settled(item.lease_id, item.token)
             del state.leases[lease.pending.offset]
             batch.unlease(state.tp.topic, state.tp.partition, lease.pending.offset)
+            if item.outcome is not Outcome.RELEASE:
+                self._window.settled(lease.pending.job.tenant_id, item.run_s)
             self._apply(state, lease, item, batch, actions)
             answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
         self._store.write(batch)
@@ -261,7 +283,11 @@ class LeaseCore:
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
             actions.append(
                 records.ended(
-                    pending, JobEnd.SUCCEEDED, attempt=lease.attempt, at_ms=now_ms(self._clock)
+                    pending,
+                    JobEnd.SUCCEEDED,
+                    attempt=lease.attempt,
+                    at_ms=now_ms(self._clock),
+                    worker=lease.worker,
                 )
             )
             state.tracker.resolve(pending.offset)

@@ -98,6 +98,9 @@ class Settlement:
     traceback: str = ""
     retry_after_s: float = 0.0
     permanent: bool = False
+    # The handler's own run time (not claim-to-settle, which prefetch inflates): the
+    # cost weighted fair queuing charges the job's tenant. 0 when not reported.
+    run_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,6 +34,10 @@ OUTBOX_COUNTERS = {
 }
 
 
+# Tenants exported by name (the busiest); the others are summed as tenant="other".
+TOP_TENANTS = 10
+
+
 class EngineCollector(Collector):
     def __init__(self, snapshot: Callable[[], dict[str, Any]], queue: str) -> None:
         self._snapshot = snapshot
@@ -55,6 +59,42 @@ class EngineCollector(Collector):
         if "outbox" in snap:
             yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
+        yield from self._fairness(snap)
+
+    def _fairness(self, snap: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+        """Per priority class, and the busiest tenants only (TOP_TENANTS, the rest summed
+        as tenant="other"): tenant ids are unbounded, a label per tenant is not."""
+        classes = snap.get("classes") or []
+        ready = GaugeMetricFamily("leasekeeper_class_ready_jobs",
+                                  "ready jobs in the window per priority class",
+                                  labels=["queue", "class"])  # fmt: skip
+        oldest = GaugeMetricFamily("leasekeeper_class_oldest_ready_age_seconds",
+                                   "age since enqueue of the oldest ready job per priority class",
+                                   labels=["queue", "class"])  # fmt: skip
+        for view in classes:
+            ready.add_metric([self._queue, view["name"]], view["ready"])
+            age = view.get("oldest_ready_age_ms")
+            oldest.add_metric([self._queue, view["name"]], 0 if age is None else age / 1000)
+        if classes:
+            yield ready
+            yield oldest
+        tenants = snap.get("tenants")
+        if tenants is not None:
+            yield from self._top_tenants(tenants)
+
+    def _top_tenants(self, tenants: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
+        helps = {
+            "ready": "ready jobs of the busiest tenants",
+            "in_flight": "jobs in flight of the busiest tenants",
+        }
+        for key, text in helps.items():
+            family = GaugeMetricFamily(
+                f"leasekeeper_tenant_{key}_jobs", text, labels=["queue", "tenant"]
+            )
+            for view in tenants[:TOP_TENANTS]:
+                family.add_metric([self._queue, view["tenant"]], view[key])
+            family.add_metric([self._queue, "other"], sum(v[key] for v in tenants[TOP_TENANTS:]))
+            yield family
 
     def _partitions(self, partitions: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
         """One series per (topic, partition): a leasekeeper holds partition 0 of the

@@ -134,6 +134,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
                 traceback=s.traceback,
                 retry_after_s=self._retry_after(s.retry_after_s, s.lease.lease_id),
                 permanent=s.permanent,
+                run_s=s.run_s if math.isfinite(s.run_s) and s.run_s > 0 else 0.0,
             )
             for s in request.settlements
         ]

@@ -26,6 +26,7 @@ from jobcore.kafka import (
     make_producer,
     topic_ids,
 )
+from jobcore.priority import PriorityClasses
 from jobcore.retrying import Stopped, until_done
 from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
@@ -34,6 +35,7 @@ from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
 from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.outbox import Outbox
@@ -90,6 +92,8 @@ class ServeConfig:
     dedupe_window_s: float = 24 * 3600
     # On a state dir of another cluster, group or topic: wipe it instead of refusing.
     reset_state: bool = False
+    # Seconds between snapshots published to jobs._leasekeepers (0: none).
+    publish_interval_s: float = 3.0
 
     @property
     def security(self) -> ChannelSecurity:
@@ -150,6 +154,7 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
+            ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
             config=config.loop,
             watch=config.kafka.watch,
         )
@@ -157,6 +162,7 @@ class LeaseKeeperService:
         self._server: grpc.Server | None = None
         self._rpc_counters = RpcCounters()
         self._started = time.time()
+        self._publisher: FleetPublisher | None = None
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         self.loop.on_commit(error, partitions)
@@ -211,7 +217,21 @@ class LeaseKeeperService:
         )
         self.loop.control = self._feed
         self.connected.set()
+        self._start_publisher()
         log.info("connected to Kafka at %s", self.config.kafka.bootstrap)
+
+    def _start_publisher(self) -> None:
+        """Publish snapshots for the dashboard once connected (the topic exists by then)."""
+        if self.config.publish_interval_s <= 0:
+            return
+        publish = PublishConfig(
+            kafka=self.config.kafka,
+            prefix=self.config.prefix,
+            instance=f"{self.config.queue}@{self.config.instance_id or default_instance()}",
+            interval_s=self.config.publish_interval_s,
+        )
+        self._publisher = FleetPublisher(publish, self.snapshot_dict)
+        self._publisher.start()
 
     def _ensure_tier_topics(self) -> None:
         """The delay tiers this leasekeeper consumes exist, partitioned like the queue."""
@@ -242,6 +262,7 @@ class LeaseKeeperService:
             partitions=len(ready.partitions),
             prefix=self.config.prefix,
             tiers=self.config.tiers,
+            classes=PriorityClasses(weights=self.config.engine.class_weights),
         )
 
     def _check_state_identity(self) -> None:
@@ -279,7 +300,15 @@ class LeaseKeeperService:
         return LeaseKeeperSnapshot(
             engine=self.engine.snapshot(),
             queue=self.config.queue,
-            topics={"ready": self.topics.ready, "dlq": self.topics.dlq},
+            topics={
+                "ready": self.topics.ready,
+                "dlq": self.topics.dlq,
+                **{
+                    f"class {name}": self.topics.of_class(name)
+                    for name in self.config.engine.class_weights
+                    if self.topics.of_class(name) != self.topics.ready
+                },
+            },
             member=self.config.member_id,
             uptime_s=round(time.time() - self._started, 1),
             commits=self.loop.commits,
@@ -289,6 +318,7 @@ class LeaseKeeperService:
             kafka_last_error=self.config.kafka.watch.last_reason(),
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
+            fairness=self.engine.fairness(),
         )
 
     def snapshot_dict(self) -> dict[str, object]:
@@ -301,6 +331,8 @@ class LeaseKeeperService:
 
     def stop(self, grace_s: float = 5.0) -> None:
         self._stop.set()
+        if self._publisher is not None:
+            self._publisher.stop()
         self.engine.close()
         if self._thread.is_alive():
             self._thread.join(timeout=30)

@@ -16,6 +16,7 @@ from leasekeeper.retry_budget import BudgetSnapshot
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
     from leasekeeper.control_feed import ControlSnapshot
+    from leasekeeper.fairness_view import FairnessSnapshot
     from leasekeeper.outbox import OutboxView
 
 
@@ -98,6 +99,8 @@ class LeaseKeeperSnapshot:
     # Counted by the RPC layer, shown among the engine's counters.
     invalid_retry_after: int = 0
     control: ControlSnapshot | None = None
+    # Per priority class and per tenant (see fairness_view).
+    fairness: FairnessSnapshot | None = None
 
     def to_dict(self) -> dict[str, object]:
         view = self.engine.to_dict()
@@ -117,4 +120,6 @@ class LeaseKeeperSnapshot:
         )
         if self.control is not None:
             view["control"] = self.control.to_dict()
+        if self.fairness is not None:
+            view.update(self.fairness.to_dict())
         return view

@@ -5,6 +5,10 @@ the ready jobs in the dispatch policy (per tenant, per job type), their bytes,
 and the delayed heap of jobs fetched less than one tier before their ``run_at``
 (held here, not in a paused partition that would hold back the records behind
 them). The window bounds what the loop fetches (``room``) in records and bytes.
+
+It also counts its jobs per partition, so that a full window pauses only the
+partitions holding more than their share of it (``over_share``): one partition's
+backlog must not stop the fetch of the others (see docs/fairness.md).
 The engine's lock guards it; ``wake`` tells waiting claimers that work arrived.
 """
 
@@ -12,14 +16,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
-from leasekeeper.fairness import DispatchPolicy, TenantRoundRobin
-from leasekeeper.leases import Pending
+from leasekeeper.fairness import DispatchPolicy
+from leasekeeper.leases import Pending, TopicPart
+from leasekeeper.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy, WeightedFair
 
 
 def job_type(pending: Pending) -> str:
     return pending.job.type
+
+
+def priority_class(pending: Pending) -> str:
+    return pending.job.priority_class
 
 
 class ReadyWindow:
@@ -30,27 +40,47 @@ class ReadyWindow:
         max_bytes: int,
         wake: Callable[[], None],
         policy: DispatchPolicy[Pending] | None = None,
+        class_weights: Mapping[str, int] | None = None,
+        tenants: TenantPolicy | None = None,
     ) -> None:
+        """Without a ``policy``: weighted priority classes, then tenants by weighted fair
+        queuing on cost (``WeightedFair``)."""
         self.records = records
         self._max_bytes = max_bytes
         self._wake = wake
         self._ready: DispatchPolicy[Pending] = (
-            policy if policy is not None else TenantRoundRobin(kind=job_type)
+            policy
+            if policy is not None
+            else WeightedFair(
+                klass=priority_class,
+                kind=job_type,
+                class_weights=class_weights or DEFAULT_CLASS_WEIGHTS,
+                tenants=tenants,
+            )
         )
         self.bytes = 0
         self._delayed: list[tuple[int, int, Pending]] = []
         self._seq = itertools.count()
+        # Jobs held (ready or delayed) per partition: what ``over_share`` compares.
+        self._held: Counter[TopicPart] = Counter()
+
+    def _hold(self, tp: TopicPart, delta: int) -> None:
+        self._held[tp] += delta
+        if self._held[tp] <= 0:
+            del self._held[tp]
 
     def queue(self, pending: Pending, not_before_ms: int, now_ms: int) -> None:
         """Into the ready jobs, or the delayed heap when it is not due yet."""
         if not_before_ms > now_ms:
             heapq.heappush(self._delayed, (not_before_ms, next(self._seq), pending))
+            self._hold(pending.tp, 1)
         else:
             self.push(pending)
 
     def push(self, pending: Pending) -> None:
         self._ready.push(pending.job.tenant_id, pending)
         self.bytes += len(pending.envelope)
+        self._hold(pending.tp, 1)
         # Every claimer wakes: the one woken alone might not run this job's type.
         self._wake()
 
@@ -58,13 +88,27 @@ class ReadyWindow:
         """A released job: it was not run, so it goes back to the front of its tenant."""
         self._ready.push_front(pending.job.tenant_id, pending)
         self.bytes += len(pending.envelope)
+        self._hold(pending.tp, 1)
         self._wake()
 
-    def pop(self, accept: Callable[[Pending], bool] | None) -> Pending | None:
-        pending = self._ready.pop(accept)
+    def pop(
+        self, accept: Callable[[Pending], bool] | None, skip: Container[str] = frozenset()
+    ) -> Pending | None:
+        """The job the policy chooses, from a tenant not in ``skip`` (at its cap)."""
+        pending = self._ready.pop(accept, skip)
         if pending is not None:
             self.bytes -= len(pending.envelope)
+            self._hold(pending.tp, -1)
         return pending
+
+    def settled(self, tenant: str, cost_s: float) -> None:
+        """A job of ``tenant`` ran ``cost_s`` of handler time: the policy charges it."""
+        self._ready.settled(tenant, cost_s)
+
+    def classes(self) -> dict[str, int]:
+        """Ready jobs per priority class, when the policy knows classes."""
+        classes = getattr(self._ready, "classes", None)
+        return dict(classes()) if callable(classes) else {}
 
     def has_any(self, job_types: frozenset[str]) -> bool:
         return self._ready.has_any(job_types)
@@ -72,13 +116,20 @@ class ReadyWindow:
     def remove_ready(self, predicate: Callable[[Pending], bool]) -> list[Pending]:
         removed = self._ready.remove_if(predicate)
         self.bytes -= sum(len(p.envelope) for p in removed)
+        for pending in removed:
+            self._hold(pending.tp, -1)
         return removed
 
     def drop(self, predicate: Callable[[Pending], bool]) -> None:
         """Forget ready and delayed jobs alike (their partition is moving away)."""
         self.remove_ready(predicate)
-        self._delayed = [item for item in self._delayed if not predicate(item[2])]
-        heapq.heapify(self._delayed)
+        kept = [item for item in self._delayed if not predicate(item[2])]
+        if len(kept) != len(self._delayed):
+            for item in self._delayed:
+                if predicate(item[2]):
+                    self._hold(item[2].tp, -1)
+            self._delayed = kept
+            heapq.heapify(self._delayed)
 
     def promote_due(self, now_ms: int, live: Callable[[Pending], bool]) -> int:
         """Move delayed jobs whose time came (and whose partition is still ``live``) to
@@ -87,6 +138,7 @@ class ReadyWindow:
         while self._delayed and self._delayed[0][0] <= now_ms:
             _, _, pending = heapq.heappop(self._delayed)
             if not live(pending):
+                self._hold(pending.tp, -1)
                 continue
             self._ready.push(pending.job.tenant_id, pending)
             self.bytes += len(pending.envelope)
@@ -100,6 +152,26 @@ class ReadyWindow:
         if self.bytes >= self._max_bytes:
             return 0
         return max(0, self.records - len(self._ready) - len(self._delayed))
+
+    def held(self, tp: TopicPart) -> int:
+        """Jobs of ``tp`` in the window, ready or delayed."""
+        return self._held.get(tp, 0)
+
+    def over_share(self, fetching: Iterable[TopicPart]) -> tuple[set[TopicPart], int]:
+        """Which of the ``fetching`` partitions hold their share of a full window or
+        more, and how many records one fetch may take from the others.
+
+        The share is the window's records split evenly; a partition under it keeps
+        fetching up to it, however full the window is with another partition's jobs.
+        One fetch may take all its records from one partition, so it takes no more
+        than the smallest headroom: no partition passes its share, and the window
+        holds at most twice its records. Memory stays bounded.
+        """
+        parts = set(fetching)
+        share = max(1, self.records // max(1, len(parts)))
+        over = {tp for tp in parts if self._held.get(tp, 0) >= share}
+        headroom = min((share - self._held.get(tp, 0) for tp in parts - over), default=0)
+        return over, headroom
 
     def ready(self) -> Iterator[Pending]:
         return iter(self._ready)

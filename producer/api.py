@@ -36,7 +36,9 @@ from jobcore.kafka import (
     make_producer,
     produce_reliably,
 )
+from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+from producer.lookup import JobLookup, lookup
 from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
@@ -109,6 +111,7 @@ class JobProducer:
         registry: SchemaRegistry | None = None,
         prefix: str = DEFAULT_PREFIX,
         tiers: DelayTiers | None = None,
+        classes: PriorityClasses | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         # Without a registry, the schemas a CLI would load: the package's own and
@@ -118,8 +121,10 @@ class JobProducer:
         self._codec = EnvelopeCodec(registry)
         self._prefix = prefix
         self._tiers = tiers if tiers is not None else DelayTiers()
+        self._classes = classes if classes is not None else PriorityClasses.from_env()
         self._clock = clock
         self._producer = make_producer(settings)
+        self._settings = settings
         self._watch = settings.watch
         self._known_topics: set[str] = set()
         self._closed = threading.Event()
@@ -142,7 +147,7 @@ class JobProducer:
         dedupe_key: str | None = None,
         run_at: datetime | None = None,
         delay: timedelta | float | None = None,
-        priority: int | None = None,
+        priority: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> str: ...
@@ -181,7 +186,7 @@ class JobProducer:
         dedupe_key: str | None = None,
         run_at: datetime | None = None,
         delay: timedelta | float | None = None,
-        priority: int | None = None,
+        priority: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> Future[str]: ...
@@ -286,6 +291,28 @@ class JobProducer:
         except EnqueueError as exc:
             raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
 
+    def status(
+        self,
+        queue: str,
+        job_id: str,
+        *,
+        dashboard: str | None = None,
+        token: str | None = None,
+        enqueued_at_ms: int | None = None,
+    ) -> JobLookup:
+        """Where ``job_id`` is or how it ended, and which source said so: the dashboard's
+        API at ``dashboard`` (live leases too), else the queue's status topic (finished
+        jobs only). See ``producer/lookup.py``."""
+        return lookup(
+            self._settings,
+            queue,
+            job_id,
+            prefix=self._prefix,
+            dashboard=dashboard,
+            token=token,
+            enqueued_at_ms=enqueued_at_ms,
+        )
+
     def flush(self, timeout: float = 30) -> None:
         """Wait until every job produced so far was acknowledged or failed.
 
@@ -389,13 +416,21 @@ class JobProducer:
         likelier mistake and has the clearer fix.
         """
         topics = QueueTopics(queue=job.queue, prefix=self._prefix)
+        self._classes.check(job.priority_class)
         self._check_topic(
             topics.ready,
             f"queue {job.queue!r} has no topic {topics.ready}",
             f"create it first: producer create-queue {job.queue} --partitions N",
         )
         topic = destination(job, topics, self._tiers)
-        if topic != topics.ready:
+        if topic == topics.of_class(job.priority_class) and topic != topics.ready:
+            self._check_topic(
+                topic,
+                f"queue {job.queue!r} has no topic {topic} for priority class "
+                f"{job.priority_class!r}",
+                f"add it: producer create-queue {job.queue} --partitions N (adds missing topics)",
+            )
+        elif topic != topics.ready:
             self._check_topic(
                 topic,
                 f"queue {job.queue!r} has no delay tier topic {topic}",

@@ -8,6 +8,7 @@ Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -29,14 +30,19 @@ from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
+from jobcore.priority import PriorityClasses
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.cancel import DEFAULT_WAIT_S, cancel_job
 from producer.durations import parse_at, parse_delay
+from producer.lookup import NOT_FOUND, NOT_SEEN
+from producer.lookup import LookupError as LookupFailed
+from producer.lookup import lookup as job_lookup
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
 from producer.schemas_cli import schemas
+from producer.status import StatusError
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 _CLIENT_ID = "producer-cli"
@@ -114,7 +120,15 @@ main.add_command(schemas)
         "`leasekeeper inspect job ID` then names the job that ran."
     ),
 )
-@click.option("--priority", type=int, default=None, help="Priority stored in the envelope.")
+@click.option(
+    "--priority",
+    default=None,
+    metavar="CLASS",
+    help=(
+        "Priority class: critical, default or bulk (or as JOBS_PRIORITY_CLASSES names them); "
+        "each class has its own topic and dispatch weight."
+    ),
+)
 @click.option(
     "--delay",
     callback=_converter(parse_delay),
@@ -160,7 +174,7 @@ def enqueue(
     payload_json: str,
     tenant: str,
     dedupe_key: str | None,
-    priority: int | None,
+    priority: str | None,
     delay: timedelta | None,
     run_at: datetime | None,
     tiers: DelayTiers,
@@ -204,6 +218,8 @@ def enqueue(
             max_attempts=max_attempts,
             timeout_s=timeout_s,
         )
+        if priority is not None:
+            PriorityClasses.from_env().check(priority)
         # Checked before connecting: a bad payload fails fast, even with no broker.
         EnvelopeCodec(registry).validate_payload(request.type, request.payload)
     except ValueError as exc:
@@ -271,6 +287,62 @@ def _iso(at_ms: int) -> str:
     return datetime.fromtimestamp(at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@main.command("status", short_help="Where a job is, or how it ended.")
+@click.argument("words", nargs=-1, metavar="[QUEUE] JOB_ID")
+@click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
+@click.option(
+    "--dashboard",
+    default=None,
+    help="ask `leasekeeper dashboard` at this URL (live leases too; token: DASHBOARD_TOKEN); "
+    "else read jobs.QUEUE.status (finished jobs only)",
+)
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
+@connect_timeout_option
+def status(
+    words: tuple[str, ...],
+    queue_flag: str | None,
+    dashboard: str | None,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    connect_timeout_s: float,
+) -> None:
+    """Say where JOB_ID of QUEUE is (leased, with its worker) or how it ended (succeeded,
+    dead with the reason, cancelled), and which source said so. Exits 1 when not found."""
+    queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
+    env = Environment.from_env()
+    settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    if not dashboard:
+        require_kafka(settings, connect_timeout_s)
+    try:
+        found = job_lookup(
+            settings,
+            queue,
+            job_id,
+            prefix=env.topic_prefix,
+            dashboard=dashboard,
+            token=os.environ.get("DASHBOARD_TOKEN") or None,
+        )
+    except LookupFailed as exc:
+        raise click.ClickException(f"{exc} (check --dashboard)") from None
+    except (StatusError, KafkaException) as exc:
+        raise kafka_failure(exc, settings) from None
+    details = [
+        f"{k} {v}"
+        for k, v in (
+            ("worker", found.worker),
+            ("attempt", found.attempt),
+            ("reason", found.reason),
+            ("last error", found.last_error),
+        )
+        if v is not None
+    ]
+    when = f" at {_iso(found.at_ms)}" if found.at_ms else ""
+    extra = f" ({', '.join(details)})" if details else ""
+    click.echo(f"job {job_id}: {found.state}{when}{extra} [from the {found.source}]")
+    sys.exit(0 if found.state not in (NOT_FOUND, NOT_SEEN) else 1)
+
+
 @main.command("create-queue", short_help="Create a queue's topics.")
 @click.argument("words", nargs=-1, metavar="[QUEUE]")
 @click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
@@ -298,6 +370,10 @@ def create_queue(
     """
     queue, _ = queue_and_arguments(queue_flag, words, ())
     env = Environment.from_env()
+    try:
+        classes = PriorityClasses.from_env()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     require_kafka(settings, connect_timeout_s)
     try:
@@ -308,6 +384,7 @@ def create_queue(
             prefix=env.topic_prefix,
             replication=replication,
             tiers=tiers,
+            classes=classes,
         )
     except (ValueError, RuntimeError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None

@@ -18,7 +18,8 @@ from datetime import UTC, datetime, timedelta
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
-from jobcore.topics import QueueTopics
+from jobcore.topics import DEFAULT_CLASS, QueueTopics
+from jobcore.tracing import current_trace
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 
@@ -39,7 +40,9 @@ class JobRequest:
     dedupe_key: str | None = None
     run_at: datetime | None = None
     delay: timedelta | float | None = None
-    priority: int | None = None
+    # A priority class name (critical, default, bulk, or as JOBS_PRIORITY_CLASSES names
+    # them): the class's own topic and weight. None is the default class.
+    priority: str | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     timeout_s: float = DEFAULT_TIMEOUT_S
 
@@ -64,8 +67,11 @@ class JobRequest:
             raise ValueError(
                 f"timeout_s must be a positive number of seconds, got {self.timeout_s}"
             )
-        if self.priority is not None and not _INT32[0] <= self.priority <= _INT32[1]:
-            raise ValueError(f"priority must fit a 32-bit int, got {self.priority}")
+        if self.priority is not None and (not isinstance(self.priority, str) or not self.priority):
+            raise ValueError(
+                f"priority takes a priority class name (e.g. critical, default, bulk), "
+                f"got {self.priority!r}"
+            )
 
     def _check_schedule(self) -> None:
         if self.run_at is not None and self.delay is not None:
@@ -135,18 +141,20 @@ def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: 
         tenant_id=request.tenant_id,
         type=request.type,
         payload=codec.encode_payload(request.type, request.payload),
-        priority=request.priority or 0,
+        priority_class=request.priority or DEFAULT_CLASS,
         run_at_ms=now_ms if due_ms is None else due_ms,
         max_attempts=request.max_attempts,
         timeout_s=float(request.timeout_s),
         dedupe_key=request.dedupe_key,
         created_at_ms=now_ms,
+        trace=current_trace(),
     )
 
 
 def destination(job: Job, topics: QueueTopics, tiers: DelayTiers) -> str:
-    """The topic ``job`` is written to: the ready topic when it is due, else the delay
-    tier for its wait (the largest tier not longer than it).
+    """The topic ``job`` is written to: its priority class's topic when it is due, else
+    the delay tier for its wait (the largest tier not longer than it); it comes back
+    into its own class from there (the class travels in the envelope).
 
     A wait longer than the largest tier is fine: the leasekeeper re-produces
     ("hops") the job through the tiers until it is due. ``tiers`` must be the
@@ -154,5 +162,5 @@ def destination(job: Job, topics: QueueTopics, tiers: DelayTiers) -> str:
     """
     wait_ms = job.run_at_ms - job.created_at_ms
     if wait_ms <= 0:
-        return topics.ready
+        return topics.of_class(job.priority_class)
     return topics.retry(tiers.tier_for(wait_ms / 1000))

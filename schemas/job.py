@@ -106,6 +106,8 @@ class Job:
     trace: Mapping[str, str] = field(default_factory=dict)
     errors: tuple[AttemptError, ...] = ()
     replay_count: int = 0
+    # The priority class: its own topic and share of the window, dispatched by weight.
+    priority_class: str = "default"
 
     def __post_init__(self) -> None:
         # Copies, so a frozen Job never shares a mutable dict or list with its caller.
@@ -129,6 +131,7 @@ class Job:
             "trace": dict(self.trace),
             "errors": [e.to_avro() for e in self.errors],
             "replay_count": self.replay_count,
+            "priority_class": self.priority_class,
         }
 
     @classmethod
@@ -158,6 +161,9 @@ class Job:
             trace=_get_str_map(record, "trace"),
             errors=tuple(AttemptError.from_avro(e) for e in _get_records(record, "errors")),
             replay_count=_get(record, "replay_count", int),
+            priority_class=_get(record, "priority_class", str)
+            if "priority_class" in record
+            else "default",
         )
 
 

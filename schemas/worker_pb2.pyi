@@ -253,6 +253,7 @@ class Settlement(_message.Message):
     TRACEBACK_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_S_FIELD_NUMBER: _builtins.int
     PERMANENT_FIELD_NUMBER: _builtins.int
+    RUN_S_FIELD_NUMBER: _builtins.int
     outcome: Global___Outcome.ValueType
     error_class: _builtins.str
     error_message: _builtins.str
@@ -261,6 +262,8 @@ class Settlement(_message.Message):
     """> 0: the handler asked for this delay"""
     permanent: _builtins.bool
     """do not retry: straight to the dead-letter queue"""
+    run_s: _builtins.float
+    """the handler's own run time: the cost weighted fair queuing charges"""
     @_builtins.property
     def lease(self) -> Global___LeaseRef: ...
     def __init__(
@@ -273,10 +276,11 @@ class Settlement(_message.Message):
         traceback: _builtins.str = ...,
         retry_after_s: _builtins.float = ...,
         permanent: _builtins.bool = ...,
+        run_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_class", b"error_class", "error_message", b"error_message", "lease", b"lease", "outcome", b"outcome", "permanent", b"permanent", "retry_after_s", b"retry_after_s", "traceback", b"traceback"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_class", b"error_class", "error_message", b"error_message", "lease", b"lease", "outcome", b"outcome", "permanent", b"permanent", "retry_after_s", b"retry_after_s", "run_s", b"run_s", "traceback", b"traceback"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -8,5 +8,6 @@ A worker module needs only what is exported here::
 from workers.app import App
 from workers.context import JobContext
 from workers.errors import Permanent, Retry
+from workers.middleware import JobResult, Middleware, Outcome
 
-__all__ = ["App", "JobContext", "Permanent", "Retry"]
+__all__ = ["App", "JobContext", "JobResult", "Middleware", "Outcome", "Permanent", "Retry"]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from workers.context import JobContext
+from workers.middleware import Middleware
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,13 @@ class App:
 
     Handlers take ``(ctx: JobContext, payload: dict)``. A plain ``def`` runs on
     the worker's thread pool; an ``async def`` runs on the worker's event loop.
+    ``middleware`` hooks in around every job and the worker's start and stop
+    (``workers/middleware.py``).
     """
 
-    def __init__(self, name: str = "app") -> None:
+    def __init__(self, name: str = "app", *, middleware: Sequence[Middleware] = ()) -> None:
         self.name = name
+        self.middleware = tuple(middleware)
         self._handlers: dict[str, Handler] = {}
         self._settled_hooks: list[SettledHook] = []
 

@@ -85,24 +85,6 @@ class SettleBatcher(Generic[T]):
                 return
             self._send(batch)
 
-    def _settle_until_known(self, settlements: list[Settlement]) -> list[LeaseResult]:
-        """Send, then resend those answered "retry later" (a restarted leasekeeper that
-        has not re-read their leases yet) until each gets a final answer; closing does
-        not cut this short, since dropping such an ack runs the job twice. Gives up
-        after ``retry_later_window_s`` with the last answers."""
-        give_up_at = self._clock() + self._retry_later_window_s
-        answers: dict[str, LeaseResult] = {}
-        todo = settlements
-        while True:
-            results = self._settle_with_retries(todo)
-            answers.update((r.lease_id, r) for r in results)
-            later = {r.lease_id for r in results if r.retry_later}
-            todo = [s for s in todo if s.ref.lease_id in later]
-            if not todo or self._clock() >= give_up_at:
-                return [answers[s.ref.lease_id] for s in settlements if s.ref.lease_id in answers]
-            with self._cond:
-                self._cond.wait_for(lambda: False, timeout=self._retry_later_s)
-
     def _settle_with_retries(self, settlements: list[Settlement]) -> list[LeaseResult]:
         """Keep trying while the leasekeeper is away (a restart on the same disk keeps
         its leases, so an ack that arrives once it is back still counts and the job
@@ -134,18 +116,59 @@ class SettleBatcher(Generic[T]):
             return batch
 
     def _send(self, batch: list[tuple[Settlement, T]]) -> None:
-        results: list[LeaseResult] | None = None
+        """Send a batch; settlements answered "retry later" (a restarted leasekeeper
+        that has not re-read their leases yet) are sent again every ``retry_later_s``,
+        together with whatever was queued meanwhile, so they never hold other acks
+        back. Closing does not cut this short, since dropping such an ack runs the
+        job twice; each gives up after ``retry_later_window_s`` with its last answer."""
+        first_later: dict[str, float] = {}
+        pending = batch
+        while pending:
+            try:
+                results = self._settle_with_retries([settlement for settlement, _ in pending])
+            except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
+                log.warning(
+                    "dropped %d settlement(s); the leasekeeper will redeliver those jobs: %s",
+                    len(pending),
+                    exc,
+                )
+                self._answer(pending, None)
+                return
+            except Exception:
+                log.exception("dropped %d settlement(s) after an unexpected error", len(pending))
+                self._answer(pending, None)
+                return
+            later = self._to_send_again(pending, results, first_later)
+            self._answer([item for item in pending if item not in later], results)
+            if not later:
+                return
+            with self._cond:
+                self._cond.wait_for(lambda: False, timeout=self._retry_later_s)
+                fresh = self._items[: self._max_batch]
+                del self._items[: self._max_batch]
+            pending = later + fresh
+
+    def _to_send_again(
+        self,
+        pending: list[tuple[Settlement, T]],
+        results: list[LeaseResult],
+        first_later: dict[str, float],
+    ) -> list[tuple[Settlement, T]]:
+        now = self._clock()
+        later_ids = {r.lease_id for r in results if r.retry_later}
+        again = []
+        for item in pending:
+            lease_id = item[0].ref.lease_id
+            if lease_id in later_ids:
+                since = first_later.setdefault(lease_id, now)
+                if now - since < self._retry_later_window_s:
+                    again.append(item)
+        return again
+
+    def _answer(self, items: list[tuple[Settlement, T]], results: list[LeaseResult] | None) -> None:
+        if not items:
+            return
         try:
-            results = self._settle_until_known([settlement for settlement, _ in batch])
-        except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
-            log.warning(
-                "dropped %d settlement(s); the leasekeeper will redeliver those jobs: %s",
-                len(batch),
-                exc,
-            )
-        except Exception:
-            log.exception("dropped %d settlement(s) after an unexpected error", len(batch))
-        try:
-            self._on_answer(batch, results)
+            self._on_answer(items, results)
         except Exception:
             log.exception("settle callback failed")

@@ -321,6 +321,7 @@ def _settlement(settlement: Settlement) -> worker_pb2.Settlement:
             lease_id=settlement.ref.lease_id, lease_token=settlement.ref.token
         ),
         outcome=_OUTCOMES[settlement.outcome],
+        run_s=settlement.run_s,
     )
     failure = settlement.failure
     if failure is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -64,6 +65,8 @@ class JobContext:
     created_at_ms: int
     lease_id: str
     max_attempts: int = 0
+    # W3C trace context of the code that enqueued the job (``traceparent``), if any.
+    trace: Mapping[str, str] = field(default_factory=dict)
     _loss: _LeaseLoss = field(default_factory=_LeaseLoss, repr=False, compare=False)
 
     @property

@@ -141,6 +141,7 @@ def _context(lease: Lease, envelope: Job) -> JobContext:
         created_at_ms=envelope.created_at_ms,
         lease_id=lease.ref.lease_id,
         max_attempts=envelope.max_attempts,
+        trace=dict(envelope.trace),
     )
 
 

@@ -36,6 +36,7 @@ class Held:
     phase: Phase = Phase.CLAIMED
     timeout_s: float | None = None
     deadline: float | None = None
+    started_at: float | None = None  # when the handler started: its run time is the job's cost
     decided: bool = False  # a settlement was queued or deliberately skipped
     answered: bool = False  # ...and the leasekeeper answered it, or it was dropped
     cancel: Callable[[], object] | None = None
@@ -100,6 +101,7 @@ class InFlight:
                 return False
             held.phase = Phase.RUNNING
             held.timeout_s = timeout_s
+            held.started_at = now
             held.deadline = None if timeout_s is None else now + timeout_s
             self._cond.notify_all()
             return True

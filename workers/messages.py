@@ -53,14 +53,17 @@ class Settlement:
     ref: LeaseRef
     outcome: Outcome
     failure: Failure | None = None
+    # The handler's own run time (not claim-to-settle, which prefetch inflates): the
+    # leasekeeper charges it to the job's tenant in weighted fair queuing.
+    run_s: float = 0.0
 
     @classmethod
-    def ack(cls, ref: LeaseRef) -> Settlement:
-        return cls(ref=ref, outcome=Outcome.ACK)
+    def ack(cls, ref: LeaseRef, run_s: float = 0.0) -> Settlement:
+        return cls(ref=ref, outcome=Outcome.ACK, run_s=run_s)
 
     @classmethod
-    def nack(cls, ref: LeaseRef, failure: Failure) -> Settlement:
-        return cls(ref=ref, outcome=Outcome.NACK, failure=failure)
+    def nack(cls, ref: LeaseRef, failure: Failure, run_s: float = 0.0) -> Settlement:
+        return cls(ref=ref, outcome=Outcome.NACK, failure=failure, run_s=run_s)
 
     @classmethod
     def release(cls, ref: LeaseRef) -> Settlement:

@@ -33,6 +33,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from jobcore.config import DEFAULT_LEASE_S
 from workers.app import App
@@ -49,7 +50,9 @@ from workers.execution import EventLoopThread, call_async, call_sync
 from workers.handler_threads import HandlerThreads
 from workers.inflight import Held, InFlight, Phase
 from workers.messages import Lease, LeaseResult, Settlement
+from workers.middleware import MiddlewareChain
 from workers.monitor import LeaseMonitor
+from workers.tracing import default_middleware
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,7 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
+        self._middleware = MiddlewareChain((*default_middleware(), *app.middleware))
         self.worker_id = worker_id or client.worker_id
         self.shutdown_grace_s = shutdown_grace_s
         self._client = client
@@ -152,6 +156,7 @@ class Worker:
         self._pool.start()
         self._batcher.start()
         self._monitor.start()
+        self._middleware.worker_start(self.app)
         log.info(
             "worker %s claiming from %s (concurrency %d, prefetch %d, handlers: %s)",
             self.worker_id,
@@ -172,6 +177,7 @@ class Worker:
             self._claim_loop()
         finally:
             self._drain()
+            self._middleware.worker_stop(self.app)
         if self._fatal is not None:
             raise self._fatal
 
@@ -246,13 +252,15 @@ class Worker:
     def _run_sync(self, held: Held, job: Runnable) -> None:
         if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
             return
-        self._finish(held, call_sync(job.handler, job.ctx, job.payload))
+        call = partial(call_sync, job.handler, job.ctx, job.payload)
+        self._finish(held, self._middleware.run_sync(job.ctx, call))
 
     async def _run_async(self, held: Held, job: Runnable) -> None:
         async with self._async_slots:  # prefetched jobs wait here for a slot
             if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
                 return
-            self._finish(held, await call_async(job.handler, job.ctx, job.payload))
+            call = partial(call_async, job.handler, job.ctx, job.payload)
+            self._finish(held, await self._middleware.run_async(job.ctx, call))
 
     def _finish(self, held: Held, failure: Failure | None) -> None:
         """Settle a job whose handler returned, unless its lease is gone or it was settled."""
@@ -268,7 +276,12 @@ class Worker:
             elif self._table.decide(held):
                 self._log_result(held, failure)
                 ref = held.ref
-                outcome = Settlement.ack(ref) if failure is None else Settlement.nack(ref, failure)
+                run_s = 0.0 if held.started_at is None else self._clock() - held.started_at
+                outcome = (
+                    Settlement.ack(ref, run_s)
+                    if failure is None
+                    else Settlement.nack(ref, failure, run_s)
+                )
                 self._batcher.put(outcome, held)
         finally:
             self._table.finish(held)

@@ -18,7 +18,17 @@ Scenario = Callable[[BenchContext], dict[str, Any]]
 
 def registry() -> dict[str, Scenario]:
     """Imported lazily so ``--scenario drain`` does not import Celery or psycopg."""
-    from benchmarks.scenarios import drain, latency, memory, micro, peers, raw, recovery, share
+    from benchmarks.scenarios import (
+        drain,
+        latency,
+        memory,
+        micro,
+        noisy,
+        peers,
+        raw,
+        recovery,
+        share,
+    )
 
     return {
         "drain": drain.run,
@@ -28,6 +38,7 @@ def registry() -> dict[str, Scenario]:
         "latency": latency.run,
         "recovery": recovery.run,
         "memory": memory.run,
+        "noisy": noisy.run,
         "micro": micro.run,
     }
 

@@ -1,4 +1,4 @@
-"""Scenario 8: micro-benchmarks of the hot paths (see ``benchmarks.micro``).
+"""Scenario 9: micro-benchmarks of the hot paths (see ``benchmarks.micro``).
 
 Run in a child process, pinned with the other Python clients, so its numbers do
 not depend on what the harness imported or left running.

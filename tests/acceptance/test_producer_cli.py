@@ -52,6 +52,8 @@ def queue(kafka: KafkaSettings, unique: str) -> str:
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
         f"jobs.{name}",
+        f"jobs.{name}.critical",
+        f"jobs.{name}.bulk",
         f"jobs.{name}.dlq",
         *(f"jobs.{name}.retry.{t}" for t in DEFAULT_TIERS),
     ]
@@ -86,6 +88,8 @@ def test_create_queue_twice_is_a_no_op(kafka: KafkaSettings, queue: str) -> None
     assert again.returncode == 0, again.stderr
     assert again.stdout.split() == [
         f"jobs.{queue}",
+        f"jobs.{queue}.critical",
+        f"jobs.{queue}.bulk",
         f"jobs.{queue}.dlq",
         *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
     ]

@@ -82,7 +82,7 @@ def test_an_enqueued_job_lands_on_the_ready_topic_keyed_by_tenant(
 ) -> None:
     with JobProducer(kafka, clock=lambda: NOW) as producer:
         job_id = producer.enqueue(
-            queue, "send_receipt", RECEIPT, tenant_id="acme", dedupe_key="order-7", priority=2
+            queue, "send_receipt", RECEIPT, tenant_id="acme", dedupe_key="order-7"
         )
 
     [msg] = read_all(kafka, f"jobs.{queue}", 1)
@@ -95,7 +95,6 @@ def test_an_enqueued_job_lands_on_the_ready_topic_keyed_by_tenant(
         tenant_id="acme",
         type="send_receipt",
         payload=job.payload,
-        priority=2,
         run_at_ms=int(NOW * 1000),
         dedupe_key="order-7",
         created_at_ms=int(NOW * 1000),
@@ -186,6 +185,8 @@ def test_a_custom_prefix_selects_the_topics(kafka: KafkaSettings, unique: str) -
     topics = QueueTopics(queue=f"q{unique}", prefix="staging")
     assert ensure_queue_topics(kafka, topics.queue, partitions=1, prefix="staging") == [
         topics.ready,
+        "staging." + topics.queue + ".critical",  # the priority classes honour the prefix
+        "staging." + topics.queue + ".bulk",
         topics.dlq,
         *(topics.retry(t) for t in DEFAULT_TIERS),
     ]
@@ -208,6 +209,8 @@ def test_ensure_queue_topics_is_idempotent(kafka: KafkaSettings, unique: str) ->
         == again
         == [
             f"jobs.{queue}",
+            f"jobs.{queue}.critical",
+            f"jobs.{queue}.bulk",
             f"jobs.{queue}.dlq",
             *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
         ]

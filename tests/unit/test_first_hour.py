@@ -219,8 +219,8 @@ def test_enqueue_takes_a_job_request_whole() -> None:
             producer.enqueue(request)  # validated first: nothing reaches Kafka
         with pytest.raises(TypeError, match="JobRequest alone"):
             producer.enqueue(request, "send_receipt", {})  # type: ignore[call-overload]
-    assert as_request("q", "noop", {}, {"tenant_id": "t", "priority": 3}) == JobRequest(
-        queue="q", type="noop", payload={}, tenant_id="t", priority=3
+    assert as_request("q", "noop", {}, {"tenant_id": "t", "priority": "bulk"}) == JobRequest(
+        queue="q", type="noop", payload={}, tenant_id="t", priority="bulk"
     )
 
 

@@ -105,3 +105,29 @@ def test_status_records_round_trip_and_answers_name_the_case() -> None:
         0,
         "cancellation recorded: the job will be skipped if it has not run yet",
     )
+
+
+def test_status_records_name_the_worker_and_a_dead_jobs_last_error(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1), b"x")
+    first, second = engine.claim("worker-7", 2, wait_s=0)
+    engine.settle([Settlement(lease_id=first.lease_id, token=first.token, outcome=Outcome.ACK)])
+    engine.settle([Settlement(lease_id=second.lease_id, token=second.token, outcome=Outcome.NACK,
+                              permanent=True, error_class="ValueError",
+                              message="bad input")])  # fmt: skip
+    copies = engine.take_copies()
+    (dead,) = [c for c in copies if c.kind is CopyKind.DEAD]
+    engine.copy_delivered(dead)
+    ended_ = [c.status for c in copies if c.status] + statuses(engine)
+    found = {s.job_id: s for s in ended_}
+    assert (found["job-0"].worker, found["job-0"].last_error) == ("worker-7", "")
+    assert (found["job-1"].worker, found["job-1"].last_error) == (
+        "worker-7",
+        "ValueError: bad input",
+    )
+    again = JobStatus.decode(found["job-1"].encode())
+    assert again == found["job-1"]
+    old = b'{"v": 1, "job_id": "j", "state": "succeeded", "at": 5, "attempt": 1, "reason": ""}'
+    assert JobStatus.decode(old).worker == "" and JobStatus.decode(old).last_error == ""

@@ -16,5 +16,5 @@ def test_every_hot_path_is_measured() -> None:
     assert all(row["us_per_job"] > 0 and row["jobs"] == 200 for row in rows)
 
 
-def test_micro_is_scenario_eight() -> None:
-    assert select(["8"]) == ["micro"] == select(["micro"])
+def test_micro_is_scenario_nine() -> None:
+    assert select(["9"]) == ["micro"] == select(["micro"])

@@ -35,7 +35,7 @@ def request(**overrides: Any) -> JobRequest:
 
 def test_a_request_becomes_a_fresh_envelope(codec: EnvelopeCodec) -> None:
     job = build_job(
-        request(dedupe_key="order-1", priority=5, max_attempts=3, timeout_s=2),
+        request(dedupe_key="order-1", priority="critical", max_attempts=3, timeout_s=2),
         codec=codec,
         now=NOW,
         job_id="id-1",
@@ -46,14 +46,20 @@ def test_a_request_becomes_a_fresh_envelope(codec: EnvelopeCodec) -> None:
         "acme",
         "send_receipt",
     )
-    assert (job.priority, job.max_attempts, job.timeout_s, job.dedupe_key) == (5, 3, 2.0, "order-1")
+    assert (job.priority_class, job.max_attempts, job.timeout_s, job.dedupe_key) == (
+        "critical",
+        3,
+        2.0,
+        "order-1",
+    )
     assert job.created_at_ms == job.run_at_ms == 1_700_000_000_250
     assert (job.attempt, job.errors, job.replay_count) == (0, (), 0)
     assert codec.decode_payload("send_receipt", job.payload) == {**PAYLOAD, "currency": "EUR"}
 
 
-def test_priority_defaults_to_zero(codec: EnvelopeCodec) -> None:
-    assert build_job(request(), codec=codec, now=NOW, job_id="x").priority == 0
+def test_priority_defaults_to_the_default_class(codec: EnvelopeCodec) -> None:
+    job = build_job(request(), codec=codec, now=NOW, job_id="x")
+    assert (job.priority_class, job.priority) == ("default", 0)
 
 
 @pytest.mark.parametrize(
@@ -175,7 +181,7 @@ def test_a_run_at_beyond_the_horizon_is_refused_when_the_job_is_built(
         ({"timeout_s": 0}, "timeout_s must be a positive number"),
         ({"timeout_s": -1.5}, "timeout_s must be a positive number"),
         ({"timeout_s": math.nan}, "timeout_s must be a positive number"),
-        ({"priority": 2**31}, "priority must fit a 32-bit int"),
+        ({"priority": 2}, "priority takes a priority class name"),
         ({"dedupe_key": ""}, "dedupe_key must be None or a non-empty string"),
         ({"delay": -1}, "delay must be >= 0"),
         ({"delay": timedelta(seconds=-1)}, "delay must be >= 0"),

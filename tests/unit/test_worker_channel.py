@@ -116,3 +116,44 @@ def test_a_worker_with_no_schema_for_any_handler_refuses_to_start(
     assert result.exit_code == 1
     assert "no payload schema for any job type of app 'video' (transcode" in result.output
     assert "Traceback" not in result.output
+
+
+class OneLeaseNotKnownYet(ScriptedClient):
+    """A restarted leasekeeper that has re-read every lease but one."""
+
+    def __init__(self, unknown: str) -> None:
+        super().__init__()
+        self.unknown = unknown
+        self.known = threading.Event()
+
+    def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]:
+        return [
+            _later(s.ref.lease_id)
+            if s.ref.lease_id == self.unknown and not self.known.is_set()
+            else LeaseResult(lease_id=s.ref.lease_id, ok=True)
+            for s in settlements
+        ]
+
+
+def test_a_settlement_waiting_on_retry_later_does_not_hold_other_acks_back() -> None:
+    client = OneLeaseNotKnownYet("t/0/1")
+    answered: dict[int, bool] = {}
+    second_answered = threading.Event()
+
+    def on_answer(batch: Sequence[tuple[Settlement, int]], results: Any) -> None:
+        ok = {r.lease_id: r.ok for r in results or []}
+        for settlement, tag in batch:
+            answered[tag] = ok.get(settlement.ref.lease_id, False)
+            if tag == 2:
+                second_answered.set()
+
+    batcher: SettleBatcher[int] = SettleBatcher(client, on_answer, retry_later_s=0.01)
+    batcher.start()
+    batcher.put(Settlement.ack(LeaseRef(lease_id="t/0/1", token="tok")), 1)
+    batcher.put(Settlement.ack(LeaseRef(lease_id="t/0/2", token="tok")), 2)
+    # The second ack is answered while the first is still "retry later".
+    assert second_answered.wait(10)
+    assert answered == {2: True}
+    client.known.set()
+    batcher.close(timeout=10)
+    assert answered == {1: True, 2: True}

@@ -102,6 +102,30 @@ def test_retry_after_becomes_retry_after_s(envelopes: Envelopes, sock: Path) -> 
     assert nack.error_message == "rate limited"
 
 
+def test_each_settlement_reports_the_handlers_own_run_time(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    """The cost weighted fair queuing charges: the handler's run, not claim-to-settle."""
+    app = App()
+
+    @app.job("noop")
+    def slow(ctx: JobContext, payload: dict[str, Any]) -> None:
+        threading.Event().wait(0.05)  # the job's own work
+
+    @app.job("send_receipt")
+    def failing(ctx: JobContext, payload: dict[str, Any]) -> None:
+        raise ConnectionError("down")
+
+    receipt = {"order_id": 7, "email": "a@example.com", "amount_cents": 1250}
+    fake = FakeLeaseKeeper([envelopes(), envelopes("send_receipt", receipt)])
+    with serving(fake, sock) as target, running_worker(app, target):
+        wait_until(lambda: len(fake.settled) == 2)
+
+    by_outcome = {s.outcome: s for s in fake.settled}
+    assert by_outcome["ack"].run_s >= 0.05
+    assert by_outcome["nack"].run_s > 0
+
+
 def test_permanent_is_nacked_permanent(envelopes: Envelopes, sock: Path) -> None:
     app = App()
 

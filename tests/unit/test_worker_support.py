@@ -46,6 +46,7 @@ class Settled:
     retry_after_s: float
     permanent: bool
     accepted: bool
+    run_s: float = 0.0
 
 
 _OUTCOME_NAMES = {pb.ACK: "ack", pb.NACK: "nack", pb.RELEASE: "release"}
@@ -192,6 +193,7 @@ def _settled(s: pb.Settlement, accepted: bool) -> Settled:
         retry_after_s=s.retry_after_s,
         permanent=s.permanent,
         accepted=accepted,
+        run_s=s.run_s,
     )
 
 

@@ -1,0 +1,1 @@
+"""``leasekeeper dashboard``: a web page over Kafka and the leasekeepers' published snapshots."""

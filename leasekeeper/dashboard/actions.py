@@ -1,0 +1,108 @@
+"""What the dashboard reads on demand and the one write action it performs: replay.
+
+Replay reuses ``leasekeeper dlq replay``'s ``Replayer`` and its consumer group per
+selection, so a replay started from the page and one started from the terminal
+continue each other's progress instead of replaying twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from jobcore.control import Cancellation, JobStatus
+from jobcore.kafka import KafkaException, KafkaSettings, make_consumer, make_producer
+from jobcore.status import StatusReader
+from jobcore.topics import QueueTopics
+from leasekeeper.dashboard.status_index import StatusIndex
+from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
+from leasekeeper.dlq.reader import read_dead_letters
+from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
+from schemas.codec import EnvelopeCodec
+
+__all__ = ["Actions", "FilterError", "selection_from_query"]
+
+
+class FilterError(ValueError):
+    """A filter of the DLQ page that cannot be used (e.g. a time that is not ISO 8601)."""
+
+
+def selection_from_query(query: str) -> DeadLetterFilter:
+    """The DLQ filter of a page's query string; empty fields match everything."""
+    values = {k: v[0].strip() for k, v in parse_qs(query).items() if v and v[0].strip()}
+    try:
+        since = parse_time_ms(values["since"]) if "since" in values else None
+        until = parse_time_ms(values["until"]) if "until" in values else None
+    except ValueError as exc:
+        raise FilterError(str(exc)) from None
+    return DeadLetterFilter(
+        type=values.get("type"),
+        tenant=values.get("tenant"),
+        error_class=values.get("error_class"),
+        reason=values.get("reason"),
+        since_ms=since,
+        until_ms=until,
+        job_id=values.get("job_id"),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Actions:
+    kafka: KafkaSettings
+    prefix: str
+    codec: EnvelopeCodec
+    # The RocksDB index of the status topics; None: every lookup scans the topic.
+    index: StatusIndex | None = None
+
+    def topics(self, queue: str) -> QueueTopics:
+        return QueueTopics(queue=queue, prefix=self.prefix)
+
+    def dead_letters(self, queue: str, selection: DeadLetterFilter) -> list[DlqEntry]:
+        return list(read_dead_letters(self.kafka, self.topics(queue).dlq, self.codec, selection))
+
+    def dead_letter(self, queue: str, partition: int, offset: int) -> DlqEntry | None:
+        for entry in read_dead_letters(self.kafka, self.topics(queue).dlq, self.codec):
+            if entry.partition == partition and entry.offset == offset:
+                return entry
+        return None
+
+    def replay(self, queue: str, selection: DeadLetterFilter, *, dry_run: bool) -> ReplayReport:
+        topics = self.topics(queue)
+        options = ReplayOptions(
+            topics=topics,
+            selection=selection,
+            group=default_group(topics, selection),
+            dry_run=dry_run,
+        )
+        consumer = make_consumer(self.kafka, options.group)
+        producer = None if dry_run else make_producer(self.kafka)
+        try:
+            return Replayer(
+                consumer=consumer, producer=producer, codec=self.codec, options=options
+            ).run()
+        finally:
+            consumer.close()
+            if producer is not None:
+                producer.flush(10)
+
+    def cancel(self, queue: str, job_id: str, *, reason: str) -> None:
+        """Record the cancellation on ``jobs.Q.control``, as ``producer cancel`` does: the
+        job is skipped wherever it waits, a running one loses its lease. Returns once
+        the broker acknowledged it."""
+        record = Cancellation(job_id=job_id, cancelled_at_ms=round(time.time() * 1000),
+                              reason=reason)  # fmt: skip
+        producer = make_producer(self.kafka)
+        producer.produce(self.topics(queue).control, key=record.key, value=record.encode())
+        if producer.flush(30) > 0:
+            raise KafkaException(f"the cancellation of {job_id} was not acknowledged in 30 s")
+
+    def finished(self, queue: str, job_id: str) -> JobStatus | None:
+        """How the job ended, from the index once it caught up with the queue's status
+        topic, else from a scan of the topic (None: not finished or unknown)."""
+        if self.index is not None:
+            self.index.want(queue)
+            if self.index.caught_up(queue):
+                return self.index.get(queue, job_id)
+        with StatusReader(self.kafka, self.topics(queue).status) as reader:
+            return reader.latest(job_id, timeout_s=10)

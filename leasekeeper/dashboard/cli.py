@@ -1,0 +1,166 @@
+"""``leasekeeper dashboard``: serve the web dashboard until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from jobcore.cli_errors import log_level_option
+from jobcore.cli_kafka import (
+    BOOTSTRAP_HELP,
+    connect_timeout_option,
+    kafka_config_option,
+    kafka_settings,
+    require_kafka,
+)
+from jobcore.cli_registry import schema_registry_options, schemas_for
+from jobcore.config import Environment
+from leasekeeper.dashboard.access import AccessPolicy, listen_problem
+from leasekeeper.dashboard.actions import Actions
+from leasekeeper.dashboard.fleet_view import FleetReader, FleetState
+from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.dashboard.server import Dashboard, DashboardServer, url_of
+from leasekeeper.dashboard.status_index import StatusIndex
+from schemas.codec import EnvelopeCodec
+
+__all__ = ["dashboard", "split_listen"]
+
+ENV_DASHBOARD_TOKEN = "DASHBOARD_TOKEN"
+
+
+def split_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8700`` for IPv6) into its parts; click error otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise click.BadParameter(
+            f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8700)", param_hint="--listen"
+        )
+    return host.strip("[]"), int(port)
+
+
+def _base_path(text: str) -> str:
+    text = text.strip()
+    if text and not text.startswith("/"):
+        raise click.BadParameter(
+            f"{text!r} must start with / (e.g. /ops/jobs)", param_hint="--base-path"
+        )
+    return text.rstrip("/")
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:8700", show_default=True, help="HOST:PORT to serve on")
+@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@kafka_config_option
+@connect_timeout_option
+@click.option("--base-path", default="", help="path prefix when served behind a proxy (/ops/jobs)")
+@click.option("--read-only", is_flag=True, help="no write actions (cancel, replay), for anyone")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="RocksDB index of the status topics, kept across restarts [default: a new temp dir]",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help=f"no credentials needed, even off loopback, even to act [else {ENV_DASHBOARD_TOKEN}]",
+)
+@click.option(
+    "--schema-path",
+    "schema_paths",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="extra directory of job payload schemas (adds to $JOBS_SCHEMA_PATH)",
+)
+@schema_registry_options
+@log_level_option()
+def dashboard(
+    listen: str,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    connect_timeout_s: float,
+    base_path: str,
+    read_only: bool,
+    state_dir: Path | None,
+    insecure: bool,
+    schema_paths: tuple[str, ...],
+    schema_registry: str | None,
+    schema_registry_config: Path | None,
+    log_level: str,
+) -> None:
+    """Serve the web dashboard: queues, leasekeepers, dead letters (with replay), jobs.
+
+    Listens on loopback by default. Visitors need DASHBOARD_TOKEN (bearer, basic-auth
+    password or the dashboard_token cookie) except on loopback, where they may read;
+    acting (replay) always needs it unless --insecure. Every action is logged."""
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    host, port = split_listen(listen)
+    token = os.environ.get(ENV_DASHBOARD_TOKEN) or None
+    problem = listen_problem(host, token=token, insecure=insecure)
+    if problem:
+        raise click.ClickException(problem)
+    env = Environment.from_env()
+    settings = kafka_settings("dashboard", bootstrap=bootstrap, kafka_config=kafka_config, env=env)
+    require_kafka(settings, connect_timeout_s)
+    registry = schemas_for(
+        schema_paths + env.schema_path,
+        url=schema_registry,
+        config=schema_registry_config,
+        prefix=env.topic_prefix,
+    )
+    fleet = FleetState()
+    index = StatusIndex(
+        settings,
+        env.topic_prefix,
+        state_dir or Path(tempfile.mkdtemp(prefix="dashboard-status-")),
+        live_queues=lambda: fleet.queues(round(time.time() * 1000)),
+    )
+    codec = EnvelopeCodec(registry)
+    _serve(
+        Dashboard(
+            fleet=fleet,
+            kafka=KafkaView(settings, env.topic_prefix),
+            actions=Actions(kafka=settings, prefix=env.topic_prefix, codec=codec, index=index),
+            policy=AccessPolicy(token=token, insecure=insecure, read_only=read_only),
+            base=_base_path(base_path),
+        ),
+        host,
+        port,
+    )
+
+
+def _serve(d: Dashboard, host: str, port: int) -> None:
+    try:
+        server = DashboardServer(d, host, port)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another --listen"
+        ) from None
+    reader = FleetReader(d.actions.kafka, d.actions.prefix, d.fleet)
+    reader.start()
+    if d.actions.index is not None:
+        d.actions.index.start()
+    server.start()
+    click.echo(f"dashboard on {url_of(host, server.port, d.base)}", err=True)
+    stopper = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopper.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stopper.wait(0.5):
+        pass
+    server.stop()
+    reader.stop()
+    if d.actions.index is not None:
+        d.actions.index.stop()
+    click.echo("dashboard stopped", err=True)

@@ -1,0 +1,368 @@
+"""The pages' bodies, built from the fleet's snapshots and Kafka's offsets.
+
+Each function returns the HTML inside ``<main>``; ``server.py`` wraps it in the
+layout. Every snapshot field beyond the basic ones is read with ``.get``, so a
+leasekeeper of another version still shows what it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
+from leasekeeper.dashboard.kafka_view import KafkaView, QueueOffsets
+from leasekeeper.dlq.entries import DlqEntry, format_ms
+
+__all__ = [
+    "dlq_entry_page",
+    "dlq_list_page",
+    "leasekeepers_page",
+    "overview_page",
+    "queue_page",
+    "scheduled_page",
+]
+
+Snapshot = dict[str, Any]
+
+
+def _age(now_ms: int, at_ms: int | None) -> str:
+    return "-" if at_ms is None or at_ms <= 0 else f"{max(0, now_ms - at_ms) / 1000:.1f} s"
+
+
+def _by_queue(records: list[Snapshot], queue: str) -> list[Snapshot]:
+    return [r for r in records if r.get("queue") == queue]
+
+
+def _leases(records: Iterable[Snapshot]) -> list[tuple[str, Snapshot]]:
+    return [
+        (str(r.get("instance")), lease)
+        for r in records
+        for p in r["snapshot"].get("partitions", [])
+        for lease in p.get("leases", [])
+    ]
+
+
+def overview_page(
+    base: str, fleet: FleetState, kafka: KafkaView, queues: list[str], now_ms: int
+) -> str:
+    records = fleet.current(now_ms)
+    rows = []
+    measured = kafka.many(queues)
+    for queue in queues:
+        offsets = measured[queue]
+        history = fleet.history(queue)
+        last = history[-1] if history else None
+        rows.append(
+            (
+                Raw(link(base, f"queues/{queue}", queue)),
+                f"{last.processed:.1f}" if last else "-",
+                f"{last.failed:.1f}" if last else "-",
+                Raw(chart([p.processed for p in history], [p.failed for p in history])),
+                offsets.backlog,
+                _age(now_ms, offsets.oldest_ready_ms),
+                Raw(link(base, f"dlq/{queue}", offsets.dlq_depth)),
+                len(_by_queue(records, queue)),
+            )
+        )
+    headers = (
+        "queue",
+        "processed/s",
+        "failed/s",
+        "last 3 min",
+        "backlog",
+        "oldest ready",
+        "DLQ",
+        "leasekeepers",
+    )
+    legend = '<p class="muted">chart: <span class="ok">processed</span> and '
+    legend += '<span class="bad">failed</span> jobs per second</p>'
+    return live("overview", table(headers, rows, numeric=(1, 2, 4, 6, 7)) + legend)
+
+
+def queue_page(base: str, queue: str, fleet: FleetState, kafka: KafkaView, now_ms: int) -> str:
+    offsets = kafka.offsets(queue)
+    records = _by_queue(fleet.current(now_ms), queue)
+    return live(
+        "queue",
+        _summary_cards(offsets, now_ms)
+        + "<h2>Partitions</h2>"
+        + _partitions(offsets, records)
+        + "<h2>Tenants</h2>"
+        + _tenants(records)
+        + _classes(records)
+        + "<h2>Retry tiers</h2>"
+        + table(("tier topic", "backlog"), sorted(offsets.tiers.items()), numeric=(1,))
+        + f"<p>{link(base, f'dlq/{queue}', 'Dead letters')}: {offsets.dlq_depth}</p>",
+    )
+
+
+def _summary_cards(offsets: QueueOffsets, now_ms: int) -> str:
+    cards = (
+        ("backlog", offsets.backlog),
+        ("oldest ready", _age(now_ms, offsets.oldest_ready_ms)),
+        ("DLQ depth", offsets.dlq_depth),
+    )
+    inner = "".join(f'<div class="card">{e(k)}<br><b>{e(v)}</b></div>' for k, v in cards)
+    return f'<div class="cards">{inner}</div>'
+
+
+def _partitions(offsets: QueueOffsets, records: list[Snapshot]) -> str:
+    """Kafka's lag per partition beside the owning leasekeeper's commit gaps."""
+    owned: dict[int, tuple[str, Snapshot]] = {}
+    for record in records:
+        for p in record["snapshot"].get("partitions", []):
+            if p.get("topic") == offsets.ready[0].topic if offsets.ready else False:
+                owned[int(p["partition"])] = (str(record.get("instance")), p)
+    rows = []
+    for lag in offsets.ready:
+        instance, view = owned.get(lag.partition, ("-", {}))
+        gaps = view.get("unresolved", [])[:8]
+        rows.append(
+            (
+                lag.partition,
+                lag.end,
+                lag.committed if lag.committed >= 0 else "none",
+                lag.lag,
+                view.get("unresolved_count", "-"),
+                ", ".join(str(g) for g in gaps) or "-",
+                len(view.get("leases", [])) if view else "-",
+                instance,
+            )
+        )
+    headers = (
+        "partition",
+        "end",
+        "committed",
+        "lag",
+        "commit gaps",
+        "holding the commit",
+        "leases",
+        "leasekeeper",
+    )
+    return table(headers, rows, numeric=(0, 1, 2, 3, 4, 6))
+
+
+def _tenants(records: list[Snapshot]) -> str:
+    ready: dict[str, int] = {}
+    flight: dict[str, int] = {}
+    for record in records:
+        snap = record["snapshot"]
+        for tenant, n in (snap.get("ready_by_tenant") or {}).items():
+            ready[tenant] = ready.get(tenant, 0) + int(n)
+        for tenant, n in (snap.get("in_flight_by_tenant") or {}).items():
+            flight[tenant] = flight.get(tenant, 0) + int(n)
+    rows = [(t, ready.get(t, 0), flight.get(t, 0)) for t in sorted(set(ready) | set(flight))]
+    return table(("tenant", "ready", "in flight"), rows, numeric=(1, 2))
+
+
+def _classes(records: list[Snapshot]) -> str:
+    """Priority classes, caps and weights, when the leasekeepers report them."""
+    rows = []
+    for record in records:
+        fairness = record["snapshot"].get("fairness") or record["snapshot"].get("classes")
+        if isinstance(fairness, dict):
+            for name, value in sorted(fairness.items()):
+                rows.append((record.get("instance"), name, value))
+    if not rows:
+        return ""
+    return "<h2>Classes</h2>" + table(("leasekeeper", "name", "state"), rows)
+
+
+def leasekeepers_page(fleet: FleetState, now_ms: int) -> str:
+    records = fleet.current(now_ms)
+    rows = []
+    for r in records:
+        snap = r["snapshot"]
+        parts = [f"{p['topic']}/{p['partition']}" for p in snap.get("partitions", [])]
+        workers = snap.get("workers") or {}
+        rows.append(
+            (
+                r.get("instance"),
+                r.get("queue"),
+                snap.get("kafka", "-"),
+                len(parts),
+                snap.get("ready", 0),
+                snap.get("leases_total", len(_leases([r]))),
+                ", ".join(sorted(workers)) or "-",
+                _age(now_ms, int(r["published_at_ms"])),
+            )
+        )
+    headers = (
+        "instance",
+        "queue",
+        "kafka",
+        "partitions",
+        "ready",
+        "in flight",
+        "workers",
+        "published",
+    )
+    lease_rows = [
+        (
+            x.get("job_id"),
+            x.get("type"),
+            x.get("tenant"),
+            x.get("worker"),
+            x.get("attempt"),
+            f"{float(x.get('age_s', 0)):.1f} s",
+            instance,
+        )
+        for instance, x in sorted(_leases(records), key=lambda item: -float(item[1]["age_s"]))
+    ][:200]
+    return live(
+        "fleet",
+        table(headers, rows, numeric=(3, 4, 5))
+        + "<h2>Leases in flight</h2>"
+        + table(
+            ("job", "type", "tenant", "worker", "attempt", "age", "leasekeeper"),
+            lease_rows,
+            numeric=(4, 5),
+        ),
+    )
+
+
+def scheduled_page(base: str, fleet: FleetState, kafka: KafkaView, now_ms: int) -> str:
+    records = fleet.current(now_ms)
+    rows = []
+    for r in records:
+        snap = r["snapshot"]
+        due = snap.get("next_delayed_due_ms")
+        rows.append(
+            (
+                r.get("queue"),
+                r.get("instance"),
+                snap.get("delayed", 0),
+                format_ms(int(due)) if due else "-",
+                len(snap.get("held_tiers") or {}),
+            )
+        )
+    tiers = [
+        (Raw(link(base, f"queues/{q}", q)), topic, n)
+        for q, offsets in kafka.many(fleet.queues(now_ms)).items()
+        for topic, n in sorted(offsets.tiers.items())
+    ]
+    return live(
+        "scheduled",
+        "<h2>Delayed jobs by due time</h2>"
+        + table(
+            ("queue", "leasekeeper", "on the timer", "next due", "held tier partitions"),
+            rows,
+            numeric=(2, 4),
+        )
+        + "<h2>Delay tiers</h2>"
+        + table(("queue", "tier topic", "waiting"), tiers, numeric=(2,)),
+    )
+
+
+def dlq_list_page(
+    base: str, queue: str, entries: list[DlqEntry], query: str, read_only: bool
+) -> str:
+    rows = []
+    for entry in entries[:500]:
+        job, letter, last = entry.job, entry.letter, entry.last_error
+        where = f"{entry.partition}/{entry.offset}"
+        rows.append(
+            (
+                Raw(link(base, f"dlq/{queue}/{where}", job.job_id if job else where)),
+                job.type if job else "-",
+                job.tenant_id if job else "-",
+                last.error_class if last else "-",
+                letter.reason if letter else entry.problem,
+                format_ms(letter.died_at_ms) if letter else "-",
+                job.attempt if job else "-",
+            )
+        )
+    listing = table(
+        ("job", "type", "tenant", "error class", "reason", "died at", "attempts"),
+        rows,
+        numeric=(6,),
+    )
+    more = f'<p class="muted">showing 500 of {len(entries)}</p>' if len(entries) > 500 else ""
+    return (
+        _filter_form(base, queue, query)
+        + f"<p id=matching>{len(entries)} matching dead letters</p>"
+        + ("" if read_only else _replay_form(base, queue, query, len(entries)))
+        + listing
+        + more
+    )
+
+
+_FILTERS = (
+    ("type", "type"),
+    ("tenant", "tenant"),
+    ("error_class", "error class"),
+    ("reason", "reason"),
+    ("since", "since (ISO)"),
+    ("until", "until (ISO)"),
+)
+
+
+def _filter_form(base: str, queue: str, query: str) -> str:
+    from urllib.parse import parse_qs
+
+    values = {k: v[0] for k, v in parse_qs(query).items()}
+    fields = "".join(
+        f'<label>{e(label)} <input name="{name}" value="{e(values.get(name, ""))}"></label> '
+        for name, label in _FILTERS
+    )
+    return (
+        f'<form method="get" action="{e(base + "/dlq/" + queue)}">{fields}'
+        '<button type="submit">Search</button></form>'
+    )
+
+
+def _replay_form(base: str, queue: str, query: str, count: int) -> str:
+    action = e(f"{base}/dlq/{queue}/replay?{query}")
+    return (
+        f'<form method="post" action="{action}" class="inline">'
+        '<button name="mode" value="dry-run" id="dry-run">Dry run: count what would replay'
+        "</button> "
+        f'<button name="mode" value="replay" class="danger" id="replay-all">Replay all {count}'
+        " matching</button></form>"
+    )
+
+
+def dlq_entry_page(base: str, queue: str, entry: DlqEntry, read_only: bool) -> str:
+    job, letter = entry.job, entry.letter
+    facts: list[tuple[str, object]] = []
+    if letter is not None:
+        facts += [
+            ("reason", letter.reason),
+            ("detail", letter.detail),
+            ("died at", format_ms(letter.died_at_ms)),
+            ("source", f"{letter.source_topic}/{letter.source_partition}/{letter.source_offset}"),
+        ]
+    if job is not None:
+        facts += [
+            ("job id", job.job_id),
+            ("type", job.type),
+            ("tenant", job.tenant_id),
+            ("attempts", f"{job.attempt} of {job.max_attempts}"),
+            ("replayed before", job.replay_count),
+        ]
+    history = [
+        (err.attempt, format_ms(err.at_ms), err.worker, err.error_class, err.message)
+        for err in (job.errors if job else ())
+    ]
+    tracebacks = "".join(
+        f"<details><summary>attempt {err.attempt}: traceback</summary><pre>{e(err.traceback)}"
+        "</pre></details>"
+        for err in (job.errors if job else ())
+        if err.traceback
+    )
+    replay = ""
+    if job is not None and not read_only:
+        replay = (
+            f'<form method="post" action="{e(f"{base}/dlq/{queue}/replay?job_id={job.job_id}")}">'
+            '<button name="mode" value="replay" id="replay-one">Replay this job</button></form>'
+        )
+    return (
+        table(("field", "value"), facts)
+        + "<h2>Attempt history</h2>"
+        + table(("attempt", "at", "worker", "error class", "message"), history, numeric=(0,))
+        + tracebacks
+        + replay
+        + (f'<p class="bad">{e(entry.problem)}</p>' if entry.problem else "")
+    )

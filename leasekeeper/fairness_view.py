@@ -1,0 +1,81 @@
+"""Fairness seen from outside: per priority class and per tenant, for inspect and metrics.
+
+Per class: the ready jobs in the window, their weight, and the age of the oldest
+(since it was enqueued), which is the first sign of a class waiting too long.
+Per tenant: ready, in flight, cap and weight, the numbers that explain why a tenant
+is or is not served. Built under the engine's lock from the window and the book.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+from leasekeeper.engine_config import EngineConfig
+from leasekeeper.partition_book import PartitionBook
+from leasekeeper.window import ReadyWindow
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassView:
+    name: str
+    weight: int
+    ready: int
+    oldest_ready_age_ms: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantView:
+    tenant: str
+    ready: int
+    in_flight: int
+    cap: int | None
+    weight: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class FairnessSnapshot:
+    classes: tuple[ClassView, ...]
+    tenants: tuple[TenantView, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "classes": [asdict(c) for c in self.classes],
+            "tenants": [asdict(t) for t in self.tenants],
+        }
+
+
+def fairness_snapshot(
+    *, config: EngineConfig, window: ReadyWindow, book: PartitionBook, now_ms: int
+) -> FairnessSnapshot:
+    """Tenants are sorted by ready plus in flight, busiest first."""
+    ready: Counter[str] = Counter()
+    oldest: dict[str, int] = {}
+    for pending in window.ready():
+        name = pending.job.priority_class
+        name = name if name in config.class_weights else "default"
+        ready[name] += 1
+        created = pending.job.created_at_ms
+        oldest[name] = min(oldest.get(name, created), created)
+    classes = tuple(
+        ClassView(name=name, weight=weight, ready=ready[name],
+                  oldest_ready_age_ms=None if name not in oldest else max(0, now_ms - oldest[name]))
+        for name, weight in config.class_weights.items()
+    )  # fmt: skip
+    return FairnessSnapshot(classes=classes, tenants=_tenants(config, window, book))
+
+
+def _tenants(
+    config: EngineConfig, window: ReadyWindow, book: PartitionBook
+) -> tuple[TenantView, ...]:
+    waiting = window.ready_by_tenant()
+    running: Counter[str] = Counter()
+    for state in book.parts.values():
+        running.update(lease.pending.job.tenant_id for lease in state.leases.values())
+    names = sorted(set(waiting) | set(running), key=lambda t: -(waiting.get(t, 0) + running[t]))
+    policy = config.tenants
+    return tuple(
+        TenantView(tenant=t, ready=waiting.get(t, 0), in_flight=running[t],
+                   cap=policy.cap(t), weight=policy.weight(t))
+        for t in names
+    )  # fmt: skip

@@ -1,0 +1,161 @@
+"""The dashboard's pure parts: access policy, fleet state, snapshot caps, HTML escaping."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict, listen_problem
+from leasekeeper.dashboard.actions import FilterError, selection_from_query
+from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.html import Raw, table
+from leasekeeper.dashboard.kafka_view import discover_queues
+from leasekeeper.fleet import cap_leases, fleet_record
+
+TOKEN = "s3cret"
+
+
+def req(method: str = "GET", peer: str = "127.0.0.1", **kw: str | None) -> Request:
+    return Request(method=method, peer=peer, **kw)  # type: ignore[arg-type]
+
+
+def test_loopback_without_credentials_reads_but_cannot_act() -> None:
+    policy = AccessPolicy(token=TOKEN)
+    assert policy.check(req()) is Verdict.OK
+    assert policy.check(req("POST", fetch_site="same-origin")) is Verdict.FORBIDDEN
+
+
+def test_other_addresses_need_the_token() -> None:
+    policy = AccessPolicy(token=TOKEN)
+    assert policy.check(req(peer="10.0.0.5")) is Verdict.UNAUTHORIZED
+    bearer = f"Bearer {TOKEN}"
+    assert policy.check(req(peer="10.0.0.5", authorization=bearer)) is Verdict.OK
+    assert policy.check(req(peer="10.0.0.5", authorization="Bearer wrong")) is (
+        Verdict.UNAUTHORIZED
+    )
+
+
+def test_basic_auth_password_and_cookie_are_the_token() -> None:
+    policy = AccessPolicy(token=TOKEN)
+    basic = "Basic " + base64.b64encode(f"ops:{TOKEN}".encode()).decode()
+    post = req("POST", peer="10.0.0.5", authorization=basic, fetch_site="same-origin")
+    assert policy.check(post) is Verdict.OK
+    assert policy.who(post) == "ops@10.0.0.5"
+    cookie = req("POST", peer="10.0.0.5", cookie_token=TOKEN, fetch_site="same-origin")
+    assert policy.check(cookie) is Verdict.OK
+
+
+def test_writes_are_post_only_same_origin_and_off_when_read_only() -> None:
+    policy = AccessPolicy(token=TOKEN)
+    auth = f"Bearer {TOKEN}"
+    assert policy.check(req("PUT", authorization=auth)) is Verdict.FORBIDDEN
+    assert policy.check(req("POST", authorization=auth, fetch_site="cross-site")) is (
+        Verdict.FORBIDDEN
+    )
+    assert policy.check(req("POST", authorization=auth)) is Verdict.OK  # a script
+    read_only = AccessPolicy(token=TOKEN, read_only=True)
+    assert read_only.check(req("POST", authorization=auth)) is Verdict.FORBIDDEN
+
+
+def test_insecure_lets_the_same_origin_page_act_but_not_other_sites() -> None:
+    policy = AccessPolicy(token=None, insecure=True)
+    assert policy.check(req("POST", fetch_site="same-origin")) is Verdict.OK
+    assert policy.check(req("POST", fetch_site="cross-site")) is Verdict.FORBIDDEN
+    assert policy.check(req("POST")) is Verdict.FORBIDDEN  # no header, no token
+
+
+def test_listening_off_loopback_needs_a_token_or_insecure() -> None:
+    assert listen_problem("127.0.0.1", token=None, insecure=False) is None
+    assert listen_problem("::1", token=None, insecure=False) is None
+    problem = listen_problem("0.0.0.0", token=None, insecure=False)
+    assert problem is not None and "DASHBOARD_TOKEN" in problem and "0.0.0.0" in problem
+    assert listen_problem("0.0.0.0", token=TOKEN, insecure=False) is None
+    assert listen_problem("0.0.0.0", token=None, insecure=True) is None
+
+
+def snapshot(acked: int, nacked: int = 0, leases: int = 0) -> dict[str, object]:
+    lease = {"job_id": "j", "type": "t", "tenant": "a", "worker": "w", "attempt": 1,
+             "expires_in_s": 1.0, "lease_id": "l"}  # fmt: skip
+    return {
+        "queue": "orders",
+        "counters": {"acked": acked, "nacked": nacked, "expired": 0},
+        "partitions": [
+            {
+                "topic": "jobs.orders",
+                "partition": 0,
+                "leases": [{**lease, "job_id": f"j{i}", "age_s": float(i)} for i in range(leases)],
+            }
+        ],
+    }
+
+
+def record(snap: dict[str, object], at_ms: int, instance: str = "lk-1") -> bytes:
+    return json.dumps(fleet_record(snap, instance=instance, now_ms=at_ms, max_leases=10)).encode()
+
+
+def test_fleet_keeps_the_latest_record_drops_tombstones_and_stale_ones() -> None:
+    fleet = FleetState(stale_after_s=30)
+    fleet.apply("orders@lk-1", record(snapshot(1), 1_000))
+    fleet.apply("orders@lk-1", record(snapshot(5), 2_000))
+    fleet.apply("orders@lk-2", record(snapshot(0), 2_000, instance="lk-2"))
+    assert [r["snapshot"]["counters"]["acked"] for r in fleet.current(3_000)] == [5, 0]
+    fleet.apply("orders@lk-2", None)
+    assert len(fleet.current(3_000)) == 1
+    assert fleet.current(2_000 + 31_000) == []
+    assert fleet.queues(3_000) == ["orders"]
+
+
+def test_rates_come_from_counter_growth_and_survive_a_restart() -> None:
+    fleet = FleetState()
+    fleet.apply("k", record(snapshot(10, 1), 0))
+    fleet.sample(0)
+    fleet.apply("k", record(snapshot(40, 4), 2_000))
+    fleet.sample(2_000)
+    fleet.apply("k", record(snapshot(2, 0), 4_000))  # restarted: counters from 0
+    fleet.sample(4_000)
+    points = fleet.history("orders")
+    assert [(p.processed, p.failed) for p in points] == [(15.0, 1.5), (0.0, 0.0)]
+
+
+def test_a_published_snapshot_is_versioned_and_capped() -> None:
+    capped = cap_leases(snapshot(0, leases=50), max_leases=10)
+    kept = capped["partitions"][0]["leases"]  # type: ignore[index]
+    assert len(kept) == 10 and min(x["age_s"] for x in kept) == 40.0
+    assert capped["leases_total"] == 50 and capped["leases_omitted"] == 40
+    rec = json.loads(record(snapshot(0), 5))
+    assert rec["version"] == 1 and rec["instance"] == "lk-1" and rec["queue"] == "orders"
+
+
+def test_queues_are_found_by_their_ready_and_dlq_topics() -> None:
+    names = {"jobs.a", "jobs.a.dlq", "jobs.a.retry.1s", "jobs.b", "jobs._leasekeepers", "x.c"}
+    assert discover_queues(names, "jobs") == ["a"]
+
+
+def test_tables_escape_every_value_but_built_links() -> None:
+    html = table(("a", "b"), [("<script>x</script>", Raw('<a href="/">ok</a>'))])
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert '<a href="/">ok</a>' in html
+
+
+def test_dlq_filters_from_the_query_string() -> None:
+    selection = selection_from_query("type=email&tenant=&since=2025-03-01")
+    assert selection.type == "email" and selection.tenant is None
+    assert selection.since_ms == 1740787200000
+    with pytest.raises(FilterError, match="not an ISO 8601 time"):
+        selection_from_query("until=yesterday")
+
+
+def test_the_command_refuses_an_open_address_without_a_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from leasekeeper.cli import main
+
+    monkeypatch.delenv("DASHBOARD_TOKEN", raising=False)
+    result = CliRunner().invoke(main, ["dashboard", "--listen", "0.0.0.0:8700"])
+    assert result.exit_code != 0
+    assert "0.0.0.0" in result.output and "DASHBOARD_TOKEN" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,70 @@
+"""A trace crosses from the producer to the handler; without OpenTelemetry nothing changes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import jobcore.tracing
+from producer.request import JobRequest, build_job
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+from tests.unit.test_worker_support import FakeLeaseKeeper, running_worker, serving, wait_until
+from workers import App, JobContext
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="module")
+def spans() -> Iterator[InMemorySpanExporter]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+    trace.set_tracer_provider(provider)
+    yield _EXPORTER
+
+
+def _job(codec: EnvelopeCodec) -> bytes:
+    request = JobRequest(queue="test", type="noop", payload={"n": 1}, tenant_id="acme")
+    return codec.encode(build_job(request, codec=codec, now=time.time(), job_id="job-traced"))
+
+
+def test_a_trace_crosses_from_the_producer_to_the_handler(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    codec = EnvelopeCodec(SchemaRegistry())
+    with trace.get_tracer("web").start_as_current_span("POST /orders") as request_span:
+        envelope = _job(codec)
+    parent = request_span.get_span_context()
+    assert codec.decode(envelope).trace["traceparent"].split("-")[1] == f"{parent.trace_id:032x}"
+
+    app = App("traced")
+    inside: list[int] = []
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        inside.append(trace.get_current_span().get_span_context().trace_id)
+
+    fake = FakeLeaseKeeper([envelope])
+    with serving(fake, tmp_path / "lk.sock") as target, running_worker(app, target):
+        wait_until(lambda: len(fake.outcomes("ack")) == 1, what="the ack")
+
+    assert inside == [parent.trace_id]
+    (job_span,) = [s for s in spans.get_finished_spans() if s.name == "job noop"]
+    assert job_span.parent is not None and job_span.parent.span_id == parent.span_id
+    attributes = dict(job_span.attributes or {})
+    assert attributes["job.id"] == "job-traced" and attributes["job.tenant"] == "acme"
+    assert attributes["job.attempt"] == 1 and attributes["job.outcome"] == "succeeded"
+
+
+def test_without_opentelemetry_the_envelope_has_no_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobcore.tracing, "tracing_available", lambda: False)
+    codec = EnvelopeCodec(SchemaRegistry())
+    with trace.get_tracer("web").start_as_current_span("POST /orders"):
+        assert codec.decode(_job(codec)).trace == {}
