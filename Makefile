@@ -46,7 +46,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 ## Benchmarks side by side (results in benchmarks/results/, see BENCHMARKS.md):
-## SCENARIO=drain|raw|share|peers|latency|recovery|memory|noisy (or 1-8), QUICK=1,
+## SCENARIO=drain|raw|share|peers|latency|recovery|memory|noisy|micro (or 1-9), QUICK=1,
 ## BENCH_ARGS for anything else (e.g. BENCH_ARGS="--no-pin").
 bench: $(STAMP)
 	$(PY) -m benchmarks $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(QUICK),--quick) $(BENCH_ARGS)

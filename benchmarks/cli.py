@@ -31,7 +31,7 @@ log = logging.getLogger("benchmarks")
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
-        "--scenario", action="append", default=[], help=f"one of {', '.join(SCENARIOS)} or 1-8"
+        "--scenario", action="append", default=[], help=f"one of {', '.join(SCENARIOS)} or 1-9"
     )
     parser.add_argument(
         "--quick", action="store_true", help="a small load (minutes, not half an hour)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-SCENARIOS = ("drain", "raw", "share", "peers", "latency", "recovery", "memory", "noisy")
+SCENARIOS = ("drain", "raw", "share", "peers", "latency", "recovery", "memory", "noisy", "micro")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +77,7 @@ class BenchConfig:
 
 
 def select(names: list[str]) -> list[str]:
-    """Scenario names from names or numbers (``1``..``8``), in the canonical order."""
+    """Scenario names from names or numbers (``1``..``9``), in the canonical order."""
     if not names:
         return list(SCENARIOS)
     chosen = set()

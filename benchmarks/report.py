@@ -47,7 +47,7 @@ def _row(row: dict[str, Any]) -> str:
     for key in ("max_ms", "drain_jobs_per_s", "share_of_no_flood_rate"):
         if row.get(key) is not None:
             parts.append(f"{key} {row[key]}")
-    for key in ("recovery_s", "duplicates", "lost", "rss_max_mib"):
+    for key in ("recovery_s", "duplicates", "lost", "rss_max_mib", "us_per_job"):
         if key in row:
             parts.append(f"{key} {row[key]}")
     if row.get("cpu_s_per_1000_jobs"):

@@ -98,6 +98,8 @@ class ConsumerLoop:
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
+        # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
+        self._assignment: set[TopicPart] = set()
         self._full = False
         self.control: ControlFeed | None = None
         self._last_commit = 0.0
@@ -133,11 +135,7 @@ class ConsumerLoop:
         room = self._apply_backpressure()
         # Never fetch more than the window takes: the bound holds in records, and
         # in bytes up to one batch. A paused consumer still serves callbacks.
-        messages = self._consumer.consume(
-            num_messages=max(1, min(self._config.batch_size, room)),
-            timeout=self._config.poll_timeout_s,
-        )
-        for message in messages:
+        for message in self._fetch(max(1, min(self._config.batch_size, room))):
             self._handle(message)
         self._outbox.pump()
         self._producer.poll(0)
@@ -155,6 +153,22 @@ class ConsumerLoop:
         if now - self._last_commit >= self._config.commit_interval_s and now >= self._next_commit:
             self._last_commit = now
             self._commit_async()
+
+    def _fetch(self, limit: int) -> list[Message]:
+        """Up to ``limit`` records, returned as soon as there is one.
+
+        ``consume(n, timeout)`` waits until it has ``n`` records or the timeout ends,
+        so at steady rates every record would wait out the whole poll timeout before a
+        worker could claim it. Take what is fetched already; when there is nothing,
+        wait for the first record only, then take whatever came with it.
+        """
+        messages = self._consumer.consume(num_messages=limit, timeout=0)
+        if messages:
+            return messages
+        first = self._consumer.consume(num_messages=1, timeout=self._config.poll_timeout_s)
+        if not first or limit == 1:
+            return first
+        return first + self._consumer.consume(num_messages=limit - 1, timeout=0)
 
     def _handle(self, message: Message) -> None:
         error = message.error()
@@ -279,7 +293,7 @@ class ConsumerLoop:
         partition fetched as far beyond its commit as commit metadata can describe;
         returns how many records this fetch may take."""
         room = self._engine.window_room()
-        assignment = {TopicPart(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        assignment = self._assignment
         # Hysteresis: full when no room is left, and full until half the window is
         # free again, so a busy window does not flap between paused and fetching.
         self._full = room == 0 or (self._full and room < self._engine.window_records // 2)
@@ -424,6 +438,7 @@ class ConsumerLoop:
         )
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
+            self._assignment.add(TopicPart(tp.topic, tp.partition))
         self._engine.assignment_received()
         log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
         log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
@@ -439,6 +454,7 @@ class ConsumerLoop:
         self.commit(only=moving)
         for tp in moving:
             self._engine.revoke(tp)
+        self._assignment -= moving
         log.info(
             "revoked %s (%d jobs still in flight after the grace period)",
             partitions_line((tp.topic, tp.partition) for tp in moving),
@@ -455,9 +471,11 @@ class ConsumerLoop:
         return self._engine.in_flight(tps)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._gate.forget({TopicPart(tp.topic, tp.partition) for tp in partitions})
-        for tp in partitions:
-            self._engine.revoke(TopicPart(tp.topic, tp.partition))
+        lost = {TopicPart(tp.topic, tp.partition) for tp in partitions}
+        self._gate.forget(lost)
+        for tp in lost:
+            self._engine.revoke(tp)
+        self._assignment -= lost
 
     def _fail_fatally(self, error: KafkaError) -> None:
         """The consumer is unusable (for example fenced: another member holds its

@@ -35,6 +35,7 @@ class RunOptions:
     token: str | None
     concurrency: int
     processes: int
+    prefetch: int = 1
     worker_id: str
     schema_dirs: tuple[str, ...]
     grace_s: float
@@ -50,6 +51,7 @@ class RunOptions:
             sys.executable, "-m", "workers", "run", self.app_spec,
             "--target", self.target,
             "--concurrency", str(self.concurrency),
+            "--prefetch", str(self.prefetch),
             "--worker-id", f"{self.worker_id}-{index}",
             "--grace", str(self.grace_s),
             "--log-level", self.log_level,
@@ -85,6 +87,14 @@ def main() -> None:
     default=8,
     show_default=True,
     help="Jobs run at once per process.",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Jobs held per slot (2: the next job waits here, so a slot never waits for a "
+    "claim; suits short I/O jobs, not long ones a stuck worker would hoard).",
 )
 @click.option(
     "--processes",
@@ -127,6 +137,7 @@ def run(
     queue: str | None,
     target: str | None,
     concurrency: int,
+    prefetch: int,
     processes: int,
     worker_id: str | None,
     schema_paths: tuple[str, ...],
@@ -149,6 +160,7 @@ def run(
         target=env.target(target, queue=queue),
         token=env.leasekeeper_token,
         concurrency=concurrency,
+        prefetch=prefetch,
         processes=processes,
         worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}",
         # Added to JOBS_SCHEMA_PATH, as in every other command (children get the sum).
@@ -235,6 +247,7 @@ def _run_one(
             client,
             decoder=decoder,
             concurrency=options.concurrency,
+            prefetch=options.prefetch,
             worker_id=options.worker_id,
             shutdown_grace_s=options.grace_s,
             heartbeats=options.heartbeats,

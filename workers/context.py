@@ -8,19 +8,38 @@ from dataclasses import dataclass, field
 
 
 class _LeaseLoss:
-    """Records once, thread-safely, why the job stopped being ours."""
+    """Records once, thread-safely, why the job stopped being ours.
+
+    The ``Event`` is made only when a handler asks for it: most handlers never
+    do, and an ``Event`` (a ``Condition`` and its locks) per job is a measurable
+    part of a no-op job's cost. ``reason`` alone says whether the lease is lost.
+    """
 
     def __init__(self) -> None:
-        self.event = threading.Event()
         self.reason: str | None = None
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
+
+    @property
+    def event(self) -> threading.Event:
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self.reason is not None:
+                    self._event.set()
+            return self._event
+
+    @property
+    def lost(self) -> bool:
+        return self.reason is not None
 
     def mark(self, reason: str) -> bool:
         with self._lock:
-            if self.event.is_set():
+            if self.reason is not None:
                 return False
             self.reason = reason
-            self.event.set()
+            if self._event is not None:
+                self._event.set()
             return True
 
 
@@ -63,7 +82,7 @@ class JobContext:
     @property
     def is_cancelled(self) -> bool:
         """True when the handler should stop: its result will not be acked."""
-        return self._loss.event.is_set()
+        return self._loss.lost
 
     def mark_lease_lost(self, reason: str) -> bool:
         """Runtime use: record the loss; False when it was already recorded."""

@@ -4,24 +4,35 @@ Threads and what they do:
 
 - the caller of ``run()``: the claim loop, asking for as many jobs as there
   are free slots, in one Claim call;
-- ``concurrency`` pool threads for ``def`` handlers, one event loop thread for
-  ``async def`` handlers;
+- ``concurrency`` handler threads for ``def`` handlers, one event loop thread for
+  ``async def`` handlers (at most ``concurrency`` of them running at once);
 - the lease monitor: batched heartbeats and handler time limits;
 - the settle thread: batched acks, nacks and releases.
 
 ``stop()`` (from another thread: see ``workers.supervisor``) stops claiming,
 releases jobs that have not started, and lets running ones finish within
 ``shutdown_grace_s``; ``run()`` then returns.
+
+Prefetch: a worker holds up to ``prefetch x concurrency`` leases, and runs
+``concurrency`` of them at a time; the rest wait in line for a free handler. A
+job that finishes finds the next one already here, instead of waiting for its
+settle to be answered and a claim to come back. Waiting jobs are heartbeated
+like running ones, released on shutdown, and have their attempt counted at claim
+like every job (invariant 4): when the worker dies, a prefetched job that never
+started is run again after its lease expires, with that attempt spent. Its
+``timeout_s`` starts when it starts. The default is 1 (no job waits here): a
+worker stuck in a long handler would otherwise hoard the jobs it prefetched,
+and a redelivered job could land behind the very handler that lost it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from jobcore.config import DEFAULT_LEASE_S
@@ -36,6 +47,7 @@ from workers.client import (
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
 from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import EventLoopThread, call_async, call_sync
+from workers.handler_threads import HandlerThreads
 from workers.inflight import Held, InFlight, Phase
 from workers.messages import Lease, LeaseResult, Settlement
 from workers.middleware import MiddlewareChain
@@ -57,6 +69,7 @@ class Worker:
         *,
         decoder: EnvelopeDecoder,
         concurrency: int = 8,
+        prefetch: int = 1,
         worker_id: str | None = None,
         claim_wait_ms: int = 1000,
         shutdown_grace_s: float = 30.0,
@@ -80,8 +93,15 @@ class Worker:
         self._fatal: LeaseKeeperRejected | None = None
         self._abandoned = 0
         self._types = job_types(app, decoder)
-        self._table = InFlight(concurrency=concurrency)
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="worker-handler")
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be at least 1, got {prefetch}")
+        self._concurrency, self._prefetch = concurrency, prefetch
+        # The table's slots are leases in hand; handler threads bound what runs.
+        self._table = InFlight(concurrency=concurrency * prefetch)
+        self._async_slots = asyncio.Semaphore(concurrency)
+        self._pool: HandlerThreads[tuple[Held, Runnable]] = HandlerThreads(
+            concurrency, self._run_sync_item, name="worker-handler"
+        )
         self._loop = EventLoopThread()
         self._batcher: SettleBatcher[Held] = SettleBatcher(
             client,
@@ -101,7 +121,13 @@ class Worker:
 
     @property
     def concurrency(self) -> int:
-        return self._table.concurrency
+        """Handlers run at once."""
+        return self._concurrency
+
+    @property
+    def prefetch(self) -> int:
+        """Leases held per handler slot: ``concurrency x prefetch`` in hand at most."""
+        return self._prefetch
 
     @property
     def in_hand(self) -> int:
@@ -127,14 +153,16 @@ class Worker:
         self._started = True
         if self.app.has_async_handlers:
             self._loop.start()
+        self._pool.start()
         self._batcher.start()
         self._monitor.start()
         self._middleware.worker_start(self.app)
         log.info(
-            "worker %s claiming from %s (concurrency %d, handlers: %s)",
+            "worker %s claiming from %s (concurrency %d, prefetch %d, handlers: %s)",
             self.worker_id,
             self._client.target,
             self.concurrency,
+            self.prefetch,
             ", ".join(self._types.runnable) or "none",
         )
         for job_type in self._types.missing_schema:
@@ -179,6 +207,7 @@ class Worker:
     def _accept(self, leases: Sequence[Lease], free: int) -> None:
         if len(leases) > free:
             log.warning("leasekeeper sent %d jobs for %d free slots", len(leases), free)
+        sync: list[tuple[Held, Runnable]] = []
         for index, lease in enumerate(leases):
             prepared = prepare(self.app, self._decoder, lease)
             interval = (lease.lease_s if lease.lease_s > 0 else DEFAULT_LEASE_S) / 3
@@ -202,19 +231,23 @@ class Worker:
                     prepared.failure.message,
                 )
                 self._settle_now(held, Settlement.nack(lease.ref, prepared.failure))
+            elif not prepared.handler.is_async:
+                sync.append((held, prepared))
             else:
-                self._dispatch(held, prepared)
+                self._dispatch_async(held, prepared)
+        if sync:
+            self._pool.submit(sync)  # the claimed batch at once, one tuple a job
 
-    def _dispatch(self, held: Held, job: Runnable) -> None:
-        if not job.handler.is_async:
-            self._pool.submit(self._run_sync, held, job)
-            return
+    def _dispatch_async(self, held: Held, job: Runnable) -> None:
         try:
             future = self._loop.submit(self._run_async(held, job))
         except RuntimeError:
             self._settle_now(held, Settlement.release(held.ref))
             return
         held.cancel = future.cancel
+
+    def _run_sync_item(self, item: tuple[Held, Runnable]) -> None:
+        self._run_sync(*item)
 
     def _run_sync(self, held: Held, job: Runnable) -> None:
         if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
@@ -223,10 +256,11 @@ class Worker:
         self._finish(held, self._middleware.run_sync(job.ctx, call))
 
     async def _run_async(self, held: Held, job: Runnable) -> None:
-        if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
-            return
-        call = partial(call_async, job.handler, job.ctx, job.payload)
-        self._finish(held, await self._middleware.run_async(job.ctx, call))
+        async with self._async_slots:  # prefetched jobs wait here for a slot
+            if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
+                return
+            call = partial(call_async, job.handler, job.ctx, job.payload)
+            self._finish(held, await self._middleware.run_async(job.ctx, call))
 
     def _finish(self, held: Held, failure: Failure | None) -> None:
         """Settle a job whose handler returned, unless its lease is gone or it was settled."""
@@ -331,7 +365,7 @@ class Worker:
         self._monitor.join(_SETTLE_FLUSH_S)
         self._batcher.close(_SETTLE_FLUSH_S)
         self._abandoned = len(self._table.running())
-        self._pool.shutdown(wait=self._abandoned == 0, cancel_futures=True)
+        self._pool.shutdown(wait=self._abandoned == 0)
         self._loop.stop(timeout=1.0)
         log.info("worker %s stopped", self.worker_id)
 

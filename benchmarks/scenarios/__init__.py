@@ -18,7 +18,17 @@ Scenario = Callable[[BenchContext], dict[str, Any]]
 
 def registry() -> dict[str, Scenario]:
     """Imported lazily so ``--scenario drain`` does not import Celery or psycopg."""
-    from benchmarks.scenarios import drain, latency, memory, noisy, peers, raw, recovery, share
+    from benchmarks.scenarios import (
+        drain,
+        latency,
+        memory,
+        micro,
+        noisy,
+        peers,
+        raw,
+        recovery,
+        share,
+    )
 
     return {
         "drain": drain.run,
@@ -29,6 +39,7 @@ def registry() -> dict[str, Scenario]:
         "recovery": recovery.run,
         "memory": memory.run,
         "noisy": noisy.run,
+        "micro": micro.run,
     }
 
 

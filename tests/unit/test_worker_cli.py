@@ -84,6 +84,7 @@ def test_child_commands_carry_the_options_and_a_distinct_worker_id() -> None:
         target="unix:/run/lk.sock",
         token="secret",
         concurrency=4,
+        prefetch=3,
         processes=2,
         worker_id="pod-1",
         schema_dirs=("schemas-a",),
@@ -96,6 +97,7 @@ def test_child_commands_carry_the_options_and_a_distinct_worker_id() -> None:
     for part in (
         "--target unix:/run/lk.sock",
         "--concurrency 4",
+        "--prefetch 3",
         "--worker-id pod-1-1",
         "--grace 12.5",
         "--parent-pid 99",

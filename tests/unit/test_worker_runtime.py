@@ -142,7 +142,9 @@ def test_permanent_is_nacked_permanent(envelopes: Envelopes, sock: Path) -> None
     assert nack.error_message == "address does not exist"
 
 
-def test_never_more_jobs_in_hand_than_concurrency(envelopes: Envelopes, sock: Path) -> None:
+def test_never_more_jobs_in_hand_than_concurrency_without_prefetch(
+    envelopes: Envelopes, sock: Path
+) -> None:
     app = App()
     gate = threading.Event()
     lock = threading.Lock()
@@ -158,7 +160,10 @@ def test_never_more_jobs_in_hand_than_concurrency(envelopes: Envelopes, sock: Pa
             running[0] -= 1
 
     fake = FakeLeaseKeeper([envelopes() for _ in range(20)])
-    with serving(fake, sock) as target, running_worker(app, target, concurrency=3) as rw:
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=3, prefetch=1) as rw,
+    ):
         wait_until(lambda: running[0] == 3, what="3 handlers running")
         assert rw.worker.in_hand == 3
         assert len(fake.outstanding) == 3
@@ -476,3 +481,84 @@ def test_on_settled_reports_a_refused_settle(envelopes: Envelopes, sock: Path) -
         wait_until(lambda: confirmed != [])
 
     assert confirmed == [("ack", False)]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_prefetch_holds_twice_the_slots_and_runs_only_concurrency(
+    envelopes: Envelopes, sock: Path, kind: str
+) -> None:
+    """The next jobs wait here, heartbeated, while no more than ``concurrency`` run."""
+    app = App()
+    gate = threading.Event()
+    lock = threading.Lock()
+    running = [0, 0]  # now, peak
+
+    def enter() -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+
+    def leave() -> None:
+        with lock:
+            running[0] -= 1
+
+    if kind == "sync":
+
+        @app.job("noop")
+        def slow(ctx: JobContext, payload: dict[str, Any]) -> None:
+            enter()
+            gate.wait(10)
+            leave()
+    else:
+
+        @app.job("noop")
+        async def slow_async(ctx: JobContext, payload: dict[str, Any]) -> None:
+            enter()
+            while not gate.is_set():
+                await asyncio.sleep(0.005)
+            leave()
+
+    fake = FakeLeaseKeeper([envelopes() for _ in range(20)], lease_s=1)
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=3, prefetch=2) as rw,
+    ):
+        wait_until(lambda: running[0] == 3 and rw.worker.in_hand == 6, what="3 run, 6 held")
+        held = set(fake.outstanding)
+
+        def beaten() -> set[str]:
+            return {lease_id for batch in fake.heartbeats for lease_id, _ in batch}
+
+        wait_until(lambda: held <= beaten(), what="every held job heartbeated")
+        assert running[0] == 3
+        gate.set()
+        wait_until(lambda: len(fake.outcomes("ack")) == 20, what="20 acks")
+
+    assert running[1] == 3
+    assert fake.max_outstanding <= 6
+    assert fake.claims[0] == 6, "the first claim fills every prefetch slot"
+
+
+def test_stop_releases_prefetched_jobs_that_have_not_started(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    app = App()
+    gate = threading.Event()
+    started: list[str] = []
+
+    @app.job("noop")
+    def slow(ctx: JobContext, payload: dict[str, Any]) -> None:
+        started.append(ctx.job_id)
+        gate.wait(10)
+
+    fake = FakeLeaseKeeper([envelopes() for _ in range(4)])
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=1, prefetch=2) as rw,
+    ):
+        wait_until(lambda: len(started) == 1 and rw.worker.in_hand == 2, what="1 runs, 1 waits")
+        threading.Thread(target=rw.worker.stop).start()
+        wait_until(lambda: len(fake.outcomes("release")) == 1, what="the waiting job released")
+        gate.set()
+        wait_until(lambda: len(fake.outcomes("ack")) == 1, what="the running job acked")
+    assert len(started) == 1

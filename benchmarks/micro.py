@@ -1,0 +1,139 @@
+"""Micro-benchmarks of the hot paths, in one process, without Kafka or sockets.
+
+A regression in one of them shows in seconds here, where the whole-system
+scenarios take minutes and mix every cost together. Each row is the cost of one
+job through one path, in microseconds of wall time on an otherwise idle core:
+
+- envelope read: the leasekeeper decoding one job envelope;
+- claim / settle: the lease engine leasing jobs to a worker and acking them,
+  with a real RocksDB store, in batches of ``BATCH`` as the RPC carries them;
+- worker dispatch: a claimed batch of no-op ``def`` jobs handed to the handler
+  threads and run, next to the ``ThreadPoolExecutor`` (one future a job) it
+  replaced.
+
+``python -m benchmarks.micro [--jobs N]`` prints the rows as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.store import LeaseStore
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.job import Job
+from workers.handler_threads import HandlerThreads
+
+BATCH = 100
+THREADS = 8
+TP = TopicPart("jobs.micro", 0)
+
+
+def _job(n: int) -> Job:
+    return Job(
+        job_id=f"job-{n}",
+        queue="micro",
+        tenant_id=f"t{n % 20}",
+        type="noop",
+        payload=b"x" * 100,
+        created_at_ms=0,
+    )
+
+
+def _per_job_us(jobs: int, run: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    run()
+    return round((time.perf_counter() - started) / jobs * 1e6, 2)
+
+
+def envelope_read(jobs: int) -> float:
+    codec = EnvelopeCodec(SchemaRegistry())
+    envelopes = [codec.encode(_job(n)) for n in range(jobs)]
+    return _per_job_us(jobs, lambda: [codec.decode(e) for e in envelopes])
+
+
+def claim_and_settle(jobs: int) -> tuple[float, float]:
+    """Offer ``jobs`` to an engine, claim them all, then ack them all; (claim, settle) µs."""
+    with tempfile.TemporaryDirectory(prefix="micro-") as state:
+        engine = LeaseEngine(store=LeaseStore(Path(state)), config=EngineConfig())
+        engine.assign(TP, 0)
+        codec = EnvelopeCodec(SchemaRegistry())
+        for n in range(jobs):
+            job = _job(n)
+            engine.offer(TP, n, job, codec.encode(job))
+        grants: list[Grant] = []
+
+        def claim_all() -> None:
+            for _ in range(jobs // BATCH):
+                grants.extend(engine.claim("w", BATCH, 0))
+
+        claim_us = _per_job_us(jobs, claim_all)
+        acks = [Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK) for g in grants]
+        batches = [acks[i : i + BATCH] for i in range(0, len(acks), BATCH)]
+        settle_us = _per_job_us(jobs, lambda: [engine.settle(b) for b in batches])
+        engine.close()
+        return claim_us, settle_us
+
+
+def dispatch_threads(jobs: int) -> float:
+    done = threading.Semaphore(0)
+    threads: HandlerThreads[int] = HandlerThreads(THREADS, lambda _: done.release(), name="micro")
+    threads.start()
+
+    def run() -> None:
+        for start in range(0, jobs, BATCH):
+            threads.submit(range(start, min(jobs, start + BATCH)))
+        for _ in range(jobs):
+            done.acquire()
+
+    try:
+        return _per_job_us(jobs, run)
+    finally:
+        threads.shutdown(wait=True)
+
+
+def dispatch_executor(jobs: int) -> float:
+    done = threading.Semaphore(0)
+    with ThreadPoolExecutor(THREADS) as pool:
+
+        def run() -> None:
+            for n in range(jobs):
+                pool.submit(lambda _: done.release(), n)
+            for _ in range(jobs):
+                done.acquire()
+
+        return _per_job_us(jobs, run)
+
+
+def measure(jobs: int) -> list[dict[str, Any]]:
+    claim_us, settle_us = claim_and_settle(jobs)
+    rows = [
+        ("envelope read (Avro decode)", envelope_read(jobs)),
+        (f"claim (batches of {BATCH}, RocksDB store)", claim_us),
+        (f"settle: ack (batches of {BATCH})", settle_us),
+        (f"worker dispatch: handler threads ({THREADS})", dispatch_threads(jobs)),
+        (f"worker dispatch: ThreadPoolExecutor ({THREADS}), before", dispatch_executor(jobs)),
+    ]
+    return [
+        {"system": "micro", "variant": name, "us_per_job": us, "jobs": jobs} for name, us in rows
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.jobs)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The consumer loop hands a fetched record on when it arrives, not at the poll timeout.
+
+The fake consumer keeps librdkafka's batch rule on a driven clock: ``consume(n,
+timeout)`` returns once it holds ``n`` records or the timeout has passed, whichever
+comes first; records become available at their arrival time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobcore.delay_tiers import DelayTiers
+from jobcore.topics import QueueTopics
+from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.leases import TopicPart
+from leasekeeper.tier_gate import TierGate
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.job import Job
+
+CODEC = EnvelopeCodec(SchemaRegistry())
+TOPICS = QueueTopics(queue="q")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    offset: int
+    data: bytes
+
+
+class BatchingConsumer:
+    """``consume`` as librdkafka serves a batch: full, or at the end of the timeout."""
+
+    def __init__(self, clock: Clock, arrivals: list[tuple[float, Record]]) -> None:
+        self.clock = clock
+        self.arrivals = sorted(arrivals, key=lambda a: a[0])
+
+    def consume(self, num_messages: int, timeout: float) -> list[object]:
+        deadline = self.clock.now + timeout
+        times = [at for at, _ in self.arrivals]
+        if len(times) >= num_messages and times[num_messages - 1] <= deadline:
+            self.clock.now = max(self.clock.now, times[num_messages - 1])
+        else:
+            self.clock.now = deadline
+        taken = [r for at, r in self.arrivals if at <= self.clock.now][:num_messages]
+        self.arrivals = self.arrivals[len(taken) :]
+        return [_Message(r) for r in taken]
+
+    def assignment(self) -> list[object]:
+        return []
+
+
+class _Message:
+    def __init__(self, record: Record) -> None:
+        self._record = record
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return TOPICS.ready
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._record.offset
+
+    def value(self) -> bytes:
+        return self._record.data
+
+
+@dataclass
+class Engine:
+    """Records when each job was offered; everything else is idle."""
+
+    clock: Clock
+    offered: list[tuple[float, int]] = field(default_factory=list)
+    window_records: int = 1000
+
+    def window_room(self) -> int:
+        return self.window_records
+
+    def over_span(self) -> set[TopicPart]:
+        return set()
+
+    def offer(self, tp: TopicPart, offset: int, job: Job, envelope: bytes) -> None:
+        self.offered.append((self.clock.now, offset))
+
+    def promote_due(self) -> int:
+        return 0
+
+    def expire(self) -> int:
+        return 0
+
+    def sweep_unhandled(self) -> int:
+        return 0
+
+    def prune_notes(self) -> int:
+        return 0
+
+    def commit_positions(self) -> dict[TopicPart, tuple[int, str]]:
+        return {}
+
+
+class Idle:
+    """The outbox and producer: nothing to send."""
+
+    def pump(self) -> None:
+        pass
+
+    def blocked(self) -> list[TopicPart]:
+        return []
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def _loop(clock: Clock, consumer: BatchingConsumer, engine: Engine) -> ConsumerLoop:
+    idle = Idle()
+    return ConsumerLoop(
+        consumer=consumer,  # type: ignore[arg-type]
+        producer=idle,  # type: ignore[arg-type]
+        engine=engine,  # type: ignore[arg-type]
+        codec=CODEC,
+        outbox=idle,  # type: ignore[arg-type]
+        topics=TOPICS,
+        gate=TierGate(DelayTiers(), TOPICS),
+        config=LoopConfig(batch_size=500, poll_timeout_s=0.05),
+        clock=clock,
+    )
+
+
+def _envelope(job_id: str) -> bytes:
+    job = Job(job_id=job_id, queue="q", tenant_id="t", type="noop", payload=b"", created_at_ms=1)
+    return CODEC.encode(job)
+
+
+def test_a_record_reaches_the_engine_when_it_arrives_not_when_the_poll_times_out() -> None:
+    clock = Clock()
+    arrives = clock.now + 0.001
+    consumer = BatchingConsumer(clock, [(arrives, Record(offset=7, data=_envelope("j7")))])
+    engine = Engine(clock)
+    _loop(clock, consumer, engine)._step()
+    assert engine.offered == [(arrives, 7)]
+
+
+def test_records_already_fetched_are_taken_together_without_waiting() -> None:
+    clock = Clock()
+    start = clock.now
+    records = [(start, Record(offset=n, data=_envelope(f"j{n}"))) for n in range(3)]
+    consumer = BatchingConsumer(clock, records)
+    engine = Engine(clock)
+    _loop(clock, consumer, engine)._step()
+    assert engine.offered == [(start, 0), (start, 1), (start, 2)]
+
+
+def test_records_arriving_with_the_first_are_taken_in_the_same_step() -> None:
+    clock = Clock()
+    first = clock.now + 0.002
+    records = [(first, Record(offset=n, data=_envelope(f"j{n}"))) for n in range(3)]
+    consumer = BatchingConsumer(clock, records)
+    engine = Engine(clock)
+    _loop(clock, consumer, engine)._step()
+    assert [offset for _, offset in engine.offered] == [0, 1, 2]
+    assert {at for at, _ in engine.offered} == {first}
+
+
+def test_an_idle_step_waits_out_the_poll_timeout() -> None:
+    """Nothing to fetch: the loop still blocks in Kafka rather than spinning."""
+    clock = Clock()
+    start = clock.now
+    engine = Engine(clock)
+    _loop(clock, BatchingConsumer(clock, []), engine)._step()
+    assert engine.offered == [] and clock.now == start + 0.05

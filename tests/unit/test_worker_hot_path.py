@@ -1,0 +1,129 @@
+"""Per-job costs of the worker's hot path: what a job that runs and is acked creates."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from workers import context
+from workers.context import JobContext
+from workers.handler_threads import HandlerThreads
+
+
+def _ctx() -> JobContext:
+    return JobContext(
+        job_id="j1",
+        attempt=1,
+        tenant_id="t",
+        queue="q",
+        type="noop",
+        created_at_ms=1,
+        lease_id="l1",
+    )
+
+
+class CountingEvent(threading.Event):
+    made = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        CountingEvent.made += 1
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> type[CountingEvent]:
+    CountingEvent.made = 0
+    monkeypatch.setattr(context.threading, "Event", CountingEvent)
+    return CountingEvent
+
+
+def test_a_context_whose_handler_never_asks_for_lease_lost_makes_no_event(
+    counting: type[CountingEvent],
+) -> None:
+    ctx = _ctx()
+    assert not ctx.is_cancelled
+    assert ctx.mark_lease_lost("timed out after 1s")
+    assert ctx.is_cancelled and ctx.lease_lost_reason == "timed out after 1s"
+    assert counting.made == 0
+
+
+def test_lease_lost_asked_for_before_the_loss_is_set_by_it(
+    counting: type[CountingEvent],
+) -> None:
+    ctx = _ctx()
+    event = ctx.lease_lost
+    assert not event.is_set()
+    assert ctx.mark_lease_lost("stale token")
+    assert event.is_set() and ctx.lease_lost is event
+    assert not ctx.mark_lease_lost("again")  # recorded once
+    assert ctx.lease_lost_reason == "stale token" and counting.made == 1
+
+
+def test_lease_lost_asked_for_after_the_loss_is_already_set() -> None:
+    ctx = _ctx()
+    ctx.mark_lease_lost("grace period ran out")
+    assert ctx.lease_lost.is_set()
+    assert ctx.lease_lost.wait(0)
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.001)
+
+
+def test_handler_threads_run_a_submitted_batch_concurrently() -> None:
+    """Each item of a batch goes to a free thread: a batch of I/O jobs is not run in line."""
+    both = threading.Barrier(2, timeout=10)
+    ran: list[int] = []
+
+    def run(n: int) -> None:
+        both.wait()  # only returns when the two items run at the same time
+        ran.append(n)
+
+    threads: HandlerThreads[int] = HandlerThreads(2, run, name="t")
+    threads.start()
+    threads.submit([1, 2])
+    _wait(lambda: len(ran) == 2, "both items")
+    threads.shutdown(wait=True)
+    assert sorted(ran) == [1, 2]
+
+
+def test_a_failing_item_does_not_cost_the_pool_its_thread() -> None:
+    ran: list[int] = []
+
+    def run(n: int) -> None:
+        if n == 0:
+            raise SystemExit("a bug in the runtime")
+        ran.append(n)
+
+    threads: HandlerThreads[int] = HandlerThreads(1, run, name="t")
+    threads.start()
+    threads.submit([0, 1])
+    _wait(lambda: ran == [1], "the item after the failure")
+    threads.shutdown(wait=True)
+
+
+def test_shutdown_drops_items_that_have_not_started() -> None:
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def run(n: int) -> None:
+        gate.wait(10)
+        ran.append(n)
+
+    threads: HandlerThreads[int] = HandlerThreads(1, run, name="t")
+    threads.start()
+    threads.submit([1])
+    _wait(lambda: threads._items.qsize() == 0, "the first item to start")
+    threads.submit([2, 3])
+    threads.shutdown(wait=False)  # while 1 still runs: 2 and 3 are dropped
+    gate.set()
+    _wait(lambda: not any(t.is_alive() for t in threads._threads), "the thread to stop")
+    assert ran == [1]
+    with pytest.raises(RuntimeError, match="shut down"):
+        threads.submit([4])
