@@ -7,8 +7,6 @@ way a managed Kafka's connection file is used."""
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 import os
 import subprocess
 from collections.abc import Iterator
@@ -16,15 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from devtools.localkafka import KafkaUnavailable, LocalKafka, SaslListener, obtain
 from jobcore.kafka import KafkaSettings
 from jobcore.properties import load_properties
 from tests.apps.recording import SCHEMAS
+from tests.certs import self_signed
 from tests.system import BIN, PARTITIONS, System, wait_until
 
 USER, PASSWORD = "alice", "alice-secret"
@@ -38,37 +33,11 @@ class SecureCluster:
 
 
 def _certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1: the broker's keystore (key + chain, PEM)
-    and the CA file clients trust (the certificate itself)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
+    """The broker's keystore (key + chain, PEM) and the CA file clients trust."""
+    made = self_signed()
     keystore, ca = directory / "broker-keystore.pem", directory / "ca.pem"
-    keystore.write_bytes(key_pem + cert_pem)
-    ca.write_bytes(cert_pem)
+    keystore.write_bytes(made.key_pem + made.cert_pem)
+    ca.write_bytes(made.cert_pem)
     return keystore, ca
 
 
