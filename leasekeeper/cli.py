@@ -77,6 +77,14 @@ def main() -> None:
 @click.option("--window-records", default=_ENGINE.window_records, show_default=True)
 @click.option("--window-bytes", default=_ENGINE.window_bytes, show_default=True)
 @click.option(
+    "--max-uncommitted",
+    type=click.IntRange(min=1),
+    default=_ENGINE.max_uncommitted,
+    show_default=True,
+    help="stop leasing while this many finished jobs are in no commit Kafka accepted "
+    "(the group coordinator is down): bounds what a partition move runs again",
+)
+@click.option(
     "--tenant-cap",
     type=int,
     default=None,
@@ -227,6 +235,7 @@ def serve(
     tenant_cap_for: tuple[str, ...],
     tenant_weight: tuple[str, ...],
     tenants_file: Path | None,
+    max_uncommitted: int,
     group: str | None,
     group_id_alias: str | None,
     schema_path: tuple[str, ...],
@@ -286,6 +295,7 @@ def serve(
             lease_s_by_type=_leases_by_type(lease_for),
             window_records=window_records,
             window_bytes=window_bytes,
+            max_uncommitted=max_uncommitted,
             class_weights=classes.weights,
             tenants=tenants,
             unknown_type_grace_s=unknown_type_grace,

@@ -20,6 +20,8 @@ class CommitTracker:
         self._next = start_offset  # one past the highest fetched offset
         self._outstanding: deque[int] = deque()  # fetched, in offset order
         self._resolved_ahead: set[int] = set()  # resolved, not yet at the front
+        # Offsets resolved so far (ever): what a commit's snapshot of it makes durable.
+        self.resolutions = 0
 
     @property
     def highest_fetched(self) -> int:
@@ -41,6 +43,9 @@ class CommitTracker:
             raise ValueError(f"offset {offset} was never fetched (next is {self._next})")
         if not self._outstanding or offset < self._outstanding[0]:
             return  # already behind the watermark
+        if offset in self._resolved_ahead:
+            return
+        self.resolutions += 1
         self._resolved_ahead.add(offset)
         while self._outstanding and self._outstanding[0] in self._resolved_ahead:
             self._resolved_ahead.discard(self._outstanding.popleft())

@@ -48,6 +48,11 @@ ASYNC_COMMIT_PATIENCE_S = 30.0
 # Commits and offset look-ups while the group coordinator is unreachable.
 COMMIT_BACKOFF = Backoff(base_s=0.2, cap_s=10.0)
 
+# How long a revoke or shutdown keeps retrying a commit the coordinator cannot take
+# yet (it moves to another broker within seconds), and the pause between tries.
+HANDOVER_COMMIT_PATIENCE_S = 15.0
+COMMIT_RETRY_S = 0.2
+
 
 @dataclass(frozen=True, kw_only=True)
 class LoopConfig:
@@ -371,10 +376,13 @@ class ConsumerLoop:
         if failure is not None:
             self._commit_failed(KafkaException(failure))
 
-    def commit(self, only: set[TopicPart] | None = None) -> None:
+    def commit(self, only: set[TopicPart] | None = None, patience_s: float = 0.0) -> None:
         """Commit each partition at its lowest unresolved offset, with the progress
         beyond it in the metadata, when either changed. Synchronous: for a revoke and
-        for shutdown, which must not let go before the commit is known."""
+        for shutdown, which must not let go before the commit is known. A failure
+        worth waiting out (the coordinator moving after a broker failure) is retried
+        for ``patience_s``: a revoke that gives up hands the next owner a stale commit,
+        and it runs again every job finished since."""
         positions = self._engine.commit_positions(only)
         if not positions:
             return
@@ -382,14 +390,22 @@ class ConsumerLoop:
             TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)
             for tp, (offset, metadata) in positions.items()
         ]
-        try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE:
-                self._commit_each(positions)
+        deadline = self._clock() + patience_s
+        while True:
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+                break
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() == KafkaError.OFFSET_METADATA_TOO_LARGE:
+                    self._commit_each(positions)
+                    return
+                if _worth_waiting(error) and self._clock() < deadline:
+                    log.warning("commit failed (%s); retrying", error)
+                    self._producer.poll(COMMIT_RETRY_S)  # serves delivery reports meanwhile
+                    continue
+                self._commit_failed(exc)
                 return
-            self._commit_failed(exc)
-            return
         self._commit_failures = 0
         self._next_commit = 0.0
         self.commits += 1
@@ -451,7 +467,7 @@ class ConsumerLoop:
         self._gate.forget(moving)
         self._engine.begin_revoke(moving)
         left = self._drain(moving)
-        self.commit(only=moving)
+        self.commit(only=moving, patience_s=HANDOVER_COMMIT_PATIENCE_S)
         for tp in moving:
             self._engine.revoke(tp)
         self._assignment -= moving
@@ -498,7 +514,7 @@ class ConsumerLoop:
                 self._consumer.pause(assignment)
             self._drain_keeping_membership()
             self._producer.flush(10)
-            self.commit()
+            self.commit(patience_s=HANDOVER_COMMIT_PATIENCE_S)
         finally:
             self._consumer.close()  # revokes (nothing left in flight) and leaves the group
 
@@ -509,3 +525,23 @@ class ConsumerLoop:
             self._outbox.pump()
             self._producer.poll(0)
             self._engine.expire()
+
+
+# Failures of a commit that a moment's wait can cure: the coordinator is moving or
+# loading the group, or the request did not get through.
+_TRANSIENT_COMMIT_ERRORS = frozenset(
+    {
+        KafkaError._WAIT_COORD,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+
+
+def _worth_waiting(error: KafkaError) -> bool:
+    return error.code() in _TRANSIENT_COMMIT_ERRORS or error.retriable()

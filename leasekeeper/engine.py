@@ -22,6 +22,7 @@ method is short, so contention stays low at batches of tens to hundreds of jobs.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -51,6 +52,8 @@ __all__ = ["UNKNOWN_JOB_TYPE", "Counters", "EngineConfig", "LeaseEngine"]
 
 UNKNOWN_JOB_TYPE = ErrorClass.UNKNOWN_JOB_TYPE.value
 
+log = logging.getLogger(__name__)
+
 
 class LeaseEngine:
     def __init__(
@@ -77,6 +80,7 @@ class LeaseEngine:
         self._monotonic = monotonic
         self._cond = threading.Condition()
         self._closed = False
+        self._holding = False  # leasing held back until a commit lands
         ctx = EngineContext(config=config, store=store, counters=self.counters,
                             control=self.control, clock=clock, monotonic=monotonic)  # fmt: skip
         self._book = PartitionBook(store=store, counters=self.counters, max_span=config.max_span)
@@ -213,7 +217,9 @@ class LeaseEngine:
         accept = _of_types(job_types)
         with self._cond:
             self._unhandled.workers.saw(worker, job_types, now_ms(self._clock))
-            while not self._window.has_any(job_types) and not self._closed:
+            while (
+                not self._window.has_any(job_types) or self._commits_behind()
+            ) and not self._closed:
                 remaining = deadline - self._monotonic()
                 if remaining <= 0:
                     return []
@@ -228,6 +234,22 @@ class LeaseEngine:
             grants, actions = self._core.lease_ready(worker, max_jobs, accept)
             self._copies.add(actions)
         return grants
+
+    def _commits_behind(self) -> bool:
+        """Whether too many finished jobs wait for a commit Kafka accepts: hand out no
+        more until one lands (``committed`` wakes the claimers)."""
+        behind = self._book.unsaved() >= self._config.max_uncommitted
+        if behind != self._holding:
+            self._holding = behind
+            if behind:
+                log.warning(
+                    "%d finished jobs are in no accepted commit yet (is the group "
+                    "coordinator down?); no new leases until Kafka takes a commit",
+                    self._book.unsaved(),
+                )
+            else:
+                log.info("commits land again; leasing resumes")
+        return behind
 
     def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
         with self._cond:
@@ -322,6 +344,8 @@ class LeaseEngine:
         """Kafka accepted these commits: the store can forget everything below them."""
         with self._cond:
             self._book.committed(positions)
+            if self._holding:
+                self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:

@@ -21,6 +21,10 @@ class EngineConfig:
     # How far beyond its commit a partition may be fetched: what commit metadata
     # can describe when the partition moves (see offset_metadata).
     max_span: int = MAX_SPAN
+    # Leasing stops while this many finished jobs are in no commit Kafka accepted
+    # (commits fail while the group coordinator is down): what a partition move
+    # after a broker failure can run again stays bounded (see docs/architecture.md).
+    max_uncommitted: int = 2_000
     # The reaper's backstop for a job that heartbeats but never finishes; the
     # worker enforces timeout_s itself, this catches a worker that cannot.
     timeout_grace_s: float = 5.0

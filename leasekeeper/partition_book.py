@@ -50,6 +50,11 @@ class PartitionState:
     draining: bool = False
     # Lowered when the broker refuses the metadata (offset.metadata.max.bytes < 4 KB).
     metadata_limit: int = METADATA_LIMIT
+    # The tracker's resolutions that a commit Kafka accepted describes; the rest would
+    # run again if the partition moved now (see ``PartitionBook.unsaved``).
+    durable_resolutions: int = 0
+    # (offset, metadata) sent in a commit → the resolutions it describes.
+    commits_sent: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +187,17 @@ class PartitionBook:
             metadata = _metadata(state, offset)
             if (offset, metadata) != (state.committed, state.committed_metadata):
                 positions[tp] = (offset, metadata)
+                state.commits_sent[(offset, metadata)] = state.tracker.resolutions
+            else:  # the commit Kafka holds says all there is to say
+                state.durable_resolutions = state.tracker.resolutions
         return positions
+
+    def unsaved(self) -> int:
+        """Resolutions no commit Kafka accepted describes yet: what the next owner of
+        these partitions would run again if they moved now. Commits land every
+        ``commit_interval_s`` while the group coordinator answers; while it does not
+        (a broker failure), this grows until the engine stops leasing."""
+        return sum(s.tracker.resolutions - s.durable_resolutions for s in self.parts.values())
 
     def shrink_metadata(self, tp: TopicPart) -> tuple[int, str] | None:
         state = self.parts.get(tp)
@@ -221,6 +236,13 @@ class PartitionBook:
                 continue
             state.committed = max(state.committed, offset)
             state.committed_metadata = metadata
+            described = state.commits_sent.pop((offset, metadata), None)
+            if described is not None and described > state.durable_resolutions:
+                state.durable_resolutions = described
+            for sent in [
+                k for k, n in state.commits_sent.items() if n <= state.durable_resolutions
+            ]:
+                del state.commits_sent[sent]
             batch.forget_below(tp.topic, tp.partition, offset)
             _forget_below(state.resolved_before, offset)
             _forget_below(state.claims, offset)

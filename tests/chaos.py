@@ -153,11 +153,18 @@ def twice_started(system: System) -> list[tuple[str, list[tuple[int, int]]]]:
 
 
 def broker_fault(
-    cluster: LocalKafka, index: int, leasekeepers: list[Leasekeeper], at_runs: int
+    cluster: LocalKafka,
+    index: int,
+    leasekeepers: list[Leasekeeper],
+    at_runs: int,
+    max_uncommitted: int,
 ) -> Fault:
     """Sample, then kill -9 broker ``index``: a lost coordinator or leader may move any
-    partition, so every leasekeeper's leases and commit interval count."""
-    commit_acks = sum(acks_per_commit(lk) for lk in leasekeepers)
+    partition, so every leasekeeper's leases and commit interval count. No commit lands
+    until another broker coordinates the group, so the commit interval stretches: each
+    leasekeeper stops leasing at ``max_uncommitted`` finished jobs in no commit."""
+    sampled = sum(acks_per_commit(lk) for lk in leasekeepers)
+    commit_acks = max(sampled, max_uncommitted * len(leasekeepers))
     in_flight = sum(leases(live_snapshot(lk)) for lk in leasekeepers)
     cluster.kill_broker(index)
     return Fault(

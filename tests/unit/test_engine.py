@@ -605,3 +605,44 @@ def test_error_messages_and_tracebacks_in_the_history_are_capped(
     (error,) = copy.errors
     assert 0 < len(error.message) <= 2000
     assert 0 < len(error.traceback) <= 4000 and error.traceback.endswith("raise")
+
+
+def test_leasing_stops_while_finished_jobs_wait_for_a_commit_kafka_takes(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """While commits fail (the group coordinator is down), every finished job is one a
+    partition move would run again: past ``max_uncommitted`` of them nothing new is
+    leased, and the first accepted commit lets leasing go on."""
+    engine = make_engine(tmp_path, clock, RecordingRouter(), max_uncommitted=3)
+    engine.assign(TP, 0)
+    for i in range(6):
+        engine.offer(TP, i, job(i), b"x")
+    grants = engine.claim("w", 3, wait_s=0)
+    engine.settle([ack(g.lease_id, g.token) for g in grants])
+    assert engine.claim("w", 3, wait_s=0) == []
+
+    failed = engine.commit_positions()  # sent, never accepted
+    assert failed == {TP: (3, "")}
+    assert engine.claim("w", 3, wait_s=0) == []
+    engine.committed(engine.commit_positions() or failed)
+    assert [g.lease_id for g in engine.claim("w", 3, wait_s=0)] == [
+        "jobs.q/0/3",
+        "jobs.q/0/4",
+        "jobs.q/0/5",
+    ]
+
+
+def test_an_accepted_commit_counts_only_what_it_describes(tmp_path: Path, clock: Clock) -> None:
+    """Jobs finished after a commit was sent are not made safe by its answer."""
+    engine = make_engine(tmp_path, clock, RecordingRouter(), max_uncommitted=2)
+    engine.assign(TP, 0)
+    for i in range(5):
+        engine.offer(TP, i, job(i), b"x")
+    first, second, third = engine.claim("w", 3, wait_s=0)
+    engine.settle([ack(first.lease_id, first.token)])
+    sent = engine.commit_positions()
+    engine.settle([ack(g.lease_id, g.token) for g in (second, third)])
+    engine.committed(sent)  # describes offset 0 only: two finished jobs are still unsaved
+    assert engine.claim("w", 2, wait_s=0) == []
+    engine.committed(engine.commit_positions())
+    assert len(engine.claim("w", 2, wait_s=0)) == 2

@@ -1,0 +1,128 @@
+"""A revoke hands its partitions over with a commit the next owner can trust.
+
+The coordinator moves to another broker within seconds of a broker failure; a
+revoke that met it moving and gave up would hand over a stale commit, and the
+next owner would run again every job finished since. The fakes keep time on a
+driven clock: each wait of the loop (the producer's poll) advances it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from jobcore.delay_tiers import DelayTiers
+from jobcore.topics import QueueTopics
+from leasekeeper.consumer_loop import HANDOVER_COMMIT_PATIENCE_S, ConsumerLoop, LoopConfig
+from leasekeeper.leases import TopicPart
+from leasekeeper.tier_gate import TierGate
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+
+TOPICS = QueueTopics(queue="q")
+TP = TopicPart(TOPICS.ready, 0)
+POSITION = (42, "")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Engine:
+    """Forty-two jobs finished on one partition, none in flight."""
+
+    accepted: list[dict[TopicPart, tuple[int, str]]] = field(default_factory=list)
+    revoked: list[TopicPart] = field(default_factory=list)
+
+    def commit_positions(self, only: set[TopicPart] | None = None) -> dict:
+        return {} if self.accepted else {TP: POSITION}
+
+    def committed(self, positions: dict[TopicPart, tuple[int, str]]) -> None:
+        self.accepted.append(dict(positions))
+
+    def begin_revoke(self, tps: set[TopicPart]) -> None:
+        pass
+
+    def in_flight(self, tps: set[TopicPart] | None = None) -> int:
+        return 0
+
+    def revoke(self, tp: TopicPart) -> None:
+        self.revoked.append(tp)
+
+
+class Consumer:
+    """Refuses commits with ``error`` until ``refusals`` run out."""
+
+    def __init__(self, error: int, refusals: int) -> None:
+        self.error, self.refusals = error, refusals
+        self.commits: list[list[TopicPartition]] = []
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        assert not asynchronous
+        self.commits.append(offsets)
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise KafkaException(KafkaError(self.error))
+
+
+class Producer:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def poll(self, timeout: float) -> int:
+        self.clock.now += timeout
+        return 0
+
+
+class Outbox:
+    def pump(self) -> None:
+        pass
+
+
+def _revoke(consumer: Consumer, clock: Clock, engine: Engine) -> None:
+    loop = ConsumerLoop(
+        consumer=consumer,  # type: ignore[arg-type]
+        producer=Producer(clock),  # type: ignore[arg-type]
+        engine=engine,  # type: ignore[arg-type]
+        codec=EnvelopeCodec(SchemaRegistry()),
+        outbox=Outbox(),  # type: ignore[arg-type]
+        topics=TOPICS,
+        gate=TierGate(DelayTiers(), TOPICS),
+        config=LoopConfig(),
+        clock=clock,
+    )
+    loop._on_revoke(consumer, [TopicPartition(TP.topic, TP.partition)])  # type: ignore[arg-type]
+
+
+def test_a_revoke_waits_out_a_moving_coordinator_and_commits() -> None:
+    clock, engine = Clock(), Engine()
+    consumer = Consumer(KafkaError._WAIT_COORD, refusals=5)
+    _revoke(consumer, clock, engine)
+    assert len(consumer.commits) == 6
+    assert consumer.commits[-1][0].offset == POSITION[0]
+    assert engine.accepted == [{TP: POSITION}]
+    assert engine.revoked == [TP]
+
+
+def test_a_revoke_gives_up_after_its_patience_and_lets_go() -> None:
+    """The partition is the next owner's anyway: a revoke cannot hold it for ever."""
+    clock, engine = Clock(), Engine()
+    start = clock.now
+    _revoke(Consumer(KafkaError.COORDINATOR_NOT_AVAILABLE, refusals=10_000), clock, engine)
+    assert engine.accepted == []
+    assert engine.revoked == [TP]
+    assert HANDOVER_COMMIT_PATIENCE_S <= clock.now - start < HANDOVER_COMMIT_PATIENCE_S + 1
+
+
+def test_a_revoke_does_not_wait_when_the_generation_is_over() -> None:
+    """A fenced or expired member's commit will never be taken: let go at once."""
+    clock, engine = Clock(), Engine()
+    consumer = Consumer(KafkaError.ILLEGAL_GENERATION, refusals=10_000)
+    _revoke(consumer, clock, engine)
+    assert len(consumer.commits) == 1
+    assert engine.revoked == [TP]
