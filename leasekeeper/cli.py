@@ -37,6 +37,7 @@ from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
 from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
+from leasekeeper.rate_limit import rate_limit_config
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
@@ -103,6 +104,25 @@ def main() -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     default=None,
     help="TOML file of tenant weights and caps ([defaults], [tenants.NAME]); flags win",
+)
+@click.option(
+    "--rate-limit",
+    multiple=True,
+    metavar="TYPE=N/s",
+    help="dispatch at most N jobs of TYPE per second (/m, /h) over this queue's "
+    "leasekeepers; repeatable. Jobs over it wait, never fail",
+)
+@click.option(
+    "--tenant-rate-limit",
+    default=None,
+    metavar="N/s",
+    help="dispatch at most N jobs per second (/m, /h) of every tenant",
+)
+@click.option(
+    "--tenant-rate-limit-for",
+    multiple=True,
+    metavar="TENANT=N/s",
+    help="one tenant's rate limit (repeatable; wins over --tenant-rate-limit)",
 )
 @click.option("--group", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
 @click.option("--group-id", "group_id_alias", default=None, hidden=True)
@@ -235,6 +255,9 @@ def serve(
     tenant_cap_for: tuple[str, ...],
     tenant_weight: tuple[str, ...],
     tenants_file: Path | None,
+    rate_limit: tuple[str, ...],
+    tenant_rate_limit: str | None,
+    tenant_rate_limit_for: tuple[str, ...],
     max_uncommitted: int,
     group: str | None,
     group_id_alias: str | None,
@@ -274,6 +297,9 @@ def serve(
         tenants = tenant_policy(
             cap=tenant_cap, cap_for=tenant_cap_for, weight_for=tenant_weight, path=tenants_file
         )
+        rate_limits = rate_limit_config(
+            by_type=rate_limit, tenant=tenant_rate_limit, tenant_for=tenant_rate_limit_for
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     config = ServeConfig(
@@ -298,6 +324,7 @@ def serve(
             max_uncommitted=max_uncommitted,
             class_weights=classes.weights,
             tenants=tenants,
+            rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
             retries=RetryPolicies(
                 default=RetryPolicy(

@@ -256,6 +256,10 @@ class LeaseKeeperService:
         if ready.error is not None or not ready.partitions:
             # e.g. no leader elected yet (retried), or no access to it (exit 2)
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+        self.engine.ready_partitions(
+            frozenset(self.topics.classes(tuple(self.config.engine.class_weights))),
+            len(ready.partitions),
+        )
         ensure_queue_topics(
             self.config.kafka,
             self.config.queue,
