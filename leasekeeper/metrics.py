@@ -7,6 +7,7 @@ engine free of metrics calls: every scrape turns one snapshot into samples.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from leasekeeper.engine_config import counter_help
+from leasekeeper.limit_metrics import limiter_families
 
 # Every field of the engine's Counters is exported (a new counter needs no edit here),
 # and the RPC layer's count of clamped retry_after_s values beside them.
@@ -60,6 +62,7 @@ class EngineCollector(Collector):
             yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
         yield from self._fairness(snap)
+        yield from limiter_families(snap, self._queue, int(time.time() * 1000))
 
     def _fairness(self, snap: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         """Per priority class, and the busiest tenants only (TOP_TENANTS, the rest summed

@@ -34,6 +34,8 @@ from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
+from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
@@ -163,6 +165,7 @@ class LeaseKeeperService:
         self._rpc_counters = RpcCounters()
         self._started = time.time()
         self._publisher: FleetPublisher | None = None
+        self._dlq: DlqWatch | None = None
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         self.loop.on_commit(error, partitions)
@@ -218,7 +221,16 @@ class LeaseKeeperService:
         self.loop.control = self._feed
         self.connected.set()
         self._start_publisher()
+        self._start_dlq_watch()
         log.info("connected to Kafka at %s", self.config.kafka.bootstrap)
+
+    def _start_dlq_watch(self) -> None:
+        """DLQ depth and newest age for the metrics, asked of Kafka in the background."""
+        if not self.config.metrics_port:
+            return
+        view = KafkaView(self.config.kafka, self.config.prefix)
+        self._dlq = DlqWatch(lambda: view.dead_letters(self.config.queue))
+        self._dlq.start()
 
     def _start_publisher(self) -> None:
         """Publish snapshots for the dashboard once connected (the topic exists by then)."""
@@ -323,6 +335,8 @@ class LeaseKeeperService:
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
             fairness=self.engine.fairness(),
+            limits=self.engine.limits(),
+            dead_letters=self._dlq.view() if self._dlq is not None else None,
         )
 
     def snapshot_dict(self) -> dict[str, object]:
@@ -337,6 +351,8 @@ class LeaseKeeperService:
         self._stop.set()
         if self._publisher is not None:
             self._publisher.stop()
+        if self._dlq is not None:
+            self._dlq.stop()
         self.engine.close()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
