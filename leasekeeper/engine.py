@@ -112,6 +112,7 @@ class LeaseEngine:
         known = self._book.recall(tp, committed, metadata)
         with self._cond:
             self._book.assign(tp, committed, metadata, known)
+            self._limits.follow_partitions()
 
     def assignment_received(self) -> None:
         """The consumer applied the group's first assignment in full (possibly empty)."""
@@ -134,6 +135,7 @@ class LeaseEngine:
         with self._cond:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
+            self._limits.follow_partitions()
 
     def assigned(self) -> list[TopicPart]:
         """The partitions this engine holds (a fatal consumer error lets go of them all)."""

@@ -108,9 +108,10 @@ class LimitDispatch:
         the whole a leasekeeper's share is taken of."""
         self._ready_topics = topics
         self._partitions = partitions
-        self._update_share()
+        self.follow_partitions()
 
-    def _update_share(self) -> None:
+    def follow_partitions(self) -> None:
+        """Partitions came or went: each rate is this leasekeeper's share of it."""
         if not self._partitions or not self._ready_topics:
             return
         owned = sum(1 for tp in self._book.parts if tp.topic in self._ready_topics)
@@ -127,7 +128,6 @@ class LimitDispatch:
         if now - self._checked_at < PARK_INTERVAL_S:
             return []
         self._checked_at = now
-        self._update_share()
         actions: list[CopyRequest] = []
         for job_type in self.limits.config.by_type:
             rate = self.limits.type_rate(job_type) or 0.0
