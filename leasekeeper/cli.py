@@ -38,6 +38,7 @@ from leasekeeper.finished import finished_view
 from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
 from leasekeeper.rate_limit import rate_limit_config
+from leasekeeper.ready_targets import ready_targets
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
@@ -156,6 +157,13 @@ def main() -> None:
 )
 @click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
 @click.option(
+    "--ready-target",
+    multiple=True,
+    metavar="CLASS=DURATION",
+    help="how long the oldest ready job of a priority class may wait before the example "
+    "alert fires (exported as a metric; defaults critical=1s, default=30s, bulk=10m)",
+)
+@click.option(
     "--retry-tiers",
     default=",".join(DEFAULT_TIERS),
     show_default=True,
@@ -269,6 +277,7 @@ def serve(
     lease_for: tuple[str, ...],
     drain_grace: float,
     metrics_port: int | None,
+    ready_target: tuple[str, ...],
     retry_tiers: str,
     jitter: str,
     retry_base: float,
@@ -297,6 +306,7 @@ def serve(
         tenants = tenant_policy(
             cap=tenant_cap, cap_for=tenant_cap_for, weight_for=tenant_weight, path=tenants_file
         )
+        targets = ready_targets(ready_target, classes.weights)
         rate_limits = rate_limit_config(
             by_type=rate_limit, tenant=tenant_rate_limit, tenant_for=tenant_rate_limit_for
         )
@@ -341,6 +351,7 @@ def serve(
         dedupe_window_s=dedupe_window,
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
+        ready_targets=targets,
         schema_dirs=schema_path + env.schema_path,
         schema_registry=registry_settings(schema_registry, schema_registry_config),
         instance_id=instance_id,

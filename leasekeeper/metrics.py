@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from leasekeeper.alerting_metrics import alerting_families
 from leasekeeper.engine_config import counter_help
-from leasekeeper.limit_metrics import limiter_families
 
 # Every field of the engine's Counters is exported (a new counter needs no edit here),
 # and the RPC layer's count of clamped retry_after_s values beside them.
@@ -41,9 +41,16 @@ TOP_TENANTS = 10
 
 
 class EngineCollector(Collector):
-    def __init__(self, snapshot: Callable[[], dict[str, Any]], queue: str) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], dict[str, Any]],
+        queue: str,
+        ready_targets: Mapping[str, float] | None = None,
+    ) -> None:
+        """``ready_targets``: each priority class's ready target, exported for alerts."""
         self._snapshot = snapshot
         self._queue = queue
+        self._ready_targets = dict(ready_targets or {})
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         snap = self._snapshot()
@@ -62,7 +69,8 @@ class EngineCollector(Collector):
             yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
         yield from self._fairness(snap)
-        yield from limiter_families(snap, self._queue, int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        yield from alerting_families(snap, self._queue, now_ms, self._ready_targets)
 
     def _fairness(self, snap: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         """Per priority class, and the busiest tenants only (TOP_TENANTS, the rest summed
@@ -72,7 +80,8 @@ class EngineCollector(Collector):
                                   "ready jobs in the window per priority class",
                                   labels=["queue", "class"])  # fmt: skip
         oldest = GaugeMetricFamily("leasekeeper_class_oldest_ready_age_seconds",
-                                   "age since enqueue of the oldest ready job per priority class",
+                                   "age of the oldest ready job per priority class, "
+                                   "since it was due (enqueued, or its run_at)",
                                    labels=["queue", "class"])  # fmt: skip
         for view in classes:
             ready.add_metric([self._queue, view["name"]], view["ready"])
@@ -233,9 +242,14 @@ class EngineCollector(Collector):
         return family
 
 
-def serve_metrics(snapshot: Callable[[], dict[str, Any]], queue: str, port: int) -> None:
+def serve_metrics(
+    snapshot: Callable[[], dict[str, Any]],
+    queue: str,
+    port: int,
+    ready_targets: Mapping[str, float] | None = None,
+) -> None:
     """Serve ``/metrics`` on loopback ``port`` from a daemon thread."""
     registry = CollectorRegistry()
-    registry.register(EngineCollector(snapshot, queue))
+    registry.register(EngineCollector(snapshot, queue, ready_targets))
     start_http_server(port, addr="127.0.0.1", registry=registry)
     _log.info("metrics: http://127.0.0.1:%d/metrics", port)

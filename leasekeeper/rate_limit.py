@@ -9,9 +9,11 @@ one bucket per limited type, and one per tenant once a tenant limit is set.
 A bucket holds up to one second of its rate (at least one token), so a quiet
 type may start a short burst but its rate over any window of a few seconds stays
 at the limit. Several leasekeepers share a queue's partitions: each one applies
-the fraction of every rate that its share of the ready partitions gives it
-(``set_share``). That is exact when the jobs of a type are spread evenly over
-the partitions, and an approximation otherwise (see docs/operations.md).
+the fraction of every type's rate that its share of the ready partitions gives
+it (``set_share``). That is exact when the jobs of a type are spread evenly over
+the partitions, and an approximation otherwise. A tenant's jobs are keyed to
+one partition per topic, so the leasekeeper owning it sees them all: tenant
+limits apply whole (see docs/operations.md for both approximations).
 
 A job over its limit is never failed: it waits in the window, and the window
 keeps only a few seconds' worth of it (``hold_cap``); the excess is parked back
@@ -187,17 +189,12 @@ class RateLimits:
         self._share = share
         self.refill()
         for job_type, bucket in self._types.items():
-            self._rescale(bucket, self.config.by_type[job_type])
-        for tenant, bucket in self._tenants.items():
-            rate = self.config.for_tenant(tenant)
-            if rate is not None:
-                self._rescale(bucket, rate)
+            rate = self.config.by_type[job_type]
+            bucket.rescale(rate.per_s * share, self._burst(rate, share))
 
-    def _rescale(self, bucket: TokenBucket, rate: Rate) -> None:
-        bucket.rescale(rate.per_s * self._share, self._burst(rate))
-
-    def _burst(self, rate: Rate) -> float:
-        return max(1.0, rate.burst * self._share)
+    @staticmethod
+    def _burst(rate: Rate, share: float = 1.0) -> float:
+        return max(1.0, rate.burst * share)
 
     def refill(self) -> None:
         """Bring every bucket up to now (once per claim, not once per job)."""
@@ -213,7 +210,7 @@ class RateLimits:
             rate = self.config.for_tenant(tenant)
             if rate is None:
                 return None
-            bucket = TokenBucket(rate.per_s * self._share, self._burst(rate), self._monotonic())
+            bucket = TokenBucket(rate.per_s, rate.burst, self._monotonic())
             self._tenants[tenant] = bucket
         return bucket
 
@@ -258,7 +255,7 @@ class RateLimits:
 
     def tenant_rate(self, tenant: str) -> float | None:
         rate = self.config.for_tenant(tenant)
-        return None if rate is None else rate.per_s * self._share
+        return None if rate is None else rate.per_s
 
     def parked(self, kind: str, key: str, count: int) -> None:
         self._count(self._parked, (kind, key), count)
@@ -280,7 +277,9 @@ class RateLimits:
         """Every type limiter, and the tenant limiters with a bucket or jobs waiting."""
         self.refill()
         views = [
-            self._view("type", t, self.config.by_type[t], b, waiting_types.get(t, 0))
+            self._view(
+                "type", t, self.config.by_type[t], b.per_s, b.tokens, waiting_types.get(t, 0)
+            )
             for t, b in sorted(self._types.items())
         ]
         tenants = set(self._tenants) | {t for t, n in waiting_tenants.items() if n}
@@ -290,27 +289,20 @@ class RateLimits:
             if rate is None:
                 continue
             bucket = self._tenants.get(tenant)
-            tokens = bucket.tokens if bucket is not None else self._burst(rate)
-            views.append(
-                self._view("tenant", tenant, rate, None, waiting_tenants.get(tenant, 0), tokens)
-            )
+            tokens = bucket.tokens if bucket is not None else rate.burst
+            waiting = waiting_tenants.get(tenant, 0)
+            views.append(self._view("tenant", tenant, rate, rate.per_s, tokens, waiting))
         return views
 
     def _view(
-        self,
-        kind: str,
-        key: str,
-        rate: Rate,
-        bucket: TokenBucket | None,
-        waiting: int,
-        tokens: float | None = None,
+        self, kind: str, key: str, rate: Rate, per_s: float, tokens: float, waiting: int
     ) -> LimiterView:
         return LimiterView(
             kind=kind,
             key=key,
             limit=rate.text,
-            rate_per_s=round(rate.per_s * self._share, 6),
-            tokens=round(bucket.tokens if bucket is not None else (tokens or 0.0), 3),
+            rate_per_s=round(per_s, 6),
+            tokens=round(tokens, 3),
             waiting=waiting,
             parked=self._parked.get((kind, key), 0),
             dispatched=self._dispatched.get((kind, key), 0),

@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.outbox import Outbox
+from leasekeeper.ready_targets import DEFAULT_READY_TARGETS
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
@@ -86,6 +88,8 @@ class ServeConfig:
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
+    # Each priority class's ready target, exported for the alert rules (ready_targets).
+    ready_targets: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_READY_TARGETS))
     tiers: DelayTiers = field(default_factory=DelayTiers)
     retry_budget_share: float = DEFAULT_SHARE
     # Retries always allowed per minute, however quiet the queue: a budget of 10%
@@ -197,7 +201,8 @@ class LeaseKeeperService:
             security=self.config.security,
         )
         if self.config.metrics_port:
-            serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port)
+            serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port,
+                          self.config.ready_targets)  # fmt: skip
         self._thread.start()
 
     def _connect(self) -> None:

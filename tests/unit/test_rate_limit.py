@@ -85,12 +85,12 @@ def test_the_bucket_refills_at_its_rate_up_to_its_burst() -> None:
     assert bucket.tokens == 10
 
 
-def test_the_share_scales_every_rate() -> None:
+def test_the_share_scales_type_rates_and_leaves_tenant_rates_whole() -> None:
     clock = Clock()
     limits = RateLimits(rate_limit_config(by_type=["sms=100/s"], tenant="20/s"), clock)
     limits.set_share(0.25)
     assert limits.type_rate("sms") == 25
-    assert limits.tenant_rate("acme") == 5
+    assert limits.tenant_rate("acme") == 20, "a tenant's jobs are all on its own partition"
     (view,) = [v for v in limits.views({}, {}) if v.kind == "type"]
     assert (view.limit, view.rate_per_s, view.tokens) == ("100/s", 25, 25)
 

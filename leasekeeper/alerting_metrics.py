@@ -1,14 +1,15 @@
-"""Prometheus families for rate limiters and the queue's dead letters.
+"""Prometheus families the example alert rules read: rate limiters, the queue's dead
+letters, and each priority class's ready target (docs/alerts/leasekeeper-rules.yml).
 
-Kept beside ``metrics`` (which calls it from the collector) so that the limiter
-and DLQ figures read one snapshot like every other family. Tenant ids are
+Kept beside ``metrics`` (which calls it from the collector) so that these figures
+read one snapshot like every other family. Tenant ids are
 unbounded, so only the tenant limiters with the most jobs waiting are exported
 by name (``TOP_TENANT_LIMITERS``); type limiters are few and all exported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -17,11 +18,20 @@ TOP_TENANT_LIMITERS = 10
 LABELS = ["queue", "limiter", "name"]
 
 
-def limiter_families(
-    snap: dict[str, Any], queue: str, now_ms: int
+def alerting_families(
+    snap: dict[str, Any], queue: str, now_ms: int, ready_targets: Mapping[str, float]
 ) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
     """Every limiter's rate, tokens, waiting jobs, parked and dispatched jobs; the DLQ's
-    depth and the age of its newest dead letter."""
+    depth and the age of its newest dead letter; each class's ready target."""
+    if ready_targets:
+        target = GaugeMetricFamily(
+            "leasekeeper_class_ready_target_seconds",
+            "how long the oldest ready job of a priority class may wait (--ready-target)",
+            labels=["queue", "class"],
+        )
+        for name, seconds in ready_targets.items():
+            target.add_metric([queue, name], seconds)
+        yield target
     limits = snap.get("limits")
     if limits:
         yield from _limiters(limits["limiters"], queue)
