@@ -72,9 +72,15 @@ def parse_rates(values: Iterable[str], flag: str, what: str) -> dict[str, Rate]:
     found: dict[str, Rate] = {}
     for value in values:
         name, sep, rate = value.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"{flag} {value!r}: expected {what}=RATE (e.g. {what.lower()}=100/s)")
-        found[name.strip()] = parse_rate(rate, flag)
+        try:
+            if not sep or not name.strip():
+                raise ValueError(name)
+            found[name.strip()] = parse_rate(rate, flag)
+        except ValueError:
+            raise ValueError(
+                f"{flag} {value!r}: expected {what}=RATE, RATE being N/s, N/m or N/h with "
+                f"N > 0 (e.g. {what.lower()}=100/s)"
+            ) from None
     return found
 
 

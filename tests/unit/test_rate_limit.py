@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from leasekeeper.cli import main
 from leasekeeper.copies import CopyKind
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import TopicPart
@@ -64,10 +66,29 @@ def test_a_bad_rate_is_one_line_naming_the_flag(text: str) -> None:
 
 @pytest.mark.parametrize("value", ["sms", "=100/s", "sms=", "sms=100/x"])
 def test_a_bad_pair_names_its_flag_and_value(value: str) -> None:
-    with pytest.raises(ValueError, match=r"^--rate-limit '"):
+    with pytest.raises(ValueError, match=rf"^--rate-limit '{value}': expected TYPE=RATE"):
         rate_limit_config(by_type=[value])
-    with pytest.raises(ValueError, match=r"^--tenant-rate-limit-for '"):
+    with pytest.raises(ValueError, match=rf"^--tenant-rate-limit-for '{value}': expected TENANT="):
         rate_limit_config(tenant_for=[value])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rate-limit", "sms=fast"], "Error: --rate-limit 'sms=fast': expected TYPE=RATE"),
+        (["--tenant-rate-limit", "0/s"], "Error: --tenant-rate-limit '0/s': expected a rate"),
+        (["--ready-target", "urgent=2s"], "Error: --ready-target 'urgent=2s': expected CLASS="),
+        (["--ready-target", "bulk=soon"], "Error: --ready-target 'bulk=soon': expected a dur"),
+    ],
+)
+def test_serve_refuses_a_bad_limit_in_one_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(
+        main, ["serve", "--queue", "q", "--state-dir", str(tmp_path), *args]
+    )
+    assert result.exit_code != 0
+    assert result.output.startswith(message) and result.output.count("\n") == 1, result.output
 
 
 def test_the_bucket_refills_at_its_rate_up_to_its_burst() -> None:
