@@ -18,6 +18,7 @@ from leasekeeper.leases import TopicPart
 from leasekeeper.limit_lines import limit_lines
 from leasekeeper.metrics import COUNTERS, EngineCollector
 from leasekeeper.rate_limit import rate_limit_config
+from leasekeeper.ready_targets import ready_targets
 from leasekeeper.store import LeaseStore
 from schemas.job import Job
 
@@ -116,3 +117,28 @@ def test_the_dlq_watch_keeps_its_last_figures_while_kafka_is_away() -> None:
     watch.check()
     view = watch.view()
     assert view is not None and (view.depth, view.newest_ms, view.checked_ms) == (4, 123, 1_000_000)
+
+
+def test_ready_targets_default_per_class_and_are_exported() -> None:
+    targets = ready_targets(["critical=250ms"], ["critical", "default", "bulk", "batch"])
+    assert targets == {"critical": 0.25, "default": 30.0, "bulk": 600.0, "batch": 30.0}
+    registry = CollectorRegistry()
+    snap = {"ready": 0, "partitions": [], "counters": dict.fromkeys(COUNTERS, 0)}
+    registry.register(EngineCollector(lambda: snap, "emails", targets))
+    text = generate_latest(registry).decode()
+    assert 'leasekeeper_class_ready_target_seconds{class="critical",queue="emails"} 0.25' in text
+    assert 'leasekeeper_class_ready_target_seconds{class="batch",queue="emails"} 30.0' in text
+
+
+def test_a_job_is_late_from_when_it_was_due_not_from_its_enqueue(tmp_path: Path) -> None:
+    """A retried, delayed or parked job waited on purpose: the class's oldest-ready age
+    (what the ready-target alert reads) counts from its run_at."""
+    now_s = 2_000.0
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(),
+                         clock=lambda: now_s)  # fmt: skip
+    engine.assign(TP, -1001)
+    delayed = Job(job_id="d", queue="emails", tenant_id="t", type="sms", payload=b"",
+                  created_at_ms=1_000_000, run_at_ms=1_998_000)  # fmt: skip
+    engine.offer(TP, 0, delayed, b"x")
+    (default,) = [c for c in engine.fairness().classes if c.name == "default"]
+    assert default.oldest_ready_age_ms == 2_000, "due 2 s ago, enqueued 1000 s ago"
