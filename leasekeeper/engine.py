@@ -299,11 +299,11 @@ class LeaseEngine:
             self._copies.add(actions)
         return len(actions)
 
-    def ready_partitions(self, topics: frozenset[str], partitions: int) -> None:
-        """The queue's ready topics and partitions per topic: each rate limit applies
-        here in the share of them this leasekeeper owns."""
+    def queue_partitions(self, topics: frozenset[str], partitions: int) -> None:
+        """The topics the queue's leasekeepers consume and their partitions: each type's
+        rate limit applies here in the share of them this leasekeeper owns."""
         with self._cond:
-            self._limits.ready_partitions(topics, partitions)
+            self._limits.queue_partitions(topics, partitions)
 
     def limits(self) -> LimitsSnapshot | None:
         """Each rate limiter (rate, tokens, waiting) for ``inspect`` and metrics."""

@@ -60,7 +60,10 @@ class LimitDispatch:
         self._window_records = window_records
         self._monotonic = monotonic
         self._checked_at = float("-inf")
-        self._ready_topics: frozenset[str] = frozenset()
+        self._topics: frozenset[str] = frozenset()
+        # Per limited type or tenant: the monotonic time of the next dispatch slot not
+        # promised to a parked job yet.
+        self._horizon: dict[tuple[str, str], float] = {}
         self._partitions = 0
 
     @property
@@ -103,19 +106,22 @@ class LimitDispatch:
 
     # -- partitions ---------------------------------------------------------------
 
-    def ready_partitions(self, topics: frozenset[str], partitions: int) -> None:
-        """The queue's ready topics (one per priority class) and the partitions of each:
-        the whole a leasekeeper's share is taken of."""
-        self._ready_topics = topics
+    def queue_partitions(self, topics: frozenset[str], partitions: int) -> None:
+        """The topics this queue's leasekeepers consume (ready topics and delay tiers,
+        all with ``partitions`` partitions): the whole a leasekeeper's share is of.
+        Delay tiers count because retried and parked jobs are dispatched by the
+        owner of their tier partition: a leasekeeper owning any partition has a
+        share above zero, and the shares of all add up to one."""
+        self._topics = topics
         self._partitions = partitions
         self.follow_partitions()
 
     def follow_partitions(self) -> None:
         """Partitions came or went: each rate is this leasekeeper's share of it."""
-        if not self._partitions or not self._ready_topics:
+        if not self._partitions or not self._topics:
             return
-        owned = sum(1 for tp in self._book.parts if tp.topic in self._ready_topics)
-        self.limits.set_share(owned / (self._partitions * len(self._ready_topics)))
+        owned = sum(1 for tp in self._book.parts if tp.topic in self._topics)
+        self.limits.set_share(owned / (self._partitions * len(self._topics)))
 
     # -- the window -----------------------------------------------------------------
 
@@ -149,38 +155,34 @@ class LimitDispatch:
         return self.limits.hold_cap(rate, self._window_records)
 
     def _park(
-        self,
-        kind: str,
-        key: str,
-        excess: int,
-        rate: float,
-        now_ms: int,
+        self, kind: str, key: str, excess: int, rate: float, now_ms: int
     ) -> list[CopyRequest]:
-        """Park the ``excess`` newest ready jobs of one type (``kind`` "type") or tenant."""
-        left = [excess]
+        """Park the ``excess`` most recently enqueued ready jobs of one type (``kind``
+        "type") or tenant. Each gets the next free dispatch slot at the limit after
+        the jobs kept and those parked before (``_horizon``), so a parked job comes
+        back about when it can run, and one coming back is older than the jobs
+        fetched meanwhile: those are parked, not it."""
 
         def matches(pending: Pending) -> bool:
             job = pending.job
             return (job.type if kind == "type" else job.tenant_id) == key
 
-        def take(pending: Pending) -> bool:
-            if left[0] <= 0 or not matches(pending):
-                return False
-            left[0] -= 1
-            return True
-
-        removed = self._window.remove_ready(take)
-        removed.sort(key=lambda p: (p.job.created_at_ms, p.offset))
-        kept = self._cap(rate)
+        ready = sorted((p for p in self._window.ready() if matches(p)), key=_enqueued)
+        chosen = {id(p) for p in ready[len(ready) - excess :]}
+        removed = sorted(self._window.remove_ready(lambda p: id(p) in chosen), key=_enqueued)
+        now = self._monotonic()
+        if rate <= 0:
+            return []  # no partition here: nothing of this queue is dispatched here
+        slot = max(self._horizon.get((kind, key), now), now + self._cap(rate) / rate)
         copies = []
-        for index, pending in enumerate(removed):
+        for pending in removed:
             state = self._book.live(pending)
             if state is None:
                 continue  # its partition is moving: the next owner has it
-            # Out at the limit after the kept ones and the parked ones before it.
-            delay_s = (kept + index) / rate if rate > 0 else 60.0
             claims = state.claims.get(pending.offset, 0)
-            copies.append(park(pending, delay_s=delay_s, now_ms=now_ms, claims=claims))
+            copies.append(park(pending, delay_s=slot - now, now_ms=now_ms, claims=claims))
+            slot += 1 / rate
+        self._horizon[(kind, key)] = slot
         self.limits.parked(kind, key, len(copies))
         return copies
 
@@ -196,3 +198,7 @@ class LimitDispatch:
         return LimitsSnapshot(
             share=round(self.limits.share, 4), limiters=tuple(self.limits.views(types, tenants))
         )
+
+
+def _enqueued(pending: Pending) -> tuple[int, str]:
+    return pending.job.created_at_ms, pending.job.job_id

@@ -273,10 +273,11 @@ class LeaseKeeperService:
         if ready.error is not None or not ready.partitions:
             # e.g. no leader elected yet (retried), or no access to it (exit 2)
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
-        self.engine.ready_partitions(
-            frozenset(self.topics.classes(tuple(self.config.engine.class_weights))),
-            len(ready.partitions),
+        consumed = (
+            *self.topics.classes(tuple(self.config.engine.class_weights)),
+            *self.config.tiers.topics(self.topics),
         )
+        self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
         ensure_queue_topics(
             self.config.kafka,
             self.config.queue,

@@ -234,9 +234,33 @@ def test_nothing_is_parked_without_limits(tmp_path: Path) -> None:
 def test_the_share_follows_the_partitions_owned(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=40/s"]))
-    engine.ready_partitions(frozenset({"jobs.q"}), 4)  # this leasekeeper holds 1 of 4
+    engine.queue_partitions(frozenset({"jobs.q", "jobs.q.retry.1s"}), 2)  # holds 1 of 4
     for i in range(40):
         engine.offer(TP, i, job(i), b"x")
     assert len(engine.claim("w", 40, wait_s=0)) == 10
     snap = engine.limits()
     assert snap is not None and snap.share == 0.25
+
+
+def test_parked_jobs_take_the_next_free_slots_and_the_newest_are_parked(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=1/s"]),
+                         window_records=1000)  # fmt: skip
+    for i in range(30):
+        engine.offer(TP, i, job(i), b"x")
+    assert engine.park_excess() == 20
+    first = sorted(c.delay_s for c in engine.take_copies())
+    assert first == [10.0 + n for n in range(20)], "after the 10 kept, one slot a second"
+    for _ in range(10):  # the kept ones go out at the limit
+        clock.now += 1
+        assert len(engine.claim("w", 5, wait_s=0)) == 1
+    back = job(25)  # a parked job back from its tier, older than what came meanwhile
+    engine.offer(TP, 30, back, b"x")
+    for i in range(31, 45):
+        engine.offer(TP, i, job(100 + i), b"x")
+    assert engine.park_excess() == 5
+    second = engine.take_copies()
+    assert {c.job.job_id for c in second if c.job} == {f"job-{n}" for n in range(140, 145)}
+    assert min(c.delay_s for c in second) == 20.0, "behind every job parked before"
