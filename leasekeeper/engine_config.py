@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from leasekeeper.control_state import ControlState
 from leasekeeper.offset_metadata import MAX_SPAN
+from leasekeeper.rate_limit import RateLimitConfig
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseStore
 from leasekeeper.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy
@@ -41,6 +42,8 @@ class EngineConfig:
     class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
     # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).
     tenants: TenantPolicy = field(default_factory=TenantPolicy)
+    # Token buckets per job type and per tenant, checked at claim time (rate_limit).
+    rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)

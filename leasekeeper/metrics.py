@@ -7,13 +7,15 @@ engine free of metrics calls: every scrape turns one snapshot into samples.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from leasekeeper.alerting_metrics import alerting_families
 from leasekeeper.engine_config import counter_help
 
 # Every field of the engine's Counters is exported (a new counter needs no edit here),
@@ -39,9 +41,16 @@ TOP_TENANTS = 10
 
 
 class EngineCollector(Collector):
-    def __init__(self, snapshot: Callable[[], dict[str, Any]], queue: str) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], dict[str, Any]],
+        queue: str,
+        ready_targets: Mapping[str, float] | None = None,
+    ) -> None:
+        """``ready_targets``: each priority class's ready target, exported for alerts."""
         self._snapshot = snapshot
         self._queue = queue
+        self._ready_targets = dict(ready_targets or {})
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         snap = self._snapshot()
@@ -60,6 +69,8 @@ class EngineCollector(Collector):
             yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
         yield from self._fairness(snap)
+        now_ms = int(time.time() * 1000)
+        yield from alerting_families(snap, self._queue, now_ms, self._ready_targets)
 
     def _fairness(self, snap: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         """Per priority class, and the busiest tenants only (TOP_TENANTS, the rest summed
@@ -69,7 +80,8 @@ class EngineCollector(Collector):
                                   "ready jobs in the window per priority class",
                                   labels=["queue", "class"])  # fmt: skip
         oldest = GaugeMetricFamily("leasekeeper_class_oldest_ready_age_seconds",
-                                   "age since enqueue of the oldest ready job per priority class",
+                                   "age of the oldest ready job per priority class, "
+                                   "since it was due (enqueued, or its run_at)",
                                    labels=["queue", "class"])  # fmt: skip
         for view in classes:
             ready.add_metric([self._queue, view["name"]], view["ready"])
@@ -111,14 +123,22 @@ class EngineCollector(Collector):
         gap = GaugeMetricFamily(
             "leasekeeper_commit_gap", "highest fetched offset minus committed offset", labels=labels
         )
+        uncommitted = GaugeMetricFamily(
+            "leasekeeper_uncommitted_jobs",
+            "finished jobs no accepted commit describes yet (a move would run them again; "
+            "leasing stops at --max-uncommitted over all partitions)",
+            labels=labels,
+        )
         for p in sorted(partitions, key=lambda p: (p["topic"], p["partition"])):
             values = [self._queue, p["topic"], str(p["partition"])]
             leases.add_metric(values, len(p["leases"]))
             unresolved.add_metric(values, p["unresolved_count"])
             gap.add_metric(values, max(0, p["highest_fetched"] + 1 - max(p["committed"], 0)))
+            uncommitted.add_metric(values, p.get("uncommitted", 0))
         yield leases
         yield unresolved
         yield gap
+        yield uncommitted
 
     def _control(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         """Control-state size and the start-up read: the memory and start-up cost of
@@ -230,9 +250,14 @@ class EngineCollector(Collector):
         return family
 
 
-def serve_metrics(snapshot: Callable[[], dict[str, Any]], queue: str, port: int) -> None:
+def serve_metrics(
+    snapshot: Callable[[], dict[str, Any]],
+    queue: str,
+    port: int,
+    ready_targets: Mapping[str, float] | None = None,
+) -> None:
     """Serve ``/metrics`` on loopback ``port`` from a daemon thread."""
     registry = CollectorRegistry()
-    registry.register(EngineCollector(snapshot, queue))
+    registry.register(EngineCollector(snapshot, queue, ready_targets))
     start_http_server(port, addr="127.0.0.1", registry=registry)
     _log.info("metrics: http://127.0.0.1:%d/metrics", port)

@@ -16,7 +16,9 @@ from leasekeeper.retry_budget import BudgetSnapshot
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
     from leasekeeper.control_feed import ControlSnapshot
+    from leasekeeper.dlq_watch import DeadLetterView
     from leasekeeper.fairness_view import FairnessSnapshot
+    from leasekeeper.limit_dispatch import LimitsSnapshot
     from leasekeeper.outbox import OutboxView
 
 
@@ -42,6 +44,8 @@ class PartitionView:
     unresolved: list[int]
     unresolved_count: int
     leases: tuple[LeaseView, ...]
+    # Finished jobs no commit Kafka accepted describes yet (a move would re-run them).
+    uncommitted: int = 0
 
     def to_dict(self) -> dict[str, object]:
         view = asdict(self)
@@ -101,6 +105,10 @@ class LeaseKeeperSnapshot:
     control: ControlSnapshot | None = None
     # Per priority class and per tenant (see fairness_view).
     fairness: FairnessSnapshot | None = None
+    # Rate limiters (see limit_dispatch); None when no limit is set.
+    limits: LimitsSnapshot | None = None
+    # The queue's DLQ as Kafka counts it (see dlq_watch); None until known.
+    dead_letters: DeadLetterView | None = None
 
     def to_dict(self) -> dict[str, object]:
         view = self.engine.to_dict()
@@ -122,4 +130,8 @@ class LeaseKeeperSnapshot:
             view["control"] = self.control.to_dict()
         if self.fairness is not None:
             view.update(self.fairness.to_dict())
+        if self.limits is not None:
+            view["limits"] = self.limits.to_dict()
+        if self.dead_letters is not None:
+            view["dead_letters"] = self.dead_letters.to_dict()
         return view
