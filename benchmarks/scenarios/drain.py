@@ -179,6 +179,16 @@ def compare_codecs(ctx: BenchContext) -> dict[str, Any]:
         _settings(ctx), rows,
     )  # fmt: skip
     out["ratios"] = codec_summary(rows)
+    if config.profile_s > 0:
+        out["profile"] = {
+            codec: profile.profile_drain(
+                ctx,
+                queues[codec],
+                workers,
+                schema_registry=ctx.registry_url if codec == "registry" else None,
+            )
+            for codec in CODEC_ORDER
+        }
     return out
 
 
