@@ -60,12 +60,23 @@ def remember(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         source = ctx.get_parameter_source(param.name or name)
         seen: dict[str, tuple[Any, ParameterSource | None]] = ctx.meta.setdefault(_META, {})
-        if value is not None or name not in seen:
-            # A subcommand's unset option keeps what its group was given.
+        if _replaces(seen.get(name), value, source):
             seen[name] = (value, source)
         return value
 
     return callback
+
+
+def _replaces(
+    before: tuple[Any, ParameterSource | None] | None, value: Any, source: ParameterSource | None
+) -> bool:
+    """Whether a subcommand's value replaces its group's: not when unset, and its
+    variable does not win over the group's flag."""
+    if before is None:
+        return True
+    if value is None:
+        return False
+    return source is ParameterSource.COMMANDLINE or before[1] is not ParameterSource.COMMANDLINE
 
 
 def _seen(ctx: click.Context | None) -> dict[str, tuple[Any, ParameterSource | None]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 import grpc
+from click.core import ParameterSource
 
 from jobcore.cli_env import (
     environment,
@@ -471,10 +472,12 @@ def inspect(
     """Partitions, commit gaps and leases in flight of a running leasekeeper.
 
     Exits 3 when no leasekeeper answers at the address."""
+    # The flag only: LEASEKEEPER_TARGET reaches the address through environment().
+    given = target if ctx.get_parameter_source("target") is ParameterSource.COMMANDLINE else None
     if ctx.invoked_subcommand is not None:
-        ctx.obj = _Where(target=target, queue=queue, as_json=as_json)
+        ctx.obj = _Where(target=given, queue=queue, as_json=as_json)
         return
-    snapshot = _fetch(_Where(target=target, queue=queue))
+    snapshot = _fetch(_Where(target=given, queue=queue))
     if as_json:
         click.echo(json.dumps(snapshot, indent=2))
     else:
@@ -507,7 +510,8 @@ def inspect_job(
     Exits 1 when this leasekeeper knows no such job, or the prefix is ambiguous.
     """
     group = ctx.obj or _Where()
-    where = _Where(target=target or group.target, queue=queue or group.queue)
+    given = target if ctx.get_parameter_source("target") is ParameterSource.COMMANDLINE else None
+    where = _Where(target=given or group.target, queue=queue or group.queue)
     view = _fetch(where, job_id=job_id)
     if not view["member_knows"]:  # finished? the status topic knows
         snapshot_queue = _fetch(where).get("queue")
@@ -542,7 +546,7 @@ def _fetch(where: _Where, job_id: str = "") -> dict[str, Any]:
 
 
 def _no_leasekeeper(address: str, where: _Where, env: Environment) -> str:
-    if where.target and not env.leasekeeper_target_from_env:
+    if where.target:
         origin = "--target"
     elif env.leasekeeper_target_from_env:
         origin = "LEASEKEEPER_TARGET"

@@ -282,3 +282,29 @@ def test_log_level_debug_shows_the_traceback(clean_env: pytest.MonkeyPatch) -> N
     clean_env.setenv("LOG_LEVEL", "debug")
     loud = CliRunner().invoke(producer_cli.main, args)
     assert "Traceback" in loud.output
+
+
+def test_a_group_flag_wins_over_the_subcommands_variable(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    flag = f"unix:{tmp_path / 'flag.sock'}"
+    clean_env.setenv("LEASEKEEPER_TARGET", f"unix:{tmp_path / 'env.sock'}")
+    result = CliRunner().invoke(
+        leasekeeper_cli.main, ["inspect", "--target", flag, "job", "0123456789abcdef"]
+    )
+    assert result.exit_code == 3
+    assert f"no leasekeeper answers at {flag} (--target)" in result.output
+
+
+def test_a_group_flag_is_kept_when_the_subcommand_reads_the_variable(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from_env = tmp_path / "env-ca.pem"
+    from_env.write_text("not used")
+    clean_env.setenv("LEASEKEEPER_TLS_CA", str(from_env))
+    missing = tmp_path / "flag-ca.pem"
+    result = CliRunner().invoke(
+        leasekeeper_cli.main,
+        ["inspect", "--tls-ca", str(missing), "--target", "127.0.0.1:1", "job", "0123456789ab"],
+    )
+    assert "cannot read the TLS CA file" in result.output and str(missing) in result.output
