@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
+from leasekeeper.breaker import BreakerSettings
 from leasekeeper.control_state import ControlState
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.retry_policy import RetryPolicies
@@ -41,6 +42,8 @@ class EngineConfig:
     class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
     # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).
     tenants: TenantPolicy = field(default_factory=TenantPolicy)
+    # Circuit breakers per job type (see leasekeeper/breaker.py, docs/breaker.md).
+    breakers: BreakerSettings = field(default_factory=BreakerSettings)
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
@@ -70,6 +73,9 @@ class Counters:
     skipped: int = _counter("fetched jobs skipped as already resolved (after a restart or move)")
     cancelled: int = _counter("jobs skipped or taken back because they were cancelled")
     deduplicated: int = _counter("jobs skipped because their dedupe key was used by another job")
+    parked: int = _counter(
+        "jobs parked in a delay tier without spending an attempt (their breaker was open)"
+    )
     stale_rejected: int = _counter(
         "heartbeats, acks and nacks refused for a stale or unknown lease token"
     )

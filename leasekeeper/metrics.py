@@ -60,6 +60,39 @@ class EngineCollector(Collector):
             yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
         yield from self._fairness(snap)
+        yield from self._breakers(snap)
+
+    def _breakers(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Each job type's breaker: its state (one series per state, 1 for the current
+        one: alert on ``state="open"`` lasting), failure rate in the window, and the
+        dispatches it refused (each one a job parked without spending an attempt)."""
+        breakers = snap.get("breakers") or []
+        state = GaugeMetricFamily("leasekeeper_breaker_state",
+                                  "circuit breaker state per job type (1 for the current state)",
+                                  labels=["queue", "type", "state"])  # fmt: skip
+        rate = GaugeMetricFamily("leasekeeper_breaker_failure_rate",
+                                 "share of failed calls in the breaker's sliding window",
+                                 labels=["queue", "type"])  # fmt: skip
+        parked = CounterMetricFamily("leasekeeper_breaker_parked",
+                                     "dispatches refused by the breaker: jobs parked unrun",
+                                     labels=["queue", "type"])  # fmt: skip
+        for view in breakers:
+            for name in ("closed", "open", "half_open"):
+                state.add_metric([self._queue, view["type"], name], int(view["state"] == name))
+            rate.add_metric([self._queue, view["type"]], view["failure_rate"])
+            parked.add_metric([self._queue, view["type"]], view["parked"])
+        if breakers:
+            yield state
+            yield rate
+            yield parked
+        by_reason = snap.get("parked_by_reason")
+        if by_reason:
+            family = CounterMetricFamily("leasekeeper_parked_jobs",
+                                         "jobs parked in a delay tier unrun, by reason",
+                                         labels=["queue", "reason"])  # fmt: skip
+            for reason, count in sorted(by_reason.items()):
+                family.add_metric([self._queue, reason], count)
+            yield family
 
     def _fairness(self, snap: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         """Per priority class, and the busiest tenants only (TOP_TENANTS, the rest summed

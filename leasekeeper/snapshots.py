@@ -15,6 +15,7 @@ from leasekeeper.engine_config import Counters
 from leasekeeper.retry_budget import BudgetSnapshot
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
+    from leasekeeper.breaker import BreakerView
     from leasekeeper.control_feed import ControlSnapshot
     from leasekeeper.fairness_view import FairnessSnapshot
     from leasekeeper.outbox import OutboxView
@@ -101,6 +102,9 @@ class LeaseKeeperSnapshot:
     control: ControlSnapshot | None = None
     # Per priority class and per tenant (see fairness_view).
     fairness: FairnessSnapshot | None = None
+    # Circuit breakers per job type, and jobs parked by reason (see docs/breaker.md).
+    breakers: tuple[BreakerView, ...] = ()
+    parked_by_reason: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, object]:
         view = self.engine.to_dict()
@@ -122,4 +126,6 @@ class LeaseKeeperSnapshot:
             view["control"] = self.control.to_dict()
         if self.fairness is not None:
             view.update(self.fairness.to_dict())
+        view["breakers"] = [b.to_dict() for b in self.breakers]
+        view["parked_by_reason"] = dict(self.parked_by_reason or {})
         return view
