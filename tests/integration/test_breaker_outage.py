@@ -48,6 +48,15 @@ COOLDOWN_MAX_S = 60.0
 TENANTS = 8
 
 
+BREAKER = [
+    "--breaker", f"storm_call=50%/{MIN_CALLS}/30s",
+    "--breaker-default", "off",
+    "--breaker-cooldown", f"{COOLDOWN_S:g}s",
+    "--breaker-cooldown-max", f"{COOLDOWN_MAX_S:g}s",
+    "--breaker-probes", str(PROBES),
+]  # fmt: skip
+
+
 def half_open_cycles_in(outage_s: float) -> int:
     """Half-open cycles that can begin before the outage ends when the breaker opens at
     its start (it opens later, so no more begin): each failed probe doubles the
@@ -65,33 +74,9 @@ def test_the_breaker_parks_a_failing_type_and_lets_the_others_run(
 ) -> None:
     dependency = Dependency(capacity=1_000_000, outage_s=OUTAGE_S, bucket_s=BUCKET_S).start()
     system = System(kafka, unique, tmp_path)
-    system.configure(
-        lease_s=30,
-        extra=[
-            "--breaker", f"storm_call=50%/{MIN_CALLS}/30s",
-            "--breaker-default", "off",
-            "--breaker-cooldown", f"{COOLDOWN_S:g}s",
-            "--breaker-cooldown-max", f"{COOLDOWN_MAX_S:g}s",
-            "--breaker-probes", str(PROBES),
-            "--retry-tiers", "1s,2s,5s,10s",
-        ],
-    )  # fmt: skip
+    system.configure(lease_s=30, extra=[*BREAKER, "--retry-tiers", "1s,2s,5s,10s"])
     try:
-        system.start(workers=0)
-        worker = WorkerProcess(
-            app="tests.apps.outage:app",
-            target=system.leasekeeper.target,
-            log=tmp_path / "worker.log",
-            env={"RECORDING_DIR": str(system.recordings), "STORM_URL": dependency.url},
-            concurrency=SLOTS,
-            extra_args=["--schema-path", str(SCHEMAS), "--log-level", "ERROR"],
-        )
-        system.workers.append(worker.start())
-        system.enqueue_requests(
-            JobRequest(queue=system.queue, type="storm_call", payload={"n": n},
-                       tenant_id=f"tenant-{n % TENANTS}")  # fmt: skip
-            for n in range(JOBS_A)
-        )
+        _start(system, dependency, tmp_path)
 
         # The breaker opens; from its snapshot, the earliest moment a probe may go.
         opened: dict[str, Any] = {}
@@ -110,8 +95,12 @@ def test_the_breaker_parks_a_failing_type_and_lets_the_others_run(
 
         b_ids = set(
             system.enqueue_requests(
-                JobRequest(queue=system.queue, type="noop", payload={"n": n},
-                           tenant_id=f"tenant-{n % TENANTS}")  # fmt: skip
+                JobRequest(
+                    queue=system.queue,
+                    type="noop",
+                    payload={"n": n},
+                    tenant_id=f"tenant-{n % TENANTS}",
+                )
                 for n in range(JOBS_B)
             )
         )
@@ -156,6 +145,54 @@ def test_the_breaker_parks_a_failing_type_and_lets_the_others_run(
     assert snapshot["counters"]["parked"] > 0
     assert snapshot["counters"]["dead"] == 0
     assert system.dead_letters() == []
+
+
+@pytest.mark.slow
+def test_without_a_breaker_every_job_calls_during_the_outage(
+    kafka: KafkaSettings, unique: str, tmp_path: Path
+) -> None:
+    """The baseline the bound above is measured against (BENCHMARKS.md): the same
+    outage with breakers off, watched until it ends."""
+    dependency = Dependency(capacity=1_000_000, outage_s=OUTAGE_S, bucket_s=BUCKET_S).start()
+    system = System(kafka, unique, tmp_path)
+    system.configure(lease_s=30, extra=["--breaker-default", "off",
+                                        "--retry-tiers", "1s,2s,5s,10s"])  # fmt: skip
+    try:
+        _start(system, dependency, tmp_path)
+        wait_until(lambda: dependency.elapsed_s() > OUTAGE_S, 60, "the end of the outage")
+        snapshot = system.leasekeeper.snapshot() or {}
+    finally:
+        system.stop()
+        dependency.stop()
+    during = sum(dependency.curve()[: int(OUTAGE_S / BUCKET_S)])
+    print(
+        f"\nno breaker: {JOBS_A} jobs, outage {OUTAGE_S:g}s: {during} calls during the outage; "
+        f"retried {snapshot.get('counters', {}).get('retried')}"
+    )
+    assert during >= JOBS_A
+
+
+def _start(system: System, dependency: Dependency, tmp: Path) -> None:
+    """The leasekeeper, one worker with ``SLOTS`` slots, and the ``storm_call`` jobs."""
+    system.start(workers=0)
+    worker = WorkerProcess(
+        app="tests.apps.outage:app",
+        target=system.leasekeeper.target,
+        log=tmp / "worker.log",
+        env={"RECORDING_DIR": str(system.recordings), "STORM_URL": dependency.url},
+        concurrency=SLOTS,
+        extra_args=["--schema-path", str(SCHEMAS), "--log-level", "ERROR"],
+    )
+    system.workers.append(worker.start())
+    system.enqueue_requests(
+        JobRequest(
+            queue=system.queue,
+            type="storm_call",
+            payload={"n": n},
+            tenant_id=f"tenant-{n % TENANTS}",
+        )
+        for n in range(JOBS_A)
+    )
 
 
 def _breaker(snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
