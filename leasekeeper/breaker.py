@@ -469,7 +469,9 @@ class BreakerBoard:
     ) -> Transition | None:
         breaker = self.get(job_type)
         if breaker is None:
-            return None
+            if outcome is not CallOutcome.DEPENDENCY_DOWN:
+                return None
+            breaker = self.for_operator(job_type)  # the handler's word needs no rule
         transition = breaker.record(now, key, outcome, hint_s)
         if transition is not None:
             self.outbox.append(transition)

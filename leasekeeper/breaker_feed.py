@@ -28,12 +28,14 @@ from dataclasses import dataclass
 
 from jobcore.kafka import (
     OFFSET_BEGINNING,
+    KafkaError,
     KafkaSettings,
     Message,
     ProduceError,
     ProduceFailure,
     Producer,
     TopicPartition,
+    make_admin,
     make_consumer,
     produce_once,
 )
@@ -117,7 +119,9 @@ class BreakerFeed:
         self._clock = clock
         self.writer = f"leasekeeper-{uuid.uuid4().hex[:12]}"
         self._consumer = make_consumer(settings, f"breaker-reader-{uuid.uuid4().hex[:8]}")
+        self._settings = settings
         self._assigned = False
+        self._missing = False  # no breaker topic (an older queue, no right to create it)
         self.published = 0
         self.applied = 0
 
@@ -128,7 +132,18 @@ class BreakerFeed:
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Apply every record written so far; raises if that takes longer than
-        ``timeout_s`` (the caller retries while Kafka is unreachable)."""
+        ``timeout_s`` (the caller retries while Kafka is unreachable). Without the
+        topic, breakers still work, each leasekeeper on its own (one WARNING)."""
+        topics = make_admin(self._settings).list_topics(self._topic, timeout=10).topics
+        found = topics.get(self._topic)
+        if found is None or (
+            found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            self._missing = True
+            log.warning("no topic %s: breaker state is neither shared with the other "
+                        "leasekeepers nor kept across restarts; run `producer create-queue` "
+                        "to add it", self._topic)  # fmt: skip
+            return
         self._assign()
         tp = TopicPartition(self._topic, 0)
         low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
@@ -145,10 +160,16 @@ class BreakerFeed:
     def poll(self) -> None:
         """Apply what others wrote since the last call, then publish this engine's
         changes; never waits."""
+        transitions = self._engine.breaker_transitions()
+        if self._missing:
+            for transition in transitions:
+                log.warning("breaker of job type %s is %s: %s", transition.job_type,
+                            transition.state.value, transition.reason)  # fmt: skip
+            return
         self._assign()
         for message in self._consumer.consume(100, timeout=0):
             self._apply(message, own_too=False)
-        for transition in self._engine.breaker_transitions():
+        for transition in transitions:
             record = BreakerRecord(
                 job_type=transition.job_type,
                 state=transition.state,

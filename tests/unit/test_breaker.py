@@ -219,3 +219,11 @@ def test_bad_rules_are_refused_in_one_line(text: str, error: str) -> None:
     with pytest.raises(ValueError, match=error) as caught:
         BreakerRule.parse(text)
     assert "\n" not in str(caught.value)
+
+
+def test_dependency_down_opens_a_breaker_even_for_a_type_without_a_rule() -> None:
+    board = BreakerBoard(BreakerSettings(default=None))
+    board.record("mail", 100, "k", CallOutcome.DEPENDENCY_DOWN, hint_s=30)
+    assert board.blocked(100) == {"mail"}
+    assert not board.admit("mail", 129, "x").dispatch
+    assert board.admit("mail", 130, "x").probe
