@@ -7,10 +7,16 @@ values: a job about to be leased is admitted, admitted as a probe, or parked
 settlement or an expired lease becomes a call outcome; ready jobs of a type
 whose breaker opened leave the window at once (``sweep``), so they neither hold
 their partitions' commits nor crowd out the other types.
+
+A parked job waits out the rest of the cool-down plus a random part of one more
+(``spread``): parked together, the jobs of a type would otherwise all come back
+at the same instant, the moment the probes go, and again all at once when the
+breaker closes, a wave at the dependency that has just recovered.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from leasekeeper.breaker import BreakerBoard, BreakerState, BreakerView, CallOutcome, Transition
@@ -32,8 +38,10 @@ class BreakerGate:
         parking: Parking,
         retries: RetryPolicies,
         monotonic: Callable[[], float],
+        rng: random.Random,
     ) -> None:
         self.board = board
+        self._rng = rng
         self._parking = parking
         self._retries = retries
         self._monotonic = monotonic
@@ -51,7 +59,8 @@ class BreakerGate:
         breaker = self.board.get(pending.job.type) or self.board.for_operator(pending.job.type)
         breaker.parked += 1
         why = f"{PARK_REASON}: {pending.job.type} is {breaker.state(self._monotonic()).value}"
-        return self._parking.park(pending, delay_s, why)
+        spread = self._rng.uniform(0.0, self.board.settings.cooldown_s)
+        return self._parking.park(pending, delay_s + spread, why)
 
     def sweep(self, window: ReadyWindow) -> list[CopyRequest]:
         """Park the ready jobs of every type whose breaker blocks dispatch now."""

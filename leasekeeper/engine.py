@@ -94,13 +94,14 @@ class LeaseEngine:
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
         self._copies = CopyQueue(book=self._book)
-        failures = FailurePath(config=config, budget=self._budget, rng=rng or random.Random(),
-                               clock=clock)  # fmt: skip
+        rng = rng or random.Random()
+        failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock)
         book, window = self._book, self._window
         self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
         self._parking = Parking(book=book, counters=self.counters, clock=clock)
         self._breakers = BreakerGate(board=BreakerBoard(config.breakers), parking=self._parking,
-                                     retries=config.retries, monotonic=monotonic)  # fmt: skip
+                                     retries=config.retries, monotonic=monotonic,
+                                     rng=rng)  # fmt: skip
         self._core = LeaseCore(ctx=ctx, book=book, window=window, intake=self._intake,
                                failures=failures, budget=self._budget,
                                copies=self._copies, breakers=self._breakers)  # fmt: skip
