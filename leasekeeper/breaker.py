@@ -209,11 +209,14 @@ class BreakerView:
 
 
 class _Window:
-    """Calls that ended in the last ``span_s`` seconds, in one-second buckets."""
+    """Calls that ended in the last ``span_s`` seconds, in one-second buckets, with
+    running totals: every ack passes here, so adding and reading are O(1) amortised."""
 
     def __init__(self, span_s: float) -> None:
         self._span = span_s
         self._buckets: deque[list[int]] = deque()  # [second, calls, failures]
+        self._calls = 0
+        self._failures = 0
 
     def add(self, now: float, failed: bool) -> None:
         second = int(now)
@@ -222,15 +225,20 @@ class _Window:
         bucket = self._buckets[-1]
         bucket[1] += 1
         bucket[2] += int(failed)
+        self._calls += 1
+        self._failures += int(failed)
 
     def totals(self, now: float) -> tuple[int, int]:
         oldest = now - self._span
         while self._buckets and self._buckets[0][0] + 1 <= oldest:
-            self._buckets.popleft()
-        return sum(b[1] for b in self._buckets), sum(b[2] for b in self._buckets)
+            _, calls, failures = self._buckets.popleft()
+            self._calls -= calls
+            self._failures -= failures
+        return self._calls, self._failures
 
     def clear(self) -> None:
         self._buckets.clear()
+        self._calls = self._failures = 0
 
 
 class Breaker:

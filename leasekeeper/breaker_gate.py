@@ -68,7 +68,9 @@ class BreakerGate:
             return []
         now = self._monotonic()
         blocked = self.board.blocked(now)
-        if not blocked:
+        # Called every loop turn while a breaker is open: the window counts its jobs
+        # per type, so a window without any of them is not scanned.
+        if not blocked or not window.has_any(frozenset(blocked)):
             return []
         parked = window.remove_ready(lambda p: p.job.type in blocked)
         copies = []
