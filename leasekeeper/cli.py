@@ -39,6 +39,8 @@ from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
 from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
+from leasekeeper.rate_limit import rate_limit_config
+from leasekeeper.ready_targets import ready_targets
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
@@ -107,6 +109,25 @@ def main() -> None:
     default=None,
     help="TOML file of tenant weights and caps ([defaults], [tenants.NAME]); flags win",
 )
+@click.option(
+    "--rate-limit",
+    multiple=True,
+    metavar="TYPE=N/s",
+    help="dispatch at most N jobs of TYPE per second (/m, /h) over this queue's "
+    "leasekeepers; repeatable. Jobs over it wait, never fail",
+)
+@click.option(
+    "--tenant-rate-limit",
+    default=None,
+    metavar="N/s",
+    help="dispatch at most N jobs per second (/m, /h) of every tenant",
+)
+@click.option(
+    "--tenant-rate-limit-for",
+    multiple=True,
+    metavar="TENANT=N/s",
+    help="one tenant's rate limit (repeatable; wins over --tenant-rate-limit)",
+)
 @click.option("--group", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
 @click.option("--group-id", "group_id_alias", default=None, hidden=True)
 @click.option(
@@ -138,6 +159,13 @@ def main() -> None:
     help="how long moving or stopping partitions wait for jobs in flight",
 )
 @click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+@click.option(
+    "--ready-target",
+    multiple=True,
+    metavar="CLASS=DURATION",
+    help="how long the oldest ready job of a priority class may wait before the example "
+    "alert fires (exported as a metric; defaults critical=1s, default=30s, bulk=10m)",
+)
 @click.option(
     "--retry-tiers",
     default=",".join(DEFAULT_TIERS),
@@ -274,6 +302,9 @@ def serve(
     tenant_cap_for: tuple[str, ...],
     tenant_weight: tuple[str, ...],
     tenants_file: Path | None,
+    rate_limit: tuple[str, ...],
+    tenant_rate_limit: str | None,
+    tenant_rate_limit_for: tuple[str, ...],
     max_uncommitted: int,
     group: str | None,
     group_id_alias: str | None,
@@ -285,6 +316,7 @@ def serve(
     lease_for: tuple[str, ...],
     drain_grace: float,
     metrics_port: int | None,
+    ready_target: tuple[str, ...],
     retry_tiers: str,
     jitter: str,
     retry_base: float,
@@ -318,6 +350,10 @@ def serve(
         tenants = tenant_policy(
             cap=tenant_cap, cap_for=tenant_cap_for, weight_for=tenant_weight, path=tenants_file
         )
+        targets = ready_targets(ready_target, classes.weights)
+        rate_limits = rate_limit_config(
+            by_type=rate_limit, tenant=tenant_rate_limit, tenant_for=tenant_rate_limit_for
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     breakers = breaker_settings(rules=breaker_rules, default=breaker_default,
@@ -345,6 +381,7 @@ def serve(
             max_uncommitted=max_uncommitted,
             class_weights=classes.weights,
             tenants=tenants,
+            rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
             breakers=breakers,
             retries=RetryPolicies(
@@ -362,6 +399,7 @@ def serve(
         dedupe_window_s=dedupe_window,
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
+        ready_targets=targets,
         schema_dirs=schema_path + env.schema_path,
         schema_registry=registry_settings(schema_registry, schema_registry_config),
         instance_id=instance_id,

@@ -144,6 +144,7 @@ class ConsumerLoop:
         # in bytes up to one batch. A paused consumer still serves callbacks.
         for message in self._fetch(max(1, min(self._config.batch_size, room))):
             self._handle(message)
+        self._engine.park_excess()  # a rate-limited backlog must not fill the window
         self._outbox.pump()
         self._producer.poll(0)
         self._gate.release_due()

@@ -43,8 +43,10 @@ from leasekeeper.fairness_view import FairnessSnapshot, fairness_snapshot
 from leasekeeper.intake import Intake
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
+from leasekeeper.limit_dispatch import LimitDispatch, LimitsSnapshot
 from leasekeeper.parking import Parking
 from leasekeeper.partition_book import PartitionBook
+from leasekeeper.rate_limit import RateLimits
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.snapshots import EngineSnapshot
 from leasekeeper.store import LeaseStore, Resolution
@@ -98,13 +100,17 @@ class LeaseEngine:
         failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock)
         book, window = self._book, self._window
         self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
+        self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
+                                     window=window, book=book,
+                                     window_records=config.window_records,
+                                     monotonic=monotonic)  # fmt: skip
         self._parking = Parking(book=book, counters=self.counters, clock=clock)
         self._breakers = BreakerGate(board=BreakerBoard(config.breakers), parking=self._parking,
                                      retries=config.retries, monotonic=monotonic,
                                      rng=rng)  # fmt: skip
         self._core = LeaseCore(ctx=ctx, book=book, window=window, intake=self._intake,
-                               failures=failures, budget=self._budget,
-                               copies=self._copies, breakers=self._breakers)  # fmt: skip
+                               failures=failures, budget=self._budget, copies=self._copies,
+                               limits=self._limits, breakers=self._breakers)  # fmt: skip
         self._unhandled = UnhandledSweep(ctx=ctx, book=book, window=window, failures=failures)
 
     # -- partitions -------------------------------------------------------
@@ -115,6 +121,7 @@ class LeaseEngine:
         known = self._book.recall(tp, committed, metadata)
         with self._cond:
             self._book.assign(tp, committed, metadata, known)
+            self._limits.follow_partitions()
 
     def assignment_received(self) -> None:
         """The consumer applied the group's first assignment in full (possibly empty)."""
@@ -137,6 +144,7 @@ class LeaseEngine:
         with self._cond:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
+            self._limits.follow_partitions()
 
     def assigned(self) -> list[TopicPart]:
         """The partitions this engine holds (a fatal consumer error lets go of them all)."""
@@ -229,23 +237,35 @@ class LeaseEngine:
         accept = _of_types(job_types)
         with self._cond:
             self._unhandled.workers.saw(worker, job_types, now_ms(self._clock))
-            while (
-                not self._window.has_any(job_types) or self._commits_behind()
-            ) and not self._closed:
-                remaining = deadline - self._monotonic()
-                if remaining <= 0:
+            while True:
+                if not self._wait_for_work(job_types, deadline):
                     return []
-                self._cond.wait(remaining)
-            if self._closed:
-                # Draining for shutdown: hand out nothing new, but keep the long
-                # poll so workers do not spin while their last acks come in.
+                if self._closed:
+                    # Draining for shutdown: hand out nothing new, but keep the long
+                    # poll so workers do not spin while their last acks come in.
+                    remaining = deadline - self._monotonic()
+                    if remaining > 0:
+                        self._cond.wait(remaining)
+                    return []
+                grants, actions = self._core.lease_ready(worker, max_jobs, accept)
+                self._copies.add(actions)
+                # Only jobs over a rate limit wait: sleep until a token comes, not spin.
+                pause = 0.0 if grants else self._limits.wait_s(job_types)
                 remaining = deadline - self._monotonic()
-                if remaining > 0:
-                    self._cond.wait(remaining)
-                return []
-            grants, actions = self._core.lease_ready(worker, max_jobs, accept)
-            self._copies.add(actions)
+                if pause <= 0 or remaining <= 0:
+                    break
+                self._cond.wait(min(pause, remaining))
         return grants
+
+    def _wait_for_work(self, job_types: frozenset[str], deadline: float) -> bool:
+        """Wait until a job of ``job_types`` is ready and commits keep up, or the engine
+        closes (True), or until ``deadline`` (False)."""
+        while (not self._window.has_any(job_types) or self._commits_behind()) and not self._closed:
+            remaining = deadline - self._monotonic()
+            if remaining <= 0:
+                return False
+            self._cond.wait(remaining)
+        return True
 
     def _commits_behind(self) -> bool:
         """Whether too many finished jobs wait for a commit Kafka accepts: hand out no
@@ -283,6 +303,27 @@ class LeaseEngine:
             self._copies.add(self._breakers.sweep(self._window))
         return len(actions)
 
+    def park_excess(self) -> int:
+        """Park in a delay tier the ready jobs of a rate-limited type or tenant beyond
+        its share of the window (see ``LimitDispatch``); returns how many."""
+        if not self._limits.active:
+            return 0
+        with self._cond:
+            actions = self._limits.park_excess(now_ms(self._clock))
+            self._copies.add(actions)
+        return len(actions)
+
+    def queue_partitions(self, topics: frozenset[str], partitions: int) -> None:
+        """The topics the queue's leasekeepers consume and their partitions: each type's
+        rate limit applies here in the share of them this leasekeeper owns."""
+        with self._cond:
+            self._limits.queue_partitions(topics, partitions)
+
+    def limits(self) -> LimitsSnapshot | None:
+        """Each rate limiter (rate, tokens, waiting) for ``inspect`` and metrics."""
+        with self._cond:
+            return self._limits.snapshot()
+
     def sweep_unhandled(self) -> int:
         """Ready jobs whose type no connected worker runs: note (durably) when that was
         first seen, and dead-letter those that waited past the grace; returns how many."""
@@ -300,15 +341,9 @@ class LeaseEngine:
         For a job that must not run now and must not be held either (an open breaker, a
         rate limit): held, it would stop its partition's commit. ``pending`` must have
         left the window (``ReadyWindow.pop`` / ``remove_ready``) and not be leased.
-        ``reason`` starts with a short word (``breaker``, ``rate-limit``) that the
-        metrics count by; the rest is for logs."""
+        ``reason`` is for logs (``describe``); ``Counters.parked`` counts the job."""
         with self._cond:
             self._copies.add([self._parking.park(pending, delay_s, reason)])
-
-    def parked_by_reason(self) -> dict[str, int]:
-        """Jobs parked since start, by the reason's first word."""
-        with self._cond:
-            return dict(self._parking.by_reason)
 
     def breaker_transitions(self) -> list[Transition]:
         """Breaker state changes since the last call, for the breaker topic."""

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from jobcore.config import AUTH_METADATA_KEY
 from jobcore.delay_tiers import parse_duration
+from leasekeeper.limit_lines import limit_lines
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -75,6 +76,8 @@ def render_snapshot(
     for line in fairness_lines(snapshot):
         console.print(line, highlight=False)
     for line in retry_lines(snapshot, now):
+        console.print(line, highlight=False)
+    for line in limit_lines(snapshot, now):
         console.print(line, highlight=False)
     control = control_line(snapshot)
     if control:

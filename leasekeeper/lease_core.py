@@ -35,6 +35,7 @@ from leasekeeper.leases import (
     mint_token,
     parse_lease_id,
 )
+from leasekeeper.limit_dispatch import LimitDispatch
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
@@ -60,9 +61,11 @@ class LeaseCore:
         failures: FailurePath,
         budget: RetryBudget,
         copies: CopyQueue,
+        limits: LimitDispatch,
         breakers: BreakerGate,
     ) -> None:
         self._copies = copies
+        self._limits = limits
         self._breakers = breakers
         self._book = book
         self._window = window
@@ -90,6 +93,7 @@ class LeaseCore:
         batch = self._store.batch()
         running = self._running_by_tenant()
         skip = {t for t, n in running.items() if self._at_cap(t, n)}
+        accept = self._limits.accept(accept)  # jobs over a rate limit wait
         while len(grants) < max_jobs:
             pending = self._window.pop(accept, skip)
             if pending is None:
@@ -97,6 +101,7 @@ class LeaseCore:
             grant = self._lease(pending, worker, batch, actions)
             if grant is not None:
                 grants.append(grant)
+                self._limits.granted(pending)
                 tenant = pending.job.tenant_id
                 running[tenant] += 1
                 if self._at_cap(tenant, running[tenant]):

@@ -1,21 +1,24 @@
-"""Parking: a job that must not run now goes back to a delay tier, without an attempt.
+"""Parking: a ready job copied back to a delay tier, without spending an attempt.
 
-An open circuit breaker (and a rate limiter over its limit) must neither run a
-job nor hold it: a job held in the window keeps its offset unresolved, so the
-partition's commit stops there, and the partition pauses 16,000 offsets past
-it. Parking copies the job to the delay tier that fits ``delay_s``, with its
-``run_at`` set and its attempt count unchanged (plus any claims already made
-on this offset, so a poison job cannot escape its bound by being parked), and
-the offset resolves as ``parked`` only once that copy is delivered, as a retry
-does: copy, then resolve. Nothing is dispatched, nothing is dead-lettered, and
-the retry budget is not charged.
+A job that may not run now for a reason of its own queue, not of the job (its
+type is over its rate limit, or its type's circuit breaker is open), must
+neither fail nor wait in the window, where it would take the room of other
+types and hold its partition's commit back (the partition pauses 16,000 offsets
+past it). It is copied, unchanged but for ``run_at`` (and the claims already
+counted on its offset, so a job that killed its workers cannot escape
+``max_attempts`` by being parked), to the delay tier that fits the wait, and its
+offset resolves as ``parked`` once that copy is durable (copy-then-resolve, like
+a retry): the job lives in Kafka meanwhile, and comes back through the tier like
+any delayed job. No error is added to its history and no attempt is counted.
 
-The engine's lock guards it; ``LeaseEngine.park`` is the public entry.
+``park`` builds the copy (``CopyKind.PARK``: routed as a retry is, to the
+largest tier not longer than the wait); ``Parking`` is the engine's part that
+also counts them, behind ``LeaseEngine.park`` and the breakers. The rate limits
+(``limit_dispatch``) call ``park`` and count theirs per limiter.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -24,39 +27,49 @@ from leasekeeper.engine_config import Counters, now_ms
 from leasekeeper.leases import Pending
 from leasekeeper.partition_book import PartitionBook
 
-# A parked job waits at least this long: a shorter delay would bring it straight back.
+# The shortest wait a parked job is given: less would only churn through Kafka.
 MIN_PARK_S = 1.0
 
 
+def park(
+    pending: Pending, *, delay_s: float, now_ms: int, claims: int = 0, reason: str = ""
+) -> CopyRequest:
+    """The copy that parks ``pending`` for ``delay_s`` (at least ``MIN_PARK_S``).
+    ``claims`` are attempts this leasekeeper counted on the offset and gave back
+    (a released job): carried over, as a retry carries its attempts. ``reason`` is
+    for logs and ``describe``."""
+    delay_s = max(MIN_PARK_S, delay_s)
+    job = replace(
+        pending.job,
+        attempt=pending.job.attempt + claims,
+        run_at_ms=now_ms + int(delay_s * 1000),
+    )
+    return CopyRequest(
+        kind=CopyKind.PARK,
+        source=pending.tp,
+        offset=pending.offset,
+        generation=pending.generation,
+        job=job,
+        delay_s=delay_s,
+        detail=reason,
+    )
+
+
 class Parking:
+    """Parks jobs for the engine (under its lock) and counts them (``Counters.parked``)."""
+
     def __init__(
         self, *, book: PartitionBook, counters: Counters, clock: Callable[[], float]
     ) -> None:
         self._book = book
         self._counters = counters
         self._clock = clock
-        # Parked jobs per reason (e.g. "breaker"), for the metrics.
-        self.by_reason: Counter[str] = Counter()
 
     def park(self, pending: Pending, delay_s: float, reason: str) -> CopyRequest:
-        """The copy that parks ``pending`` for ``delay_s`` seconds; queue it (the engine
-        does) and the offset resolves on its delivery."""
-        delay_s = max(MIN_PARK_S, delay_s)
+        """The copy that parks ``pending`` for ``delay_s`` seconds; the engine queues
+        it, and the offset resolves on its delivery."""
         state = self._book.parts.get(pending.tp)
         claims = state.claims.get(pending.offset, 0) if state is not None else 0
-        job = replace(
-            pending.job,
-            attempt=pending.job.attempt + claims,
-            run_at_ms=now_ms(self._clock) + int(delay_s * 1000),
-        )
         self._counters.parked += 1
-        self.by_reason[reason.split(":", 1)[0]] += 1
-        return CopyRequest(
-            kind=CopyKind.PARK,
-            source=pending.tp,
-            offset=pending.offset,
-            generation=pending.generation,
-            job=job,
-            delay_s=delay_s,
-            detail=reason,
-        )
+        return park(pending, delay_s=delay_s, now_ms=now_ms(self._clock), claims=claims,
+                    reason=reason)  # fmt: skip

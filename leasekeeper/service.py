@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,11 +36,14 @@ from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
+from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.outbox import Outbox
+from leasekeeper.ready_targets import DEFAULT_READY_TARGETS
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
@@ -85,6 +89,8 @@ class ServeConfig:
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
+    # Each priority class's ready target, exported for the alert rules (ready_targets).
+    ready_targets: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_READY_TARGETS))
     tiers: DelayTiers = field(default_factory=DelayTiers)
     retry_budget_share: float = DEFAULT_SHARE
     # Retries always allowed per minute, however quiet the queue: a budget of 10%
@@ -167,6 +173,7 @@ class LeaseKeeperService:
         self._rpc_counters = RpcCounters()
         self._started = time.time()
         self._publisher: FleetPublisher | None = None
+        self._dlq: DlqWatch | None = None
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         self.loop.on_commit(error, partitions)
@@ -198,7 +205,8 @@ class LeaseKeeperService:
             security=self.config.security,
         )
         if self.config.metrics_port:
-            serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port)
+            serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port,
+                          self.config.ready_targets)  # fmt: skip
         self._thread.start()
 
     def _connect(self) -> None:
@@ -229,7 +237,16 @@ class LeaseKeeperService:
         self.loop.breakers = self._breaker_feed
         self.connected.set()
         self._start_publisher()
+        self._start_dlq_watch()
         log.info("connected to Kafka at %s", self.config.kafka.bootstrap)
+
+    def _start_dlq_watch(self) -> None:
+        """DLQ depth and newest age for the metrics, asked of Kafka in the background."""
+        if not self.config.metrics_port:
+            return
+        view = KafkaView(self.config.kafka, self.config.prefix)
+        self._dlq = DlqWatch(lambda: view.dead_letters(self.config.queue))
+        self._dlq.start()
 
     def _start_publisher(self) -> None:
         """Publish snapshots for the dashboard once connected (the topic exists by then)."""
@@ -267,6 +284,11 @@ class LeaseKeeperService:
         if ready.error is not None or not ready.partitions:
             # e.g. no leader elected yet (retried), or no access to it (exit 2)
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+        consumed = (
+            *self.topics.classes(tuple(self.config.engine.class_weights)),
+            *self.config.tiers.topics(self.topics),
+        )
+        self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
         ensure_queue_topics(
             self.config.kafka,
             self.config.queue,
@@ -330,8 +352,9 @@ class LeaseKeeperService:
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
             fairness=self.engine.fairness(),
+            limits=self.engine.limits(),
+            dead_letters=self._dlq.view() if self._dlq is not None else None,
             breakers=tuple(self.engine.breakers()),
-            parked_by_reason=self.engine.parked_by_reason(),
         )
 
     def snapshot_dict(self) -> dict[str, object]:
@@ -346,6 +369,8 @@ class LeaseKeeperService:
         self._stop.set()
         if self._publisher is not None:
             self._publisher.stop()
+        if self._dlq is not None:
+            self._dlq.stop()
         self.engine.close()
         if self._thread.is_alive():
             self._thread.join(timeout=30)

@@ -174,7 +174,7 @@ def test_inspect_and_metrics_show_each_breaker(engine: LeaseEngine) -> None:
     engine.offer(TP, 4, job(4, "mail"), b"x")
     engine.promote_due()
     views = [b.to_dict() for b in engine.breakers()]
-    snapshot = {"breakers": views, "parked_by_reason": engine.parked_by_reason()}
+    snapshot = {"breakers": views}
     (line,) = breaker_lines(snapshot)
     assert "mail: open" in line and "100% of 4 calls" in line and "next probe in 10s" in line
     full = {"counters": {}, "ready": 0, "partitions": [], **snapshot}
@@ -183,10 +183,10 @@ def test_inspect_and_metrics_show_each_breaker(engine: LeaseEngine) -> None:
         for family in EngineCollector(lambda: full, "q").collect()
         for s in family.samples
     }
-    assert samples[("leasekeeper_breaker_state", (("queue", "q"), ("state", "open"),
-                                                  ("type", "mail")))] == 1  # fmt: skip
-    assert samples[("leasekeeper_breaker_parked_total", (("queue", "q"), ("type", "mail")))] == 1
-    assert samples[("leasekeeper_parked_jobs_total", (("queue", "q"), ("reason", "breaker")))] == 1
+    mail = (("job_type", "mail"), ("queue", "q"))
+    assert samples[("leasekeeper_breaker_state", mail)] == 2  # 2 is open, as the alerts read
+    assert samples[("leasekeeper_breaker_parked_total", mail)] == 1
+    assert samples[("leasekeeper_breaker_failure_rate", mail)] == 1.0
 
 
 def test_parked_copies_go_to_the_tier_of_their_delay(engine: LeaseEngine) -> None:
