@@ -128,8 +128,10 @@ class BreakerSettings:
     # A probe not settled after this long no longer holds its slot (its partition
     # moved, so its outcome never comes back here).
     probe_stale_s: float = 120.0
-    # Jobs parked while an operator holds a breaker open wait this long each time.
-    forced_park_s: float = 60.0
+    # Jobs parked while an operator holds a breaker open wait this many cool-downs
+    # each time (a minute with the defaults): short enough that they run soon after
+    # the operator closes it, long enough not to churn the tiers meanwhile.
+    forced_park_cooldowns: float = 4.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_type", dict(self.by_type))
@@ -140,6 +142,10 @@ class BreakerSettings:
             )
         if self.probes < 1:
             raise ValueError(f"breaker probes must be at least 1, got {self.probes}")
+
+    @property
+    def forced_park_s(self) -> float:
+        return self.cooldown_s * self.forced_park_cooldowns
 
     def rule_for(self, job_type: str) -> BreakerRule | None:
         return self.by_type.get(job_type, self.default)

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.kafka
 def test_an_operator_holds_a_breaker_open_across_a_restart_then_closes_it(
     system: System,
 ) -> None:
-    system.configure(lease_s=10, extra=["--retry-tiers", "1s,2s,5s"])
+    # Held open, jobs are parked four cool-downs at a time (plus up to one): 2 s keeps
+    # their return after the close within seconds.
+    system.configure(lease_s=10, extra=["--retry-tiers", "1s,2s,5s", "--breaker-cooldown", "2s"])
     system.start(workers=1, concurrency=4)
     opened = _breaker_cli(system, "open", "provider maintenance")
     assert opened.returncode == 0, opened.stderr
