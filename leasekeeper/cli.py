@@ -30,6 +30,8 @@ from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
 from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
+from leasekeeper.breaker import BreakerSettings
+from leasekeeper.breaker_cli import breaker, breaker_settings
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dashboard.cli import dashboard
 from leasekeeper.dlq.cli import dlq
@@ -49,6 +51,7 @@ from schemas.codec import SchemaError
 _ENGINE = EngineConfig()
 _LOOP = LoopConfig()
 _POLICY = RetryPolicy()
+_BREAKERS = BreakerSettings()
 _SERVE_FIELDS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
 
 
@@ -249,6 +252,42 @@ def main() -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="TLS private key (PEM) for a TCP listener",
 )
+@click.option(
+    "--breaker",
+    "breaker_rules",
+    multiple=True,
+    metavar="TYPE=RATE%/MIN/WINDOW",
+    help="a job type's circuit breaker: open when RATE of at least MIN calls in WINDOW "
+    "failed, e.g. send_receipt=50%/20/30s (repeatable)",
+)
+@click.option(
+    "--breaker-default",
+    default=_BREAKERS.default.describe() if _BREAKERS.default else "off",
+    show_default=True,
+    metavar="RATE%/MIN/WINDOW|off",
+    help="the breaker rule of every other job type; off: breakers only for --breaker types",
+)
+@click.option(
+    "--breaker-cooldown",
+    type=DURATION,
+    default=shown(_BREAKERS.cooldown_s),
+    show_default=True,
+    help="how long a breaker stays open before probes; doubled each time a probe fails",
+)
+@click.option(
+    "--breaker-cooldown-max",
+    type=DURATION,
+    default=shown(_BREAKERS.cooldown_max_s),
+    show_default=True,
+    help="the cap of the doubled cool-down",
+)
+@click.option(
+    "--breaker-probes",
+    type=click.IntRange(min=1),
+    default=_BREAKERS.probes,
+    show_default=True,
+    help="jobs a half-open breaker dispatches to test the dependency",
+)
 @log_level_option()
 def serve(
     queue: str,
@@ -292,6 +331,11 @@ def serve(
     insecure: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
+    breaker_rules: tuple[str, ...],
+    breaker_default: str,
+    breaker_cooldown: float,
+    breaker_cooldown_max: float,
+    breaker_probes: int,
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C.
@@ -312,6 +356,9 @@ def serve(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    breakers = breaker_settings(rules=breaker_rules, default=breaker_default,
+                                cooldown_s=breaker_cooldown, cooldown_max_s=breaker_cooldown_max,
+                                probes=breaker_probes)  # fmt: skip
     config = ServeConfig(
         insecure=insecure,
         socket_mode=_socket_mode(socket_mode),
@@ -336,6 +383,7 @@ def serve(
             tenants=tenants,
             rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
+            breakers=breakers,
             retries=RetryPolicies(
                 default=RetryPolicy(
                     base_s=retry_base,
@@ -568,3 +616,4 @@ def dev() -> None:
 
 main.add_command(dlq)
 main.add_command(dashboard)
+main.add_command(breaker)

@@ -32,6 +32,7 @@ from jobcore.retrying import Stopped, until_done
 from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from jobcore.topics import QueueTopics
+from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
@@ -139,6 +140,9 @@ class LeaseKeeperService:
         self._feed = ControlFeed(
             settings=config.kafka, topics=self.topics, state=self.engine.control
         )
+        self._breaker_feed = BreakerFeed(
+            settings=config.kafka, topics=self.topics, engine=self.engine, producer=self._producer
+        )
         self.failure: Failure | None = None
         self.connected = threading.Event()
         self.gate = TierGate(config.tiers, self.topics)
@@ -223,7 +227,14 @@ class LeaseKeeperService:
         until_done(
             self._feed.catch_up, what="reading the control topics", stop=self._stop, watch=watch
         )
+        until_done(
+            self._breaker_feed.catch_up,
+            what="reading the breaker topic",
+            stop=self._stop,
+            watch=watch,
+        )
         self.loop.control = self._feed
+        self.loop.breakers = self._breaker_feed
         self.connected.set()
         self._start_publisher()
         self._start_dlq_watch()
@@ -343,6 +354,7 @@ class LeaseKeeperService:
             fairness=self.engine.fairness(),
             limits=self.engine.limits(),
             dead_letters=self._dlq.view() if self._dlq is not None else None,
+            breakers=tuple(self.engine.breakers()),
         )
 
     def snapshot_dict(self) -> dict[str, object]:
@@ -368,6 +380,7 @@ class LeaseKeeperService:
             self.loop.close_if_idle()
         self._store.close()
         self._feed.close()
+        self._breaker_feed.close()
 
 
 def _failure(exc: Exception) -> Failure:
