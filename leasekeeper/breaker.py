@@ -120,7 +120,9 @@ class BreakerSettings:
     """Rules per job type (``default`` for the others; None: no breaker for them), the
     cool-down after the first opening and its cap, and the probes of a half-open one."""
 
-    default: BreakerRule | None = DEFAULT_RULE
+    # Off unless asked for: a queue whose jobs fail in bulk on purpose (a test, a
+    # backfill of doomed jobs) should not start parking them by surprise.
+    default: BreakerRule | None = None
     by_type: Mapping[str, BreakerRule] = field(default_factory=dict)
     cooldown_s: float = 15.0
     cooldown_max_s: float = 300.0

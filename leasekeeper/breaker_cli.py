@@ -24,12 +24,13 @@ from jobcore.cli_kafka import (
 from jobcore.config import Environment
 from jobcore.kafka import make_producer
 from jobcore.topics import QueueTopics
-from leasekeeper.breaker import BreakerRule, BreakerSettings
+from leasekeeper.breaker import DEFAULT_RULE, BreakerRule, BreakerSettings
 from leasekeeper.breaker_feed import operator_record
 
 __all__ = ["breaker", "breaker_settings"]
 
 OFF = "off"
+ON = "on"  # the default rule, 50%/20/30s
 
 
 def breaker_settings(
@@ -45,14 +46,21 @@ def breaker_settings(
     by_type: dict[str, BreakerRule] = {}
     for pair in rules:
         job_type, sep, text = pair.partition("=")
-        if not sep or not job_type.strip():
+        if not job_type.strip() or (sep and not text.strip()):
             raise click.BadParameter(
-                f"expected TYPE=RATE%/MIN_CALLS/WINDOW (e.g. send_receipt=50%/20/30s), "
+                f"expected TYPE or TYPE=RATE%/MIN_CALLS/WINDOW (e.g. send_receipt=50%/20/30s), "
                 f"got {pair!r}",
                 param_hint="--breaker",
             )
-        by_type[job_type.strip()] = _rule(text, "--breaker")
-    rule = None if default.strip().lower() == OFF else _rule(default, "--breaker-default")
+        by_type[job_type.strip()] = _rule(text, "--breaker") if sep else DEFAULT_RULE
+    chosen = default.strip().lower()
+    rule = (
+        None
+        if chosen == OFF
+        else DEFAULT_RULE
+        if chosen == ON
+        else _rule(default, "--breaker-default")
+    )
     try:
         return BreakerSettings(default=rule, by_type=by_type, cooldown_s=cooldown_s,
                                cooldown_max_s=cooldown_max_s, probes=probes)  # fmt: skip

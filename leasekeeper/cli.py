@@ -256,16 +256,17 @@ def main() -> None:
     "--breaker",
     "breaker_rules",
     multiple=True,
-    metavar="TYPE=RATE%/MIN/WINDOW",
+    metavar="TYPE[=RATE%/MIN/WINDOW]",
     help="a job type's circuit breaker: open when RATE of at least MIN calls in WINDOW "
-    "failed, e.g. send_receipt=50%/20/30s (repeatable)",
+    "failed, e.g. send_receipt=50%/20/30s; TYPE alone: 50%/20/30s (repeatable)",
 )
 @click.option(
     "--breaker-default",
     default=_BREAKERS.default.describe() if _BREAKERS.default else "off",
     show_default=True,
-    metavar="RATE%/MIN/WINDOW|off",
-    help="the breaker rule of every other job type; off: breakers only for --breaker types",
+    metavar="RATE%/MIN/WINDOW|on|off",
+    help="the breaker rule of every other job type; on: 50%/20/30s; off: breakers only "
+    "for --breaker types (and for a type whose handler raised DependencyDown)",
 )
 @click.option(
     "--breaker-cooldown",

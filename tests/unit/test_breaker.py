@@ -227,3 +227,20 @@ def test_dependency_down_opens_a_breaker_even_for_a_type_without_a_rule() -> Non
     assert board.blocked(100) == {"mail"}
     assert not board.admit("mail", 129, "x").dispatch
     assert board.admit("mail", 130, "x").probe
+
+
+def test_breakers_are_off_unless_asked_for() -> None:
+    """A queue whose jobs fail in bulk on purpose must not start parking by surprise."""
+    from leasekeeper.breaker import DEFAULT_RULE
+    from leasekeeper.breaker_cli import breaker_settings
+
+    def settings(rules: tuple[str, ...], default: str) -> BreakerSettings:
+        return breaker_settings(rules=rules, default=default, cooldown_s=15, cooldown_max_s=300,
+                                probes=3)  # fmt: skip
+
+    assert BreakerSettings().default is None
+    assert settings((), "off").default is None
+    assert settings((), "on").default == DEFAULT_RULE
+    chosen = settings(("send_receipt", "resize=20%/5/10s"), "off")
+    assert chosen.by_type["send_receipt"] == DEFAULT_RULE
+    assert chosen.by_type["resize"] == BreakerRule(rate=0.2, min_calls=5, window_s=10)
