@@ -55,6 +55,15 @@ HANDOVER_COMMIT_PATIENCE_S = 15.0
 COMMIT_RETRY_S = 0.2
 
 
+# Rejoins after a fatal consumer error allowed within the window before giving up.
+REJOINS = 3
+REJOIN_WINDOW_S = 600.0
+
+
+class _Rejoined(Exception):
+    """The consumer was replaced mid-step: drop the rest of the old one's batch."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoopConfig:
     batch_size: int = 500
@@ -82,8 +91,12 @@ class ConsumerLoop:
         clock: Callable[[], float] = time.monotonic,
         watch: ErrorWatch | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
+        consumer_factory: Callable[[], Consumer] | None = None,
     ) -> None:
         self._consumer = consumer
+        # A fatal consumer error is answered by rejoining with a new consumer from here.
+        self._consumer_factory = consumer_factory
+        self._rejoins: list[float] = []
         self._watch = watch or ErrorWatch()
         self._backoff = backoff
         self._stop = threading.Event()
@@ -116,20 +129,26 @@ class ConsumerLoop:
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
         self._ran = True
+        self._subscribe()
+        try:
+            while not stop.is_set():
+                # Bad credentials only reach error_cb; without this the loop would
+                # poll a cluster that keeps refusing it, forever.
+                self._watch.raise_if_setup_error()
+                try:
+                    self._step()
+                except _Rejoined:
+                    continue  # the old consumer's records are another member's now
+        finally:
+            self._shutdown()
+
+    def _subscribe(self) -> None:
         self._consumer.subscribe(
             [*self._ready_topics, *self._gate.topics],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
-        try:
-            while not stop.is_set():
-                # Bad credentials only reach error_cb; without this the loop would
-                # poll a cluster that keeps refusing it, forever.
-                self._watch.raise_if_setup_error()
-                self._step()
-        finally:
-            self._shutdown()
 
     def close_if_idle(self) -> None:
         """Close the consumer of a loop that never ran (Kafka never reached, or a
@@ -493,6 +512,11 @@ class ConsumerLoop:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         lost = {TopicPart(tp.topic, tp.partition) for tp in partitions}
+        log.warning(
+            "lost %s (the group's session expired); their jobs in flight run again "
+            "on the next owner",
+            partitions_line((tp.topic, tp.partition) for tp in lost),
+        )
         self._gate.forget(lost)
         for tp in lost:
             self._engine.revoke(tp)
@@ -500,13 +524,47 @@ class ConsumerLoop:
 
     def _fail_fatally(self, error: KafkaError) -> None:
         """The consumer is unusable (for example fenced: another member holds its
-        static instance id) and its partitions are another member's now. Let go of them
-        at once, so no job of theirs is handed out or acked here any more, and stop:
-        the leasekeeper exits non-zero and its supervisor starts it again."""
-        self._fatal = True
-        for tp in self._engine.assigned():
+        static instance id, or its own stale commit after a session timeout met its
+        rejoined self) and its partitions are another member's now. Let go of them at
+        once, so no job of theirs is handed out or acked here any more. Then rejoin
+        with a new consumer, unless that already happened ``REJOINS`` times within
+        ``REJOIN_WINDOW_S`` (two processes share an instance id): then stop, and the
+        leasekeeper exits non-zero for its supervisor."""
+        lost = set(self._engine.assigned())
+        self._gate.forget(lost)
+        for tp in lost:
             self._engine.revoke(tp)
-        raise KafkaException(error)
+        self._assignment.clear()
+        self._paused.clear()
+        self._async_commit = None
+        now = self._clock()
+        self._rejoins = [at for at in self._rejoins if now - at < REJOIN_WINDOW_S]
+        if self._consumer_factory is None or len(self._rejoins) >= REJOINS:
+            self._fatal = True
+            if self._rejoins:
+                log.error(
+                    "fenced %d times in %.0f minutes: is another leasekeeper running with "
+                    "the same --instance-id?",
+                    len(self._rejoins) + 1,
+                    REJOIN_WINDOW_S / 60,
+                )
+            raise KafkaException(error)
+        self._rejoins.append(now)
+        log.warning(
+            "the consumer failed for good (%s); rejoining the group as a new consumer "
+            "(%d of %d in %.0f minutes)",
+            error.str(),
+            len(self._rejoins),
+            REJOINS,
+            REJOIN_WINDOW_S / 60,
+        )
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing the failed consumer: %s", exc)
+        self._consumer = self._consumer_factory()
+        self._subscribe()
+        raise _Rejoined
 
     def _shutdown(self) -> None:
         """Stop fetching, drain the jobs in flight, commit, leave the group."""

@@ -14,6 +14,7 @@ import grpc
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
+    Consumer,
     ErrorKind,
     KafkaError,
     KafkaException,
@@ -155,7 +156,11 @@ class LeaseKeeperService:
             overrides["group.instance.id"] = config.instance_id
         # Answers to the loop's asynchronous commits, served on the loop's thread.
         overrides["on_commit"] = self._on_commit
-        consumer = make_consumer(config.kafka, self._group_id, **overrides)
+
+        def new_consumer() -> Consumer:
+            return make_consumer(config.kafka, self._group_id, **overrides)
+
+        consumer = new_consumer()
         self.loop = ConsumerLoop(
             consumer=consumer,
             producer=self._producer,
@@ -167,6 +172,7 @@ class LeaseKeeperService:
             ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
             config=config.loop,
             watch=config.kafka.watch,
+            consumer_factory=new_consumer,
         )
         self._thread = threading.Thread(target=self._run, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
