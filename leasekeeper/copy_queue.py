@@ -25,12 +25,17 @@ _RESOLUTIONS = {
 
 
 class CopyQueue:
-    def __init__(self, *, book: PartitionBook) -> None:
+    def __init__(self, *, book: PartitionBook, status_records: bool = True) -> None:
         self._book = book
         self._copies: list[CopyRequest] = []
+        # Off (``--no-status``): status records are dropped here, the one door every
+        # copy passes, so no path of the engine can write one.
+        self._status_records = status_records
 
     def add(self, requests: list[CopyRequest]) -> None:
         for request in requests:
+            if request.kind is CopyKind.STATUS and not self._status_records:
+                continue
             if _counted(request):
                 self._book.count_copy(request, 1)
             self._copies.append(request)

@@ -88,7 +88,7 @@ class LeaseEngine:
                                    wake=self._cond.notify_all, policy=policy,
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
-        self._copies = CopyQueue(book=self._book)
+        self._copies = CopyQueue(book=self._book, status_records=config.status_records)
         failures = FailurePath(config=config, budget=self._budget, rng=rng or random.Random(),
                                clock=clock)  # fmt: skip
         book, window = self._book, self._window

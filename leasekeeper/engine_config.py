@@ -41,6 +41,9 @@ class EngineConfig:
     class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
     # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).
     tenants: TenantPolicy = field(default_factory=TenantPolicy)
+    # Write how each job ended to jobs.Q.status (``--no-status`` turns it off for a
+    # queue whose lookups are not worth a record per job: then nothing is written).
+    status_records: bool = True
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
