@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.snapshots import LeaseKeeperSnapshot
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
+from leasekeeper.status_sender import StatusSender
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -134,7 +136,12 @@ class LeaseKeeperService:
             ),
         )
         self._group_id = config.group_id or self.topics.consumer_group
-        self.outbox = Outbox(producer=self._producer, engine=self.engine, router=router)
+        self.outbox = Outbox(
+            producer=self._producer,
+            engine=self.engine,
+            router=router,
+            status=self._status_sender if config.engine.status_records else None,
+        )
         self._feed = ControlFeed(
             settings=config.kafka, topics=self.topics, state=self.engine.control
         )
@@ -271,6 +278,9 @@ class LeaseKeeperService:
             status_retention_ms=self.config.status_retention_ms,
         )
         self._announce_status_switch()
+
+    def _status_sender(self, on_dropped: Callable[[str], None]) -> StatusSender:
+        return StatusSender(self.config.kafka, self.topics.status, on_dropped=on_dropped)
 
     def _announce_status_switch(self) -> None:
         """Say on the status topic whether this queue's jobs get status records, so a
