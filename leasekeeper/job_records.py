@@ -40,6 +40,16 @@ def ended(
                        generation=pending.generation, status=status)  # fmt: skip
 
 
+def succeeded(
+    pending: Pending, *, attempt: int, at_ms: int, worker: str, run_s: float
+) -> JobStatus:
+    """The status record of a job acked by ``worker``: a bare value, since one is
+    made for every job (``ended`` wraps the rarer ends in a CopyRequest)."""
+    return JobStatus(job_id=pending.job.job_id, state=JobEnd.SUCCEEDED, at_ms=at_ms,
+                     attempt=attempt, worker=worker,
+                     duration_s=run_s if run_s > 0 else None)  # fmt: skip
+
+
 def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequest:
     """The status record of a job whose dead letter ``request`` was delivered."""
     last = job.errors[-1] if job.errors else None

@@ -283,10 +283,9 @@ class LeaseCore:
             self._counters.acked += 1
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
             if self._config.status_records:  # the hot path: not even built when off
-                actions.append(
-                    records.ended(
+                self._copies.add_status(
+                    records.succeeded(
                         pending,
-                        JobEnd.SUCCEEDED,
                         attempt=lease.attempt,
                         at_ms=now_ms(self._clock),
                         worker=lease.worker,

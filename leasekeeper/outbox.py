@@ -129,8 +129,11 @@ class Outbox:
         """Send every copy that is due; called on each turn of the Kafka loop."""
         now = self._clock()
         copies = self._engine.take_copies()
+        statuses = self._engine.take_statuses()
         if self._status is not None:
-            copies = self._status.take(copies)
+            self._status.send(statuses)
+        else:
+            copies.extend(self._router.status_copy(status) for status in statuses)
         self._waiting.extend(_Entry(request=r, due=now) for r in copies)
         due = [e for e in self._waiting if e.due <= now]
         self._waiting = [e for e in self._waiting if e.due > now]

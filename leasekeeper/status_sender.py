@@ -1,8 +1,8 @@
 """Status records (``jobs.Q.status``) on a producer of their own, reported only on error.
 
 A status record resolves nothing: no offset waits for it, so it needs none of the
-outbox's bookkeeping per copy (an entry, a delivery report served in Python, a
-call back into the engine). On the drain benchmark that bookkeeping made a
+outbox's bookkeeping per copy (a CopyRequest, an entry, a delivery report served
+in Python, a call back into the engine). On the drain benchmark that bookkeeping made a
 status record cost about a third of a no-op job's leasekeeper CPU. Here one
 record is one ``produce()`` call: the producer lingers longer (the records are
 not urgent, bigger batches are cheaper for the broker too) and reports a
@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from jobcore.control import JobStatus
 from jobcore.kafka import (
     KafkaError,
     KafkaSettings,
@@ -30,7 +31,6 @@ from jobcore.kafka import (
     classify_produce_error,
     make_producer,
 )
-from leasekeeper.copies import CopyKind, CopyRequest
 
 __all__ = ["StatusSender"]
 
@@ -72,17 +72,10 @@ class StatusSender:
             },
         )
 
-    def take(self, copies: Iterable[CopyRequest]) -> list[CopyRequest]:
-        """Send the status records of ``copies``; returns the other copies, for the outbox."""
-        rest = []
-        for request in copies:
-            if request.kind is not CopyKind.STATUS:
-                rest.append(request)
-            elif request.status is not None:
-                status = request.status
-                self._waiting.append(_Record(status.key, status.encode()))
+    def send(self, statuses: Iterable[JobStatus]) -> None:
+        """Send ``statuses`` (and any earlier ones still waiting)."""
+        self._waiting.extend(_Record(status.key, status.encode()) for status in statuses)
         self._send()
-        return rest
 
     def _send(self) -> None:
         now = self._clock()

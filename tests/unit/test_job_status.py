@@ -41,7 +41,7 @@ def job(i: int, run_at_ms: int = 0) -> Job:
 
 
 def statuses(engine: LeaseEngine) -> list[JobStatus]:
-    return [c.status for c in engine.take_copies() if c.kind is CopyKind.STATUS and c.status]
+    return engine.take_statuses()
 
 
 def test_an_ack_writes_succeeded_without_holding_the_commit(tmp_path: Path) -> None:
@@ -125,10 +125,9 @@ def test_status_records_name_the_worker_and_a_dead_jobs_last_error(tmp_path: Pat
     engine.settle([Settlement(lease_id=second.lease_id, token=second.token, outcome=Outcome.NACK,
                               permanent=True, error_class="ValueError",
                               message="bad input")])  # fmt: skip
-    copies = engine.take_copies()
-    (dead,) = [c for c in copies if c.kind is CopyKind.DEAD]
+    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
     engine.copy_delivered(dead)
-    ended_ = [c.status for c in copies if c.status] + statuses(engine)
+    ended_ = statuses(engine)
     found = {s.job_id: s for s in ended_}
     assert (found["job-0"].worker, found["job-0"].last_error) == ("worker-7", "")
     assert (found["job-1"].worker, found["job-1"].last_error) == (
@@ -157,10 +156,9 @@ def test_the_duration_is_the_run_time_the_worker_reported_not_the_lease_age(
                    permanent=True, run_s=7.25),
         Settlement(lease_id=silent.lease_id, token=silent.token, outcome=Outcome.ACK),
     ])  # fmt: skip
-    copies = engine.take_copies()
-    (dead,) = [c for c in copies if c.kind is CopyKind.DEAD]
+    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
     engine.copy_delivered(dead)
-    found = {s.job_id: s for s in [c.status for c in copies if c.status] + statuses(engine)}
+    found = {s.job_id: s for s in statuses(engine)}
     assert found["job-0"].duration_s == 42.5
     assert found["job-1"].duration_s == 7.25
     assert found["job-2"].duration_s is None  # not reported: unknown, not 0
@@ -186,6 +184,7 @@ def test_with_status_records_off_no_path_writes_one(tmp_path: Path) -> None:
     engine.control.cancel(Cancellation(job_id="job-2", cancelled_at_ms=0))
     engine.cancellations_arrived()
     engine.heartbeat([(running.lease_id, running.token)])
+    assert engine.take_statuses() == []
     assert [c for c in engine.take_copies() if c.kind is CopyKind.STATUS] == []
     assert engine.commit_positions()[TP][0] == 3  # the jobs still resolve
 
