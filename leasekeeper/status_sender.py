@@ -49,7 +49,7 @@ class _Record:
 
 
 class StatusSender:
-    """Sends the status records among the engine's copies; the loop's thread only."""
+    """Sends status records to one topic; used on the Kafka loop's thread only."""
 
     def __init__(
         self,
