@@ -67,6 +67,9 @@ class StatusSender:
             settings,
             **{
                 "linger.ms": LINGER_MS,
+                # Small JSON records: compressing them costs both sides CPU (the broker
+                # decompresses a batch to validate it) and saves little.
+                "compression.type": "none",
                 "delivery.report.only.error": True,
                 "on_delivery": self._reported,
             },
