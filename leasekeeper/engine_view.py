@@ -133,6 +133,7 @@ def _partition_view(state: PartitionState, now: float) -> PartitionView:
         committable=state.tracker.committable,
         unresolved=state.tracker.unresolved(),
         unresolved_count=state.tracker.unresolved_count(),
+        uncommitted=state.tracker.resolutions - state.durable_resolutions,
         leases=tuple(
             LeaseView(
                 lease_id=lease.pending.lease_id,

@@ -111,14 +111,22 @@ class EngineCollector(Collector):
         gap = GaugeMetricFamily(
             "leasekeeper_commit_gap", "highest fetched offset minus committed offset", labels=labels
         )
+        uncommitted = GaugeMetricFamily(
+            "leasekeeper_uncommitted_jobs",
+            "finished jobs no accepted commit describes yet (a move would run them again; "
+            "leasing stops at --max-uncommitted over all partitions)",
+            labels=labels,
+        )
         for p in sorted(partitions, key=lambda p: (p["topic"], p["partition"])):
             values = [self._queue, p["topic"], str(p["partition"])]
             leases.add_metric(values, len(p["leases"]))
             unresolved.add_metric(values, p["unresolved_count"])
             gap.add_metric(values, max(0, p["highest_fetched"] + 1 - max(p["committed"], 0)))
+            uncommitted.add_metric(values, p.get("uncommitted", 0))
         yield leases
         yield unresolved
         yield gap
+        yield uncommitted
 
     def _control(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         """Control-state size and the start-up read: the memory and start-up cost of

@@ -42,6 +42,8 @@ class PartitionView:
     unresolved: list[int]
     unresolved_count: int
     leases: tuple[LeaseView, ...]
+    # Finished jobs no commit Kafka accepted describes yet (a move would re-run them).
+    uncommitted: int = 0
 
     def to_dict(self) -> dict[str, object]:
         view = asdict(self)

@@ -620,6 +620,7 @@ def test_leasing_stops_while_finished_jobs_wait_for_a_commit_kafka_takes(
     grants = engine.claim("w", 3, wait_s=0)
     engine.settle([ack(g.lease_id, g.token) for g in grants])
     assert engine.claim("w", 3, wait_s=0) == []
+    assert engine.snapshot().partitions[0].uncommitted == 3
 
     failed = engine.commit_positions()  # sent, never accepted
     assert failed == {TP: (3, "")}

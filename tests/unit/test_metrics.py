@@ -172,3 +172,10 @@ def test_no_series_repeats_when_the_queue_and_its_tiers_share_partition_numbers(
     assert not repeated
     in_flight = [s for s in seen if s[0] == "leasekeeper_leases_in_flight"]
     assert len(in_flight) == len(partitions)
+
+
+def test_finished_jobs_waiting_for_a_commit_are_exported_per_partition() -> None:
+    partition = {**snapshot()["partitions"][0], "uncommitted": 17}
+    text = scrape(snapshot(partitions=[partition]))
+    labels = '{partition="2",queue="emails",topic="jobs.emails"}'
+    assert f"leasekeeper_uncommitted_jobs{labels} 17.0" in text
