@@ -88,8 +88,13 @@ def lines(section: dict[str, Any]) -> list[str]:
         if medians.get(side):
             out.append(f"  median, status {side}: total {medians[side]['total']:.4f}")
     if overhead.get("total") is not None:
-        out.append(
-            f"  status records cost {overhead['total']:+.1f}% CPU per job "
-            f"(leasekeeper {overhead['leasekeeper']:+.1f}%, broker {overhead['broker']:+.1f}%)"
+        parts = ", ".join(
+            f"{key} {_signed(overhead.get(key))}" for key in ("leasekeeper", "broker")
         )
+        out.append(f"  status records cost {_signed(overhead['total'])} CPU per job ({parts})")
     return out
+
+
+def _signed(percent: float | None) -> str:
+    """``+7.2%``, or "not measured" (the broker's CPU with ``--bootstrap``)."""
+    return "not measured" if percent is None else f"{percent:+.1f}%"
