@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -27,6 +28,7 @@ from jobcore.kafka import (
     KafkaError,
     KafkaException,
     KafkaSettings,
+    Message,
     TopicPartition,
     make_consumer,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "encode_last_fire",
     "entries_topic",
     "read_compacted",
+    "read_compacted_many",
     "scheduler_names",
     "state_topic",
 ]
@@ -161,32 +164,51 @@ def read_compacted(
 ) -> dict[bytes, bytes]:
     """The latest value of every key of one-partition ``topic`` (tombstones remove keys),
     read to the end the topic had when the call began. Empty for a missing topic."""
+    return read_compacted_many(settings, [topic], timeout=timeout)[topic]
+
+
+def read_compacted_many(
+    settings: KafkaSettings, topics: Iterable[str], *, timeout: float = 10.0
+) -> dict[str, dict[bytes, bytes]]:
+    """``read_compacted`` of several topics with one consumer (a dashboard reads every
+    scheduler group's topics on each refresh)."""
+    names = list(dict.fromkeys(topics))
+    tables: dict[str, dict[bytes, bytes]] = {name: {} for name in names}
     consumer: Consumer = make_consumer(settings, f"cron-board.{uuid.uuid4().hex}")
     try:
-        tp = TopicPartition(topic, 0)
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-        except KafkaException:  # an absent topic is an empty table
-            return {}
-        if high <= low:
-            return {}
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        table: dict[bytes, bytes] = {}
+        ends = {}
+        for name in names:
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=timeout)
+            except KafkaException:  # an absent topic is an empty table
+                continue
+            if high > low:
+                ends[name] = high
+        if not ends:
+            return tables
+        consumer.assign([TopicPartition(name, 0, OFFSET_BEGINNING) for name in ends])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for message in consumer.consume(500, timeout=0.2):
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise TimeoutError(f"reading {topic}: {error}")
-                key, value = message.key(), message.value()
-                if error is None and key is not None:
-                    if value is None:
-                        table.pop(key, None)
-                    else:
-                        table[key] = value
-            [position] = consumer.position([TopicPartition(topic, 0)])
-            if position.offset >= high:
-                return table
-        raise TimeoutError(f"could not read {topic} to offset {high} in {timeout:g}s")
+                _apply(tables, message)
+            positions = consumer.position([TopicPartition(name, 0) for name in ends])
+            if all(tp.offset >= ends[tp.topic] for tp in positions):
+                return tables
+        raise TimeoutError(f"could not read {', '.join(ends)} to their ends in {timeout:g}s")
     finally:
         consumer.close()
+
+
+def _apply(tables: dict[str, dict[bytes, bytes]], message: Message) -> None:
+    error = message.error()
+    if error is not None:
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise TimeoutError(f"reading {message.topic()}: {error}")
+        return
+    topic, key, value = message.topic(), message.key(), message.value()
+    if topic is None or key is None or topic not in tables:
+        return
+    if value is None:
+        tables[topic].pop(key, None)
+    else:
+        tables[topic][key] = value

@@ -17,7 +17,7 @@ from jobcore.cron_board import (
     CronEntryView,
     decode_last_fire,
     entries_topic,
-    read_compacted,
+    read_compacted_many,
     scheduler_names,
     state_topic,
 )
@@ -39,14 +39,17 @@ class CronRow:
 
 def read_cron(settings: KafkaSettings, prefix: str, topics: set[str]) -> list[CronRow]:
     """Every entry of every scheduler group of ``prefix``, by group and name."""
+    groups = scheduler_names(topics, prefix)
+    wanted = [t for g in groups for t in (entries_topic(prefix, g), state_topic(prefix, g))]
+    try:
+        tables = read_compacted_many(settings, [t for t in wanted if t in topics])
+    except (KafkaException, TimeoutError) as exc:
+        log.warning("cannot read the cron schedulers' topics: %s", exc)
+        return []
     rows = []
-    for scheduler in scheduler_names(topics, prefix):
-        try:
-            board = read_compacted(settings, entries_topic(prefix, scheduler))
-            state = read_compacted(settings, state_topic(prefix, scheduler))
-        except (KafkaException, TimeoutError) as exc:
-            log.warning("cannot read the cron topics of scheduler %s: %s", scheduler, exc)
-            continue
+    for scheduler in groups:
+        board = tables.get(entries_topic(prefix, scheduler), {})
+        state = tables.get(state_topic(prefix, scheduler), {})
         # The board lists the entries a leader runs (a removed one is gone from it; its
         # last fire stays in the state topic). Without a board (schedulers older than
         # it), the state topic's names are all there is.
