@@ -290,8 +290,18 @@ def cron_section(base: str, rows: list[CronRow], now_ms: int) -> str:
 
 
 def _relative(at_ms: int, now_ms: int) -> str:
+    """How far from now at a glance: "in 40 s", "12 min ago", "in 5 h", "in 3 d"."""
     seconds = round((at_ms - now_ms) / 1000)
-    return f"in {seconds} s" if seconds >= 0 else f"{-seconds} s ago"
+    size = abs(seconds)
+    if size < 100:
+        amount = f"{size} s"
+    elif size < 100 * 60:
+        amount = f"{round(size / 60)} min"
+    elif size < 48 * 3600:
+        amount = f"{round(size / 3600)} h"
+    else:
+        amount = f"{round(size / 86400)} d"
+    return f"in {amount}" if seconds >= 0 else f"{amount} ago"
 
 
 def _next_fire(row: CronRow, now_ms: int) -> str:

@@ -175,6 +175,8 @@ def test_every_page_and_a_replay_from_the_page(
         wait_until(fired, 60, "the cron entry's last fire on the Scheduled page")
         row = browser.find_element(By.XPATH, ours).text  # type: ignore[attr-defined]
         assert "ui-tick" in row and row.count("Z (") == 2, row  # next and last fire
+        heading = browser.find_element(By.XPATH, "//h2[text()='Cron entries']")  # type: ignore[attr-defined]
+        browser.execute_script("arguments[0].scrollIntoView()", heading)  # type: ignore[attr-defined]
         _shot(browser, "scheduled")
     text = _open(browser, f"{dashboard_url}/job?id={succeeded[0]}", expect="succeeded")
     assert queue in text and "(handler run time)" in text

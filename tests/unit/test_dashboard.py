@@ -180,8 +180,8 @@ def test_cron_rows_say_when_an_entry_is_overdue_never_fired_or_not_on_the_board(
                 last_job_id="j2"),
     ]  # fmt: skip
     html = cron_section("/b", rows, now)
-    assert "(120 s ago): overdue, no leader is firing" in html
-    assert 'href="/b/job?id=j1&amp;queue=q"' in html and "(180 s ago)" in html
+    assert "(2 min ago): overdue, no leader is firing" in html
+    assert 'href="/b/job?id=j1&amp;queue=q"' in html and "(3 min ago)" in html
     assert "(in 5 s)" in html and 'class="muted cron-last">never<' in html
     assert "unknown (no leader has published it)" in html
     assert "No cron scheduler" in cron_section("/b", [], now)
