@@ -50,10 +50,6 @@ class CopyQueue:
         if self._status_records:
             self._statuses.append(status)
 
-    @property
-    def status_records(self) -> bool:
-        return self._status_records
-
     def take(self) -> list[CopyRequest]:
         taken, self._copies = self._copies, []
         return taken
