@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto browser
+.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto browser promtool
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ browser:
 	else \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	    chromium chromium-driver; \
+	fi
+
+## promtool from Debian's prometheus package, which validates and unit-tests the example
+## alert rules (docs/alerts). Needs root; a no-op when present.
+promtool:
+	@if command -v promtool >/dev/null; then \
+	  echo "promtool present"; \
+	else \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    --no-install-recommends prometheus; \
 	fi
 
 ## Run every test suite (unit, integration, acceptance) against a real Kafka

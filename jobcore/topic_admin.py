@@ -114,6 +114,13 @@ def ensure_queue_topics(
     internal = [
         TopicSpec(name=topics.control, partitions=1, replication=replication, config=compacted),
         TopicSpec(name=topics.dedupe, partitions=1, replication=replication, config=compacted),
+        # One record per job type, kept until replaced: an open breaker outlives restarts.
+        TopicSpec(
+            name=topics.breakers,
+            partitions=1,
+            replication=replication,
+            config={"cleanup.policy": "compact"},
+        ),
         # One partition: ``producer cancel`` finds a job's status without knowing the
         # partitioner the leasekeeper's producer used.
         TopicSpec(

@@ -31,6 +31,8 @@ from jobcore.kafka import KafkaException
 from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
 from jobcore.topic_admin import STATUS_RETENTION_HELP, retention_ms
+from leasekeeper.breaker import BreakerSettings
+from leasekeeper.breaker_cli import breaker, breaker_settings
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dashboard.cli import dashboard
 from leasekeeper.dlq.cli import dlq
@@ -38,6 +40,8 @@ from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
 from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
+from leasekeeper.rate_limit import rate_limit_config
+from leasekeeper.ready_targets import ready_targets
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.service import LeaseKeeperService, ServeConfig
@@ -48,6 +52,7 @@ from schemas.codec import SchemaError
 _ENGINE = EngineConfig()
 _LOOP = LoopConfig()
 _POLICY = RetryPolicy()
+_BREAKERS = BreakerSettings()
 _SERVE_FIELDS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
 
 
@@ -105,6 +110,25 @@ def main() -> None:
     default=None,
     help="TOML file of tenant weights and caps ([defaults], [tenants.NAME]); flags win",
 )
+@click.option(
+    "--rate-limit",
+    multiple=True,
+    metavar="TYPE=N/s",
+    help="dispatch at most N jobs of TYPE per second (/m, /h) over this queue's "
+    "leasekeepers; repeatable. Jobs over it wait, never fail",
+)
+@click.option(
+    "--tenant-rate-limit",
+    default=None,
+    metavar="N/s",
+    help="dispatch at most N jobs per second (/m, /h) of every tenant",
+)
+@click.option(
+    "--tenant-rate-limit-for",
+    multiple=True,
+    metavar="TENANT=N/s",
+    help="one tenant's rate limit (repeatable; wins over --tenant-rate-limit)",
+)
 @click.option("--group", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
 @click.option("--group-id", "group_id_alias", default=None, hidden=True)
 @click.option(
@@ -136,6 +160,13 @@ def main() -> None:
     help="how long moving or stopping partitions wait for jobs in flight",
 )
 @click.option("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+@click.option(
+    "--ready-target",
+    multiple=True,
+    metavar="CLASS=DURATION",
+    help="how long the oldest ready job of a priority class may wait before the example "
+    "alert fires (exported as a metric; defaults critical=1s, default=30s, bulk=10m)",
+)
 @click.option(
     "--retry-tiers",
     default=",".join(DEFAULT_TIERS),
@@ -229,6 +260,43 @@ def main() -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="TLS private key (PEM) for a TCP listener",
 )
+@click.option(
+    "--breaker",
+    "breaker_rules",
+    multiple=True,
+    metavar="TYPE[=RATE%/MIN/WINDOW]",
+    help="a job type's circuit breaker: open when RATE of at least MIN calls in WINDOW "
+    "failed, e.g. send_receipt=50%/20/30s; TYPE alone: 50%/20/30s (repeatable)",
+)
+@click.option(
+    "--breaker-default",
+    default=_BREAKERS.default.describe() if _BREAKERS.default else "off",
+    show_default=True,
+    metavar="RATE%/MIN/WINDOW|on|off",
+    help="the breaker rule of every other job type; on: 50%/20/30s; off: breakers only "
+    "for --breaker types (and for a type whose handler raised DependencyDown)",
+)
+@click.option(
+    "--breaker-cooldown",
+    type=DURATION,
+    default=shown(_BREAKERS.cooldown_s),
+    show_default=True,
+    help="how long a breaker stays open before probes; doubled each time a probe fails",
+)
+@click.option(
+    "--breaker-cooldown-max",
+    type=DURATION,
+    default=shown(_BREAKERS.cooldown_max_s),
+    show_default=True,
+    help="the cap of the doubled cool-down",
+)
+@click.option(
+    "--breaker-probes",
+    type=click.IntRange(min=1),
+    default=_BREAKERS.probes,
+    show_default=True,
+    help="jobs a half-open breaker dispatches to test the dependency",
+)
 @log_level_option()
 def serve(
     queue: str,
@@ -243,6 +311,9 @@ def serve(
     tenant_cap_for: tuple[str, ...],
     tenant_weight: tuple[str, ...],
     tenants_file: Path | None,
+    rate_limit: tuple[str, ...],
+    tenant_rate_limit: str | None,
+    tenant_rate_limit_for: tuple[str, ...],
     max_uncommitted: int,
     group: str | None,
     group_id_alias: str | None,
@@ -254,6 +325,7 @@ def serve(
     lease_for: tuple[str, ...],
     drain_grace: float,
     metrics_port: int | None,
+    ready_target: tuple[str, ...],
     retry_tiers: str,
     jitter: str,
     retry_base: float,
@@ -270,6 +342,11 @@ def serve(
     insecure: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
+    breaker_rules: tuple[str, ...],
+    breaker_default: str,
+    breaker_cooldown: float,
+    breaker_cooldown_max: float,
+    breaker_probes: int,
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C.
@@ -284,10 +361,17 @@ def serve(
         tenants = tenant_policy(
             cap=tenant_cap, cap_for=tenant_cap_for, weight_for=tenant_weight, path=tenants_file
         )
+        targets = ready_targets(ready_target, classes.weights)
+        rate_limits = rate_limit_config(
+            by_type=rate_limit, tenant=tenant_rate_limit, tenant_for=tenant_rate_limit_for
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if status_retention is not None and status_retention <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--status-retention")
+    breakers = breaker_settings(rules=breaker_rules, default=breaker_default,
+                                cooldown_s=breaker_cooldown, cooldown_max_s=breaker_cooldown_max,
+                                probes=breaker_probes)  # fmt: skip
     config = ServeConfig(
         insecure=insecure,
         socket_mode=_socket_mode(socket_mode),
@@ -310,8 +394,10 @@ def serve(
             max_uncommitted=max_uncommitted,
             class_weights=classes.weights,
             tenants=tenants,
+            rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
             status_records=not no_status,
+            breakers=breakers,
             retries=RetryPolicies(
                 default=RetryPolicy(
                     base_s=retry_base,
@@ -327,6 +413,7 @@ def serve(
         dedupe_window_s=dedupe_window,
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
+        ready_targets=targets,
         schema_dirs=schema_path + env.schema_path,
         schema_registry=registry_settings(schema_registry, schema_registry_config),
         instance_id=instance_id,
@@ -544,3 +631,4 @@ def dev() -> None:
 
 main.add_command(dlq)
 main.add_command(dashboard)
+main.add_command(breaker)

@@ -26,6 +26,7 @@ from jobcore.kafka import (
 )
 from jobcore.retrying import Backoff, until_done
 from jobcore.topics import QueueTopics
+from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
@@ -107,6 +108,7 @@ class ConsumerLoop:
         self._assignment: set[TopicPart] = set()
         self._full = False
         self.control: ControlFeed | None = None
+        self.breakers: BreakerFeed | None = None
         self._last_commit = 0.0
         self._last_reap = 0.0
         self.commits = 0
@@ -142,6 +144,7 @@ class ConsumerLoop:
         # in bytes up to one batch. A paused consumer still serves callbacks.
         for message in self._fetch(max(1, min(self._config.batch_size, room))):
             self._handle(message)
+        self._engine.park_excess()  # a rate-limited backlog must not fill the window
         self._outbox.pump()
         self._producer.poll(0)
         self._gate.release_due()
@@ -149,6 +152,8 @@ class ConsumerLoop:
         if self.control is not None:
             self.control.poll()
             self._engine.cancellations_arrived()
+        if self.breakers is not None:
+            self.breakers.poll()
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now

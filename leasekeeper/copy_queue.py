@@ -20,6 +20,7 @@ from schemas.vocabulary import DeadLetterReason
 _RESOLUTIONS = {
     CopyKind.RETRY: Resolution.RETRIED,
     CopyKind.HOP: Resolution.HOPPED,
+    CopyKind.PARK: Resolution.PARKED,
     CopyKind.DEAD: Resolution.DEAD,
     CopyKind.DEAD_RAW: Resolution.DEAD,
 }

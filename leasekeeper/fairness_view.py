@@ -1,7 +1,7 @@
 """Fairness seen from outside: per priority class and per tenant, for inspect and metrics.
 
 Per class: the ready jobs in the window, their weight, and the age of the oldest
-(since it was enqueued), which is the first sign of a class waiting too long.
+(since it was due: enqueued, or its run_at), the first sign of a class waiting too long.
 Per tenant: ready, in flight, cap and weight, the numbers that explain why a tenant
 is or is not served. Built under the engine's lock from the window and the book.
 """
@@ -55,8 +55,10 @@ def fairness_snapshot(
         name = pending.job.priority_class
         name = name if name in config.class_weights else "default"
         ready[name] += 1
-        created = pending.job.created_at_ms
-        oldest[name] = min(oldest.get(name, created), created)
+        # Ready since it was due: a delayed, retried or parked job is not late for
+        # the time it was meant to wait (the age must not raise the class's alert).
+        due = max(pending.job.created_at_ms, pending.job.run_at_ms)
+        oldest[name] = min(oldest.get(name, due), due)
     classes = tuple(
         ClassView(name=name, weight=weight, ready=ready[name],
                   oldest_ready_age_ms=None if name not in oldest else max(0, now_ms - oldest[name]))

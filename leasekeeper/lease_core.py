@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from jobcore.control import CancelledHow, JobEnd
 from leasekeeper import job_records as records
+from leasekeeper.breaker_gate import BreakerGate
 from leasekeeper.copies import CopyRequest, cap_error
 from leasekeeper.copy_queue import CopyQueue
 from leasekeeper.engine_config import EngineContext, now_ms
@@ -35,6 +36,7 @@ from leasekeeper.leases import (
     mint_token,
     parse_lease_id,
 )
+from leasekeeper.limit_dispatch import LimitDispatch
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
@@ -60,8 +62,12 @@ class LeaseCore:
         failures: FailurePath,
         budget: RetryBudget,
         copies: CopyQueue,
+        limits: LimitDispatch,
+        breakers: BreakerGate,
     ) -> None:
         self._copies = copies
+        self._limits = limits
+        self._breakers = breakers
         self._book = book
         self._window = window
         self._intake = intake
@@ -88,6 +94,7 @@ class LeaseCore:
         batch = self._store.batch()
         running = self._running_by_tenant()
         skip = {t for t, n in running.items() if self._at_cap(t, n)}
+        accept = self._limits.accept(accept)  # jobs over a rate limit wait
         while len(grants) < max_jobs:
             pending = self._window.pop(accept, skip)
             if pending is None:
@@ -95,6 +102,7 @@ class LeaseCore:
             grant = self._lease(pending, worker, batch, actions)
             if grant is not None:
                 grants.append(grant)
+                self._limits.granted(pending)
                 tenant = pending.job.tenant_id
                 running[tenant] += 1
                 if self._at_cap(tenant, running[tenant]):
@@ -126,6 +134,10 @@ class LeaseCore:
         prior = state.claims.get(pending.offset, 0)
         if job.attempt + prior >= job.max_attempts:
             actions.append(self._failures.crashed(pending))
+            return None
+        parked = self._breakers.admit(pending)  # its type's breaker is open: no attempt
+        if parked is not None:
+            actions.append(parked)
             return None
         if job.attempt == 0 and prior == 0:
             self._budget.record_first_attempt()
@@ -281,6 +293,7 @@ class LeaseCore:
         pending = lease.pending
         if item.outcome is Outcome.ACK:
             self._counters.acked += 1
+            self._breakers.acked(lease)
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
             if self._config.status_records:  # the hot path: not even built when off
                 self._copies.add_status(
@@ -296,12 +309,16 @@ class LeaseCore:
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.
             self._counters.released += 1
+            self._breakers.released(lease)
             count = max(0, state.claims.get(pending.offset, 1) - 1)
             state.claims[pending.offset] = count
             batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
             self._window.push_front(pending)
         else:
             self._counters.nacked += 1
+            self._breakers.nacked(lease, item.error_class or ErrorClass.ERROR.value,
+                                  permanent=item.permanent,
+                                  after_s=item.retry_after_s)  # fmt: skip
             actions.append(self._nacked(lease, item))
 
     def _nacked(self, lease: Lease, item: Settlement) -> CopyRequest:
@@ -337,6 +354,7 @@ class LeaseCore:
                 del state.leases[offset]
                 batch.unlease(state.tp.topic, state.tp.partition, offset)
                 self._counters.expired += 1
+                self._breakers.expired(lease)
                 actions.append(self._failures.failed(lease, error, permanent=False))
         self._store.write(batch)
         return actions

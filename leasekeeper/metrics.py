@@ -7,13 +7,15 @@ engine free of metrics calls: every scrape turns one snapshot into samples.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from leasekeeper.alerting_metrics import alerting_families
 from leasekeeper.engine_config import counter_help
 
 # Every field of the engine's Counters is exported (a new counter needs no edit here),
@@ -34,14 +36,24 @@ OUTBOX_COUNTERS = {
 }
 
 
+# ``leasekeeper_breaker_state`` values, as the alert rules read them (2 is open).
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
 # Tenants exported by name (the busiest); the others are summed as tenant="other".
 TOP_TENANTS = 10
 
 
 class EngineCollector(Collector):
-    def __init__(self, snapshot: Callable[[], dict[str, Any]], queue: str) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], dict[str, Any]],
+        queue: str,
+        ready_targets: Mapping[str, float] | None = None,
+    ) -> None:
+        """``ready_targets``: each priority class's ready target, exported for alerts."""
         self._snapshot = snapshot
         self._queue = queue
+        self._ready_targets = dict(ready_targets or {})
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         snap = self._snapshot()
@@ -60,6 +72,34 @@ class EngineCollector(Collector):
             yield from self._outbox(snap["outbox"])
         yield from self._control(snap)
         yield from self._fairness(snap)
+        now_ms = int(time.time() * 1000)
+        yield from alerting_families(snap, self._queue, now_ms, self._ready_targets)
+        yield from self._breakers(snap)
+
+    def _breakers(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Each job type's breaker: its state (0 closed, 1 half-open, 2 open: alert on 2
+        lasting), the failure rate in its window, and the dispatches it refused (each
+        one a job parked without spending an attempt)."""
+        breakers = snap.get("breakers") or []
+        labels = ["queue", "job_type"]
+        state = GaugeMetricFamily("leasekeeper_breaker_state",
+                                  "circuit breaker per job type: 0 closed, 1 half-open, 2 open",
+                                  labels=labels)  # fmt: skip
+        rate = GaugeMetricFamily("leasekeeper_breaker_failure_rate",
+                                 "share of failed calls in the breaker's sliding window",
+                                 labels=labels)  # fmt: skip
+        parked = CounterMetricFamily("leasekeeper_breaker_parked",
+                                     "dispatches refused by the breaker: jobs parked unrun",
+                                     labels=labels)  # fmt: skip
+        for view in breakers:
+            values = [self._queue, view["type"]]
+            state.add_metric(values, BREAKER_STATES.get(view["state"], 0))
+            rate.add_metric(values, view["failure_rate"])
+            parked.add_metric(values, view["parked"])
+        if breakers:
+            yield state
+            yield rate
+            yield parked
 
     def _fairness(self, snap: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         """Per priority class, and the busiest tenants only (TOP_TENANTS, the rest summed
@@ -69,7 +109,8 @@ class EngineCollector(Collector):
                                   "ready jobs in the window per priority class",
                                   labels=["queue", "class"])  # fmt: skip
         oldest = GaugeMetricFamily("leasekeeper_class_oldest_ready_age_seconds",
-                                   "age since enqueue of the oldest ready job per priority class",
+                                   "age of the oldest ready job per priority class, "
+                                   "since it was due (enqueued, or its run_at)",
                                    labels=["queue", "class"])  # fmt: skip
         for view in classes:
             ready.add_metric([self._queue, view["name"]], view["ready"])
@@ -238,9 +279,14 @@ class EngineCollector(Collector):
         return family
 
 
-def serve_metrics(snapshot: Callable[[], dict[str, Any]], queue: str, port: int) -> None:
+def serve_metrics(
+    snapshot: Callable[[], dict[str, Any]],
+    queue: str,
+    port: int,
+    ready_targets: Mapping[str, float] | None = None,
+) -> None:
     """Serve ``/metrics`` on loopback ``port`` from a daemon thread."""
     registry = CollectorRegistry()
-    registry.register(EngineCollector(snapshot, queue))
+    registry.register(EngineCollector(snapshot, queue, ready_targets))
     start_http_server(port, addr="127.0.0.1", registry=registry)
     _log.info("metrics: http://127.0.0.1:%d/metrics", port)

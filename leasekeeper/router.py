@@ -58,7 +58,8 @@ class KafkaRouter:
         self._clock = clock
 
     def tier_topic(self, request: CopyRequest) -> str:
-        """A retry goes to the largest tier not longer than its delay; a hop to its tier."""
+        """A retry or a parked job goes to the largest tier not longer than its delay; a
+        hop to its tier."""
         tier = request.tier or self._tiers.tier_for(request.delay_s)
         return self._topics.retry(tier)
 
@@ -82,7 +83,7 @@ class KafkaRouter:
         if kind is CopyKind.DEAD_RAW:
             return self._dead_raw(request, shrink)
         assert request.job is not None
-        if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP):
+        if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP, CopyKind.PARK):
             job = request.job
             return OutRecord(
                 topic=self.tier_topic(request),

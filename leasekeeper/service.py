@@ -6,7 +6,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,15 +34,19 @@ from jobcore.retrying import Stopped, until_done
 from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from jobcore.topics import QueueTopics
+from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
+from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.engine_config import now_ms
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.outbox import Outbox
+from leasekeeper.ready_targets import DEFAULT_READY_TARGETS
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
@@ -89,6 +93,8 @@ class ServeConfig:
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
+    # Each priority class's ready target, exported for the alert rules (ready_targets).
+    ready_targets: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_READY_TARGETS))
     tiers: DelayTiers = field(default_factory=DelayTiers)
     retry_budget_share: float = DEFAULT_SHARE
     # Retries always allowed per minute, however quiet the queue: a budget of 10%
@@ -145,6 +151,9 @@ class LeaseKeeperService:
         self._feed = ControlFeed(
             settings=config.kafka, topics=self.topics, state=self.engine.control
         )
+        self._breaker_feed = BreakerFeed(
+            settings=config.kafka, topics=self.topics, engine=self.engine, producer=self._producer
+        )
         self.failure: Failure | None = None
         self.connected = threading.Event()
         self.gate = TierGate(config.tiers, self.topics)
@@ -175,6 +184,7 @@ class LeaseKeeperService:
         self._rpc_counters = RpcCounters()
         self._started = time.time()
         self._publisher: FleetPublisher | None = None
+        self._dlq: DlqWatch | None = None
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         self.loop.on_commit(error, partitions)
@@ -206,7 +216,8 @@ class LeaseKeeperService:
             security=self.config.security,
         )
         if self.config.metrics_port:
-            serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port)
+            serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port,
+                          self.config.ready_targets)  # fmt: skip
         self._thread.start()
 
     def _connect(self) -> None:
@@ -227,10 +238,26 @@ class LeaseKeeperService:
         until_done(
             self._feed.catch_up, what="reading the control topics", stop=self._stop, watch=watch
         )
+        until_done(
+            self._breaker_feed.catch_up,
+            what="reading the breaker topic",
+            stop=self._stop,
+            watch=watch,
+        )
         self.loop.control = self._feed
+        self.loop.breakers = self._breaker_feed
         self.connected.set()
         self._start_publisher()
+        self._start_dlq_watch()
         log.info("connected to Kafka at %s", self.config.kafka.bootstrap)
+
+    def _start_dlq_watch(self) -> None:
+        """DLQ depth and newest age for the metrics, asked of Kafka in the background."""
+        if not self.config.metrics_port:
+            return
+        view = KafkaView(self.config.kafka, self.config.prefix)
+        self._dlq = DlqWatch(lambda: view.dead_letters(self.config.queue))
+        self._dlq.start()
 
     def _start_publisher(self) -> None:
         """Publish snapshots for the dashboard once connected (the topic exists by then)."""
@@ -268,6 +295,11 @@ class LeaseKeeperService:
         if ready.error is not None or not ready.partitions:
             # e.g. no leader elected yet (retried), or no access to it (exit 2)
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+        consumed = (
+            *self.topics.classes(tuple(self.config.engine.class_weights)),
+            *self.config.tiers.topics(self.topics),
+        )
+        self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
         ensure_queue_topics(
             self.config.kafka,
             self.config.queue,
@@ -352,6 +384,9 @@ class LeaseKeeperService:
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
             fairness=self.engine.fairness(),
+            limits=self.engine.limits(),
+            dead_letters=self._dlq.view() if self._dlq is not None else None,
+            breakers=tuple(self.engine.breakers()),
         )
 
     def snapshot_dict(self) -> dict[str, object]:
@@ -366,6 +401,8 @@ class LeaseKeeperService:
         self._stop.set()
         if self._publisher is not None:
             self._publisher.stop()
+        if self._dlq is not None:
+            self._dlq.stop()
         self.engine.close()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
@@ -375,6 +412,7 @@ class LeaseKeeperService:
             self.loop.close_if_idle()
         self._store.close()
         self._feed.close()
+        self._breaker_feed.close()
 
 
 def _failure(exc: Exception) -> Failure:

@@ -15,8 +15,11 @@ from leasekeeper.engine_config import Counters
 from leasekeeper.retry_budget import BudgetSnapshot
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
+    from leasekeeper.breaker import BreakerView
     from leasekeeper.control_feed import ControlSnapshot
+    from leasekeeper.dlq_watch import DeadLetterView
     from leasekeeper.fairness_view import FairnessSnapshot
+    from leasekeeper.limit_dispatch import LimitsSnapshot
     from leasekeeper.outbox import OutboxView
 
 
@@ -103,6 +106,12 @@ class LeaseKeeperSnapshot:
     control: ControlSnapshot | None = None
     # Per priority class and per tenant (see fairness_view).
     fairness: FairnessSnapshot | None = None
+    # Rate limiters (see limit_dispatch); None when no limit is set.
+    limits: LimitsSnapshot | None = None
+    # The queue's DLQ as Kafka counts it (see dlq_watch); None until known.
+    dead_letters: DeadLetterView | None = None
+    # Circuit breakers per job type (see docs/breaker.md).
+    breakers: tuple[BreakerView, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         view = self.engine.to_dict()
@@ -124,4 +133,9 @@ class LeaseKeeperSnapshot:
             view["control"] = self.control.to_dict()
         if self.fairness is not None:
             view.update(self.fairness.to_dict())
+        if self.limits is not None:
+            view["limits"] = self.limits.to_dict()
+        if self.dead_letters is not None:
+            view["dead_letters"] = self.dead_letters.to_dict()
+        view["breakers"] = [b.to_dict() for b in self.breakers]
         return view

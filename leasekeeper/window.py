@@ -63,6 +63,17 @@ class ReadyWindow:
         self._seq = itertools.count()
         # Jobs held (ready or delayed) per partition: what ``over_share`` compares.
         self._held: Counter[TopicPart] = Counter()
+        # Ready jobs per job type: what a rate limit's share of the window compares.
+        self._types: Counter[str] = Counter()
+
+    def _typed(self, pending: Pending, delta: int) -> None:
+        self._types[pending.job.type] += delta
+        if self._types[pending.job.type] <= 0:
+            del self._types[pending.job.type]
+
+    def ready_of_type(self, job_type: str) -> int:
+        """Ready jobs of ``job_type`` in the window (kept as they come and go)."""
+        return self._types.get(job_type, 0)
 
     def _hold(self, tp: TopicPart, delta: int) -> None:
         self._held[tp] += delta
@@ -81,6 +92,7 @@ class ReadyWindow:
         self._ready.push(pending.job.tenant_id, pending)
         self.bytes += len(pending.envelope)
         self._hold(pending.tp, 1)
+        self._typed(pending, 1)
         # Every claimer wakes: the one woken alone might not run this job's type.
         self._wake()
 
@@ -89,6 +101,7 @@ class ReadyWindow:
         self._ready.push_front(pending.job.tenant_id, pending)
         self.bytes += len(pending.envelope)
         self._hold(pending.tp, 1)
+        self._typed(pending, 1)
         self._wake()
 
     def pop(
@@ -99,6 +112,7 @@ class ReadyWindow:
         if pending is not None:
             self.bytes -= len(pending.envelope)
             self._hold(pending.tp, -1)
+            self._typed(pending, -1)
         return pending
 
     def settled(self, tenant: str, cost_s: float) -> None:
@@ -118,6 +132,7 @@ class ReadyWindow:
         self.bytes -= sum(len(p.envelope) for p in removed)
         for pending in removed:
             self._hold(pending.tp, -1)
+            self._typed(pending, -1)
         return removed
 
     def drop(self, predicate: Callable[[Pending], bool]) -> None:
@@ -142,6 +157,7 @@ class ReadyWindow:
                 continue
             self._ready.push(pending.job.tenant_id, pending)
             self.bytes += len(pending.envelope)
+            self._typed(pending, 1)
             moved += 1
         if moved:
             self._wake()

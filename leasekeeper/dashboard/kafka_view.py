@@ -27,7 +27,14 @@ from jobcore.kafka import (
 from jobcore.topics import QueueTopics
 from leasekeeper.dashboard.cron_view import CronRow, read_cron
 
-__all__ = ["KafkaView", "PartitionLag", "QueueOffsets", "discover_queues"]
+__all__ = [
+    "DeadLetterFigures",
+    "KafkaView",
+    "PartitionLag",
+    "QueueOffsets",
+    "discover_queues",
+    "dlq_depth",
+]
 
 CACHE_S = 2.0
 
@@ -55,6 +62,19 @@ class QueueOffsets:
     @property
     def backlog(self) -> int:
         return sum(p.lag for p in self.ready)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetterFigures:
+    """A queue's DLQ: how many dead letters it holds, and when the newest arrived."""
+
+    depth: int
+    newest_ms: int | None  # timestamp of the newest dead letter; None when empty
+
+
+def dlq_depth(marks: dict[tuple[str, int], tuple[int, int]], dlq: str) -> int:
+    """Dead letters held: the records between the watermarks of every DLQ partition."""
+    return sum(high - low for (topic, _), (low, high) in marks.items() if topic == dlq)
 
 
 def discover_queues(names: set[str], prefix: str) -> list[str]:
@@ -147,9 +167,7 @@ class KafkaView:
                 queue=queue,
                 ready=tuple(lags.get(topics.ready, [])),
                 tiers={t: sum(p.lag for p in ps) for t, ps in lags.items() if t != topics.ready},
-                dlq_depth=sum(
-                    high - low for (t, _), (low, high) in marks.items() if t == topics.dlq
-                ),
+                dlq_depth=dlq_depth(marks, topics.dlq),
                 oldest_ready_ms=None,
             )
         heads = self._oldest([p for o in result.values() for p in o.ready if p.lag])
@@ -158,21 +176,42 @@ class KafkaView:
             for q, o in result.items()
         }
 
+    def dead_letters(self, queue: str) -> DeadLetterFigures:
+        """The DLQ's depth and the time of its newest record: what a leasekeeper exports
+        for the "DLQ growing" alert, without the rest of ``offsets``."""
+        found = self._cached(("dead letters", queue), lambda: self._dead_letters(queue))
+        assert isinstance(found, DeadLetterFigures)
+        return found
+
+    def _dead_letters(self, queue: str) -> DeadLetterFigures:
+        dlq = QueueTopics(queue=queue, prefix=self._prefix).dlq
+        marks = watermarks(self._admin, [(dlq, p) for p in range(self.topics().get(dlq, 0))])
+        last = [
+            TopicPartition(t, p, high - 1) for (t, p), (low, high) in marks.items() if high > low
+        ]
+        return DeadLetterFigures(
+            depth=dlq_depth(marks, dlq), newest_ms=max(self._first_at(last).values(), default=None)
+        )
+
     def _oldest(self, lagging: list[PartitionLag]) -> dict[tuple[str, int], int]:
         """Produce time of the first unconsumed record of each lagging partition."""
-        if not lagging:
+        return self._first_at(
+            [TopicPartition(p.topic, p.partition, max(p.committed, 0)) for p in lagging]
+        )
+
+    def _first_at(self, positions: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Timestamp of the record at each position (a second at most for all)."""
+        if not positions:
             return {}
         if self._heads is None:
             self._heads = make_consumer(self._settings, f"dashboard-heads.{uuid.uuid4().hex}")
         consumer = self._heads
-        consumer.assign(
-            [TopicPartition(p.topic, p.partition, max(p.committed, 0)) for p in lagging]
-        )
+        consumer.assign(positions)
         seen: dict[tuple[str, int], int] = {}
         deadline = self._clock() + 1.0
         try:
-            while len(seen) < len(lagging) and self._clock() < deadline:
-                for message in consumer.consume(num_messages=len(lagging), timeout=0.2):
+            while len(seen) < len(positions) and self._clock() < deadline:
+                for message in consumer.consume(num_messages=len(positions), timeout=0.2):
                     topic, partition = message.topic(), message.partition()
                     if message.error() is None and topic is not None and partition is not None:
                         seen.setdefault((topic, partition), message.timestamp()[1])

@@ -97,6 +97,9 @@ class Engine:
     def promote_due(self) -> int:
         return 0
 
+    def park_excess(self) -> int:
+        return 0
+
     def expire(self) -> int:
         return 0
 

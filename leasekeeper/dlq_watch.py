@@ -1,0 +1,76 @@
+"""The queue's dead letters, watched for the metrics: depth and newest age.
+
+"Poison job: alert on DLQ depth." The depth and the time of the newest dead
+letter are Kafka's figures (the dashboard's ``KafkaView`` asks for them), not the
+leasekeeper's: they count every leasekeeper's dead letters and survive
+restarts. A daemon thread asks every ``interval_s`` and keeps the last answer,
+so a scrape never waits on Kafka; while Kafka does not answer, the last figures
+stay, with the time they were taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from leasekeeper.dashboard.kafka_view import DeadLetterFigures
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 15.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetterView:
+    """For snapshots and metrics: the figures and when they were taken (epoch ms)."""
+
+    depth: int
+    newest_ms: int | None
+    checked_ms: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"depth": self.depth, "newest_ms": self.newest_ms, "checked_ms": self.checked_ms}
+
+
+class DlqWatch:
+    def __init__(
+        self,
+        figures: Callable[[], DeadLetterFigures],
+        *,
+        interval_s: float = INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._figures = figures
+        self._interval_s = interval_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._last: DeadLetterView | None = None
+        self._thread = threading.Thread(target=self._run, name="dlq-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def view(self) -> DeadLetterView | None:
+        """The last figures (None until the first answer)."""
+        return self._last
+
+    def check(self) -> None:
+        """Ask once; a failure keeps the last figures (logged, not raised)."""
+        try:
+            found = self._figures()
+        except Exception as exc:  # the watch must outlive a broker outage
+            log.debug("DLQ figures unavailable: %s", exc)
+            return
+        at = int(self._clock() * 1000)
+        self._last = DeadLetterView(depth=found.depth, newest_ms=found.newest_ms, checked_ms=at)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.check()
+            self._stop.wait(self._interval_s)
