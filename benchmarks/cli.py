@@ -43,6 +43,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-pin", action="store_true", help="do not pin servers and clients")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     parser.add_argument("--no-charts", action="store_true", help="write JSON only")
+    parser.add_argument(
+        "--status-cost",
+        type=int,
+        metavar="N",
+        help="pairs of drains with and without status records, interleaved [3; 0: none]",
+    )
     return parser.parse_args(argv)
 
 
@@ -54,6 +60,10 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         config = replace(config, concurrency=args.concurrency)
     if args.no_profile:
         config = replace(config, profile_s=0.0)
+    if args.status_cost is not None:
+        if args.status_cost < 0:
+            raise SystemExit(f"--status-cost must be 0 or more, got {args.status_cost}")
+        config = replace(config, status_cost_repeats=args.status_cost)
     return config
 
 

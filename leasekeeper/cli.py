@@ -30,6 +30,7 @@ from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
 from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
+from jobcore.topic_admin import STATUS_RETENTION_HELP, retention_ms
 from leasekeeper.breaker import BreakerSettings
 from leasekeeper.breaker_cli import breaker, breaker_settings
 from leasekeeper.consumer_loop import LoopConfig
@@ -231,6 +232,13 @@ def main() -> None:
     show_default=True,
     help="how long a job no connected worker runs waits before it fails as UnknownJobType",
 )
+@click.option("--status-retention", type=DURATION, default=None, help=STATUS_RETENTION_HELP)
+@click.option(
+    "--no-status",
+    is_flag=True,
+    help="write no jobs.QUEUE.status records for this queue (give it to every leasekeeper "
+    "of the queue): lookups of finished jobs then answer that records are off",
+)
 @click.option(
     "--socket-mode",
     default="0600",
@@ -328,6 +336,8 @@ def serve(
     permanent_error: tuple[str, ...],
     reset_state: bool,
     unknown_type_grace: float,
+    status_retention: float | None,
+    no_status: bool,
     socket_mode: str,
     insecure: bool,
     tls_cert: Path | None,
@@ -357,6 +367,8 @@ def serve(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    if status_retention is not None and status_retention <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--status-retention")
     breakers = breaker_settings(rules=breaker_rules, default=breaker_default,
                                 cooldown_s=breaker_cooldown, cooldown_max_s=breaker_cooldown_max,
                                 probes=breaker_probes)  # fmt: skip
@@ -384,6 +396,7 @@ def serve(
             tenants=tenants,
             rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
+            status_records=not no_status,
             breakers=breakers,
             retries=RetryPolicies(
                 default=RetryPolicy(
@@ -406,6 +419,7 @@ def serve(
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
         reset_state=reset_state,
+        status_retention_ms=retention_ms(status_retention),
     )
     try:
         preflight(config.listen, config.security)

@@ -64,6 +64,9 @@ class CopyRequest:
     claim: DedupeClaim | None = None  # DEDUPE_CLAIM
     lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
     status: JobStatus | None = None  # STATUS
+    # RETRY, DEAD: the handler's run time in the attempt that failed, as its worker
+    # reported it; a dead job's status record carries it once the letter is durable.
+    run_s: float = 0.0
 
     @property
     def describe(self) -> str:

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from jobcore.control import JobStatus
 from leasekeeper import engine_view
 from leasekeeper.breaker import BreakerBoard, BreakerState, BreakerView, Transition
 from leasekeeper.breaker_gate import BreakerGate
@@ -95,7 +96,7 @@ class LeaseEngine:
                                    wake=self._cond.notify_all, policy=policy,
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
-        self._copies = CopyQueue(book=self._book)
+        self._copies = CopyQueue(book=self._book, status_records=config.status_records)
         rng = rng or random.Random()
         failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock)
         book, window = self._book, self._window
@@ -399,6 +400,11 @@ class LeaseEngine:
         """Copies queued since the last call, for the outbox to send."""
         with self._cond:
             return self._copies.take()
+
+    def take_statuses(self) -> list[JobStatus]:
+        """Status records (how jobs ended) queued since the last call, for the outbox."""
+        with self._cond:
+            return self._copies.take_statuses()
 
     def is_current(self, request: CopyRequest) -> bool:
         """False once the copy's partition moved: the next owner runs the job again.

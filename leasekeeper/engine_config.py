@@ -43,6 +43,9 @@ class EngineConfig:
     class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
     # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).
     tenants: TenantPolicy = field(default_factory=TenantPolicy)
+    # Write how each job ended to jobs.Q.status (``--no-status`` turns it off for a
+    # queue whose lookups are not worth a record per job: then nothing is written).
+    status_records: bool = True
     # Circuit breakers per job type (see leasekeeper/breaker.py, docs/breaker.md).
     breakers: BreakerSettings = field(default_factory=BreakerSettings)
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).

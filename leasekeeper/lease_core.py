@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 
 from jobcore.control import CancelledHow, JobEnd
 from leasekeeper import job_records as records
@@ -294,15 +295,16 @@ class LeaseCore:
             self._counters.acked += 1
             self._breakers.acked(lease)
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
-            actions.append(
-                records.ended(
-                    pending,
-                    JobEnd.SUCCEEDED,
-                    attempt=lease.attempt,
-                    at_ms=now_ms(self._clock),
-                    worker=lease.worker,
+            if self._config.status_records:  # the hot path: not even built when off
+                self._copies.add_status(
+                    records.succeeded(
+                        pending,
+                        attempt=lease.attempt,
+                        at_ms=now_ms(self._clock),
+                        worker=lease.worker,
+                        run_s=item.run_s,
+                    )
                 )
-            )
             state.tracker.resolve(pending.offset)
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.
@@ -330,9 +332,11 @@ class LeaseCore:
                 traceback=item.traceback,
             )
         )
-        return self._failures.failed(
+        request = self._failures.failed(
             lease, error, permanent=item.permanent, retry_after_s=item.retry_after_s
         )
+        # Kept for the status record if this attempt turns out to be the last.
+        return replace(request, run_s=item.run_s)
 
     # -- the reaper ---------------------------------------------------------------
 

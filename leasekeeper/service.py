@@ -6,12 +6,13 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
+from jobcore.control import STATUS_SWITCH_KEY, StatusSwitchedOff
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
     Consumer,
@@ -26,6 +27,7 @@ from jobcore.kafka import (
     make_admin,
     make_consumer,
     make_producer,
+    produce_reliably,
     topic_ids,
 )
 from jobcore.priority import PriorityClasses
@@ -40,6 +42,7 @@ from leasekeeper.control_state import ControlState
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.engine_config import now_ms
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
@@ -50,6 +53,7 @@ from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.snapshots import LeaseKeeperSnapshot
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
+from leasekeeper.status_sender import StatusSender
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -102,6 +106,8 @@ class ServeConfig:
     reset_state: bool = False
     # Seconds between snapshots published to jobs._leasekeepers (0: none).
     publish_interval_s: float = 3.0
+    # retention.ms of jobs.Q.status, set at start; None leaves the topic's own.
+    status_retention_ms: int | None = None
 
     @property
     def security(self) -> ChannelSecurity:
@@ -137,7 +143,12 @@ class LeaseKeeperService:
             ),
         )
         self._group_id = config.group_id or self.topics.consumer_group
-        self.outbox = Outbox(producer=self._producer, engine=self.engine, router=router)
+        self.outbox = Outbox(
+            producer=self._producer,
+            engine=self.engine,
+            router=router,
+            status=self._status_sender if config.engine.status_records else None,
+        )
         self._feed = ControlFeed(
             settings=config.kafka, topics=self.topics, state=self.engine.control
         )
@@ -302,7 +313,28 @@ class LeaseKeeperService:
             prefix=self.config.prefix,
             tiers=self.config.tiers,
             classes=PriorityClasses(weights=self.config.engine.class_weights),
+            status_retention_ms=self.config.status_retention_ms,
         )
+        self._announce_status_switch()
+
+    def _status_sender(self, on_dropped: Callable[[str], None]) -> StatusSender:
+        return StatusSender(self.config.kafka, self.topics.status, on_dropped=on_dropped)
+
+    def _announce_status_switch(self) -> None:
+        """Say on the status topic whether this queue's jobs get status records, so a
+        lookup that finds none can tell "switched off" from "not finished"."""
+        on = self.config.engine.status_records
+        instance = self.config.instance_id or default_instance()
+        value = None if on else StatusSwitchedOff(at_ms=now_ms(time.time), instance=instance)
+        produce_reliably(
+            self._producer,
+            self.topics.status,
+            key=STATUS_SWITCH_KEY,
+            value=value.encode() if value is not None else None,
+            on_delivery=_switch_reported,
+        )
+        if self._producer.flush(10) > 0:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
 
     def _check_state_identity(self) -> None:
         """Before any partition's state is loaded: is the state dir this queue's?"""
@@ -393,3 +425,9 @@ def _failure(exc: Exception) -> Failure:
     if isinstance(exc, StateMismatch) or classify(exc) is ErrorKind.SETUP:
         return Failure(message=str(exc), exit_code=2)
     return Failure(message=f"the Kafka loop failed: {exc}", exit_code=1)
+
+
+def _switch_reported(error: KafkaError | None, message: object) -> None:
+    """The switch record only informs lookups: a failure is worth a warning, no more."""
+    if error is not None:
+        log.warning("could not record the status switch on the status topic: %s", error)

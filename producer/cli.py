@@ -29,9 +29,10 @@ from jobcore.cli_kafka import (
 from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
+from jobcore.durations import DURATION
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.priority import PriorityClasses
-from jobcore.topic_admin import ensure_queue_topics
+from jobcore.topic_admin import STATUS_RETENTION_HELP, ensure_queue_topics, retention_ms
 from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.cancel import DEFAULT_WAIT_S, cancel_job
@@ -332,6 +333,7 @@ def status(
         for k, v in (
             ("worker", found.worker),
             ("attempt", found.attempt),
+            ("ran", None if found.duration_s is None else f"{found.duration_s:.3f} s"),
             ("reason", found.reason),
             ("last error", found.last_error),
         )
@@ -340,6 +342,8 @@ def status(
     when = f" at {_iso(found.at_ms)}" if found.at_ms else ""
     extra = f" ({', '.join(details)})" if details else ""
     click.echo(f"job {job_id}: {found.state}{when}{extra} [from the {found.source}]")
+    if found.note:
+        click.echo(f"  {found.note}")
     sys.exit(0 if found.state not in (NOT_FOUND, NOT_SEEN) else 1)
 
 
@@ -349,6 +353,7 @@ def status(
 @click.option("--partitions", type=click.IntRange(min=1), required=True)
 @click.option("--replication", type=int, default=-1, help="Default: the broker's default.")
 @_TIERS
+@click.option("--status-retention", type=DURATION, default=None, help=STATUS_RETENTION_HELP)
 @click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
 @kafka_config_option
 @connect_timeout_option
@@ -358,6 +363,7 @@ def create_queue(
     partitions: int,
     replication: int,
     tiers: DelayTiers,
+    status_retention: float | None,
     bootstrap: str | None,
     kafka_config: Path | None,
     connect_timeout_s: float,
@@ -369,6 +375,8 @@ def create_queue(
     are added.
     """
     queue, _ = queue_and_arguments(queue_flag, words, ())
+    if status_retention is not None and status_retention <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--status-retention")
     env = Environment.from_env()
     try:
         classes = PriorityClasses.from_env()
@@ -385,6 +393,7 @@ def create_queue(
             replication=replication,
             tiers=tiers,
             classes=classes,
+            status_retention_ms=retention_ms(status_retention),
         )
     except (ValueError, RuntimeError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import measure, profile
+from benchmarks import measure, profile, status_cost
 from benchmarks.context import BenchContext
 from benchmarks.ours import OurSystem
 from benchmarks.scenarios import result
@@ -39,6 +39,7 @@ def drain_ours(
     queue: str,
     variant: str,
     prefix: list[str] | None = None,
+    leasekeeper_args: tuple[str, ...] = (),
 ) -> measure.DrainResult:
     """One fresh consumer group draining ``queue`` (which holds exactly ``jobs`` jobs)."""
     config = ctx.config
@@ -50,7 +51,7 @@ def drain_ours(
         prefix=prefix or [],
     )
     try:
-        system.start_leasekeeper()
+        system.start_leasekeeper(*leasekeeper_args)
         system.start_workers(app, workers, concurrency)
 
         def alive() -> None:
@@ -130,6 +131,31 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         },
         rows,
     )
+    if config.status_cost_repeats > 0:
+        out["status_cost"] = status_cost_of(ctx, queue)
     if config.profile_s > 0:
         out["profile"] = profile.profile_drain(ctx, queue, max(config.drain_workers))
     return out
+
+
+def status_cost_of(ctx: BenchContext, queue: str) -> dict[str, Any]:
+    """The drain with 2 workers again, with and without status records, interleaved."""
+    config = ctx.config
+    workers = min(2, max(config.drain_workers))
+
+    def drain(status_records: bool) -> measure.DrainResult:
+        side = "on" if status_records else "off"
+        return drain_ours(
+            ctx,
+            workers=workers,
+            concurrency=config.concurrency,
+            app="noop_app",
+            jobs=config.jobs,
+            queue=queue,
+            variant=f"{workers} workers, status records {side}",
+            leasekeeper_args=() if status_records else ("--no-status",),
+        )
+
+    section = status_cost.measure(drain, config.status_cost_repeats)
+    section["workers"] = workers
+    return section
