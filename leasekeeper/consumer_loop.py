@@ -117,6 +117,8 @@ class ConsumerLoop:
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
+        # Assigned since the last step: resumed explicitly (see ``_set_paused``).
+        self._fresh: set[TopicPart] = set()
         # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
         self._assignment: set[TopicPart] = set()
         self._full = False
@@ -340,6 +342,11 @@ class ConsumerLoop:
     def _set_paused(self, wanted: set[TopicPart], assignment: set[TopicPart]) -> None:
         self._paused &= assignment
         pause, resume = wanted - self._paused, self._paused - wanted
+        # librdkafka keeps a partition's pause across a revoke or a lost session; one
+        # paused when it left and assigned again would never be fetched. Resume every
+        # newly assigned partition that should not be paused, once.
+        resume |= (self._fresh & assignment) - wanted
+        self._fresh.clear()
         if pause:
             self._consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in pause])
         if resume:
@@ -479,6 +486,7 @@ class ConsumerLoop:
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
             self._assignment.add(TopicPart(tp.topic, tp.partition))
+            self._fresh.add(TopicPart(tp.topic, tp.partition))
         self._engine.assignment_received()
         log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
         log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
