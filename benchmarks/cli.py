@@ -51,6 +51,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "both: file and registry drains interleaved, --rounds times each, medians compared",
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds per mode of --codec both [3]")
+    parser.add_argument(
+        "--status-cost",
+        type=int,
+        metavar="N",
+        help="pairs of drains with and without status records, interleaved [3; 0: none]",
+    )
     return parser.parse_args(argv)
 
 
@@ -65,6 +71,10 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     config = replace(config, codec=args.codec, codec_rounds=args.rounds)
+    if args.status_cost is not None:
+        if args.status_cost < 0:
+            raise SystemExit(f"--status-cost must be 0 or more, got {args.status_cost}")
+        config = replace(config, status_cost_repeats=args.status_cost)
     return config
 
 

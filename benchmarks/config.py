@@ -43,6 +43,8 @@ class BenchConfig:
     memory_leases: int = 1_000
     memory_sample_s: float = 20.0
     profile_s: float = 12.0
+    # Interleaved pairs of drains with and without status records (0: none).
+    status_cost_repeats: int = 3
     peers_need_install: bool = True
     # "file": the embedded file registry (every scenario); "registry": the drain in
     # registry mode (Confluent wire format, a local Apicurio Registry); "both": the

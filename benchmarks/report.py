@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks import status_cost
 from benchmarks.config import SCENARIOS
 
 
@@ -31,6 +32,8 @@ def render(out_dir: Path) -> str:
             lines.append("  " + _row(row))
         for key, value in (outcome.get("ratios") or {}).items():
             lines.append(f"  ratio {key}: {value}")
+        if outcome.get("status_cost"):
+            lines.extend(status_cost.lines(outcome["status_cost"]))
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
+from json.encoder import encode_basestring_ascii as _text
 
 VERSION = 1
 
@@ -114,23 +115,25 @@ class JobStatus:
     # cut to LAST_ERROR_MAX) for a dead job; empty when unknown (older records).
     worker: str = ""
     last_error: str = ""
+    # The handler's own run time in the last attempt, as its worker reported it in the
+    # settlement (not the lease's age, which prefetch and queueing inflate). None when
+    # not reported: a cancelled job, a lease that expired, older records.
+    duration_s: float | None = None
 
     @property
     def key(self) -> bytes:
         return self.job_id.encode()
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "v": VERSION,
-                "job_id": self.job_id,
-                "state": self.state.value,
-                "at": self.at_ms,
-                "attempt": self.attempt,
-                "reason": self.reason,
-                "worker": self.worker,
-                "last_error": self.last_error[:LAST_ERROR_MAX],
-            }
+        """The JSON record, built by formatting: one is written for every job that
+        ends, and this is about twice as fast as ``json.dumps`` of a dict (the same
+        bytes but for spacing; strings escaped by the json module's own encoder)."""
+        duration = "" if self.duration_s is None else f',"duration_s":{round(self.duration_s, 6)!r}'
+        return (
+            f'{{"v":{VERSION},"job_id":{_text(self.job_id)},"state":"{self.state.value}",'
+            f'"at":{int(self.at_ms)},"attempt":{int(self.attempt)},"reason":{_text(self.reason)},'
+            f'"worker":{_text(self.worker)},'
+            f'"last_error":{_text(self.last_error[:LAST_ERROR_MAX])}{duration}}}'
         ).encode()
 
     @classmethod
@@ -144,4 +147,46 @@ class JobStatus:
             reason=record.get("reason", ""),
             worker=record.get("worker", ""),
             last_error=record.get("last_error", ""),
+            duration_s=_seconds(record.get("duration_s")),
         )
+
+
+def _seconds(value: object) -> float | None:
+    """A reported duration, or None for a missing or nonsensical one."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
+# The key of a queue's one switch record on its status topic. Not a job id (ids never
+# start with NUL), so no job lookup finds it and every job record stays a JobStatus.
+STATUS_SWITCH_KEY = b"\x00status-records"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StatusSwitchedOff:
+    """The queue's leasekeepers write no status records (``leasekeeper serve
+    --no-status``), since ``at_ms``. Written to the status topic under
+    ``STATUS_SWITCH_KEY`` when a leasekeeper starts with the switch off, and deleted
+    (a tombstone) when one starts with it on, so readers can say why a finished job
+    has no record instead of "not found yet"."""
+
+    at_ms: int
+    instance: str = ""
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"v": VERSION, "records": "off", "at": self.at_ms, "instance": self.instance}
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> StatusSwitchedOff | None:
+        """The switch, or None for a record that does not say "off"."""
+        try:
+            record = json.loads(data)
+        except ValueError:
+            return None
+        if not isinstance(record, dict) or record.get("records") != "off":
+            return None
+        at = record.get("at")
+        return cls(at_ms=at if isinstance(at, int) else 0, instance=str(record.get("instance", "")))

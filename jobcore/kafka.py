@@ -79,6 +79,8 @@ __all__ = [
     "produce_reliably",
     "reachable",
     "set_group_config",
+    "set_topic_config",
+    "topic_config",
     "topic_ids",
     "wait_for_brokers",
     "watermarks",
@@ -343,6 +345,28 @@ def set_group_config(
     admin = make_admin(settings)  # must outlive the futures it resolves
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=timeout)
+
+
+def set_topic_config(
+    settings: KafkaSettings, topic: str, configs: Mapping[str, str], timeout: float = 30.0
+) -> None:
+    """Set topic-level configs (e.g. ``retention.ms``), leaving the others as they are."""
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    admin = make_admin(settings)  # must outlive the futures it resolves
+    for future in admin.incremental_alter_configs([resource]).values():
+        await_result(future, admin, settings, timeout)
+
+
+def topic_config(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> dict[str, str]:
+    """A topic's effective configs as the broker reports them, by name."""
+    admin = make_admin(settings)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    (future,) = admin.describe_configs([resource], request_timeout=timeout).values()
+    entries = await_result(future, admin, settings, timeout)
+    return {name: str(entry.value) for name, entry in entries.items()}
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
@@ -648,12 +672,13 @@ def produce_reliably(
     topic: str,
     *,
     key: bytes | None,
-    value: bytes,
+    value: bytes | None,
     headers: list[tuple[str, bytes]] | None = None,
     partition: int | None = None,
     on_delivery: DeliveryCallback | None = None,
 ) -> None:
-    """Produce one record, serving delivery reports while the local queue is full."""
+    """Produce one record (``value`` None: a tombstone), serving delivery reports while
+    the local queue is full."""
     kwargs: dict[str, Any] = {"key": key, "value": value}
     if headers:
         kwargs["headers"] = headers

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from types import TracebackType
 
-from jobcore.control import JobStatus
+from jobcore.control import STATUS_SWITCH_KEY, JobStatus, StatusSwitchedOff
 from jobcore.kafka import (
     Consumer,
     KafkaError,
@@ -24,7 +25,7 @@ from jobcore.kafka import (
     make_consumer,
 )
 
-__all__ = ["MAX_SCAN", "StatusError", "StatusReader"]
+__all__ = ["MAX_SCAN", "StatusError", "StatusReader", "switched_off_note"]
 
 # The most recent status records a reader looks through.
 MAX_SCAN = 1_000_000
@@ -46,13 +47,20 @@ class StatusReader:
         low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         self._start, self._end = max(low, high - MAX_SCAN), high
         self._consumer.assign([TopicPartition(topic, 0, self._start)])
+        # Set by ``latest``: the queue's leasekeepers were told to write no records.
+        self.switched_off: StatusSwitchedOff | None = None
 
     def latest(self, job_id: str, timeout_s: float = 30.0) -> JobStatus | None:
-        """The last status of ``job_id`` written before this reader started."""
+        """The last status of ``job_id`` written before this reader started; on the way,
+        whether status records are switched off for the queue (``switched_off``)."""
         found: JobStatus | None = None
         deadline = self._clock() + timeout_s
         while self._position() < self._end and self._clock() < deadline:
             for message in self._consumer.consume(num_messages=500, timeout=0.2):
+                if message.error() is None and message.key() == STATUS_SWITCH_KEY:
+                    value = message.value()
+                    self.switched_off = StatusSwitchedOff.decode(value) if value else None
+                    continue
                 status = _status(message, job_id)
                 found = status or found
         return found
@@ -84,6 +92,17 @@ class StatusReader:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def switched_off_note(queue: str, at_ms: int) -> str:
+    """What every lookup says of a job with no record when the queue writes none."""
+    since = ""
+    if at_ms > 0:
+        since = " since " + datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f"status records are off for queue {queue}{since} (leasekeeper serve --no-status): "
+        "a job that finished is not recorded"
+    )
 
 
 def _status(message: Message, job_id: str) -> JobStatus | None:

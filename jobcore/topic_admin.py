@@ -16,16 +16,18 @@ import time
 from datetime import timedelta
 
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
-from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin
+from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin, set_topic_config
 from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics, leasekeepers_topic
 
 __all__ = [
     "CONTROL_RETENTION_MS",
     "DLQ_RETENTION_MS",
+    "STATUS_RETENTION_HELP",
     "STATUS_RETENTION_MS",
     "ensure_leasekeepers_topic",
     "ensure_queue_topics",
+    "retention_ms",
 ]
 
 # Dead letters wait for a human; a month covers holidays and slow incident reviews.
@@ -38,6 +40,16 @@ STATUS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 # Leasekeeper snapshots are live data: a day keeps a stopped one's last words for a
 # look after an incident; compaction keeps one record per instance meanwhile.
 LEASEKEEPERS_RETENTION_MS = 24 * 60 * 60 * 1000
+# What ``--status-retention`` says, on every command that creates a queue's topics.
+STATUS_RETENTION_HELP = (
+    "how long jobs.QUEUE.status keeps how each job ended (7d, 12h); set on the topic "
+    "whether new or not [default for a new topic: 7d; an existing one is left alone]"
+)
+
+
+def retention_ms(seconds: float | None) -> int | None:
+    """A ``--status-retention`` in seconds as the topic config's milliseconds."""
+    return None if seconds is None else round(seconds * 1000)
 
 
 def ensure_leasekeepers_topic(
@@ -65,12 +77,19 @@ def ensure_queue_topics(
     replication: int = -1,
     tiers: DelayTiers | None = None,
     classes: PriorityClasses | None = None,
+    status_retention_ms: int | None = None,
 ) -> list[str]:
     """Create the ready (one per priority class), delay-tier and dead-letter topics of
     ``queue`` if missing; returns their names.
 
     ``replication=-1`` takes the broker's default replication factor.
+    ``status_retention_ms``: how long ``jobs.Q.status`` keeps how each job ended, set
+    on a new topic and on an existing one alike; None creates it with the default
+    (``STATUS_RETENTION_MS``, a week) and leaves an existing topic's setting alone, so
+    a restart without the option never undoes an operator's choice.
     """
+    if status_retention_ms is not None and status_retention_ms < 1:
+        raise ValueError(f"status retention must be > 0, got {status_retention_ms} ms")
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     topics = QueueTopics(queue=queue, prefix=prefix)
@@ -95,16 +114,28 @@ def ensure_queue_topics(
     internal = [
         TopicSpec(name=topics.control, partitions=1, replication=replication, config=compacted),
         TopicSpec(name=topics.dedupe, partitions=1, replication=replication, config=compacted),
+        # One record per job type, kept until replaced: an open breaker outlives restarts.
+        TopicSpec(
+            name=topics.breakers,
+            partitions=1,
+            replication=replication,
+            config={"cleanup.policy": "compact"},
+        ),
         # One partition: ``producer cancel`` finds a job's status without knowing the
         # partitioner the leasekeeper's producer used.
         TopicSpec(
             name=topics.status,
             partitions=1,
             replication=replication,
-            config={"cleanup.policy": "compact,delete", "retention.ms": str(STATUS_RETENTION_MS)},
+            config={
+                "cleanup.policy": "compact,delete",
+                "retention.ms": str(status_retention_ms or STATUS_RETENTION_MS),
+            },
         ),
     ]
     create_topics(settings, internal)
+    if status_retention_ms is not None:  # the topic may have existed before
+        set_topic_config(settings, topics.status, {"retention.ms": str(status_retention_ms)})
     create_topics(settings, specs)
     _check_partitions(settings, specs)
     return [spec.name for spec in specs]

@@ -9,7 +9,7 @@ DEFAULT_CLASS = "default"
 # The last part of a topic name that a queue's own topics use: a queue named
 # ``emails.critical`` would collide with the critical class topic of ``emails``.
 RESERVED_SUFFIXES = frozenset(
-    {"critical", "bulk", "overflow", "dlq", "retry", "status", "control", "dedupe"}
+    {"critical", "bulk", "overflow", "dlq", "retry", "status", "control", "dedupe", "breakers"}
 )
 
 
@@ -76,6 +76,12 @@ class QueueTopics:
     def dedupe(self) -> str:
         """First job seen per (tenant, dedupe key) (compacted), read whole by every leasekeeper."""
         return f"{self.prefix}.{self.queue}.dedupe"
+
+    @property
+    def breakers(self) -> str:
+        """Circuit breaker state per job type (compacted, keyed by type), read whole by
+        every leasekeeper: ``jobs.Q.breakers``."""
+        return f"{self.prefix}.{self.queue}.breakers"
 
     @property
     def status(self) -> str:

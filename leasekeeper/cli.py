@@ -41,6 +41,9 @@ from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaException
 from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
+from jobcore.topic_admin import STATUS_RETENTION_HELP, retention_ms
+from leasekeeper.breaker import BreakerSettings
+from leasekeeper.breaker_cli import breaker, breaker_settings
 from leasekeeper.consumer_loop import LoopConfig
 from leasekeeper.dashboard.cli import dashboard
 from leasekeeper.dlq.cli import dlq
@@ -60,6 +63,7 @@ from schemas.codec import SchemaError
 _ENGINE = EngineConfig()
 _LOOP = LoopConfig()
 _POLICY = RetryPolicy()
+_BREAKERS = BreakerSettings()
 _SERVE_FIELDS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServeConfig)}
 
 
@@ -236,6 +240,13 @@ def main() -> None:
     show_default=True,
     help="how long a job no connected worker runs waits before it fails as UnknownJobType",
 )
+@click.option("--status-retention", type=DURATION, default=None, help=STATUS_RETENTION_HELP)
+@click.option(
+    "--no-status",
+    is_flag=True,
+    help="write no jobs.QUEUE.status records for this queue (give it to every leasekeeper "
+    "of the queue): lookups of finished jobs then answer that records are off",
+)
 @click.option(
     "--socket-mode",
     default="0600",
@@ -256,6 +267,43 @@ def main() -> None:
     "--tls-key",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="TLS private key (PEM) for a TCP listener",
+)
+@click.option(
+    "--breaker",
+    "breaker_rules",
+    multiple=True,
+    metavar="TYPE[=RATE%/MIN/WINDOW]",
+    help="a job type's circuit breaker: open when RATE of at least MIN calls in WINDOW "
+    "failed, e.g. send_receipt=50%/20/30s; TYPE alone: 50%/20/30s (repeatable)",
+)
+@click.option(
+    "--breaker-default",
+    default=_BREAKERS.default.describe() if _BREAKERS.default else "off",
+    show_default=True,
+    metavar="RATE%/MIN/WINDOW|on|off",
+    help="the breaker rule of every other job type; on: 50%/20/30s; off: breakers only "
+    "for --breaker types (and for a type whose handler raised DependencyDown)",
+)
+@click.option(
+    "--breaker-cooldown",
+    type=DURATION,
+    default=shown(_BREAKERS.cooldown_s),
+    show_default=True,
+    help="how long a breaker stays open before probes; doubled each time a probe fails",
+)
+@click.option(
+    "--breaker-cooldown-max",
+    type=DURATION,
+    default=shown(_BREAKERS.cooldown_max_s),
+    show_default=True,
+    help="the cap of the doubled cool-down",
+)
+@click.option(
+    "--breaker-probes",
+    type=click.IntRange(min=1),
+    default=_BREAKERS.probes,
+    show_default=True,
+    help="jobs a half-open breaker dispatches to test the dependency",
 )
 @log_level_option()
 def serve(
@@ -297,10 +345,17 @@ def serve(
     permanent_error: tuple[str, ...],
     reset_state: bool,
     unknown_type_grace: float,
+    status_retention: float | None,
+    no_status: bool,
     socket_mode: str,
     insecure: bool,
     tls_cert: Path | None,
     tls_key: Path | None,
+    breaker_rules: tuple[str, ...],
+    breaker_default: str,
+    breaker_cooldown: float,
+    breaker_cooldown_max: float,
+    breaker_probes: int,
     log_level: str,
 ) -> None:
     """Consume QUEUE and lease its jobs to workers until SIGTERM or Ctrl-C.
@@ -320,6 +375,11 @@ def serve(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    if status_retention is not None and status_retention <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--status-retention")
+    breakers = breaker_settings(rules=breaker_rules, default=breaker_default,
+                                cooldown_s=breaker_cooldown, cooldown_max_s=breaker_cooldown_max,
+                                probes=breaker_probes)  # fmt: skip
     config = ServeConfig(
         insecure=insecure,
         socket_mode=_socket_mode(socket_mode),
@@ -344,6 +404,8 @@ def serve(
             tenants=tenants,
             rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
+            status_records=not no_status,
+            breakers=breakers,
             retries=RetryPolicies(
                 default=RetryPolicy(
                     base_s=retry_base,
@@ -365,6 +427,7 @@ def serve(
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
         reset_state=reset_state,
+        status_retention_ms=retention_ms(status_retention),
     )
     try:
         preflight(config.listen, config.security)
@@ -601,3 +664,4 @@ def dev() -> None:
 
 main.add_command(dlq)
 main.add_command(dashboard)
+main.add_command(breaker)

@@ -26,6 +26,7 @@ from jobcore.kafka import (
 )
 from jobcore.retrying import Backoff, until_done
 from jobcore.topics import QueueTopics
+from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
@@ -52,6 +53,15 @@ COMMIT_BACKOFF = Backoff(base_s=0.2, cap_s=10.0)
 # yet (it moves to another broker within seconds), and the pause between tries.
 HANDOVER_COMMIT_PATIENCE_S = 15.0
 COMMIT_RETRY_S = 0.2
+
+
+# Rejoins after a fatal consumer error allowed within the window before giving up.
+REJOINS = 3
+REJOIN_WINDOW_S = 600.0
+
+
+class _Rejoined(Exception):
+    """The consumer was replaced mid-step: drop the rest of the old one's batch."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,8 +91,12 @@ class ConsumerLoop:
         clock: Callable[[], float] = time.monotonic,
         watch: ErrorWatch | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
+        consumer_factory: Callable[[], Consumer] | None = None,
     ) -> None:
         self._consumer = consumer
+        # A fatal consumer error is answered by rejoining with a new consumer from here.
+        self._consumer_factory = consumer_factory
+        self._rejoins: list[float] = []
         self._watch = watch or ErrorWatch()
         self._backoff = backoff
         self._stop = threading.Event()
@@ -103,10 +117,13 @@ class ConsumerLoop:
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
+        # Assigned since the last step: resumed explicitly (see ``_set_paused``).
+        self._fresh: set[TopicPart] = set()
         # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
         self._assignment: set[TopicPart] = set()
         self._full = False
         self.control: ControlFeed | None = None
+        self.breakers: BreakerFeed | None = None
         self._last_commit = 0.0
         self._last_reap = 0.0
         self.commits = 0
@@ -114,20 +131,26 @@ class ConsumerLoop:
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
         self._ran = True
+        self._subscribe()
+        try:
+            while not stop.is_set():
+                # Bad credentials only reach error_cb; without this the loop would
+                # poll a cluster that keeps refusing it, forever.
+                self._watch.raise_if_setup_error()
+                try:
+                    self._step()
+                except _Rejoined:
+                    continue  # the old consumer's records are another member's now
+        finally:
+            self._shutdown()
+
+    def _subscribe(self) -> None:
         self._consumer.subscribe(
             [*self._ready_topics, *self._gate.topics],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
-        try:
-            while not stop.is_set():
-                # Bad credentials only reach error_cb; without this the loop would
-                # poll a cluster that keeps refusing it, forever.
-                self._watch.raise_if_setup_error()
-                self._step()
-        finally:
-            self._shutdown()
 
     def close_if_idle(self) -> None:
         """Close the consumer of a loop that never ran (Kafka never reached, or a
@@ -150,6 +173,8 @@ class ConsumerLoop:
         if self.control is not None:
             self.control.poll()
             self._engine.cancellations_arrived()
+        if self.breakers is not None:
+            self.breakers.poll()
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
@@ -317,6 +342,11 @@ class ConsumerLoop:
     def _set_paused(self, wanted: set[TopicPart], assignment: set[TopicPart]) -> None:
         self._paused &= assignment
         pause, resume = wanted - self._paused, self._paused - wanted
+        # librdkafka keeps a partition's pause across a revoke or a lost session; one
+        # paused when it left and assigned again would never be fetched. Resume every
+        # newly assigned partition that should not be paused, once.
+        resume |= (self._fresh & assignment) - wanted
+        self._fresh.clear()
         if pause:
             self._consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in pause])
         if resume:
@@ -456,6 +486,7 @@ class ConsumerLoop:
         for tp in committed:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
             self._assignment.add(TopicPart(tp.topic, tp.partition))
+            self._fresh.add(TopicPart(tp.topic, tp.partition))
         self._engine.assignment_received()
         log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
         log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
@@ -489,6 +520,11 @@ class ConsumerLoop:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         lost = {TopicPart(tp.topic, tp.partition) for tp in partitions}
+        log.warning(
+            "lost %s (the group's session expired); their jobs in flight run again "
+            "on the next owner",
+            partitions_line((tp.topic, tp.partition) for tp in lost),
+        )
         self._gate.forget(lost)
         for tp in lost:
             self._engine.revoke(tp)
@@ -496,13 +532,47 @@ class ConsumerLoop:
 
     def _fail_fatally(self, error: KafkaError) -> None:
         """The consumer is unusable (for example fenced: another member holds its
-        static instance id) and its partitions are another member's now. Let go of them
-        at once, so no job of theirs is handed out or acked here any more, and stop:
-        the leasekeeper exits non-zero and its supervisor starts it again."""
-        self._fatal = True
-        for tp in self._engine.assigned():
+        static instance id, or its own stale commit after a session timeout met its
+        rejoined self) and its partitions are another member's now. Let go of them at
+        once, so no job of theirs is handed out or acked here any more. Then rejoin
+        with a new consumer, unless that already happened ``REJOINS`` times within
+        ``REJOIN_WINDOW_S`` (two processes share an instance id): then stop, and the
+        leasekeeper exits non-zero for its supervisor."""
+        lost = set(self._engine.assigned())
+        self._gate.forget(lost)
+        for tp in lost:
             self._engine.revoke(tp)
-        raise KafkaException(error)
+        self._assignment.clear()
+        self._paused.clear()
+        self._async_commit = None
+        now = self._clock()
+        self._rejoins = [at for at in self._rejoins if now - at < REJOIN_WINDOW_S]
+        if self._consumer_factory is None or len(self._rejoins) >= REJOINS:
+            self._fatal = True
+            if self._rejoins:
+                log.error(
+                    "fenced %d times in %.0f minutes: is another leasekeeper running with "
+                    "the same --instance-id?",
+                    len(self._rejoins) + 1,
+                    REJOIN_WINDOW_S / 60,
+                )
+            raise KafkaException(error)
+        self._rejoins.append(now)
+        log.warning(
+            "the consumer failed for good (%s); rejoining the group as a new consumer "
+            "(%d of %d in %.0f minutes)",
+            error.str(),
+            len(self._rejoins),
+            REJOINS,
+            REJOIN_WINDOW_S / 60,
+        )
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("closing the failed consumer: %s", exc)
+        self._consumer = self._consumer_factory()
+        self._subscribe()
+        raise _Rejoined
 
     def _shutdown(self) -> None:
         """Stop fetching, drain the jobs in flight, commit, leave the group."""
@@ -515,6 +585,7 @@ class ConsumerLoop:
                 self._consumer.pause(assignment)
             self._drain_keeping_membership()
             self._producer.flush(10)
+            self._outbox.flush_status(10)
             self.commit(patience_s=HANDOVER_COMMIT_PATIENCE_S)
         finally:
             self._consumer.close()  # revokes (nothing left in flight) and leaves the group

@@ -30,6 +30,7 @@ SHORT_TEXT_CHARS = 200
 class CopyKind(StrEnum):
     RETRY = "retry"  # to the delay tier that fits the backoff
     HOP = "hop"  # a delay-tier record moving to the tier that fits the wait left
+    PARK = "park"  # a job not dispatched now (breaker open), to a tier; no attempt spent
     DEAD = "dead"  # a job to the DLQ
     DEAD_RAW = "dead_raw"  # an undecodable record to the DLQ, byte for byte
     DEDUPE_CLAIM = "dedupe_claim"  # a dedupe key's first job, before the job runs
@@ -55,14 +56,17 @@ class CopyRequest:
     generation: int
     job: Job | None = None
     tier: str = ""  # HOP (a retry's tier follows from delay_s)
-    delay_s: float = 0.0  # RETRY
+    delay_s: float = 0.0  # RETRY, PARK
     reason: DeadLetterReason | None = None  # DEAD, DEAD_RAW
-    detail: str = ""  # DEAD, DEAD_RAW
+    detail: str = ""  # DEAD, DEAD_RAW; PARK: why
     raw_key: bytes | None = None  # DEAD_RAW
     raw_value: bytes | None = None  # DEAD_RAW
     claim: DedupeClaim | None = None  # DEDUPE_CLAIM
     lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
     status: JobStatus | None = None  # STATUS
+    # RETRY, DEAD: the handler's run time in the attempt that failed, as its worker
+    # reported it; a dead job's status record carries it once the letter is durable.
+    run_s: float = 0.0
 
     @property
     def describe(self) -> str:

@@ -8,6 +8,7 @@ is not let go (nor its commit moved) while a copy of one of its jobs is unsent.
 
 from __future__ import annotations
 
+from jobcore.control import JobStatus
 from leasekeeper import job_records as records
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.partition_book import PartitionBook
@@ -19,24 +20,43 @@ from schemas.vocabulary import DeadLetterReason
 _RESOLUTIONS = {
     CopyKind.RETRY: Resolution.RETRIED,
     CopyKind.HOP: Resolution.HOPPED,
+    CopyKind.PARK: Resolution.PARKED,
     CopyKind.DEAD: Resolution.DEAD,
     CopyKind.DEAD_RAW: Resolution.DEAD,
 }
 
 
 class CopyQueue:
-    def __init__(self, *, book: PartitionBook) -> None:
+    def __init__(self, *, book: PartitionBook, status_records: bool = True) -> None:
         self._book = book
         self._copies: list[CopyRequest] = []
+        # Status records wait apart, as bare values: one is written for every job
+        # that ends, so a succeeded job's costs no CopyRequest (see status_sender).
+        self._statuses: list[JobStatus] = []
+        # Off (``--no-status``): status records are dropped here, the one door every
+        # one passes, so no path of the engine can write one.
+        self._status_records = status_records
 
     def add(self, requests: list[CopyRequest]) -> None:
         for request in requests:
-            if _counted(request):
-                self._book.count_copy(request, 1)
+            if request.kind is CopyKind.STATUS:
+                if request.status is not None:
+                    self.add_status(request.status)
+                continue
+            self._book.count_copy(request, 1)
             self._copies.append(request)
+
+    def add_status(self, status: JobStatus) -> None:
+        """How a job ended, for ``jobs.Q.status``; resolves nothing, nothing waits for it."""
+        if self._status_records:
+            self._statuses.append(status)
 
     def take(self) -> list[CopyRequest]:
         taken, self._copies = self._copies, []
+        return taken
+
+    def take_statuses(self) -> list[JobStatus]:
+        taken, self._statuses = self._statuses, []
         return taken
 
     def done(self, request: CopyRequest) -> None:

@@ -13,6 +13,8 @@ state and its invariants, in its own module:
 - ``lease_core``: claim, heartbeat, settle, expire (tokens, attempts, settling in);
 - ``failures``: the retry path (retry or dead letter, as a copy);
 - ``unhandled``: jobs no connected worker runs;
+- ``breaker_gate``: circuit breakers per job type (admit, probe, or park);
+- ``parking``: a job back to a delay tier without spending an attempt;
 - ``copy_queue``: copies decided and not yet taken by the outbox;
 - ``engine_view``: ``snapshot`` and ``job_view``.
 
@@ -28,7 +30,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from jobcore.control import JobStatus
 from leasekeeper import engine_view
+from leasekeeper.breaker import BreakerBoard, BreakerState, BreakerView, Transition
+from leasekeeper.breaker_gate import BreakerGate
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.copy_queue import CopyQueue, dead_status, resolution_of
@@ -40,6 +45,7 @@ from leasekeeper.intake import Intake
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
 from leasekeeper.limit_dispatch import LimitDispatch, LimitsSnapshot
+from leasekeeper.parking import Parking
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.rate_limit import RateLimits
 from leasekeeper.retry_budget import RetryBudget
@@ -90,18 +96,22 @@ class LeaseEngine:
                                    wake=self._cond.notify_all, policy=policy,
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
-        self._copies = CopyQueue(book=self._book)
-        failures = FailurePath(config=config, budget=self._budget, rng=rng or random.Random(),
-                               clock=clock)  # fmt: skip
+        self._copies = CopyQueue(book=self._book, status_records=config.status_records)
+        rng = rng or random.Random()
+        failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock)
         book, window = self._book, self._window
         self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
         self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                      window=window, book=book,
                                      window_records=config.window_records,
                                      monotonic=monotonic)  # fmt: skip
+        self._parking = Parking(book=book, counters=self.counters, clock=clock)
+        self._breakers = BreakerGate(board=BreakerBoard(config.breakers), parking=self._parking,
+                                     retries=config.retries, monotonic=monotonic,
+                                     rng=rng)  # fmt: skip
         self._core = LeaseCore(ctx=ctx, book=book, window=window, intake=self._intake,
-                               failures=failures, budget=self._budget,
-                               copies=self._copies, limits=self._limits)  # fmt: skip
+                               failures=failures, budget=self._budget, copies=self._copies,
+                               limits=self._limits, breakers=self._breakers)  # fmt: skip
         self._unhandled = UnhandledSweep(ctx=ctx, book=book, window=window, failures=failures)
 
     # -- partitions -------------------------------------------------------
@@ -191,10 +201,13 @@ class LeaseEngine:
             return self._book.track_unoffered(tp, offset)
 
     def promote_due(self) -> int:
-        """Move delayed jobs whose time came to the ready window; returns how many."""
+        """Move delayed jobs whose time came to the ready window; returns how many. Then
+        park the ready jobs of types whose breaker is open (called every loop turn)."""
         with self._cond:
             live = self._book.live
-            return self._window.promote_due(now_ms(self._clock), lambda p: live(p) is not None)
+            moved = self._window.promote_due(now_ms(self._clock), lambda p: live(p) is not None)
+            self._copies.add(self._breakers.sweep(self._window))
+            return moved
 
     @property
     def window_records(self) -> int:
@@ -280,6 +293,7 @@ class LeaseEngine:
         with self._cond:
             answers, actions = self._core.settle(settlements)
             self._copies.add(actions)
+            self._copies.add(self._breakers.sweep(self._window))
         return answers
 
     def expire(self) -> int:
@@ -287,6 +301,7 @@ class LeaseEngine:
         with self._cond:
             actions = self._core.expire()
             self._copies.add(actions)
+            self._copies.add(self._breakers.sweep(self._window))
         return len(actions)
 
     def park_excess(self) -> int:
@@ -318,6 +333,61 @@ class LeaseEngine:
             self._copies.add(actions)
         return len(actions)
 
+    # -- parking and circuit breakers --------------------------------------------
+
+    def park(self, pending: Pending, delay_s: float, reason: str) -> None:
+        """Send ``pending`` back to the delay tier that fits ``delay_s`` without spending
+        an attempt; its offset resolves (as ``parked``) once the copy is delivered.
+
+        For a job that must not run now and must not be held either (an open breaker, a
+        rate limit): held, it would stop its partition's commit. ``pending`` must have
+        left the window (``ReadyWindow.pop`` / ``remove_ready``) and not be leased.
+        ``reason`` is for logs (``describe``); ``Counters.parked`` counts the job."""
+        with self._cond:
+            self._copies.add([self._parking.park(pending, delay_s, reason)])
+
+    def breaker_transitions(self) -> list[Transition]:
+        """Breaker state changes since the last call, for the breaker topic."""
+        with self._cond:
+            return self._breakers.take_transitions()
+
+    def force_breaker(self, job_type: str, *, open_: bool, reason: str) -> Transition:
+        """An operator opens (held open, no probes) or closes ``job_type``'s breaker."""
+        with self._cond:
+            transition = self._breakers.force(job_type, open_=open_, reason=reason)
+            self._copies.add(self._breakers.sweep(self._window))
+            return transition
+
+    def adopt_breaker(
+        self,
+        job_type: str,
+        *,
+        state: BreakerState,
+        until_ms: int,
+        cooldown_s: float,
+        trips: int,
+        forced: bool,
+        reason: str,
+    ) -> None:
+        """Take a breaker state published on the queue's breaker topic (by another
+        leasekeeper, an operator, or this one before a restart). ``until_ms`` is wall
+        time; the breaker runs on the monotonic clock."""
+        with self._cond:
+            until = self._monotonic() + (until_ms - now_ms(self._clock)) / 1000
+            self._breakers.adopt(job_type, state=state, until=until, cooldown_s=cooldown_s,
+                                 trips=trips, forced=forced, reason=reason)  # fmt: skip
+            self._copies.add(self._breakers.sweep(self._window))
+
+    def wall_ms(self, monotonic_s: float) -> int:
+        """A breaker's monotonic deadline as epoch ms (0 stays 0), for the topic."""
+        if monotonic_s <= 0:
+            return 0
+        return now_ms(self._clock) + int((monotonic_s - self._monotonic()) * 1000)
+
+    def breakers(self) -> list[BreakerView]:
+        with self._cond:
+            return self._breakers.views()
+
     # -- the outbox's side of copies ------------------------------------------
 
     def copy(self, request: CopyRequest) -> None:
@@ -330,6 +400,11 @@ class LeaseEngine:
         """Copies queued since the last call, for the outbox to send."""
         with self._cond:
             return self._copies.take()
+
+    def take_statuses(self) -> list[JobStatus]:
+        """Status records (how jobs ended) queued since the last call, for the outbox."""
+        with self._cond:
+            return self._copies.take_statuses()
 
     def is_current(self, request: CopyRequest) -> bool:
         """False once the copy's partition moved: the next owner runs the job again.

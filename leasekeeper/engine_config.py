@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
+from leasekeeper.breaker import BreakerSettings
 from leasekeeper.control_state import ControlState
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.rate_limit import RateLimitConfig
@@ -42,6 +43,11 @@ class EngineConfig:
     class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
     # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).
     tenants: TenantPolicy = field(default_factory=TenantPolicy)
+    # Write how each job ended to jobs.Q.status (``--no-status`` turns it off for a
+    # queue whose lookups are not worth a record per job: then nothing is written).
+    status_records: bool = True
+    # Circuit breakers per job type (see leasekeeper/breaker.py, docs/breaker.md).
+    breakers: BreakerSettings = field(default_factory=BreakerSettings)
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
 
@@ -73,6 +79,10 @@ class Counters:
     skipped: int = _counter("fetched jobs skipped as already resolved (after a restart or move)")
     cancelled: int = _counter("jobs skipped or taken back because they were cancelled")
     deduplicated: int = _counter("jobs skipped because their dedupe key was used by another job")
+    parked: int = _counter(
+        "jobs parked in a delay tier without spending an attempt by a circuit breaker or "
+        "LeaseEngine.park (rate limits count theirs per limiter)"
+    )
     stale_rejected: int = _counter(
         "heartbeats, acks and nacks refused for a stale or unknown lease token"
     )

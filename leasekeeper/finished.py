@@ -86,4 +86,6 @@ def status_view(status: JobStatus) -> dict[str, object]:
         view["worker"] = status.worker
     if status.last_error:
         view["last_error"] = status.last_error
+    if status.duration_s is not None:
+        view["duration_s"] = status.duration_s
     return view

@@ -82,6 +82,32 @@ def render_snapshot(
     control = control_line(snapshot)
     if control:
         console.print(control, highlight=False)
+    for line in breaker_lines(snapshot):
+        console.print(line, highlight=False)
+
+
+def breaker_lines(snapshot: dict[str, Any]) -> list[str]:
+    """One line per job type with a breaker: state, failure rate of its window, calls,
+    the next probe, and jobs parked; nothing from an older leasekeeper."""
+    lines = []
+    for b in snapshot.get("breakers") or []:
+        if b["state"] == "open":
+            probe = (
+                "held open by an operator"
+                if b["forced"]
+                else (f"next probe in {b['next_probe_in_s']:.0f}s (cool-down {b['cooldown_s']:g}s)")
+            )
+        elif b["state"] == "half_open":
+            probe = f"probing ({b['probes_out']} out)"
+        else:
+            probe = f"rule {b['rule']}"
+        why = f"; {b['reason']}" if b["reason"] and b["state"] != "closed" else ""
+        lines.append(
+            f"[bold]breaker[/] {b['type']}: {b['state']}, failure rate "
+            f"{b['failure_rate'] * 100:.0f}% of {b['calls']} calls, {probe}, "
+            f"parked {b['parked']}{why}"
+        )
+    return lines
 
 
 # Tenants listed by inspect before "… N more": the busiest (ready plus in flight).

@@ -29,12 +29,25 @@ def ended(
     at_ms: int,
     how: CancelledHow | None = None,
     worker: str = "",
+    run_s: float = 0.0,
 ) -> CopyRequest:
-    """The status record of a job in hand that ended ``end`` (run by ``worker``)."""
+    """The status record of a job in hand that ended ``end`` (run by ``worker``, its
+    handler running ``run_s`` by the worker's own clock; 0: not reported)."""
     status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=at_ms, attempt=attempt,
-                       reason=how.value if how else "", worker=worker)  # fmt: skip
+                       reason=how.value if how else "", worker=worker,
+                       duration_s=_reported(run_s))  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
                        generation=pending.generation, status=status)  # fmt: skip
+
+
+def succeeded(
+    pending: Pending, *, attempt: int, at_ms: int, worker: str, run_s: float
+) -> JobStatus:
+    """The status record of a job acked by ``worker``: a bare value, since one is
+    made for every job (``ended`` wraps the rarer ends in a CopyRequest)."""
+    return JobStatus(job_id=pending.job.job_id, state=JobEnd.SUCCEEDED, at_ms=at_ms,
+                     attempt=attempt, worker=worker,
+                     duration_s=run_s if run_s > 0 else None)  # fmt: skip
 
 
 def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequest:
@@ -43,9 +56,14 @@ def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequ
     error = f"{last.error_class}: {last.message}" if last else ""
     status = JobStatus(job_id=job.job_id, state=JobEnd.DEAD, at_ms=at_ms, attempt=job.attempt,
                        reason=reason, worker=last.worker if last else "",
-                       last_error=error)  # fmt: skip
+                       last_error=error, duration_s=_reported(request.run_s))  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=request.source, offset=request.offset,
                        generation=request.generation, status=status)  # fmt: skip
+
+
+def _reported(run_s: float) -> float | None:
+    """A worker that reported no run time (0) leaves the duration unknown, not zero."""
+    return run_s if run_s > 0 else None
 
 
 def cancelled_in_tier(note: JobNote, *, at_ms: int) -> CopyRequest:

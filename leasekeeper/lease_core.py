@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 
 from jobcore.control import CancelledHow, JobEnd
 from leasekeeper import job_records as records
+from leasekeeper.breaker_gate import BreakerGate
 from leasekeeper.copies import CopyRequest, cap_error
 from leasekeeper.copy_queue import CopyQueue
 from leasekeeper.engine_config import EngineContext, now_ms
@@ -61,9 +63,11 @@ class LeaseCore:
         budget: RetryBudget,
         copies: CopyQueue,
         limits: LimitDispatch,
+        breakers: BreakerGate,
     ) -> None:
         self._copies = copies
         self._limits = limits
+        self._breakers = breakers
         self._book = book
         self._window = window
         self._intake = intake
@@ -130,6 +134,10 @@ class LeaseCore:
         prior = state.claims.get(pending.offset, 0)
         if job.attempt + prior >= job.max_attempts:
             actions.append(self._failures.crashed(pending))
+            return None
+        parked = self._breakers.admit(pending)  # its type's breaker is open: no attempt
+        if parked is not None:
+            actions.append(parked)
             return None
         if job.attempt == 0 and prior == 0:
             self._budget.record_first_attempt()
@@ -285,26 +293,32 @@ class LeaseCore:
         pending = lease.pending
         if item.outcome is Outcome.ACK:
             self._counters.acked += 1
+            self._breakers.acked(lease)
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
-            actions.append(
-                records.ended(
-                    pending,
-                    JobEnd.SUCCEEDED,
-                    attempt=lease.attempt,
-                    at_ms=now_ms(self._clock),
-                    worker=lease.worker,
+            if self._config.status_records:  # the hot path: not even built when off
+                self._copies.add_status(
+                    records.succeeded(
+                        pending,
+                        attempt=lease.attempt,
+                        at_ms=now_ms(self._clock),
+                        worker=lease.worker,
+                        run_s=item.run_s,
+                    )
                 )
-            )
             state.tracker.resolve(pending.offset)
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.
             self._counters.released += 1
+            self._breakers.released(lease)
             count = max(0, state.claims.get(pending.offset, 1) - 1)
             state.claims[pending.offset] = count
             batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
             self._window.push_front(pending)
         else:
             self._counters.nacked += 1
+            self._breakers.nacked(lease, item.error_class or ErrorClass.ERROR.value,
+                                  permanent=item.permanent,
+                                  after_s=item.retry_after_s)  # fmt: skip
             actions.append(self._nacked(lease, item))
 
     def _nacked(self, lease: Lease, item: Settlement) -> CopyRequest:
@@ -318,9 +332,11 @@ class LeaseCore:
                 traceback=item.traceback,
             )
         )
-        return self._failures.failed(
+        request = self._failures.failed(
             lease, error, permanent=item.permanent, retry_after_s=item.retry_after_s
         )
+        # Kept for the status record if this attempt turns out to be the last.
+        return replace(request, run_s=item.run_s)
 
     # -- the reaper ---------------------------------------------------------------
 
@@ -338,6 +354,7 @@ class LeaseCore:
                 del state.leases[offset]
                 batch.unlease(state.tp.topic, state.tp.partition, offset)
                 self._counters.expired += 1
+                self._breakers.expired(lease)
                 actions.append(self._failures.failed(lease, error, permanent=False))
         self._store.write(batch)
         return actions

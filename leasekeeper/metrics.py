@@ -36,6 +36,9 @@ OUTBOX_COUNTERS = {
 }
 
 
+# ``leasekeeper_breaker_state`` values, as the alert rules read them (2 is open).
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
 # Tenants exported by name (the busiest); the others are summed as tenant="other".
 TOP_TENANTS = 10
 
@@ -71,6 +74,32 @@ class EngineCollector(Collector):
         yield from self._fairness(snap)
         now_ms = int(time.time() * 1000)
         yield from alerting_families(snap, self._queue, now_ms, self._ready_targets)
+        yield from self._breakers(snap)
+
+    def _breakers(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """Each job type's breaker: its state (0 closed, 1 half-open, 2 open: alert on 2
+        lasting), the failure rate in its window, and the dispatches it refused (each
+        one a job parked without spending an attempt)."""
+        breakers = snap.get("breakers") or []
+        labels = ["queue", "job_type"]
+        state = GaugeMetricFamily("leasekeeper_breaker_state",
+                                  "circuit breaker per job type: 0 closed, 1 half-open, 2 open",
+                                  labels=labels)  # fmt: skip
+        rate = GaugeMetricFamily("leasekeeper_breaker_failure_rate",
+                                 "share of failed calls in the breaker's sliding window",
+                                 labels=labels)  # fmt: skip
+        parked = CounterMetricFamily("leasekeeper_breaker_parked",
+                                     "dispatches refused by the breaker: jobs parked unrun",
+                                     labels=labels)  # fmt: skip
+        for view in breakers:
+            values = [self._queue, view["type"]]
+            state.add_metric(values, BREAKER_STATES.get(view["state"], 0))
+            rate.add_metric(values, view["failure_rate"])
+            parked.add_metric(values, view["parked"])
+        if breakers:
+            yield state
+            yield rate
+            yield parked
 
     def _fairness(self, snap: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         """Per priority class, and the busiest tenants only (TOP_TENANTS, the rest summed

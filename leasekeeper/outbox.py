@@ -33,6 +33,7 @@ from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import RateLimit, copy_line
 from leasekeeper.router import KafkaRouter
+from leasekeeper.status_sender import StatusSender
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class Outbox:
         router: KafkaRouter,
         config: OutboxConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        status: Callable[[Callable[[str], None]], StatusSender] | None = None,
     ) -> None:
         self._producer = producer
         self._engine = engine
@@ -119,11 +121,20 @@ class Outbox:
         self._view_lock = threading.Lock()
         self._view = OutboxView()
         self._told = RateLimit(clock=clock)
+        # Status records on their own producer (built with the drop handler); without
+        # it they take the general path below, with a delivery report each.
+        self._status = status(self._drop_status) if status is not None else None
 
     def pump(self) -> None:
         """Send every copy that is due; called on each turn of the Kafka loop."""
         now = self._clock()
-        self._waiting.extend(_Entry(request=r, due=now) for r in self._engine.take_copies())
+        copies = self._engine.take_copies()
+        statuses = self._engine.take_statuses()
+        if self._status is not None:
+            self._status.send(statuses)
+        else:
+            copies.extend(self._router.status_copy(status) for status in statuses)
+        self._waiting.extend(_Entry(request=r, due=now) for r in copies)
         due = [e for e in self._waiting if e.due <= now]
         self._waiting = [e for e in self._waiting if e.due > now]
         for index, entry in enumerate(due):
@@ -131,6 +142,11 @@ class Outbox:
                 self._waiting.extend(due[index + 1 :])  # the local queue is full
                 break
         self._publish()
+
+    def flush_status(self, timeout_s: float) -> None:
+        """On the way out: the status records still waiting are written, if they can be."""
+        if self._status is not None:
+            self._status.flush(timeout_s)
 
     def blocked(self) -> dict[TopicPart, str]:
         """Partitions that cannot progress until an operator fixes a topic or an ACL."""
@@ -190,7 +206,7 @@ class Outbox:
         """The one failure policy: shrink what is too large, back off from the rest."""
         topic = entry.topic
         if entry.request.kind is CopyKind.STATUS and failure is not ProduceFailure.TRANSIENT:
-            self._drop_status(entry, f"{failure.value}: {topic}: {text}", now)
+            self._drop_status(f"{failure.value}: {topic}: {text}")
             return
         if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
             entry.shrink = Shrink(entry.shrink + 1)
@@ -209,9 +225,10 @@ class Outbox:
             self._block(entry, f"{failure.value}: {topic}: {text}", now)
         self._waiting.append(entry)
 
-    def _drop_status(self, entry: _Entry, reason: str, now: float) -> None:
+    def _drop_status(self, reason: str) -> None:
         """A status record that cannot be produced is dropped, never blocks a partition:
         it only tells ``producer cancel`` how a job ended. Warned at most once a minute."""
+        now = self._clock()
         self._counters["status_dropped"] += 1
         if now - self._status_warned_at >= 60:
             self._status_warned_at = now

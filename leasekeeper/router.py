@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobcore.control import JobStatus
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.copies import (
@@ -24,6 +25,7 @@ from leasekeeper.copies import (
     short_history,
     without_payload,
 )
+from leasekeeper.leases import TopicPart
 from schemas.codec import EnvelopeCodec
 from schemas.job import DeadLetter, DeadLetterReason, Job
 
@@ -56,9 +58,17 @@ class KafkaRouter:
         self._clock = clock
 
     def tier_topic(self, request: CopyRequest) -> str:
-        """A retry goes to the largest tier not longer than its delay; a hop to its tier."""
+        """A retry or a parked job goes to the largest tier not longer than its delay; a
+        hop to its tier."""
         tier = request.tier or self._tiers.tier_for(request.delay_s)
         return self._topics.retry(tier)
+
+    def status_copy(self, status: JobStatus) -> CopyRequest:
+        """A status record as a copy, for an outbox without a status sender of its own
+        (it resolves nothing, so its source is only named in logs)."""
+        source = TopicPart(self._topics.status, 0)
+        return CopyRequest(kind=CopyKind.STATUS, source=source, offset=0, generation=0,
+                           status=status)  # fmt: skip
 
     def record(self, request: CopyRequest, shrink: Shrink = Shrink.FULL) -> OutRecord:
         kind = request.kind
@@ -73,7 +83,7 @@ class KafkaRouter:
         if kind is CopyKind.DEAD_RAW:
             return self._dead_raw(request, shrink)
         assert request.job is not None
-        if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP):
+        if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP, CopyKind.PARK):
             job = request.job
             return OutRecord(
                 topic=self.tier_topic(request),

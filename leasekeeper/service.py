@@ -6,14 +6,16 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
+from jobcore.control import STATUS_SWITCH_KEY, StatusSwitchedOff
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
+    Consumer,
     ErrorKind,
     KafkaError,
     KafkaException,
@@ -25,6 +27,7 @@ from jobcore.kafka import (
     make_admin,
     make_consumer,
     make_producer,
+    produce_reliably,
     topic_ids,
 )
 from jobcore.priority import PriorityClasses
@@ -32,12 +35,14 @@ from jobcore.retrying import Stopped, until_done
 from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from jobcore.topics import QueueTopics
+from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.engine_config import now_ms
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
@@ -48,6 +53,7 @@ from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.snapshots import LeaseKeeperSnapshot
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
+from leasekeeper.status_sender import StatusSender
 from leasekeeper.store import LeaseStore
 from leasekeeper.tier_gate import TierGate
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -100,6 +106,8 @@ class ServeConfig:
     reset_state: bool = False
     # Seconds between snapshots published to jobs._leasekeepers (0: none).
     publish_interval_s: float = 3.0
+    # retention.ms of jobs.Q.status, set at start; None leaves the topic's own.
+    status_retention_ms: int | None = None
 
     @property
     def security(self) -> ChannelSecurity:
@@ -135,9 +143,17 @@ class LeaseKeeperService:
             ),
         )
         self._group_id = config.group_id or self.topics.consumer_group
-        self.outbox = Outbox(producer=self._producer, engine=self.engine, router=router)
+        self.outbox = Outbox(
+            producer=self._producer,
+            engine=self.engine,
+            router=router,
+            status=self._status_sender if config.engine.status_records else None,
+        )
         self._feed = ControlFeed(
             settings=config.kafka, topics=self.topics, state=self.engine.control
+        )
+        self._breaker_feed = BreakerFeed(
+            settings=config.kafka, topics=self.topics, engine=self.engine, producer=self._producer
         )
         self.failure: Failure | None = None
         self.connected = threading.Event()
@@ -151,7 +167,11 @@ class LeaseKeeperService:
             overrides["group.instance.id"] = config.instance_id
         # Answers to the loop's asynchronous commits, served on the loop's thread.
         overrides["on_commit"] = self._on_commit
-        consumer = make_consumer(config.kafka, self._group_id, **overrides)
+
+        def new_consumer() -> Consumer:
+            return make_consumer(config.kafka, self._group_id, **overrides)
+
+        consumer = new_consumer()
         self.loop = ConsumerLoop(
             consumer=consumer,
             producer=self._producer,
@@ -163,6 +183,7 @@ class LeaseKeeperService:
             ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
             config=config.loop,
             watch=config.kafka.watch,
+            consumer_factory=new_consumer,
         )
         self._thread = threading.Thread(target=self._run, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
@@ -223,7 +244,14 @@ class LeaseKeeperService:
         until_done(
             self._feed.catch_up, what="reading the control topics", stop=self._stop, watch=watch
         )
+        until_done(
+            self._breaker_feed.catch_up,
+            what="reading the breaker topic",
+            stop=self._stop,
+            watch=watch,
+        )
         self.loop.control = self._feed
+        self.loop.breakers = self._breaker_feed
         self.connected.set()
         self._start_publisher()
         self._start_dlq_watch()
@@ -285,7 +313,28 @@ class LeaseKeeperService:
             prefix=self.config.prefix,
             tiers=self.config.tiers,
             classes=PriorityClasses(weights=self.config.engine.class_weights),
+            status_retention_ms=self.config.status_retention_ms,
         )
+        self._announce_status_switch()
+
+    def _status_sender(self, on_dropped: Callable[[str], None]) -> StatusSender:
+        return StatusSender(self.config.kafka, self.topics.status, on_dropped=on_dropped)
+
+    def _announce_status_switch(self) -> None:
+        """Say on the status topic whether this queue's jobs get status records, so a
+        lookup that finds none can tell "switched off" from "not finished"."""
+        on = self.config.engine.status_records
+        instance = self.config.instance_id or default_instance()
+        value = None if on else StatusSwitchedOff(at_ms=now_ms(time.time), instance=instance)
+        produce_reliably(
+            self._producer,
+            self.topics.status,
+            key=STATUS_SWITCH_KEY,
+            value=value.encode() if value is not None else None,
+            on_delivery=_switch_reported,
+        )
+        if self._producer.flush(10) > 0:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
 
     def _check_state_identity(self) -> None:
         """Before any partition's state is loaded: is the state dir this queue's?"""
@@ -343,6 +392,7 @@ class LeaseKeeperService:
             fairness=self.engine.fairness(),
             limits=self.engine.limits(),
             dead_letters=self._dlq.view() if self._dlq is not None else None,
+            breakers=tuple(self.engine.breakers()),
         )
 
     def snapshot_dict(self) -> dict[str, object]:
@@ -368,9 +418,16 @@ class LeaseKeeperService:
             self.loop.close_if_idle()
         self._store.close()
         self._feed.close()
+        self._breaker_feed.close()
 
 
 def _failure(exc: Exception) -> Failure:
     if isinstance(exc, StateMismatch) or classify(exc) is ErrorKind.SETUP:
         return Failure(message=str(exc), exit_code=2)
     return Failure(message=f"the Kafka loop failed: {exc}", exit_code=1)
+
+
+def _switch_reported(error: KafkaError | None, message: object) -> None:
+    """The switch record only informs lookups: a failure is worth a warning, no more."""
+    if error is not None:
+        log.warning("could not record the status switch on the status topic: %s", error)

@@ -15,6 +15,7 @@ from leasekeeper.engine_config import Counters
 from leasekeeper.retry_budget import BudgetSnapshot
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
+    from leasekeeper.breaker import BreakerView
     from leasekeeper.control_feed import ControlSnapshot
     from leasekeeper.dlq_watch import DeadLetterView
     from leasekeeper.fairness_view import FairnessSnapshot
@@ -109,6 +110,8 @@ class LeaseKeeperSnapshot:
     limits: LimitsSnapshot | None = None
     # The queue's DLQ as Kafka counts it (see dlq_watch); None until known.
     dead_letters: DeadLetterView | None = None
+    # Circuit breakers per job type (see docs/breaker.md).
+    breakers: tuple[BreakerView, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         view = self.engine.to_dict()
@@ -134,4 +137,5 @@ class LeaseKeeperSnapshot:
             view["limits"] = self.limits.to_dict()
         if self.dead_letters is not None:
             view["dead_letters"] = self.dead_letters.to_dict()
+        view["breakers"] = [b.to_dict() for b in self.breakers]
         return view

@@ -95,6 +95,7 @@ class Resolution(StrEnum):
     ACKED = "acked"
     RETRIED = "retried"
     HOPPED = "hopped"
+    PARKED = "parked"
     DEAD = "dead"
     SKIPPED = "skipped"
 

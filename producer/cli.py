@@ -39,7 +39,7 @@ from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.durations import DELAY, DURATION, POSITIVE_DURATION, shown
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.priority import PriorityClasses
-from jobcore.topic_admin import ensure_queue_topics
+from jobcore.topic_admin import STATUS_RETENTION_HELP, ensure_queue_topics, retention_ms
 from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.cancel import DEFAULT_WAIT_S, cancel_job
@@ -342,6 +342,7 @@ def status(
         for k, v in (
             ("worker", found.worker),
             ("attempt", found.attempt),
+            ("ran", None if found.duration_s is None else f"{found.duration_s:.3f} s"),
             ("reason", found.reason),
             ("last error", found.last_error),
         )
@@ -350,6 +351,8 @@ def status(
     when = f" at {_iso(found.at_ms)}" if found.at_ms else ""
     extra = f" ({', '.join(details)})" if details else ""
     click.echo(f"job {job_id}: {found.state}{when}{extra} [from the {found.source}]")
+    if found.note:
+        click.echo(f"  {found.note}")
     sys.exit(0 if found.state not in (NOT_FOUND, NOT_SEEN) else 1)
 
 
@@ -359,6 +362,7 @@ def status(
 @click.option("--partitions", type=click.IntRange(min=1), required=True)
 @click.option("--replication", type=int, default=-1, help="Default: the broker's default.")
 @_TIERS
+@click.option("--status-retention", type=DURATION, default=None, help=STATUS_RETENTION_HELP)
 @bootstrap_option
 @kafka_config_option
 @topic_prefix_option
@@ -370,6 +374,7 @@ def create_queue(
     partitions: int,
     replication: int,
     tiers: DelayTiers,
+    status_retention: float | None,
     bootstrap: str | None,
     kafka_config: Path | None,
     connect_timeout_s: float,
@@ -382,6 +387,8 @@ def create_queue(
     are added.
     """
     queue, _ = queue_and_arguments(queue_flag, words, ())
+    if status_retention is not None and status_retention <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--status-retention")
     env = environment()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     require_kafka(settings, connect_timeout_s)
@@ -394,6 +401,7 @@ def create_queue(
             replication=replication,
             tiers=tiers,
             classes=priority_classes,
+            status_retention_ms=retention_ms(status_retention),
         )
     except (ValueError, RuntimeError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None

@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from jobcore.kafka import KafkaSettings
-from jobcore.status import StatusReader
+from jobcore.status import StatusReader, switched_off_note
 from jobcore.topics import QueueTopics
 
 __all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "LookupError", "lookup"]
@@ -46,15 +46,21 @@ class JobLookup:
     reason: str | None = None
     last_error: str | None = None
     at_ms: int | None = None
+    # The handler's own run time in the last attempt, as its worker reported it.
+    duration_s: float | None = None
+    # Why a finished job may be missing: its queue writes no status records.
+    note: str | None = None
 
     @property
     def finished(self) -> bool:
         return self.state in ("succeeded", "dead", "cancelled")
 
 
-def _unknown(job_id: str, source: str, enqueued_at_ms: int | None) -> JobLookup:
+def _unknown(
+    job_id: str, source: str, enqueued_at_ms: int | None, note: str | None = None
+) -> JobLookup:
     state = NOT_SEEN if enqueued_at_ms is not None else NOT_FOUND
-    return JobLookup(job_id=job_id, state=state, source=source, at_ms=enqueued_at_ms)
+    return JobLookup(job_id=job_id, state=state, source=source, at_ms=enqueued_at_ms, note=note)
 
 
 def from_dashboard(
@@ -89,14 +95,17 @@ def lookup(
         found = from_dashboard(dashboard, queue, job_id, token=token)
         source = f"dashboard {dashboard}"
         if found["state"] == NOT_FOUND:
-            return _unknown(job_id, source, enqueued_at_ms)
+            note = found.get("note")
+            return _unknown(job_id, source, enqueued_at_ms, str(note) if note else None)
         return _from_answer(job_id, source, found)
     topic = QueueTopics(queue=queue, prefix=prefix).status
     source = f"status topic {topic}"
     with StatusReader(settings, topic) as reader:
         status = reader.latest(job_id)
+        off = reader.switched_off
     if status is None:
-        return _unknown(job_id, source, enqueued_at_ms)
+        note = switched_off_note(queue, off.at_ms) if off is not None else None
+        return _unknown(job_id, source, enqueued_at_ms, note)
     return JobLookup(
         job_id=job_id,
         state=status.state.value,
@@ -107,6 +116,7 @@ def lookup(
         worker=status.worker or None,
         last_error=status.last_error or None,
         at_ms=status.at_ms,
+        duration_s=status.duration_s,
     )
 
 
@@ -115,7 +125,7 @@ def _from_answer(job_id: str, source: str, found: dict[str, object]) -> JobLooku
         value = found.get(key)
         return None if value is None else str(value)
 
-    attempt, at_ms = found.get("attempt"), found.get("at_ms")
+    attempt, at_ms, duration = found.get("attempt"), found.get("at_ms"), found.get("duration_s")
     return JobLookup(
         job_id=job_id,
         state=str(found["state"]),
@@ -126,4 +136,5 @@ def _from_answer(job_id: str, source: str, found: dict[str, object]) -> JobLooku
         reason=text("reason"),
         last_error=text("last_error"),
         at_ms=at_ms if isinstance(at_ms, int) else None,
+        duration_s=float(duration) if isinstance(duration, int | float) else None,
     )

@@ -23,6 +23,8 @@ class ErrorClass(StrEnum):
     VALIDATION_ERROR = "ValidationError"
     JOB_TIMEOUT = "JobTimeout"  # ran past timeout_s
     LEASE_EXPIRED = "LeaseExpired"  # no ack or heartbeat within the lease
+    # The handler raised workers.DependencyDown: its type's breaker opens at once.
+    DEPENDENCY_DOWN = "DependencyDown"
 
 
 class DeadLetterReason(StrEnum):

@@ -23,6 +23,7 @@ MESSAGE_LIMIT = 1024
 UNKNOWN_JOB_TYPE = ErrorClass.UNKNOWN_JOB_TYPE.value
 PAYLOAD_DECODE_ERROR = ErrorClass.PAYLOAD_DECODE_ERROR.value
 JOB_TIMEOUT = ErrorClass.JOB_TIMEOUT.value
+DEPENDENCY_DOWN = ErrorClass.DEPENDENCY_DOWN.value
 
 
 class Retry(Exception):
@@ -43,6 +44,16 @@ class Retry(Exception):
                 f"Retry(after=...) must be a finite, non-negative number of seconds, got {seconds}"
             )
         self.after: float | None = None if seconds is None else float(seconds)
+
+
+class DependencyDown(Retry):
+    """Raise when a dependency the job type needs is down (not this job's fault): the
+    leasekeeper opens the circuit breaker of the job's type at once, on every
+    leasekeeper of the queue, so its other jobs wait (parked, no attempt spent)
+    instead of failing one by one. ``after`` is how long the dependency said it
+    stays down: this job's retry delay and the least cool-down of the breaker.
+    This attempt counts, as a ``Retry`` does; it is recorded as ``DependencyDown``.
+    """
 
 
 class Permanent(Exception):
@@ -90,6 +101,10 @@ def classify(exc: BaseException) -> Failure:
         message=_head(message, MESSAGE_LIMIT),
         traceback=format_traceback(exc),
     )
+    if isinstance(exc, DependencyDown):
+        named = f"{type(cause).__qualname__}: {message}" if cause is not exc else message
+        return replace(failure, error_class=DEPENDENCY_DOWN, message=_head(named, MESSAGE_LIMIT),
+                       retry_after_s=exc.after or 0.0)  # fmt: skip
     if isinstance(exc, Retry):
         return replace(failure, retry_after_s=exc.after or 0.0)
     if isinstance(exc, Permanent):

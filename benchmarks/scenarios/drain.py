@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from benchmarks import measure, profile
+from benchmarks import measure, profile, status_cost
 from benchmarks.context import BenchContext
 from benchmarks.ours import OurSystem
 from benchmarks.scenarios import result
@@ -41,6 +41,7 @@ def drain_ours(
     variant: str,
     prefix: list[str] | None = None,
     schema_registry: str | None = None,
+    leasekeeper_args: tuple[str, ...] = (),
 ) -> measure.DrainResult:
     """One fresh consumer group draining ``queue`` (which holds exactly ``jobs`` jobs);
     with ``schema_registry``, in registry mode (the backlog must be written in it)."""
@@ -54,7 +55,7 @@ def drain_ours(
         schema_registry=schema_registry,
     )
     try:
-        system.start_leasekeeper()
+        system.start_leasekeeper(*leasekeeper_args)
         system.start_workers(app, workers, concurrency)
 
         def alive() -> None:
@@ -140,6 +141,8 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     if ctx.pinning.every and not config.quick and not registry_mode:
         rows.append(unpinned(ctx, queue))
     out = result("drain", "Drain throughput, no-op jobs", _settings(ctx), rows)
+    if config.status_cost_repeats > 0 and not registry_mode:
+        out["status_cost"] = status_cost_of(ctx, queue)
     if config.profile_s > 0 and not registry_mode:
         out["profile"] = profile.profile_drain(ctx, queue, max(config.drain_workers))
     return out
@@ -217,3 +220,26 @@ def codec_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     extra = summary["registry_median_client_cpu_s_per_1000"] / file_cpu - 1 if file_cpu else 0.0
     summary["registry_extra_client_cpu_pct"] = round(100 * extra, 1)
     return summary
+
+
+def status_cost_of(ctx: BenchContext, queue: str) -> dict[str, Any]:
+    """The drain with 2 workers again, with and without status records, interleaved."""
+    config = ctx.config
+    workers = min(2, max(config.drain_workers))
+
+    def drain(status_records: bool) -> measure.DrainResult:
+        side = "on" if status_records else "off"
+        return drain_ours(
+            ctx,
+            workers=workers,
+            concurrency=config.concurrency,
+            app="noop_app",
+            jobs=config.jobs,
+            queue=queue,
+            variant=f"{workers} workers, status records {side}",
+            leasekeeper_args=() if status_records else ("--no-status",),
+        )
+
+    section = status_cost.measure(drain, config.status_cost_repeats)
+    section["workers"] = workers
+    return section

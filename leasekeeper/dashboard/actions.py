@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import parse_qs
 
-from jobcore.control import Cancellation, JobStatus
+from jobcore.control import Cancellation, JobStatus, StatusSwitchedOff
 from jobcore.kafka import KafkaException, KafkaSettings, make_consumer, make_producer
 from jobcore.status import StatusReader
 from jobcore.topics import QueueTopics
@@ -45,6 +46,13 @@ def selection_from_query(query: str) -> DeadLetterFilter:
         until_ms=until,
         job_id=values.get("job_id"),
     )
+
+
+class Finished(NamedTuple):
+    """What the status topic says of one job: its record, and the queue's switch."""
+
+    status: JobStatus | None
+    switched_off: StatusSwitchedOff | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,12 +105,14 @@ class Actions:
         if producer.flush(30) > 0:
             raise KafkaException(f"the cancellation of {job_id} was not acknowledged in 30 s")
 
-    def finished(self, queue: str, job_id: str) -> JobStatus | None:
+    def finished(self, queue: str, job_id: str) -> Finished:
         """How the job ended, from the index once it caught up with the queue's status
-        topic, else from a scan of the topic (None: not finished or unknown)."""
+        topic, else from a scan of the topic; and whether the queue's status records are
+        switched off (then "not finished" may only mean "not recorded")."""
         if self.index is not None:
             self.index.want(queue)
             if self.index.caught_up(queue):
-                return self.index.get(queue, job_id)
+                return Finished(self.index.get(queue, job_id), self.index.switched_off(queue))
         with StatusReader(self.kafka, self.topics(queue).status) as reader:
-            return reader.latest(job_id, timeout_s=10)
+            status = reader.latest(job_id, timeout_s=10)
+            return Finished(status, reader.switched_off)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from jobcore.status import switched_off_note
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import e, table
@@ -28,7 +29,11 @@ class JobWhere:
     reason: str | None = None
     last_error: str | None = None
     at_ms: int | None = None
+    # The handler's run time in the last attempt, as its worker reported it.
+    duration_s: float | None = None
     leasekeeper: str | None = None
+    # Why a job may be missing although it finished: its queue records no statuses.
+    note: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -49,8 +54,11 @@ def lookup(
                         attempt=int(lease.get("attempt", 0)),
                         leasekeeper=str(record.get("instance")),
                     )
+    notes = []
     for queue in queues:
-        status = actions.finished(queue, job_id)
+        status, switched_off = actions.finished(queue, job_id)
+        if status is None and switched_off is not None:
+            notes.append(switched_off_note(queue, switched_off.at_ms))
         if status is not None:
             return JobWhere(
                 job_id=job_id,
@@ -61,8 +69,9 @@ def lookup(
                 worker=status.worker or None,
                 last_error=status.last_error or None,
                 at_ms=status.at_ms,
+                duration_s=status.duration_s,
             )
-    return JobWhere(job_id=job_id, state="not found yet")
+    return JobWhere(job_id=job_id, state="not found yet", note="; ".join(notes) or None)
 
 
 def _cancel_form(base: str, found: JobWhere) -> str:
@@ -86,11 +95,16 @@ def job_page(base: str, job_id: str, found: JobWhere | None, *, can_act: bool = 
     )
     if found is None:
         return form
-    rows = [(k, v) for k, v in found.to_dict().items() if v is not None and k != "at_ms"]
+    shown = {k: v for k, v in found.to_dict().items() if v is not None}
+    rows = [(k, v) for k, v in shown.items() if k not in ("at_ms", "duration_s", "note")]
+    if found.duration_s is not None:
+        rows.append(("duration", f"{found.duration_s:.3f} s (handler run time)"))
     if found.at_ms:
         rows.append(("at", format_ms(found.at_ms)))
     note = ""
-    if found.state == "not found yet":
+    if found.state == "not found yet" and found.note:
+        note = f'<p class="muted" id="job-note">{e(found.note)}.</p>'
+    elif found.state == "not found yet":
         note = (
             '<p class="muted">Not held by any leasekeeper and not finished: it may be ready '
             "or delayed in Kafka, not yet seen by a leasekeeper, or not enqueued at all.</p>"

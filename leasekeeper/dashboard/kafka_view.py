@@ -25,6 +25,7 @@ from jobcore.kafka import (
     watermarks,
 )
 from jobcore.topics import QueueTopics
+from leasekeeper.dashboard.cron_view import CronRow, read_cron
 
 __all__ = [
     "DeadLetterFigures",
@@ -122,6 +123,14 @@ class KafkaView:
 
     def queues(self) -> list[str]:
         return discover_queues(set(self.topics()), self._prefix)
+
+    def cron(self) -> list[CronRow]:
+        """Every scheduler group's cron entries with their next and last fires."""
+        found = self._cached(
+            "cron", lambda: read_cron(self._settings, self._prefix, set(self.topics()))
+        )
+        assert isinstance(found, list)
+        return found
 
     def offsets(self, queue: str) -> QueueOffsets:
         return self.many([queue])[queue]

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
 from leasekeeper.dashboard.kafka_view import KafkaView, QueueOffsets
 from leasekeeper.dlq.entries import DlqEntry, format_ms
 
 __all__ = [
+    "cron_section",
     "dlq_entry_page",
     "dlq_list_page",
     "leasekeepers_page",
@@ -252,8 +254,75 @@ def scheduled_page(base: str, fleet: FleetState, kafka: KafkaView, now_ms: int) 
             numeric=(2, 4),
         )
         + "<h2>Delay tiers</h2>"
-        + table(("queue", "tier topic", "waiting"), tiers, numeric=(2,)),
+        + table(("queue", "tier topic", "waiting"), tiers, numeric=(2,))
+        + cron_section(base, kafka.cron(), now_ms),
     )
+
+
+# A leader fires within a fraction of a second and then shows the next fire; a next
+# fire this far in the past means no scheduler of the group is firing.
+CRON_OVERDUE_MS = 30_000
+
+
+def cron_section(base: str, rows: list[CronRow], now_ms: int) -> str:
+    """Cron entries of every scheduler group, with their next and last fires."""
+    if not rows:
+        return (
+            '<h2>Cron entries</h2><p class="muted" id="cron-none">No cron scheduler has '
+            "published entries (<code>producer cron run</code>).</p>"
+        )
+    cells = [
+        (
+            r.scheduler,
+            Raw(f'<span class="cron-entry">{e(r.name)}</span>'),
+            f"{r.view.schedule} ({r.view.timezone})" if r.view else "unknown",
+            Raw(link(base, f"queues/{r.view.queue}", r.view.queue)) if r.view else "-",
+            r.view.type if r.view else "-",
+            Raw(_next_fire(r, now_ms)),
+            Raw(_last_fire(base, r, now_ms)),
+            r.view.leader if r.view else "-",
+        )
+        for r in rows
+    ]
+    headers = ("scheduler", "entry", "schedule", "queue", "type", "next fire", "last fire",
+               "leader")  # fmt: skip
+    return "<h2>Cron entries</h2>" + table(headers, cells)
+
+
+def _relative(at_ms: int, now_ms: int) -> str:
+    """How far from now at a glance: "in 40 s", "12 min ago", "in 5 h", "in 3 d"."""
+    seconds = round((at_ms - now_ms) / 1000)
+    size = abs(seconds)
+    if size < 100:
+        amount = f"{size} s"
+    elif size < 100 * 60:
+        amount = f"{round(size / 60)} min"
+    elif size < 48 * 3600:
+        amount = f"{round(size / 3600)} h"
+    else:
+        amount = f"{round(size / 86400)} d"
+    return f"in {amount}" if seconds >= 0 else f"{amount} ago"
+
+
+def _next_fire(row: CronRow, now_ms: int) -> str:
+    if row.view is None or row.view.next_fire_ms is None:
+        return '<span class="muted">unknown (no leader has published it)</span>'
+    due = row.view.next_fire_ms
+    text = f"{format_ms(due)} ({_relative(due, now_ms)})"
+    if now_ms - due > CRON_OVERDUE_MS:
+        return f'<span class="bad cron-next">{e(text)}: overdue, no leader is firing</span>'
+    return f'<span class="cron-next">{e(text)}</span>'
+
+
+def _last_fire(base: str, row: CronRow, now_ms: int) -> str:
+    if row.last_fire_ms is None:
+        return '<span class="muted cron-last">never</span>'
+    text = f"{format_ms(row.last_fire_ms)} ({_relative(row.last_fire_ms, now_ms)})"
+    job = ""
+    if row.last_job_id and row.view is not None:
+        path = f"job?id={row.last_job_id}&queue={row.view.queue}"
+        job = " job " + link(base, path, row.last_job_id[:12], **{"class": "cron-job"})
+    return f'<span class="cron-last">{e(text)}</span>{job}'
 
 
 def dlq_list_page(

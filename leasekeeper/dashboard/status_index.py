@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from jobcore.control import JobStatus
+from jobcore.control import STATUS_SWITCH_KEY, JobStatus, StatusSwitchedOff
 from jobcore.kafka import (
     Consumer,
     KafkaException,
@@ -78,8 +78,15 @@ class StatusIndex:
             return target is not None and self._positions.get(topic, -1) >= target
 
     def get(self, queue: str, job_id: str) -> JobStatus | None:
+        if job_id.encode() == STATUS_SWITCH_KEY:
+            return None
         value = self._db.get(_key(queue, job_id))
         return JobStatus.decode(value) if isinstance(value, bytes) else None
+
+    def switched_off(self, queue: str) -> StatusSwitchedOff | None:
+        """The queue's status records are switched off (``leasekeeper serve --no-status``)."""
+        value = self._db.get(_key(queue, STATUS_SWITCH_KEY.decode()))
+        return StatusSwitchedOff.decode(value) if isinstance(value, bytes) else None
 
     def _run(self) -> None:
         consumer = make_consumer(self._settings, f"dashboard-status.{uuid.uuid4().hex}")

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import logging
 import queue
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from jobcore.cron_board import CronEntryView, LastFire
 from producer.scheduler.entry import CronEntry
-from producer.scheduler.state import LastFire
 from producer.scheduler.table import CronTable, Fire, FireKind
 
-__all__ = ["CronLoop", "FireSink", "Leader", "StateLog"]
+__all__ = ["Board", "CronLoop", "FireSink", "Leader", "StateLog"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,14 @@ class StateLog(Protocol):
     def poll(self) -> None: ...
 
 
+class Board(Protocol):
+    """Where the leader shows its entries with their next and last fires."""
+
+    def replace(self, views: Iterable[CronEntryView]) -> None: ...
+
+    def publish(self, view: CronEntryView) -> None: ...
+
+
 class FireSink(Protocol):
     def __call__(self, fire: Fire) -> str:
         """Enqueue the job of ``fire``; returns its id once the broker has it."""
@@ -60,8 +68,12 @@ class CronLoop:
         grace: timedelta,
         clock: Callable[[], float],
         on_fire: Callable[[Fire, str], None] | None = None,
+        board: Board | None = None,
+        leader_id: str = "",
     ) -> None:
         self._leader = leader
+        self._board = board
+        self._leader_id = leader_id
         self._state = state
         self._sink = sink
         self._grace = grace
@@ -71,7 +83,7 @@ class CronLoop:
         self._pending: queue.SimpleQueue[CronEntry] = queue.SimpleQueue()
         self._term: int | None = None
         self._table: CronTable | None = None
-        self._last: Mapping[str, LastFire] = {}
+        self._last: dict[str, LastFire] = {}
 
     def add(self, entry: CronEntry) -> None:
         """Schedule ``entry`` from the next step on; safe from any thread."""
@@ -111,11 +123,12 @@ class CronLoop:
             self._entries.append(entry)
             if self._table is not None:
                 self._track(self._table, entry, self._now())
+                self._show(entry)
 
     def _begin_term(self, term: int) -> bool:
         """Read every entry's last fire before the first fire of this term."""
         try:
-            self._last = self._state.read()
+            self._last = dict(self._state.read())
         except Exception:
             log.exception("cannot read the last fires; not firing until they are known")
             self._table = None
@@ -124,9 +137,32 @@ class CronLoop:
         table = CronTable(grace=self._grace)
         for entry in self._entries:
             self._track(table, entry, now)
+        if self._board is not None:  # shown before the first fire of the term
+            self._board.replace(self._view(entry, table) for entry in self._entries)
         self._term, self._table = term, table
         log.info("leader for %d cron entries from %s", len(self._entries), now.isoformat())
         return True
+
+    def _view(self, entry: CronEntry, table: CronTable) -> CronEntryView:
+        """``entry`` as this leader runs it: what the board shows."""
+        last = self._last.get(entry.name)
+        return CronEntryView(
+            name=entry.name,
+            schedule=entry.schedule,
+            timezone=entry.timezone,
+            queue=entry.queue,
+            type=entry.type,
+            misfire=entry.misfire.value,
+            next_fire_ms=_ms(table.next_fire(entry.name)),
+            last_fire_ms=_ms(last.at) if last is not None else None,
+            last_job_id=last.job_id if last is not None else None,
+            leader=self._leader_id,
+            published_ms=round(self._clock() * 1000),
+        )
+
+    def _show(self, entry: CronEntry) -> None:
+        if self._board is not None and self._table is not None:
+            self._board.publish(self._view(entry, self._table))
 
     def _track(self, table: CronTable, entry: CronEntry, now: datetime) -> None:
         last = self._last.get(entry.name)
@@ -137,6 +173,7 @@ class CronLoop:
         now = self._now()
         due = self._table.due(now)
         for skip in due.skips:
+            self._show(skip.entry)  # its next fire moved past the window it skipped
             log.warning(
                 "cron %s: skipped the fires missed from %s to %s (misfire policy skip)",
                 skip.entry.name,
@@ -165,8 +202,11 @@ class CronLoop:
             )
             self._table.hold(fire.entry.name, now + RETRY_AFTER)
             return False
-        self._state.record(fire.entry.name, LastFire(at=fire.at, job_id=job_id))
+        last = LastFire(at=fire.at, job_id=job_id)
+        self._state.record(fire.entry.name, last)
+        self._last[fire.entry.name] = last
         self._table.fired(fire)
+        self._show(fire.entry)
         late = (self._now() - fire.at).total_seconds()
         note = " (catch-up for a misfired window)" if fire.kind is FireKind.CATCH_UP else ""
         log.info(
@@ -180,3 +220,7 @@ class CronLoop:
         if self._on_fire is not None:
             self._on_fire(fire, job_id)
         return True
+
+
+def _ms(instant: datetime) -> int:
+    return round(instant.timestamp() * 1000)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from jobcore.cron_board import entries_topic, state_topic
 from jobcore.topics import DEFAULT_PREFIX
 
 __all__ = ["DEFAULT_MISFIRE_GRACE_S", "DEFAULT_SESSION_TIMEOUT_MS", "SchedulerOptions"]
@@ -46,7 +47,12 @@ class SchedulerOptions:
     @property
     def state_topic(self) -> str:
         """Compacted; key = entry name, value = its last fire."""
-        return f"{self.prefix}._scheduler.{self.name}.state"
+        return state_topic(self.prefix, self.name)
+
+    @property
+    def entries_topic(self) -> str:
+        """Compacted; key = entry name, value = the entry with its next and last fire."""
+        return entries_topic(self.prefix, self.name)
 
     @property
     def group(self) -> str:

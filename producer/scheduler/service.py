@@ -18,6 +18,7 @@ from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.kafka import KafkaSettings
 from producer.api import JobProducer
 from producer.request import JobRequest
+from producer.scheduler.board import KafkaEntryBoard, leader_id
 from producer.scheduler.entry import CronConfigError, CronEntry
 from producer.scheduler.leadership import KafkaLeadership
 from producer.scheduler.loop import CronLoop
@@ -95,6 +96,8 @@ class Scheduler:
             stack.callback(leadership.close)
             state = KafkaStateLog(self._settings, self._options)
             stack.callback(state.close)
+            board = KafkaEntryBoard(self._settings, self._options)
+            stack.callback(board.close)
             producer = stack.enter_context(
                 JobProducer(self._settings, registry=self._registry, prefix=self._options.prefix)
             )
@@ -105,6 +108,8 @@ class Scheduler:
                 grace=timedelta(seconds=self._options.misfire_grace_s),
                 clock=self._clock,
                 on_fire=self._on_fire,
+                board=board,
+                leader_id=leader_id(),
             )
             with self._lock:
                 for entry in self._entries.values():

@@ -9,12 +9,10 @@ a fire.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
+from jobcore.cron_board import LastFire, decode_last_fire, encode_last_fire
 from jobcore.kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -47,42 +45,19 @@ log = logging.getLogger(__name__)
 _RECORD_TIMEOUT_S = 10.0
 
 
-@dataclass(frozen=True, kw_only=True)
-class LastFire:
-    at: datetime
-    job_id: str | None = None
-
-
-def encode_last_fire(fire: LastFire) -> bytes:
-    """``{"last_fire_ms": ..., "job_id": ...}``: UTC epoch milliseconds, readable by any tool."""
-    record = {"last_fire_ms": round(fire.at.timestamp() * 1000), "job_id": fire.job_id}
-    return json.dumps(record, separators=(",", ":")).encode()
-
-
-def decode_last_fire(value: bytes) -> LastFire:
-    """Raises ValueError for a value this module did not write."""
-    try:
-        record = json.loads(value)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from exc
-    millis = record.get("last_fire_ms") if isinstance(record, dict) else None
-    if not isinstance(millis, int) or isinstance(millis, bool):
-        raise ValueError(f"no integer last_fire_ms in {value[:200]!r}")
-    job_id = record.get("job_id")
-    return LastFire(
-        at=datetime.fromtimestamp(millis / 1000, UTC),
-        job_id=job_id if isinstance(job_id, str) else None,
-    )
-
-
 def ensure_scheduler_topics(settings: KafkaSettings, options: SchedulerOptions) -> None:
-    """Create the leader and state topics if missing; one partition each."""
+    """Create the leader, state and entries topics if missing; one partition each."""
     create_topics(
         settings,
         [
             TopicSpec(name=options.leader_topic, partitions=1),
             TopicSpec(
                 name=options.state_topic,
+                partitions=1,
+                config={"cleanup.policy": "compact"},
+            ),
+            TopicSpec(
+                name=options.entries_topic,
                 partitions=1,
                 config={"cleanup.policy": "compact"},
             ),

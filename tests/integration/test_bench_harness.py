@@ -28,7 +28,7 @@ def test_quick_drain_writes_a_result_with_every_expected_key(
         sys.executable, "-m", "benchmarks",
         "--scenario", "drain", "--quick", "--jobs", "500",
         "--bootstrap", kafka_bootstrap, "--out", str(out),
-        "--no-pin", "--no-profile",
+        "--no-pin", "--no-profile", "--status-cost", "1",
     ]  # fmt: skip
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -43,6 +43,10 @@ def test_quick_drain_writes_a_result_with_every_expected_key(
         assert {"seconds", "jobs_per_s", "cpu_s_per_1000_jobs", "capped"} <= set(row)
         assert {"leasekeeper", "workers"} <= set(row["cpu_s_per_1000_jobs"])
     assert result["settings"]["jobs"] == 500
+    cost = result["status_cost"]  # one pair: with status records, then without
+    assert [run["status_records"] for run in cost["runs"]] == ["on", "off"]
+    assert {"on", "off"} == set(cost["median_cpu_s_per_1000_jobs"])
+    assert "total" in cost["overhead_percent"]
     assert (out / result["chart"]).is_file()
 
     run = json.loads((out / "run-drain.json").read_text())  # a partial run: its own file

@@ -1,8 +1,10 @@
 """The dashboard in a real browser: headless Chromium from the system's packages.
 
 Kafka, a leasekeeper and a worker run as users run them; jobs succeed, one
-fails and is retried, one dies. The browser opens every page, counts the dead
-letter with a dry run, replays it from its page, and sees it succeed. Under
+fails and is retried, one dies, and a cron scheduler fires every second. The
+browser opens every page (the Scheduled page with the cron entry's next and last
+fires), counts the dead letter with a dry run, replays it from its page, and
+sees it succeed. Under
 ``CI=true`` a missing browser fails the test (``make browser`` installs it);
 elsewhere it is skipped with the command that installs it.
 
@@ -17,13 +19,17 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from devtools.waiting import wait_until
 from producer import JobProducer
+from producer.scheduler import CronEntry, Scheduler, SchedulerOptions
+from schemas.codec import SchemaRegistry
 from tests.apps.recording import SCHEMAS
 from tests.system import System
 
@@ -113,6 +119,24 @@ def _result(browser: object) -> str:
     return str(browser.find_element(By.ID, "replay-result").text)  # type: ignore[attr-defined]
 
 
+@contextmanager
+def _cron(system: System, name: str) -> Iterator[None]:
+    """A cron scheduler firing ``name`` every second on the system's queue."""
+    tick = CronEntry(name=name, schedule="*/1 * * * * *", queue=system.queue, type="noop",
+                     tenant="tenant-0", payload={"n": 0})  # fmt: skip
+    options = SchedulerOptions(name=f"ui-{system.queue}")
+    registry = SchemaRegistry(extra_dirs=[SCHEMAS])
+    scheduler = Scheduler(system.kafka, options=options, entries=[tick], registry=registry)
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+
+
 def _shot(browser: object, name: str) -> None:
     where = os.environ.get("DASHBOARD_SCREENSHOTS")
     if where:
@@ -138,9 +162,24 @@ def test_every_page_and_a_replay_from_the_page(
     _shot(browser, "queue")
     _open(browser, f"{dashboard_url}/leasekeepers", expect=f"{queue}@lk-{queue}")
     _shot(browser, "leasekeepers")
-    _open(browser, f"{dashboard_url}/scheduled", expect="tier topic")
+    with _cron(system, "ui-tick"):
+        text = _open(browser, f"{dashboard_url}/scheduled", expect="ui-tick")
+        assert "tier topic" in text and "*/1 * * * * * (UTC)" in text
+
+        ours = f"//tr[td[1]='ui-{queue}']"  # the broker may hold other schedulers' rows
+
+        def fired() -> bool:  # the page refreshes itself; a fire shows as the last fire
+            links = browser.find_elements(By.XPATH, f"{ours}//a[@class='cron-job']")  # type: ignore[attr-defined]
+            return bool(links)
+
+        wait_until(fired, 60, "the cron entry's last fire on the Scheduled page")
+        row = browser.find_element(By.XPATH, ours).text  # type: ignore[attr-defined]
+        assert "ui-tick" in row and row.count("Z (") == 2, row  # next and last fire
+        heading = browser.find_element(By.XPATH, "//h2[text()='Cron entries']")  # type: ignore[attr-defined]
+        browser.execute_script("arguments[0].scrollIntoView()", heading)  # type: ignore[attr-defined]
+        _shot(browser, "scheduled")
     text = _open(browser, f"{dashboard_url}/job?id={succeeded[0]}", expect="succeeded")
-    assert queue in text
+    assert queue in text and "(handler run time)" in text
 
     _open(browser, f"{dashboard_url}/dlq/{queue}", expect="1 matching dead letters")
     _shot(browser, "dead-letters")

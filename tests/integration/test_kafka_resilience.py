@@ -14,8 +14,16 @@ import pytest
 
 from devtools.localkafka import KafkaUnavailable, LocalKafka, free_port, obtain
 from jobcore.control import Cancellation
-from jobcore.kafka import KafkaSettings, delete_records, make_consumer, make_producer
+from jobcore.kafka import (
+    Consumer,
+    KafkaError,
+    KafkaSettings,
+    delete_records,
+    make_consumer,
+    make_producer,
+)
 from jobcore.topics import QueueTopics
+from leasekeeper.consumer_loop import REJOINS
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
 from producer import ensure_queue_topics
@@ -182,33 +190,49 @@ def test_serve_survives_a_broker_outage_while_running(unique: str, tmp_path: Pat
         cluster.stop()
 
 
-def test_a_fenced_leasekeeper_lets_go_of_its_jobs_and_exits_non_zero(system: System) -> None:
-    """Another member joins with the leasekeeper's static instance id: the broker fences
-    the leasekeeper (a fatal consumer error). It must stop handing out and acking jobs
-    of partitions that are someone else's now, and exit non-zero for its supervisor."""
+def test_a_leasekeeper_fenced_again_and_again_rejoins_then_exits_non_zero(
+    system: System,
+) -> None:
+    """Another member keeps joining with the leasekeeper's static instance id (a second
+    process started with the same --instance-id): the broker fences the leasekeeper (a
+    fatal consumer error). Each time it lets go of its partitions and rejoins as a new
+    consumer, fencing the other in turn; after ``REJOINS`` rejoins within the window it
+    gives up and exits non-zero for its supervisor, naming the likely cause."""
     lk = system.leasekeeper
     lk.start().wait_assigned(PARTITIONS)
-    usurper = make_consumer(
-        system.kafka,
-        system.topics.consumer_group,
-        **{
-            "group.instance.id": f"lk-{system.queue}",
-            "session.timeout.ms": 10_000,
-            "partition.assignment.strategy": "cooperative-sticky",
-        },
-    )
+
+    def usurper() -> Consumer:
+        consumer = make_consumer(
+            system.kafka,
+            system.topics.consumer_group,
+            **{
+                "group.instance.id": f"lk-{system.queue}",
+                "session.timeout.ms": 10_000,
+                "partition.assignment.strategy": "cooperative-sticky",
+            },
+        )
+        consumer.subscribe([system.topics.ready])
+        return consumer
+
+    usurpers = [usurper()]
     try:
-        usurper.subscribe([system.topics.ready])
         assert lk.process is not None
 
         def exited() -> bool:
-            usurper.poll(0.1)
+            message = usurpers[-1].poll(0.1)
+            error = message.error() if message is not None else None
+            if error is not None and (error.fatal() or error.code() == KafkaError._FATAL):
+                usurpers[-1].close()  # fenced back by the rejoined leasekeeper: join again
+                usurpers.append(usurper())
             return lk.process is not None and lk.process.poll() is not None
 
-        wait_until(exited, 90, "the fenced leasekeeper to exit")
+        wait_until(exited, 240, "the fenced leasekeeper to give up")
     finally:
-        usurper.close()
+        for consumer in usurpers:
+            with contextlib.suppress(RuntimeError):  # closed already after it was fenced
+                consumer.close()
     assert lk.process.returncode == 1
     log = lk.log.read_text()
-    assert "fenced" in log.lower()
+    assert log.count("rejoining the group as a new consumer") == REJOINS
+    assert "same --instance-id" in log
     assert "Traceback" not in log

@@ -10,8 +10,13 @@ from collections import defaultdict
 from tests.apps.recording import read_log
 from tests.system import BIN, System, wait_until
 
-# Short tiers and backoff; no retry budget (its deferrals are tested in unit tests).
-FAST_RETRIES = ["--retry-base", "0.2", "--retry-tiers", "1s,2s,5s", "--retry-budget", "1.0"]
+# Short tiers and backoff; no retry budget (its deferrals are tested in unit tests) and
+# no breakers: 90 jobs failing at once on purpose look like an outage to a breaker,
+# which would park their retries (tested in test_breaker_outage.py).
+FAST_RETRIES = [
+    "--retry-base", "0.2", "--retry-tiers", "1s,2s,5s", "--retry-budget", "1.0",
+    "--breaker-default", "off",
+]  # fmt: skip
 
 
 def test_a_job_that_always_fails_is_dead_after_exactly_max_attempts(system: System) -> None:

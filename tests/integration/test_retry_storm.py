@@ -270,8 +270,10 @@ def _running(
             "--retry-base", str(BASE_S),
             "--retry-cap", str(CAP_S),
             "--retry-tiers", "1s,2s,5s,10s",
-            # No budget (share 100 % and no floor limit): jitter alone is measured.
+            # No budget (share 100 % and no floor limit) and no breaker (it would stop
+            # the storm; see test_breaker_outage.py): jitter alone is measured.
             "--retry-budget", "1.0", "--retry-budget-floor", "1000000000",
+            "--breaker-default", "off",
         ],
     )  # fmt: skip
     try:

@@ -3,13 +3,14 @@ loop that applies them, with an injected clock and in-memory fakes for Kafka."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from jobcore.cron_board import CronEntryView
 from producer.scheduler.entry import CronEntry, MisfirePolicy, dedupe_key
 from producer.scheduler.loop import RETRY_AFTER, CronLoop
 from producer.scheduler.misfire import decide
@@ -328,3 +329,45 @@ def test_an_entry_added_while_leading_starts_from_its_recorded_last_fire() -> No
     loop.add(entry("late"))
     loop.step()
     assert sink.keys() == [dedupe_key("late", at(60))]
+
+
+@dataclass
+class FakeBoard:
+    shown: dict[str, CronEntryView] = field(default_factory=dict)
+    replaced: int = 0
+
+    def replace(self, views: Iterable[CronEntryView]) -> None:
+        self.replaced += 1
+        self.shown = {view.name: view for view in views}
+
+    def publish(self, view: CronEntryView) -> None:
+        self.shown[view.name] = view
+
+
+def test_the_leader_shows_each_entry_with_its_next_and_last_fire_on_the_board() -> None:
+    clock, leader, sink, board = Clock(at(30)), FakeLeader(term=1), FakeSink(), FakeBoard()
+    state = FakeState(last={"tick": LastFire(at=at(0), job_id="old")})
+    loop = CronLoop(leader=leader, state=state, sink=sink, grace=GRACE, clock=clock,
+                    board=board, leader_id="host:1")  # fmt: skip
+    loop.add(entry())
+    loop.step()
+    shown = board.shown["tick"]
+    assert board.replaced == 1  # at the start of the term, before any fire
+    assert (shown.next_fire_ms, shown.last_fire_ms, shown.last_job_id) == (
+        ms(at(60)),
+        ms(at(0)),
+        "old",
+    )
+    assert (shown.schedule, shown.queue, shown.leader) == (entry().schedule, "q", "host:1")
+    clock.set(at(60.2))
+    loop.step()
+    shown = board.shown["tick"]
+    assert (shown.next_fire_ms, shown.last_fire_ms, shown.last_job_id) == (
+        ms(at(120)),
+        ms(at(60)),
+        "job-1",
+    )
+
+
+def ms(instant: datetime) -> int:
+    return round(instant.timestamp() * 1000)

@@ -7,11 +7,14 @@ import json
 
 import pytest
 
+from jobcore.cron_board import CronEntryView, scheduler_names
 from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict, listen_problem
 from leasekeeper.dashboard.actions import FilterError, selection_from_query
+from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, table
 from leasekeeper.dashboard.kafka_view import discover_queues
+from leasekeeper.dashboard.pages import cron_section
 from leasekeeper.fleet import cap_leases, fleet_record
 
 TOKEN = "s3cret"
@@ -159,3 +162,32 @@ def test_the_command_refuses_an_open_address_without_a_token(
     assert result.exit_code != 0
     assert "0.0.0.0" in result.output and "DASHBOARD_TOKEN" in result.output
     assert "Traceback" not in result.output
+
+
+def test_cron_rows_say_when_an_entry_is_overdue_never_fired_or_not_on_the_board() -> None:
+    now = 1_800_000_000_000
+
+    def view(name: str, next_ms: int | None) -> CronEntryView:
+        return CronEntryView(name=name, schedule="* * * * *", timezone="UTC", queue="q",
+                             type="noop", misfire="skip", next_fire_ms=next_ms)  # fmt: skip
+
+    rows = [
+        CronRow(scheduler="s", name="late", view=view("late", now - 120_000),
+                last_fire_ms=now - 180_000, last_job_id="j1"),
+        CronRow(scheduler="s", name="soon", view=view("soon", now + 5_000),
+                last_fire_ms=None, last_job_id=None),
+        CronRow(scheduler="old", name="legacy", view=None, last_fire_ms=now - 1_000,
+                last_job_id="j2"),
+    ]  # fmt: skip
+    html = cron_section("/b", rows, now)
+    assert "(2 min ago): overdue, no leader is firing" in html
+    assert 'href="/b/job?id=j1&amp;queue=q"' in html and "(3 min ago)" in html
+    assert "(in 5 s)" in html and 'class="muted cron-last">never<' in html
+    assert "unknown (no leader has published it)" in html
+    assert "No cron scheduler" in cron_section("/b", [], now)
+
+
+def test_scheduler_groups_are_found_by_their_topics() -> None:
+    topics = {"jobs._scheduler.a.state", "jobs._scheduler.b.entries", "jobs._scheduler.c.leader",
+              "jobs.q", "other._scheduler.d.state"}  # fmt: skip
+    assert scheduler_names(topics, "jobs") == ["a", "b"]

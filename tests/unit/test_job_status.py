@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobcore.control import Cancellation, CancelledHow, JobEnd, JobStatus
+from jobcore.control import (
+    STATUS_SWITCH_KEY,
+    Cancellation,
+    CancelledHow,
+    JobEnd,
+    JobStatus,
+    StatusSwitchedOff,
+)
+from jobcore.status import switched_off_note
 from leasekeeper.copies import CopyKind
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Outcome, Settlement, TopicPart
@@ -33,7 +41,7 @@ def job(i: int, run_at_ms: int = 0) -> Job:
 
 
 def statuses(engine: LeaseEngine) -> list[JobStatus]:
-    return [c.status for c in engine.take_copies() if c.kind is CopyKind.STATUS and c.status]
+    return engine.take_statuses()
 
 
 def test_an_ack_writes_succeeded_without_holding_the_commit(tmp_path: Path) -> None:
@@ -117,10 +125,9 @@ def test_status_records_name_the_worker_and_a_dead_jobs_last_error(tmp_path: Pat
     engine.settle([Settlement(lease_id=second.lease_id, token=second.token, outcome=Outcome.NACK,
                               permanent=True, error_class="ValueError",
                               message="bad input")])  # fmt: skip
-    copies = engine.take_copies()
-    (dead,) = [c for c in copies if c.kind is CopyKind.DEAD]
+    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
     engine.copy_delivered(dead)
-    ended_ = [c.status for c in copies if c.status] + statuses(engine)
+    ended_ = statuses(engine)
     found = {s.job_id: s for s in ended_}
     assert (found["job-0"].worker, found["job-0"].last_error) == ("worker-7", "")
     assert (found["job-1"].worker, found["job-1"].last_error) == (
@@ -131,3 +138,61 @@ def test_status_records_name_the_worker_and_a_dead_jobs_last_error(tmp_path: Pat
     assert again == found["job-1"]
     old = b'{"v": 1, "job_id": "j", "state": "succeeded", "at": 5, "attempt": 1, "reason": ""}'
     assert JobStatus.decode(old).worker == "" and JobStatus.decode(old).last_error == ""
+
+
+def test_the_duration_is_the_run_time_the_worker_reported_not_the_lease_age(
+    tmp_path: Path,
+) -> None:
+    # The engine's clocks stand still: a lease's age is 0 whatever happens, so a
+    # duration can only come from the worker's figure in its settlement.
+    engine = make_engine(tmp_path)
+    engine.assign(TP, 0)
+    for offset in range(3):
+        engine.offer(TP, offset, job(offset), b"x")
+    ok, dies, silent = engine.claim("w", 3, wait_s=0)
+    engine.settle([
+        Settlement(lease_id=ok.lease_id, token=ok.token, outcome=Outcome.ACK, run_s=42.5),
+        Settlement(lease_id=dies.lease_id, token=dies.token, outcome=Outcome.NACK,
+                   permanent=True, run_s=7.25),
+        Settlement(lease_id=silent.lease_id, token=silent.token, outcome=Outcome.ACK),
+    ])  # fmt: skip
+    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
+    engine.copy_delivered(dead)
+    found = {s.job_id: s for s in statuses(engine)}
+    assert found["job-0"].duration_s == 42.5
+    assert found["job-1"].duration_s == 7.25
+    assert found["job-2"].duration_s is None  # not reported: unknown, not 0
+    assert JobStatus.decode(found["job-0"].encode()).duration_s == 42.5
+    old = b'{"v": 1, "job_id": "j", "state": "succeeded", "at": 5, "attempt": 1, "reason": ""}'
+    assert JobStatus.decode(old).duration_s is None
+
+
+def test_with_status_records_off_no_path_writes_one(tmp_path: Path) -> None:
+    engine = LeaseEngine(store=LeaseStore(tmp_path), clock=clock, monotonic=clock,
+                         config=EngineConfig(lease_s=10, status_records=False))  # fmt: skip
+    engine.assign(TP, 0)
+    for offset in range(3):
+        engine.offer(TP, offset, job(offset), b"x")
+    ok, dies, running = engine.claim("w", 3, wait_s=0)
+    engine.settle([
+        Settlement(lease_id=ok.lease_id, token=ok.token, outcome=Outcome.ACK),
+        Settlement(lease_id=dies.lease_id, token=dies.token, outcome=Outcome.NACK,
+                   permanent=True),
+    ])  # fmt: skip
+    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
+    engine.copy_delivered(dead)
+    engine.control.cancel(Cancellation(job_id="job-2", cancelled_at_ms=0))
+    engine.cancellations_arrived()
+    engine.heartbeat([(running.lease_id, running.token)])
+    assert engine.take_statuses() == []
+    assert [c for c in engine.take_copies() if c.kind is CopyKind.STATUS] == []
+    assert engine.commit_positions()[TP][0] == 3  # the jobs still resolve
+
+
+def test_the_switch_record_reads_back_and_is_no_job_status() -> None:
+    off = StatusSwitchedOff(at_ms=5, instance="lk-1")
+    assert StatusSwitchedOff.decode(off.encode()) == off
+    assert StatusSwitchedOff.decode(b"{}") is None and StatusSwitchedOff.decode(b"x") is None
+    assert not STATUS_SWITCH_KEY.decode().isprintable()  # never a job id
+    note = switched_off_note("q", 1_800_000_000_000)
+    assert note.startswith("status records are off for queue q since 2027-01-15T08:00:00Z")

@@ -206,7 +206,7 @@ def test_a_limited_backlog_beyond_its_share_is_parked_without_an_attempt(tmp_pat
     engine.offer(TP, 100, job(100, kind="mail"), b"x")
     assert engine.park_excess() == 100 - MIN_HOLD
     copies = engine.take_copies()
-    assert {c.kind for c in copies} == {CopyKind.HOP}, "parked through a delay tier"
+    assert {c.kind for c in copies} == {CopyKind.PARK}, "parked through a delay tier"
     assert all(c.job is not None and c.job.attempt == 0 and not c.job.errors for c in copies)
     delays = [c.delay_s for c in sorted(copies, key=lambda c: c.offset)]
     assert delays == sorted(delays) and delays[0] >= MIN_HOLD, "each comes back in its turn"

@@ -107,3 +107,20 @@ def test_long_tracebacks_keep_their_tail_and_messages_their_head() -> None:
     assert failure.traceback.rstrip().endswith("x" * 100)
     assert len(failure.message) <= MESSAGE_LIMIT
     assert failure.message.startswith("xxx") and failure.message.endswith("...")
+
+
+def test_dependency_down_is_reported_as_such_with_its_cause_and_delay() -> None:
+    from workers import DependencyDown
+    from workers.errors import classify as classify_failure
+
+    try:
+        try:
+            raise TimeoutError("smtp connect timed out")
+        except TimeoutError as exc:
+            raise DependencyDown("mail provider down", after=30) from exc
+    except DependencyDown as down:
+        failure = classify_failure(down)
+    assert failure.error_class == "DependencyDown"
+    assert failure.message == "TimeoutError: mail provider down"
+    assert failure.retry_after_s == 30
+    assert not failure.permanent
