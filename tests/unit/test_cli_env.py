@@ -50,28 +50,31 @@ EXPECTED: dict[str, set[str]] = {
     "leasekeeper dlq show": KAFKA | SCHEMAS,
     "leasekeeper dlq replay": KAFKA | SCHEMAS,
     "leasekeeper dashboard": KAFKA | SCHEMAS | LOG | {"DASHBOARD_TOKEN"},
+    "leasekeeper breaker open": KAFKA,
+    "leasekeeper breaker close": KAFKA,
     "leasekeeper dev kafka": {"LOCAL_KAFKA_DIR"},
     "leasekeeper dev kafka fetch": {"KAFKA_VERSION", "KAFKA_HOME"},
     "leasekeeper dev kafka start": {"KAFKA_VERSION", "KAFKA_HOME"},
     "workers run": CLIENT | SCHEMAS | LOG | {"JOBS_TOPIC_PREFIX"},
 }
 
-# Modules that define commands: none may read the environment by hand.
-COMMAND_MODULES = [
-    "producer/cli.py",
-    "producer/schemas_cli.py",
-    "producer/scheduler/cli.py",
-    "producer/outbox/cli.py",
-    "leasekeeper/cli.py",
-    "leasekeeper/dlq/cli.py",
-    "leasekeeper/dashboard/cli.py",
-    "workers/cli.py",
-    "devtools/localkafka/cli.py",
-    "jobcore/cli_env.py",
-    "jobcore/cli_errors.py",
-    "jobcore/cli_kafka.py",
-    "jobcore/cli_registry.py",
-]
+# Modules that define options or commands (they use click): none may read the
+# environment by hand. Found, not listed, so a new command module is covered too.
+COMMAND_MODULES = sorted(
+    str(path.relative_to(REPO))
+    for package in ("producer", "leasekeeper", "workers", "devtools", "jobcore")
+    for path in (REPO / package).rglob("*.py")
+    if "click." in path.read_text()
+)
+# What a flag implies the command reads: a command added later gets the same rule.
+BY_FLAG = {
+    "bootstrap": KAFKA,
+    "schema_path": {"JOBS_SCHEMA_PATH"},
+    "schema_paths": {"JOBS_SCHEMA_PATH"},
+    "target": {"LEASEKEEPER_TARGET", "LEASEKEEPER_TOKEN", "LEASEKEEPER_TLS_CA"},
+    "log_level": LOG,
+    "schema_registry": {"SCHEMA_REGISTRY_URL", "SCHEMA_REGISTRY_CONFIG"},
+}
 _BY_HAND = {"environ", "getenv", "from_env", "schema_path_from_env"}
 
 
@@ -112,6 +115,14 @@ def test_each_variable_a_command_reads_is_an_option_envvar(path: str) -> None:
     declared = _envvars(_tree()[path])
     missing = EXPECTED[path] - set(declared)
     assert not missing, f"{path} reads {sorted(missing)} without declaring envvar="
+
+
+def test_a_command_with_a_flag_reads_the_variables_that_go_with_it() -> None:
+    for path, command in _tree().items():
+        names = {param.name for param in command.params}
+        wanted = set().union(*(v for k, v in BY_FLAG.items() if k in names))
+        missing = wanted - set(_envvars(command))
+        assert not missing, f"{path} has the flags but not the variables {sorted(missing)}"
 
 
 def test_every_declared_variable_is_shown_in_help() -> None:
