@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from benchmarks import charts, meta, procs, report
-from benchmarks.config import SCENARIOS, BenchConfig, select
+from benchmarks.config import CODECS, SCENARIOS, BenchConfig, select
 from benchmarks.context import REPO, BenchContext
 from benchmarks.scenarios import registry
 
@@ -44,6 +44,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     parser.add_argument("--no-charts", action="store_true", help="write JSON only")
     parser.add_argument(
+        "--codec",
+        choices=CODECS,
+        default="file",
+        help="drain in file mode, in registry mode (starts a local Schema Registry), or "
+        "both: file and registry drains interleaved, --rounds times each, medians compared",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per mode of --codec both [3]")
+    parser.add_argument(
         "--status-cost",
         type=int,
         metavar="N",
@@ -60,6 +68,9 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         config = replace(config, concurrency=args.concurrency)
     if args.no_profile:
         config = replace(config, profile_s=0.0)
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
+    config = replace(config, codec=args.codec, codec_rounds=args.rounds)
     if args.status_cost is not None:
         if args.status_cost < 0:
             raise SystemExit(f"--status-cost must be 0 or more, got {args.status_cost}")

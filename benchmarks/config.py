@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+CODECS = ("file", "registry", "both")
 SCENARIOS = ("drain", "raw", "share", "peers", "latency", "recovery", "memory", "noisy", "micro")
 
 
@@ -45,6 +46,11 @@ class BenchConfig:
     # Interleaved pairs of drains with and without status records (0: none).
     status_cost_repeats: int = 3
     peers_need_install: bool = True
+    # "file": the embedded file registry (every scenario); "registry": the drain in
+    # registry mode (Confluent wire format, a local Apicurio Registry); "both": the
+    # drain scenario compares the two, interleaved, ``codec_rounds`` times each.
+    codec: str = "file"
+    codec_rounds: int = 3
 
     @classmethod
     def full(cls) -> BenchConfig:

@@ -19,6 +19,7 @@ from benchmarks import procs
 from benchmarks.config import BenchConfig
 from benchmarks.load import Preloader
 from devtools.localkafka import LocalKafka, obtain
+from devtools.localregistry import LocalRegistry
 from jobcore.kafka import KafkaSettings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +35,8 @@ class BenchContext:
     pinning: procs.Pinning
     bootstrap: str | None = None
     kafka: LocalKafka | None = None
+    # A local Schema Registry, started when a drain runs in registry mode (--codec).
+    schema_registry: LocalRegistry | None = None
     scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-")))
     enqueue_rates: list[dict[str, Any]] = field(default_factory=list)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -49,6 +52,10 @@ class BenchContext:
             )
             self.bootstrap = self.kafka.start()
             self.pinning.pin_server(self.broker_pid() or 0)
+        if self.config.codec != "file":
+            self.schema_registry = LocalRegistry(workdir=self.scratch / "registry")
+            self.schema_registry.start()
+            self.pinning.pin_server(self.schema_registry.pid or 0)
 
     @property
     def settings(self) -> KafkaSettings:
@@ -65,27 +72,40 @@ class BenchContext:
         pid = self.broker_pid()
         return [pid] if pid else []
 
+    def registry_pids(self) -> list[int]:
+        """The Schema Registry's pid when one runs (its CPU is measured beside the broker's)."""
+        pid = self.schema_registry.pid if self.schema_registry is not None else None
+        return [pid] if pid else []
+
+    @property
+    def registry_url(self) -> str:
+        assert self.schema_registry is not None, "no Schema Registry: --codec file"
+        return self.schema_registry.url
+
     def fresh_dir(self, name: str) -> Path:
         path = self.scratch / f"{name}-{uuid.uuid4().hex[:6]}"
         path.mkdir(parents=True)
         return path
 
-    def preloader(self, name: str = "main") -> Preloader:
-        """The loader of backlog ``name`` ("main": the no-op drains; "io": the 10 ms load)."""
-        if name not in self._preloaders:
-            self._preloaders[name] = Preloader(
+    def preloader(self, name: str = "main", codec: str = "file") -> Preloader:
+        """The loader of backlog ``name`` ("main": the no-op drains; "io": the 10 ms load),
+        written in ``codec``'s format ("file" or "registry": the Confluent wire format)."""
+        key = name if codec == "file" else f"{name}-{codec}"
+        if key not in self._preloaders:
+            self._preloaders[key] = Preloader(
                 self.settings,
                 queue=f"bench{name}{uuid.uuid4().hex[:6]}",
                 partitions=self.config.partitions,
                 tenants=self.config.tenants,
                 payload_bytes=self.config.payload_bytes,
                 schema_dir=SCHEMA_DIR,
+                registry_url=self.registry_url if codec == "registry" else None,
             )
-        return self._preloaders[name]
+        return self._preloaders[key]
 
-    def backlog(self, jobs: int, name: str = "main") -> str:
+    def backlog(self, jobs: int, name: str = "main", codec: str = "file") -> str:
         """Backlog ``name``, topped up to at least ``jobs`` jobs; returns its queue name."""
-        loader = self.preloader(name)
+        loader = self.preloader(name, codec)
         if loader.loaded < jobs:
             started = time.monotonic()
             added = jobs - loader.loaded
@@ -93,7 +113,7 @@ class BenchContext:
             seconds = time.monotonic() - started
             self.enqueue_rates.append(
                 {
-                    "backlog": name,
+                    "backlog": name if codec == "file" else f"{name} ({codec} mode)",
                     "jobs": added,
                     "seconds": round(seconds, 3),
                     "jobs_per_s": round(added / seconds),
@@ -106,4 +126,6 @@ class BenchContext:
             loader.close()
         if self.kafka is not None:
             self.kafka.stop()
+        if self.schema_registry is not None:
+            self.schema_registry.stop()
         shutil.rmtree(self.scratch, ignore_errors=True)

@@ -7,6 +7,8 @@ reads are byte for byte what production would write.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from benchmarks.apps import JOB_TYPE
 from jobcore.kafka import KafkaSettings
+from jobcore.schema_registry import RegistrySettings, open_registry
 from producer import JobProducer, JobRequest, ensure_queue_topics
 from producer.request import build_job
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -39,11 +42,16 @@ class Preloader:
         tenants: int,
         payload_bytes: int,
         schema_dir: Path,
+        registry_url: str | None = None,
     ) -> None:
         self.queue = queue
         self.tenants = tenants
         self.blob = blob(payload_bytes)
-        self.registry = SchemaRegistry(extra_dirs=[schema_dir])
+        self.registry = (
+            registry_mode(registry_url, queue, schema_dir)
+            if registry_url
+            else SchemaRegistry(extra_dirs=[schema_dir])
+        )
         ensure_queue_topics(settings, queue, partitions=partitions)
         self.producer = JobProducer(settings, registry=self.registry)
         self.loaded = 0
@@ -107,3 +115,19 @@ class Preloader:
 
     def close(self) -> None:
         self.producer.close()
+        self.registry.close()
+
+
+def registry_mode(url: str, queue: str, schema_dir: Path) -> SchemaRegistry:
+    """The codec registry of registry mode, after registering ``queue``'s schemas the
+    way a deploy pipeline does (``producer schemas register``): the runtime never does."""
+    command = [
+        str(Path(sys.executable).parent / "producer"), "schemas", "register",
+        "--queue", queue, "--schema-path", str(schema_dir), "--schema-registry", url,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"producer schemas register failed: {done.stderr.strip()[-500:]}")
+    settings = RegistrySettings.load(url, None)
+    assert settings is not None
+    return open_registry(settings, [schema_dir], queues=[queue], attempts=3)

@@ -42,6 +42,8 @@ class OurSystem:
     lease_s: float = 30.0
     # Prepended to every command: ``taskset`` to lift the clients' pinning.
     prefix: list[str] = field(default_factory=list)
+    # Registry mode: this Schema Registry URL goes to the leasekeeper and every worker.
+    schema_registry: str | None = None
     group_id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:8]}")
     leasekeeper: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -69,10 +71,14 @@ class OurSystem:
             "--lease", str(self.lease_s),
             "--schema-path", str(SCHEMA_DIR),
             "--log-level", "WARNING",
+            *self._codec_args(),
             *extra,
         ]  # fmt: skip
         self.leasekeeper = procs.start(cmd, log=self.workdir / "leasekeeper.log", cwd=REPO)
         procs.wait_until(self._assigned, 90, "the leasekeeper to own its partitions", step=0.1)
+
+    def _codec_args(self) -> list[str]:
+        return ["--schema-registry", self.schema_registry] if self.schema_registry else []
 
     def _assigned(self) -> bool:
         if self.leasekeeper is None or self.leasekeeper.poll() is not None:
@@ -99,6 +105,7 @@ class OurSystem:
                 "--schema-path", str(SCHEMA_DIR),
                 "--grace", "5",
                 "--log-level", "WARNING",
+                *self._codec_args(),
             ]  # fmt: skip
             extra = {progress.ENV_DIR: str(self.progress_dir), **(env or {})}
             log = self.workdir / f"worker-{index}.log"

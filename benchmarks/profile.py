@@ -32,13 +32,22 @@ def py_spy() -> str | None:
     return str(found) if found.exists() else shutil.which("py-spy")
 
 
-def profile_drain(ctx: BenchContext, queue: str, workers: int) -> dict[str, Any]:
-    """Drain ``queue`` again with ``workers`` workers for ``profile_s`` s under py-spy."""
+def profile_drain(
+    ctx: BenchContext, queue: str, workers: int, schema_registry: str | None = None
+) -> dict[str, Any]:
+    """Drain ``queue`` again with ``workers`` workers for ``profile_s`` s under py-spy
+    (in registry mode with ``schema_registry``: ``queue`` must be written in it)."""
     spy = py_spy()
     if spy is None:
         return {"status": "skipped: py-spy is not installed (pip install -e '.[bench]')"}
     config = ctx.config
-    system = OurSystem(ctx.settings, queue, ctx.fresh_dir("profile"), partitions=config.partitions)
+    system = OurSystem(
+        ctx.settings,
+        queue,
+        ctx.fresh_dir("profile"),
+        partitions=config.partitions,
+        schema_registry=schema_registry,
+    )
     try:
         system.start_leasekeeper()
         system.start_workers("noop_app", workers, config.concurrency)
@@ -85,11 +94,18 @@ def summarize(folded: Path) -> dict[str, Any]:
         self_counts[_short(frames[-1])] += count
         for frame in {_short(f) for f in frames}:
             inclusive[frame] += count
+    codec = Counter({k: v for k, v in inclusive.items() if _codec(k)})
     return {
         "busy_samples": total,
         "top_self": _shares(self_counts, total),
         "top_inclusive": _shares(Counter({k: v for k, v in inclusive.items() if _ours(k)}), total),
+        # Where file and registry mode differ: the schema lookup and decoding.
+        "codec_inclusive": _shares(codec, total),
     }
+
+
+def _codec(frame: str) -> bool:
+    return any(f"({m})" in frame for m in ("schemas/codec.py", "schemas/confluent.py"))
 
 
 def _short(frame: str) -> str:

@@ -136,6 +136,11 @@ class LocalRegistry:
         """The Confluent-compatible API, what ``--schema-registry`` takes."""
         return f"http://127.0.0.1:{self.port}{CCOMPAT}"
 
+    @property
+    def pid(self) -> int | None:
+        """The JVM's pid while it runs (a benchmark pins it and reads its CPU)."""
+        return self._process.pid if self._process is not None else None
+
     def command(self) -> list[str]:
         return [
             find_java(),

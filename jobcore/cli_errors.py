@@ -13,7 +13,6 @@ file, credentials, a missing queue), 3 Kafka or the leasekeeper could not be rea
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -72,11 +71,21 @@ class Misuse(click.ClickException):
 
 
 def debug_wanted(ctx: click.Context | None = None) -> bool:
-    """``--debug`` on the command line or ``LOG_LEVEL=debug`` in the environment."""
-    if os.environ.get(ENV_LOG_LEVEL, "").strip().lower() == "debug":
-        return True
+    """``--debug`` on the command line or ``LOG_LEVEL=debug`` in the environment (both
+    read by click into the ``--debug`` option of the top-level group)."""
     ctx = ctx or click.get_current_context(silent=True)
     return bool(ctx is not None and ctx.find_root().meta.get("debug"))
+
+
+class _DebugOption(click.Option):
+    """``--debug``, also set by ``LOG_LEVEL=debug``: the variable names a level, not a
+    boolean, so only ``debug`` (any case) turns it on."""
+
+    def value_from_envvar(self, ctx: click.Context) -> Any:
+        text = self.resolve_envvar_value(ctx)
+        if text is None:
+            return None
+        return text.strip().lower() == "debug"
 
 
 def _remember_debug(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
@@ -92,13 +101,15 @@ class FriendlyGroup(click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.params.append(
-            click.Option(
+            _DebugOption(
                 ["--debug"],
                 is_flag=True,
+                envvar=ENV_LOG_LEVEL,
+                show_envvar=True,
                 expose_value=False,
                 is_eager=True,
                 callback=_remember_debug,
-                help="Show the traceback of a failure [env LOG_LEVEL=debug].",
+                help="Show the traceback of a failure (also LOG_LEVEL=debug).",
             )
         )
 
@@ -146,5 +157,6 @@ def log_level_option(default: str = "info") -> Callable[[_F], _F]:
         envvar=ENV_LOG_LEVEL,
         show_default=True,
         callback=_normal_level,
-        help="How much to log [env LOG_LEVEL].",
+        show_envvar=True,
+        help="How much to log.",
     )

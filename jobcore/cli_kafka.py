@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 
 import click
 
+from jobcore.cli_env import environment, from_environment, remember
 from jobcore.cli_errors import ExitCode, Unreachable, debug_wanted
-from jobcore.config import ENV_KAFKA_CONFIG, BootstrapOrigin, Environment
+from jobcore.config import ENV_BOOTSTRAP, ENV_KAFKA_CONFIG, BootstrapOrigin, Environment
 from jobcore.durations import DURATION, shown
 from jobcore.kafka import (
     ErrorKind,
@@ -33,6 +34,7 @@ __all__ = [
     "BOOTSTRAP_HELP",
     "DEFAULT_CONNECT_TIMEOUT_S",
     "KafkaSetupFailed",
+    "bootstrap_option",
     "connect_timeout_option",
     "kafka_config_option",
     "kafka_failure",
@@ -44,14 +46,13 @@ __all__ = [
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 BOOTSTRAP_HELP = (
-    "Kafka bootstrap servers [default: $KAFKA_BOOTSTRAP, else bootstrap.servers of the "
-    "--kafka-config file, else the address `leasekeeper dev kafka start` recorded, "
-    "else 127.0.0.1:9092]"
+    "Kafka bootstrap servers [default: bootstrap.servers of the --kafka-config file, "
+    "else the address `leasekeeper dev kafka start` recorded, else 127.0.0.1:9092]"
 )
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 _CONFIG_HELP = (
     "librdkafka client properties (security.protocol, sasl.*, ssl.*), in the format of "
-    "kcat -F and the Kafka tools' --command-config [env KAFKA_CONFIG]"
+    "kcat -F and the Kafka tools' --command-config"
 )
 
 
@@ -104,12 +105,30 @@ def require_kafka(settings: KafkaSettings, timeout_s: float) -> None:
         raise Unreachable(unreachable_message(settings))
 
 
+def bootstrap_option(command: _F) -> _F:
+    """``--bootstrap`` [env KAFKA_BOOTSTRAP]; where the value came from is kept, so an
+    unreachable broker's message names the setting to change."""
+    option = click.option(
+        "--bootstrap",
+        envvar=ENV_BOOTSTRAP,
+        show_envvar=True,
+        default=None,
+        callback=remember("bootstrap"),
+        help=BOOTSTRAP_HELP,
+    )
+    return option(command)
+
+
 def kafka_config_option(command: _F) -> _F:
+    """``--kafka-config FILE`` [env KAFKA_CONFIG]."""
     option = click.option(
         "--kafka-config",
         "kafka_config",
+        envvar=ENV_KAFKA_CONFIG,
+        show_envvar=True,
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
+        callback=remember("kafka_config"),
         help=_CONFIG_HELP,
     )
     return option(command)
@@ -122,8 +141,13 @@ def kafka_settings(
     kafka_config: Path | None,
     env: Environment | None = None,
 ) -> KafkaSettings:
-    """Settings from the flags and the environment, or a one-line exit 2."""
-    env = env or Environment.from_env()
+    """Settings from the flags and their variables, or a one-line exit 2. A value that
+    came from a variable is taken from ``env``, which knows it as such."""
+    env = env or environment()
+    if from_environment("bootstrap"):
+        bootstrap = None
+    if from_environment("kafka_config"):
+        kafka_config = None
     try:
         return env.kafka(client_id, bootstrap=bootstrap, kafka_config=kafka_config)
     except PropertiesError as exc:

@@ -42,19 +42,21 @@ def schema_registry_options(command: _F) -> _F:
         "--schema-registry",
         "schema_registry",
         envvar=ENV_SCHEMA_REGISTRY_URL,
+        show_envvar=True,
         default=None,
         metavar="URL",
         help="Schema Registry URL: write the Confluent wire format, read both formats "
-        f"[env {ENV_SCHEMA_REGISTRY_URL}; default: the embedded file registry]",
+        "[default: the embedded file registry]",
     )
     config = click.option(
         "--schema-registry-config",
         "schema_registry_config",
         envvar=ENV_SCHEMA_REGISTRY_CONFIG,
+        show_envvar=True,
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
         help="Registry client properties (basic.auth.user.info, ssl.*, "
-        f"value.subject.name.strategy, schema.cache.dir) [env {ENV_SCHEMA_REGISTRY_CONFIG}]",
+        "value.subject.name.strategy, schema.cache.dir)",
     )
     return url(config(command))
 

@@ -1,5 +1,6 @@
-"""Settings shared by producer, leasekeeper and workers, read from the environment once
-at the edge (CLI) and passed in as values; nothing here is a global singleton."""
+"""Settings shared by producer, leasekeeper and workers, read once at the edge (by the
+command line parser, or :meth:`Environment.from_env` for a Python caller) and passed
+in as values; nothing here is a global singleton."""
 
 from __future__ import annotations
 
@@ -142,6 +143,9 @@ class Environment:
 
     @classmethod
     def from_env(cls) -> Environment:
+        """The settings of a Python caller, from the process environment. Commands do
+        not use this: click reads each variable as its flag's default
+        (``jobcore.cli_env.environment``)."""
         kafka_config = os.environ.get(ENV_KAFKA_CONFIG)
         return cls(
             bootstrap=os.environ.get(ENV_BOOTSTRAP, DEFAULT_BOOTSTRAP),

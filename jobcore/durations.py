@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import click
 
-__all__ = ["DURATION", "DurationType", "parse_duration", "shown"]
+__all__ = ["DELAY", "DURATION", "POSITIVE_DURATION", "DurationType", "parse_duration", "shown"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?$")
@@ -45,15 +45,29 @@ class DurationType(click.ParamType[float, object]):
 
     name = "duration"
 
+    def __init__(self, *, positive: bool = False, noun: str = "duration") -> None:
+        self.positive = positive
+        # How a bad value is named: "invalid delay '10 minutes'" for --delay.
+        self.noun = noun
+
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
         if isinstance(value, int | float):
-            return float(value)
-        try:
-            return parse_duration(str(value)).total_seconds()
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+            seconds = float(value)
+        else:
+            try:
+                seconds = parse_duration(str(value)).total_seconds()
+            except ValueError as exc:
+                self.fail(
+                    str(exc).replace("invalid duration", f"invalid {self.noun}", 1), param, ctx
+                )
+        if self.positive and seconds <= 0:
+            self.fail(f"{value!r} must be longer than 0", param, ctx)
+        return seconds
 
 
 DURATION = DurationType()
+# For a length that 0 makes meaningless (a job's timeout).
+POSITIVE_DURATION = DurationType(positive=True)
+DELAY = DurationType(noun="delay")

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import click
 
+from jobcore.cli_env import environment, topic_prefix_option
 from jobcore.cli_kafka import (
-    BOOTSTRAP_HELP,
+    bootstrap_option,
     connect_timeout_option,
     kafka_config_option,
     kafka_settings,
     require_kafka,
 )
-from jobcore.config import Environment
 from jobcore.kafka import make_producer
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker import DEFAULT_RULE, BreakerRule, BreakerSettings
@@ -90,7 +90,7 @@ def _write(
     kafka_config: Path | None,
     connect_timeout_s: float,
 ) -> None:
-    env = Environment.from_env()
+    env = environment()
     try:
         topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     except ValueError as exc:
@@ -126,8 +126,9 @@ def _write(
 @click.argument("job_type", metavar="TYPE")
 @click.option("--queue", required=True, help="the queue (jobs.QUEUE)")
 @click.option("--reason", required=True, help="why, shown by inspect and in the logs")
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @connect_timeout_option
 def open_breaker(
     job_type: str,
@@ -147,8 +148,9 @@ def open_breaker(
 @click.argument("job_type", metavar="TYPE")
 @click.option("--queue", required=True, help="the queue (jobs.QUEUE)")
 @click.option("--reason", required=True, help="why, shown by inspect and in the logs")
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @connect_timeout_option
 def close_breaker(
     job_type: str,

@@ -14,11 +14,22 @@ from typing import Any
 
 import click
 import grpc
+from click.core import ParameterSource
 
+from jobcore.cli_env import (
+    environment,
+    from_environment,
+    leasekeeper_client_options,
+    priority_classes_option,
+    schema_path_option,
+    target_option,
+    token_option,
+    topic_prefix_option,
+)
 from jobcore.cli_errors import FriendlyGroup, Unreachable, log_level_option
 from jobcore.cli_kafka import (
-    BOOTSTRAP_HELP,
     KafkaSetupFailed,
+    bootstrap_option,
     kafka_config_option,
     kafka_failure,
     kafka_settings,
@@ -63,15 +74,16 @@ def main() -> None:
 
 @main.command()
 @click.option("--queue", required=True, help="the queue to serve (topic jobs.QUEUE)")
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @click.option("--state-dir", type=click.Path(path_type=Path), required=True, help="RocksDB dir")
-@click.option(
+@target_option(
     "--listen",
-    default=None,
-    help="unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET; default: the queue's own socket "
-    "in a private directory]",
+    "listen",
+    help_text="unix:PATH or HOST:PORT [default: the queue's own socket in a private directory]",
 )
+@token_option("Shared token every client must present on a TCP listener.")
 @click.option(
     "--lease",
     "lease_s",
@@ -131,13 +143,9 @@ def main() -> None:
 )
 @click.option("--group", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)")
 @click.option("--group-id", "group_id_alias", default=None, hidden=True)
-@click.option(
-    "--schema-path",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="extra directory of job payload schemas (repeatable; adds to $JOBS_SCHEMA_PATH)",
-)
+@schema_path_option("schema_path")
 @schema_registry_options
+@priority_classes_option
 @click.option(
     "--instance-id",
     default=None,
@@ -248,7 +256,7 @@ def main() -> None:
 @click.option(
     "--insecure",
     is_flag=True,
-    help="listen on loopback TCP without LEASEKEEPER_TOKEN (any local user can connect)",
+    help="listen on loopback TCP without a token (any local user can connect)",
 )
 @click.option(
     "--tls-cert",
@@ -320,6 +328,7 @@ def serve(
     schema_path: tuple[str, ...],
     schema_registry: str | None,
     schema_registry_config: Path | None,
+    priority_classes: PriorityClasses,
     instance_id: str | None,
     session_timeout_ms: int,
     lease_for: tuple[str, ...],
@@ -355,13 +364,12 @@ def serve(
     on a setup mistake (credentials, config, a missing queue), 1 when the Kafka
     loop fails, so a supervisor restarts it."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    env = Environment.from_env()
+    env = environment()
     try:
-        classes = PriorityClasses.from_env()
         tenants = tenant_policy(
             cap=tenant_cap, cap_for=tenant_cap_for, weight_for=tenant_weight, path=tenants_file
         )
-        targets = ready_targets(ready_target, classes.weights)
+        targets = ready_targets(ready_target, priority_classes.weights)
         rate_limits = rate_limit_config(
             by_type=rate_limit, tenant=tenant_rate_limit, tenant_for=tenant_rate_limit_for
         )
@@ -392,7 +400,7 @@ def serve(
             window_records=window_records,
             window_bytes=window_bytes,
             max_uncommitted=max_uncommitted,
-            class_weights=classes.weights,
+            class_weights=priority_classes.weights,
             tenants=tenants,
             rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
@@ -414,7 +422,7 @@ def serve(
         loop=LoopConfig(drain_grace_s=drain_grace),
         metrics_port=metrics_port,
         ready_targets=targets,
-        schema_dirs=schema_path + env.schema_path,
+        schema_dirs=schema_path,
         schema_registry=registry_settings(schema_registry, schema_registry_config),
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
@@ -498,7 +506,6 @@ def _leases_by_type(pairs: tuple[str, ...]) -> dict[str, float]:
     return leases
 
 
-_TARGET_HELP = "the leasekeeper's unix:PATH or HOST:PORT [env LEASEKEEPER_TARGET]"
 _QUEUE_HELP = "the queue whose leasekeeper to ask, at its default socket"
 
 
@@ -513,20 +520,27 @@ class _Where:
 
 @main.group(invoke_without_command=True)
 @click.option("--queue", default=None, help=_QUEUE_HELP)
-@click.option("--target", default=None, help=_TARGET_HELP)
+@leasekeeper_client_options
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--wide", is_flag=True, help="every retry-tier partition, not one row per tier")
 @click.pass_context
 def inspect(
-    ctx: click.Context, queue: str | None, target: str | None, as_json: bool, wide: bool
+    ctx: click.Context,
+    queue: str | None,
+    target: str | None,
+    tls_ca: str | None,
+    as_json: bool,
+    wide: bool,
 ) -> None:
     """Partitions, commit gaps and leases in flight of a running leasekeeper.
 
     Exits 3 when no leasekeeper answers at the address."""
+    # The flag only: LEASEKEEPER_TARGET reaches the address through environment().
+    given = target if ctx.get_parameter_source("target") is ParameterSource.COMMANDLINE else None
     if ctx.invoked_subcommand is not None:
-        ctx.obj = _Where(target=target, queue=queue, as_json=as_json)
+        ctx.obj = _Where(target=given, queue=queue, as_json=as_json)
         return
-    snapshot = _fetch(_Where(target=target, queue=queue))
+    snapshot = _fetch(_Where(target=given, queue=queue))
     if as_json:
         click.echo(json.dumps(snapshot, indent=2))
     else:
@@ -536,24 +550,41 @@ def inspect(
 @inspect.command("job")
 @click.argument("job_id")
 @click.option("--queue", default=None, help=_QUEUE_HELP)
-@click.option("--target", default=None, help=_TARGET_HELP)
+@leasekeeper_client_options
+@bootstrap_option
+@kafka_config_option
+@topic_prefix_option
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.pass_context
 def inspect_job(
-    ctx: click.Context, job_id: str, queue: str | None, target: str | None, as_json: bool
+    ctx: click.Context,
+    job_id: str,
+    queue: str | None,
+    target: str | None,
+    tls_ca: str | None,
+    bootstrap: str | None,
+    kafka_config: Path | None,
+    as_json: bool,
 ) -> None:
     """Where JOB_ID (or a unique prefix of 8+ characters) is: ready, delayed, leased
     (to whom, which attempt), skipped as a duplicate, or cancelled; for a finished job
-    (whole id, KAFKA_BOOTSTRAP set) how it ended, from the queue's status topic.
+    (whole id, Kafka given) how it ended, from the queue's status topic.
 
     Exits 1 when this leasekeeper knows no such job, or the prefix is ambiguous.
     """
     group = ctx.obj or _Where()
-    where = _Where(target=target or group.target, queue=queue or group.queue)
+    given = target if ctx.get_parameter_source("target") is ParameterSource.COMMANDLINE else None
+    where = _Where(target=given or group.target, queue=queue or group.queue)
     view = _fetch(where, job_id=job_id)
     if not view["member_knows"]:  # finished? the status topic knows
         snapshot_queue = _fetch(where).get("queue")
-        view = finished_view(view, str(snapshot_queue or ""), Environment.from_env())
+        view = finished_view(
+            view,
+            str(snapshot_queue or ""),
+            environment(),
+            bootstrap=None if from_environment("bootstrap") else bootstrap,
+            kafka_config=None if from_environment("kafka_config") else kafka_config,
+        )
     if as_json or group.as_json:
         click.echo(json.dumps(view, indent=2))
     else:
@@ -565,7 +596,7 @@ def inspect_job(
 
 def _fetch(where: _Where, job_id: str = "") -> dict[str, Any]:
     """The snapshot, or one line naming the address, where it came from and the fix."""
-    env = Environment.from_env()
+    env = environment()
     address = env.target(where.target, queue=where.queue)
     try:
         return fetch_snapshot(address, env.leasekeeper_token, job_id=job_id, tls_ca=_ca(env))
@@ -595,13 +626,15 @@ def _no_leasekeeper(address: str, where: _Where, env: Environment) -> str:
 
 
 def _ca(env: Environment) -> bytes | None:
-    """The CA of a TLS leasekeeper, from LEASEKEEPER_TLS_CA."""
+    """The CA of a TLS leasekeeper (--tls-ca, LEASEKEEPER_TLS_CA)."""
     if env.leasekeeper_tls_ca is None:
         return None
     try:
         return Path(env.leasekeeper_tls_ca).read_bytes()
     except OSError as exc:
-        raise click.ClickException(f"cannot read LEASEKEEPER_TLS_CA: {exc}") from None
+        raise click.ClickException(
+            f"cannot read the TLS CA file (--tls-ca or LEASEKEEPER_TLS_CA): {exc}"
+        ) from None
 
 
 class _DevCommands(click.Group):

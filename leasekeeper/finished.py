@@ -3,7 +3,8 @@
 was cancelled).
 
 Only tried when the leasekeeper does not hold a whole job id, and only when
-Kafka is named (``KAFKA_BOOTSTRAP``, ``KAFKA_CONFIG``, or the address
+Kafka is named (``--bootstrap``/``KAFKA_BOOTSTRAP``, ``--kafka-config``/``KAFKA_CONFIG``,
+or the address
 ``dev kafka start`` recorded). A
 failure to read leaves the answer ``unknown``: inspect must work during an
 incident even when Kafka does not.
@@ -12,6 +13,7 @@ incident even when Kafka does not.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from jobcore.config import Environment
 from jobcore.control import JobStatus
@@ -30,19 +32,31 @@ _NOT_HELD = frozenset({"unknown", "cancellation recorded"})
 WHOLE_ID = 32
 
 
-def finished_view(view: dict[str, object], queue: str, env: Environment) -> dict[str, object]:
+def finished_view(
+    view: dict[str, object],
+    queue: str,
+    env: Environment,
+    *,
+    bootstrap: str | None = None,
+    kafka_config: Path | None = None,
+) -> dict[str, object]:
     """``view`` with how the job ended, when it is ``unknown`` here and the status
-    topic of ``queue`` has it; ``view`` unchanged otherwise."""
+    topic of ``queue`` has it; ``view`` unchanged otherwise. ``bootstrap`` and
+    ``kafka_config`` are the flags (their variables are in ``env``)."""
     job_id = str(view["job_id"])
     kafka_named = (
-        env.bootstrap_from_env or env.kafka_config is not None or env.dev_bootstrap is not None
+        bootstrap is not None
+        or kafka_config is not None
+        or env.bootstrap_from_env
+        or env.kafka_config is not None
+        or env.dev_bootstrap is not None
     )
     if view.get("state") not in _NOT_HELD or len(job_id) < max(WHOLE_ID, MIN_PREFIX) or not queue:
         return view
     if not kafka_named:  # no guessing at a default broker: inspect answers at once
         return view
     try:
-        settings = env.kafka(_CLIENT_ID, bootstrap=None, kafka_config=None)
+        settings = env.kafka(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config)
         topic = QueueTopics(queue=queue, prefix=env.topic_prefix).status
         with StatusReader(settings, topic) as reader:
             status = reader.latest(job_id, timeout_s=10)

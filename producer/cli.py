@@ -1,14 +1,14 @@
 """``producer`` command line: create a queue's topics, enqueue (now or later) and
 cancel jobs by hand.
 
-Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
-``JOBS_SCHEMA_PATH``) read once here, with flags taking precedence.
+Settings come from flags or their environment variables (``--bootstrap`` or
+``KAFKA_BOOTSTRAP``, ``--topic-prefix`` or ``JOBS_TOPIC_PREFIX``, ...), read by click
+(``jobcore.cli_env``), the flag winning; ``--schema-path`` adds to ``JOBS_SCHEMA_PATH``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,9 +17,16 @@ from typing import TypeVar
 
 import click
 
+from jobcore.cli_env import (
+    dashboard_token_option,
+    environment,
+    priority_classes_option,
+    schema_path_option,
+    topic_prefix_option,
+)
 from jobcore.cli_errors import FriendlyGroup
 from jobcore.cli_kafka import (
-    BOOTSTRAP_HELP,
+    bootstrap_option,
     connect_timeout_option,
     kafka_config_option,
     kafka_failure,
@@ -27,16 +34,16 @@ from jobcore.cli_kafka import (
     require_kafka,
 )
 from jobcore.cli_registry import schema_registry_options, schemas_for
-from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, Environment
+from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
-from jobcore.durations import DURATION
+from jobcore.durations import DELAY, DURATION, POSITIVE_DURATION, shown
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.priority import PriorityClasses
 from jobcore.topic_admin import STATUS_RETENTION_HELP, ensure_queue_topics, retention_ms
 from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.cancel import DEFAULT_WAIT_S, cancel_job
-from producer.durations import parse_at, parse_delay
+from producer.durations import parse_at
 from producer.lookup import NOT_FOUND, NOT_SEEN
 from producer.lookup import LookupError as LookupFailed
 from producer.lookup import lookup as job_lookup
@@ -126,13 +133,14 @@ main.add_command(schemas)
     default=None,
     metavar="CLASS",
     help=(
-        "Priority class: critical, default or bulk (or as JOBS_PRIORITY_CLASSES names them); "
+        "Priority class: critical, default or bulk (or as --priority-classes names them); "
         "each class has its own topic and dispatch weight."
     ),
 )
 @click.option(
     "--delay",
-    callback=_converter(parse_delay),
+    type=DELAY,
+    default=None,
     help="Run no earlier than this from now: 90s, 10m, 2h, 3d, or plain seconds.",
 )
 @click.option(
@@ -153,22 +161,18 @@ main.add_command(schemas)
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_TIMEOUT_S,
+    type=POSITIVE_DURATION,
+    default=shown(DEFAULT_TIMEOUT_S),
     show_default=True,
-    help="Seconds one attempt may run.",
+    help="How long one attempt may run (30s, 5m).",
 )
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @connect_timeout_option
-@click.option(
-    "--schema-path",
-    "schema_paths",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
-)
+@schema_path_option()
 @schema_registry_options
+@priority_classes_option
 def enqueue(
     words: tuple[str, ...],
     queue_flag: str | None,
@@ -176,7 +180,7 @@ def enqueue(
     tenant: str,
     dedupe_key: str | None,
     priority: str | None,
-    delay: timedelta | None,
+    delay: float | None,
     run_at: datetime | None,
     tiers: DelayTiers,
     max_attempts: int,
@@ -187,6 +191,7 @@ def enqueue(
     schema_paths: Sequence[str],
     schema_registry: str | None,
     schema_registry_config: Path | None,
+    priority_classes: PriorityClasses,
 ) -> None:
     """Enqueue a TYPE job on QUEUE (--queue, or the first argument); print its id once
     Kafka acknowledged it.
@@ -198,9 +203,9 @@ def enqueue(
     if delay is not None and run_at is not None:
         raise click.UsageError("give --delay or --at, not both")
     queue, (job_type,) = queue_and_arguments(queue_flag, words, ("TYPE",))
-    env = Environment.from_env()
+    env = environment()
     registry = schemas_for(
-        [*env.schema_path, *schema_paths],
+        schema_paths,
         url=schema_registry,
         config=schema_registry_config,
         prefix=env.topic_prefix,
@@ -214,13 +219,13 @@ def enqueue(
             tenant_id=tenant,
             dedupe_key=dedupe_key,
             run_at=run_at,
-            delay=delay,
+            delay=None if delay is None else timedelta(seconds=delay),
             priority=priority,
             max_attempts=max_attempts,
             timeout_s=timeout_s,
         )
         if priority is not None:
-            PriorityClasses.from_env().check(priority)
+            priority_classes.check(priority)
         # Checked before connecting: a bad payload fails fast, even with no broker.
         EnvelopeCodec(registry).validate_payload(request.type, request.payload)
     except ValueError as exc:
@@ -241,13 +246,14 @@ def enqueue(
 @click.option(
     "--wait",
     "wait_s",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_WAIT_S,
+    type=DURATION,
+    default=shown(DEFAULT_WAIT_S),
     show_default=True,
-    help="Seconds to wait for a leasekeeper to answer for the cancellation.",
+    help="How long to wait for a leasekeeper to answer for the cancellation (10s, 1m).",
 )
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @connect_timeout_option
 def cancel(
     words: tuple[str, ...],
@@ -271,7 +277,7 @@ def cancel(
       1, 2, 3  nothing was recorded (an error, a setup mistake, Kafka unreachable)
     """
     queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
-    env = Environment.from_env()
+    env = environment()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     require_kafka(settings, connect_timeout_s)
@@ -294,16 +300,19 @@ def _iso(at_ms: int) -> str:
 @click.option(
     "--dashboard",
     default=None,
-    help="ask `leasekeeper dashboard` at this URL (live leases too; token: DASHBOARD_TOKEN); "
+    help="ask `leasekeeper dashboard` at this URL (live leases too); "
     "else read jobs.QUEUE.status (finished jobs only)",
 )
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@dashboard_token_option("The dashboard's token, for --dashboard.")
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @connect_timeout_option
 def status(
     words: tuple[str, ...],
     queue_flag: str | None,
     dashboard: str | None,
+    dashboard_token: str | None,
     bootstrap: str | None,
     kafka_config: Path | None,
     connect_timeout_s: float,
@@ -311,7 +320,7 @@ def status(
     """Say where JOB_ID of QUEUE is (leased, with its worker) or how it ended (succeeded,
     dead with the reason, cancelled), and which source said so. Exits 1 when not found."""
     queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
-    env = Environment.from_env()
+    env = environment()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     if not dashboard:
         require_kafka(settings, connect_timeout_s)
@@ -322,7 +331,7 @@ def status(
             job_id,
             prefix=env.topic_prefix,
             dashboard=dashboard,
-            token=os.environ.get("DASHBOARD_TOKEN") or None,
+            token=dashboard_token or None,
         )
     except LookupFailed as exc:
         raise click.ClickException(f"{exc} (check --dashboard)") from None
@@ -354,9 +363,11 @@ def status(
 @click.option("--replication", type=int, default=-1, help="Default: the broker's default.")
 @_TIERS
 @click.option("--status-retention", type=DURATION, default=None, help=STATUS_RETENTION_HELP)
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @connect_timeout_option
+@priority_classes_option
 def create_queue(
     words: tuple[str, ...],
     queue_flag: str | None,
@@ -367,6 +378,7 @@ def create_queue(
     bootstrap: str | None,
     kafka_config: Path | None,
     connect_timeout_s: float,
+    priority_classes: PriorityClasses,
 ) -> None:
     """Create QUEUE's ready, delay-tier and dead-letter topics (and its control
     topics); print their names.
@@ -377,11 +389,7 @@ def create_queue(
     queue, _ = queue_and_arguments(queue_flag, words, ())
     if status_retention is not None and status_retention <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--status-retention")
-    env = Environment.from_env()
-    try:
-        classes = PriorityClasses.from_env()
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+    env = environment()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     require_kafka(settings, connect_timeout_s)
     try:
@@ -392,7 +400,7 @@ def create_queue(
             prefix=env.topic_prefix,
             replication=replication,
             tiers=tiers,
-            classes=classes,
+            classes=priority_classes,
             status_retention_ms=retention_ms(status_retention),
         )
     except (ValueError, RuntimeError, KafkaException, KafkaSetupError) as exc:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import click
 
+from jobcore.cli_env import environment, schema_path_option, topic_prefix_option
 from jobcore.cli_registry import (
     SchemaSetupFailed,
     registry_settings,
     schema_registry_options,
     schemas_for,
 )
-from jobcore.config import Environment
 from jobcore.schema_registry import ConfluentRegistryClient, RegistrySetupError
 from producer.schema_check import (
     CheckResult,
@@ -29,13 +29,7 @@ from producer.schema_check import (
 )
 from schemas.confluent import ConfluentSchemaRegistry, RegistryUnavailable
 
-_SCHEMA_PATH = click.option(
-    "--schema-path",
-    "schema_paths",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
-)
+_SCHEMA_PATH = schema_path_option()
 _QUEUES = click.option(
     "--queue",
     "queues",
@@ -52,6 +46,7 @@ def schemas() -> None:
 @schemas.command("check")
 @_QUEUES
 @_SCHEMA_PATH
+@topic_prefix_option
 @schema_registry_options
 def check(
     queues: Sequence[str],
@@ -68,6 +63,7 @@ def check(
 @schemas.command("register")
 @_QUEUES
 @_SCHEMA_PATH
+@topic_prefix_option
 @schema_registry_options
 def register(
     queues: Sequence[str],
@@ -93,8 +89,7 @@ def _check(
     queues: Sequence[str], schema_paths: Sequence[str], url: str | None, config: Path | None
 ) -> list[CheckResult]:
     if registry_settings(url, config) is None:
-        env = Environment.from_env()
-        local = schemas_for([*env.schema_path, *schema_paths], url=None, config=None, prefix="")
+        local = schemas_for(schema_paths, url=None, config=None, prefix="")
         return check_files(local)
     registry, client = _registry(schema_paths, url, config)
     try:
@@ -106,10 +101,8 @@ def _check(
 def _registry(
     schema_paths: Sequence[str], url: str | None, config: Path | None
 ) -> tuple[ConfluentSchemaRegistry, ConfluentRegistryClient]:
-    env = Environment.from_env()
-    registry = schemas_for(
-        [*env.schema_path, *schema_paths], url=url, config=config, prefix=env.topic_prefix
-    )
+    env = environment()
+    registry = schemas_for(schema_paths, url=url, config=config, prefix=env.topic_prefix)
     assert isinstance(registry, ConfluentSchemaRegistry)
     client = registry.client
     assert isinstance(client, ConfluentRegistryClient)

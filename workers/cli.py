@@ -11,9 +11,14 @@ from pathlib import Path
 
 import click
 
+from jobcore.cli_env import (
+    environment,
+    leasekeeper_client_options,
+    schema_path_option,
+    topic_prefix_option,
+)
 from jobcore.cli_errors import FriendlyGroup, log_level_option
 from jobcore.cli_registry import schema_registry_options, schemas_for
-from jobcore.config import Environment
 from jobcore.durations import DURATION, shown
 from schemas.codec import EnvelopeCodec, SchemaError
 from workers.app import App
@@ -44,9 +49,11 @@ class RunOptions:
     tls_ca: str | None = None
     schema_registry: str | None = None
     schema_registry_config: Path | None = None
+    topic_prefix: str = "jobs"
 
     def child_command(self, index: int, parent_pid: int) -> list[str]:
-        """The command line of child ``index`` under ``--processes`` (token via environment)."""
+        """The command line of child ``index`` under ``--processes`` (the token reaches
+        it by the inherited environment, never on a command line others can read)."""
         return [
             sys.executable, "-m", "workers", "run", self.app_spec,
             "--target", self.target,
@@ -56,6 +63,7 @@ class RunOptions:
             "--grace", str(self.grace_s),
             "--log-level", self.log_level,
             "--parent-pid", str(parent_pid),
+            "--topic-prefix", self.topic_prefix,
             *(f"--schema-path={d}" for d in self.schema_dirs),
             *([f"--tls-ca={self.tls_ca}"] if self.tls_ca else []),
             *([f"--schema-registry={self.schema_registry}"] if self.schema_registry else []),
@@ -77,10 +85,8 @@ def main() -> None:
     help="Claim from this queue's leasekeeper, at its default socket (as `leasekeeper serve "
     "--queue QUEUE` listens).",
 )
-@click.option(
-    "--target",
-    help="Leasekeeper gRPC target [env LEASEKEEPER_TARGET; default: the --queue's socket].",
-)
+@leasekeeper_client_options
+@topic_prefix_option
 @click.option(
     "--concurrency",
     type=click.IntRange(min=1),
@@ -104,13 +110,7 @@ def main() -> None:
     help="Worker processes to start; signals are forwarded to them.",
 )
 @click.option("--worker-id", help="Name reported to the leasekeeper [HOST-PID].")
-@click.option(
-    "--schema-path",
-    "schema_paths",
-    multiple=True,
-    type=click.Path(file_okay=False, exists=True),
-    help="Extra payload schema directory (repeatable; adds to $JOBS_SCHEMA_PATH).",
-)
+@schema_path_option()
 @click.option(
     "--grace",
     type=DURATION,
@@ -119,11 +119,6 @@ def main() -> None:
     help="How long running jobs get to finish after SIGTERM (30s, 2m).",
 )
 @log_level_option()
-@click.option(
-    "--tls-ca",
-    type=click.Path(dir_okay=False, exists=True),
-    help="CA certificate (PEM) to reach a TLS leasekeeper over TCP [env LEASEKEEPER_TLS_CA].",
-)
 @click.option("--parent-pid", type=int, hidden=True)
 @click.option(
     "--heartbeats/--no-heartbeats",
@@ -154,7 +149,7 @@ def run(
     SIGTERM or Ctrl-C stops claiming, releases jobs that have not started and
     waits up to --grace seconds for running ones; a second signal exits at once.
     """
-    env = Environment.from_env()
+    env = environment()
     options = RunOptions(
         app_spec=app_spec,
         target=env.target(target, queue=queue),
@@ -163,14 +158,15 @@ def run(
         prefetch=prefetch,
         processes=processes,
         worker_id=worker_id or f"{socket.gethostname()}-{os.getpid()}",
-        # Added to JOBS_SCHEMA_PATH, as in every other command (children get the sum).
-        schema_dirs=tuple(dict.fromkeys((*schema_paths, *env.schema_path))),
+        # --schema-path added to JOBS_SCHEMA_PATH, as in every command (children get the sum).
+        schema_dirs=schema_paths,
         grace_s=grace,
         log_level=log_level.upper(),
         heartbeats=heartbeats,
-        tls_ca=tls_ca or env.leasekeeper_tls_ca,
+        tls_ca=tls_ca,
         schema_registry=schema_registry,
         schema_registry_config=schema_registry_config,
+        topic_prefix=env.topic_prefix,
     )
     logging.basicConfig(
         level=options.log_level,
@@ -198,7 +194,7 @@ def _decoder(options: RunOptions) -> EnvelopeDecoder:
             options.schema_dirs,
             url=options.schema_registry,
             config=options.schema_registry_config,
-            prefix=Environment.from_env().topic_prefix,
+            prefix=options.topic_prefix,
         )
         return EnvelopeCodec(registry)
     try:

@@ -62,11 +62,13 @@ def find_java() -> str:
     return found
 
 
-def obtain(version: str | None = None) -> KafkaDistribution:
-    """Return a usable distribution, downloading it once if needed."""
+def obtain(version: str | None = None, home: Path | None = None) -> KafkaDistribution:
+    """Return a usable distribution, downloading it once if needed. ``version`` and
+    ``home`` are the dev command's flags; a caller without them (tests, benchmarks)
+    gets ``KAFKA_VERSION`` and ``KAFKA_HOME``."""
     version = version or kafka_version()
     java = find_java()
-    home = os.environ.get("KAFKA_HOME")
+    home = home or (Path(os.environ["KAFKA_HOME"]) if os.environ.get("KAFKA_HOME") else None)
     if home:
         libs = Path(home) / "libs"
         if not libs.is_dir():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import tempfile
 import threading
@@ -13,16 +12,21 @@ from types import FrameType
 
 import click
 
+from jobcore.cli_env import (
+    dashboard_token_option,
+    environment,
+    schema_path_option,
+    topic_prefix_option,
+)
 from jobcore.cli_errors import log_level_option
 from jobcore.cli_kafka import (
-    BOOTSTRAP_HELP,
+    bootstrap_option,
     connect_timeout_option,
     kafka_config_option,
     kafka_settings,
     require_kafka,
 )
 from jobcore.cli_registry import schema_registry_options, schemas_for
-from jobcore.config import Environment
 from leasekeeper.dashboard.access import AccessPolicy, listen_problem
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetReader, FleetState
@@ -32,8 +36,6 @@ from leasekeeper.dashboard.status_index import StatusIndex
 from schemas.codec import EnvelopeCodec
 
 __all__ = ["dashboard", "split_listen"]
-
-ENV_DASHBOARD_TOKEN = "DASHBOARD_TOKEN"
 
 
 def split_listen(text: str) -> tuple[str, int]:
@@ -57,8 +59,9 @@ def _base_path(text: str) -> str:
 
 @click.command()
 @click.option("--listen", default="127.0.0.1:8700", show_default=True, help="HOST:PORT to serve on")
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @connect_timeout_option
 @click.option("--base-path", default="", help="path prefix when served behind a proxy (/ops/jobs)")
 @click.option("--read-only", is_flag=True, help="no write actions (cancel, replay), for anyone")
@@ -71,15 +74,12 @@ def _base_path(text: str) -> str:
 @click.option(
     "--insecure",
     is_flag=True,
-    help=f"no credentials needed, even off loopback, even to act [else {ENV_DASHBOARD_TOKEN}]",
+    help="no credentials needed, even off loopback, even to act [else the token]",
 )
-@click.option(
-    "--schema-path",
-    "schema_paths",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="extra directory of job payload schemas (adds to $JOBS_SCHEMA_PATH)",
+@dashboard_token_option(
+    "Visitors' token (bearer, basic-auth password or the dashboard_token cookie)."
 )
+@schema_path_option()
 @schema_registry_options
 @log_level_option()
 def dashboard(
@@ -91,6 +91,7 @@ def dashboard(
     read_only: bool,
     state_dir: Path | None,
     insecure: bool,
+    dashboard_token: str | None,
     schema_paths: tuple[str, ...],
     schema_registry: str | None,
     schema_registry_config: Path | None,
@@ -103,15 +104,15 @@ def dashboard(
     acting (replay) always needs it unless --insecure. Every action is logged."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     host, port = split_listen(listen)
-    token = os.environ.get(ENV_DASHBOARD_TOKEN) or None
+    token = dashboard_token or None
     problem = listen_problem(host, token=token, insecure=insecure)
     if problem:
         raise click.ClickException(problem)
-    env = Environment.from_env()
+    env = environment()
     settings = kafka_settings("dashboard", bootstrap=bootstrap, kafka_config=kafka_config, env=env)
     require_kafka(settings, connect_timeout_s)
     registry = schemas_for(
-        schema_paths + env.schema_path,
+        schema_paths,
         url=schema_registry,
         config=schema_registry_config,
         prefix=env.topic_prefix,

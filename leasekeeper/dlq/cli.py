@@ -1,7 +1,8 @@
 """``leasekeeper dlq``: list, show and replay a queue's dead letters.
 
-Settings come from the environment (``KAFKA_BOOTSTRAP``, ``JOBS_TOPIC_PREFIX``,
-``JOBS_SCHEMA_PATH``), read once here; flags take precedence. The group is a
+Settings come from flags or their environment variables (``--bootstrap`` or
+``KAFKA_BOOTSTRAP``, ``--topic-prefix`` or ``JOBS_TOPIC_PREFIX``, ...), read by
+click; the flag wins, and ``--schema-path`` adds to ``JOBS_SCHEMA_PATH``. The group is a
 plain ``click`` group so the leasekeeper CLI mounts it with one line, and
 ``python -m leasekeeper.dlq`` runs it on its own.
 """
@@ -19,9 +20,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from jobcore.cli_env import environment, schema_path_option, topic_prefix_option
 from jobcore.cli_errors import FriendlyGroup
 from jobcore.cli_kafka import (
-    BOOTSTRAP_HELP,
+    bootstrap_option,
     connect_timeout_option,
     kafka_config_option,
     kafka_failure,
@@ -29,7 +31,6 @@ from jobcore.cli_kafka import (
     require_kafka,
 )
 from jobcore.cli_registry import schema_registry_options, schemas_for
-from jobcore.config import Environment
 from jobcore.kafka import (
     KafkaException,
     KafkaSettings,
@@ -76,15 +77,13 @@ def _target(
     connect_timeout_s: float,
     registry_options: tuple[str | None, Path | None] = (None, None),
 ) -> _Target:
-    env = Environment.from_env()
+    env = environment()
     try:
         topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from exc
     url, config = registry_options
-    registry = schemas_for(
-        schema_paths + env.schema_path, url=url, config=config, prefix=env.topic_prefix
-    )
+    registry = schemas_for(schema_paths, url=url, config=config, prefix=env.topic_prefix)
     settings = kafka_settings(
         "leasekeeper-dlq", bootstrap=bootstrap, kafka_config=kafka_config, env=env
     )
@@ -95,16 +94,11 @@ def _target(
 def _queue_options(command: _F) -> _F:
     options = [
         click.option("--queue", required=True, help="the queue (dead letters on jobs.QUEUE.dlq)"),
-        click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP),
+        bootstrap_option,
         kafka_config_option,
+        topic_prefix_option,
         connect_timeout_option,
-        click.option(
-            "--schema-path",
-            "schema_paths",
-            multiple=True,
-            type=click.Path(exists=True, file_okay=False),
-            help="extra directory of job payload schemas (adds to $JOBS_SCHEMA_PATH)",
-        ),
+        schema_path_option(),
         schema_registry_options,
     ]
     for option in reversed(options):

@@ -13,9 +13,11 @@ import click
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_failure, kafka_settings
-from jobcore.config import Environment
+from jobcore.cli_env import environment, schema_path_option, topic_prefix_option
+from jobcore.cli_errors import log_level_option
+from jobcore.cli_kafka import bootstrap_option, kafka_config_option, kafka_failure, kafka_settings
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
+from jobcore.durations import POSITIVE_DURATION, shown
 from jobcore.kafka import KafkaException, KafkaSetupError
 from producer.api import EnqueueError, JobProducer
 from producer.outbox.metrics import serve_metrics
@@ -53,10 +55,10 @@ def init(dsn: str) -> None:
 @click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True)
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
+    type=POSITIVE_DURATION,
+    default=shown(1.0),
     show_default=True,
-    help="Seconds between checks without a NOTIFY, and between standby lock attempts.",
+    help="How long between checks without a NOTIFY, and between standby lock attempts (1s, 500ms).",
 )
 @click.option(
     "--retry-tiers",
@@ -66,15 +68,11 @@ def init(dsn: str) -> None:
     help="Delay tiers; must be the leasekeeper's --retry-tiers.",
 )
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
-@click.option("--schema-path", "schema_paths", multiple=True, type=click.Path(file_okay=False))
-@click.option(
-    "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-    default="INFO",
-    show_default=True,
-)
-@click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
+@schema_path_option()
+@log_level_option()
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 def relay(
     dsn: str,
     batch: int,
@@ -91,11 +89,11 @@ def relay(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     _check_database(dsn)
-    env = Environment.from_env()
+    env = environment()
     settings = kafka_settings(
         "outbox-relay", bootstrap=bootstrap, kafka_config=kafka_config, env=env
     )
-    registry = SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths])
+    registry = SchemaRegistry(extra_dirs=schema_paths)
     try:
         delay_tiers = DelayTiers.parse(tiers)
     except ValueError as exc:

@@ -1,7 +1,8 @@
 """``producer cron run`` and ``producer cron list``.
 
 Settings: the ``[scheduler]`` table of the config file, overridden by flags;
-Kafka and topic prefix from the environment as for every ``producer`` command.
+Kafka and topic prefix from flags or their environment variables, as for every
+``producer`` command.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from types import FrameType
 
 import click
 
+from jobcore.cli_env import environment, schema_path_option, topic_prefix_option
 from jobcore.cli_errors import log_level_option
-from jobcore.cli_kafka import BOOTSTRAP_HELP, kafka_config_option, kafka_settings
+from jobcore.cli_kafka import bootstrap_option, kafka_config_option, kafka_settings
 from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import Environment
 from jobcore.durations import DURATION
@@ -39,14 +41,7 @@ _CONFIG = click.option(
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="TOML file with [[cron]] entries (and an optional [scheduler] table).",
 )
-_BOOTSTRAP = click.option("--bootstrap", default=None, help=BOOTSTRAP_HELP)
-_SCHEMA_PATH = click.option(
-    "--schema-path",
-    "schema_paths",
-    multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Extra directory of job-type schemas (repeatable; adds to $JOBS_SCHEMA_PATH).",
-)
+_SCHEMA_PATH = schema_path_option()
 _GROUP = click.option(
     "--group",
     default=None,
@@ -62,8 +57,9 @@ def cron() -> None:
 
 @cron.command("run", short_help="Run a scheduler until SIGTERM or Ctrl-C.")
 @_CONFIG
-@_BOOTSTRAP
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @_GROUP
 @click.option(
     "--session-timeout-ms",
@@ -97,7 +93,7 @@ def run(
     """Take part in the leader election of the scheduler group; while leader, enqueue
     every entry of the config file at its fire times (each fire is logged)."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    env = Environment.from_env()
+    env = environment()
     try:
         config = _load(config_path, env, group)
         options = config.options
@@ -114,7 +110,7 @@ def run(
             options=options,
             entries=config.entries,
             registry=schemas_for(
-                [*env.schema_path, *schema_paths],
+                schema_paths,
                 url=schema_registry,
                 config=schema_registry_config,
                 prefix=env.topic_prefix,
@@ -143,8 +139,9 @@ def run(
 
 @cron.command("list", short_help="Show entries, next fires and last fires.")
 @_CONFIG
-@_BOOTSTRAP
+@bootstrap_option
 @kafka_config_option
+@topic_prefix_option
 @_GROUP
 @_SCHEMA_PATH
 def list_entries(
@@ -159,8 +156,8 @@ def list_entries(
 
     Entries are checked as ``cron run`` checks them: a payload its type's schema
     refuses fails here too."""
-    env = Environment.from_env()
-    codec = EnvelopeCodec(SchemaRegistry(extra_dirs=[*env.schema_path, *schema_paths]))
+    env = environment()
+    codec = EnvelopeCodec(SchemaRegistry(extra_dirs=schema_paths))
     try:
         config = _load(config_path, env, group)
         for entry in config.entries:

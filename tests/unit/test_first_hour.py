@@ -236,6 +236,9 @@ def test_dev_kafka_records_its_address_where_the_commands_look(
             monkeypatch.setenv(name, value)
         assert local_kafka_cli._state_file() == dev_kafka_state_file()
         assert local_kafka_cli._state_file().parent == local_kafka_cli.state_dir()
+    explicit = tmp_path / "cluster"  # --state-dir, or LOCAL_KAFKA_DIR read by click
+    monkeypatch.setenv("LOCAL_KAFKA_DIR", str(explicit))
+    assert local_kafka_cli._state_file(explicit) == dev_kafka_state_file()
 
 
 @pytest.mark.parametrize("seconds", [0.25, 1.0, 10.0, 30.0, 90.0, 600.0, 3600.0, 86400.0])
