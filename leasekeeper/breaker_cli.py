@@ -22,7 +22,7 @@ from jobcore.cli_kafka import (
     kafka_settings,
     require_kafka,
 )
-from jobcore.kafka import make_producer
+from jobcore.kafka import ProduceFailure, make_producer, produce_once
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker import DEFAULT_RULE, BreakerRule, BreakerSettings
 from leasekeeper.breaker_feed import operator_record
@@ -106,11 +106,12 @@ def _write(
     producer = make_producer(settings)
     failures: list[str] = []
 
-    def delivered(error: object, _message: object) -> None:
-        if error is not None:
-            failures.append(str(error))
+    def delivered(failure: ProduceFailure | None, text: str) -> None:
+        if failure is not None:
+            failures.append(text)
 
-    producer.produce(topics.breakers, key=record.key, value=record.encode(), on_delivery=delivered)
+    produce_once(producer, topics.breakers, key=record.key, value=record.encode(),
+                 on_delivery=delivered)  # fmt: skip
     left = producer.flush(connect_timeout_s)
     if failures or left:
         why = failures[0] if failures else f"not acknowledged within {connect_timeout_s:g}s"
@@ -122,48 +123,43 @@ def _write(
     click.echo(f"breaker of job type {job_type} on queue {queue}: {state} ({reason})")
 
 
-@click.command("open")
-@click.argument("job_type", metavar="TYPE")
-@click.option("--queue", required=True, help="the queue (jobs.QUEUE)")
-@click.option("--reason", required=True, help="why, shown by inspect and in the logs")
-@bootstrap_option
-@kafka_config_option
-@topic_prefix_option
-@connect_timeout_option
-def open_breaker(
-    job_type: str,
-    queue: str,
-    reason: str,
-    bootstrap: str | None,
-    kafka_config: Path | None,
-    connect_timeout_s: float,
-) -> None:
-    """Hold TYPE's breaker open on every leasekeeper of QUEUE: its jobs are parked
-    (no attempt spent), no probes are sent, until `breaker close`."""
-    _write(queue, job_type, open_=True, reason=reason, bootstrap=bootstrap,
-           kafka_config=kafka_config, connect_timeout_s=connect_timeout_s)  # fmt: skip
+def _operator_command(name: str, *, open_: bool, doc: str) -> click.Command:
+    """``breaker open`` and ``breaker close``: the same flags, one record each."""
+
+    @click.command(name, help=doc)
+    @click.argument("job_type", metavar="TYPE")
+    @click.option("--queue", required=True, help="the queue (jobs.QUEUE)")
+    @click.option("--reason", required=True, help="why, shown by inspect and in the logs")
+    @bootstrap_option
+    @kafka_config_option
+    @topic_prefix_option
+    @connect_timeout_option
+    def command(
+        job_type: str,
+        queue: str,
+        reason: str,
+        bootstrap: str | None,
+        kafka_config: Path | None,
+        connect_timeout_s: float,
+    ) -> None:
+        _write(queue, job_type, open_=open_, reason=reason, bootstrap=bootstrap,
+               kafka_config=kafka_config, connect_timeout_s=connect_timeout_s)  # fmt: skip
+
+    return command
 
 
-@click.command("close")
-@click.argument("job_type", metavar="TYPE")
-@click.option("--queue", required=True, help="the queue (jobs.QUEUE)")
-@click.option("--reason", required=True, help="why, shown by inspect and in the logs")
-@bootstrap_option
-@kafka_config_option
-@topic_prefix_option
-@connect_timeout_option
-def close_breaker(
-    job_type: str,
-    queue: str,
-    reason: str,
-    bootstrap: str | None,
-    kafka_config: Path | None,
-    connect_timeout_s: float,
-) -> None:
-    """Close TYPE's breaker on every leasekeeper of QUEUE: its jobs run again at once,
-    with a fresh window."""
-    _write(queue, job_type, open_=False, reason=reason, bootstrap=bootstrap,
-           kafka_config=kafka_config, connect_timeout_s=connect_timeout_s)  # fmt: skip
+open_breaker = _operator_command(
+    "open",
+    open_=True,
+    doc="Hold TYPE's breaker open on every leasekeeper of QUEUE: its jobs are parked "
+    "(no attempt spent), no probes are sent, until `breaker close`.",
+)
+close_breaker = _operator_command(
+    "close",
+    open_=False,
+    doc="Close TYPE's breaker on every leasekeeper of QUEUE: its jobs run again at once, "
+    "with a fresh window.",
+)
 
 
 breaker.add_command(open_breaker)

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 from jobcore.kafka import (
     Consumer,
+    ErrorKind,
     ErrorWatch,
     KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
+    classify_error,
 )
 from jobcore.retrying import Backoff, until_done
 from jobcore.topics import QueueTopics
@@ -599,21 +601,11 @@ class ConsumerLoop:
             self._engine.expire()
 
 
-# Failures of a commit that a moment's wait can cure: the coordinator is moving or
-# loading the group, or the request did not get through.
-_TRANSIENT_COMMIT_ERRORS = frozenset(
-    {
-        KafkaError._WAIT_COORD,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.REQUEST_TIMED_OUT,
-    }
-)
-
-
 def _worth_waiting(error: KafkaError) -> bool:
-    return error.code() in _TRANSIENT_COMMIT_ERRORS or error.retriable()
+    """A commit failure a moment's wait can cure: the cluster's transient errors (the
+    coordinator moving or loading the group, a request that did not get through),
+    except a rebalance in progress, which waits for this very callback to return."""
+    return (
+        classify_error(error) is ErrorKind.TRANSIENT
+        and error.code() != KafkaError.REBALANCE_IN_PROGRESS
+    )
