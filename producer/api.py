@@ -39,6 +39,7 @@ from jobcore.kafka import (
 from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
 from producer.lookup import JobLookup, lookup
+from producer.ordering_keys import KeyClasses
 from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
@@ -122,6 +123,7 @@ class JobProducer:
         self._prefix = prefix
         self._tiers = tiers if tiers is not None else DelayTiers()
         self._classes = classes if classes is not None else PriorityClasses.from_env()
+        self._key_classes = KeyClasses()
         self._clock = clock
         self._producer = make_producer(settings)
         self._settings = settings
@@ -150,6 +152,7 @@ class JobProducer:
         priority: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        ordering_key: str | None = None,
     ) -> str: ...
 
     def enqueue(
@@ -189,6 +192,7 @@ class JobProducer:
         priority: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        ordering_key: str | None = None,
     ) -> Future[str]: ...
 
     def enqueue_nowait(
@@ -367,7 +371,9 @@ class JobProducer:
     def _build(self, request: JobRequest) -> Job:
         if self._closed.is_set():
             raise RuntimeError("this JobProducer is closed")
-        return build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
+        job = build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
+        self._key_classes.check(job)
+        return job
 
     def _send(self, job: Job, topic: str) -> Future[str]:
         """Produce ``job`` keyed by its tenant (a tier keeps the tenant's partition)."""

@@ -166,6 +166,13 @@ main.add_command(schemas)
     show_default=True,
     help="How long one attempt may run (30s, 5m).",
 )
+@click.option(
+    "--ordering-key",
+    default=None,
+    metavar="KEY",
+    help="Jobs of this queue and tenant with the same key run one at a time, in enqueue "
+    "order (e.g. user-42); see docs/ordering.md.",
+)
 @bootstrap_option
 @kafka_config_option
 @topic_prefix_option
@@ -185,6 +192,7 @@ def enqueue(
     tiers: DelayTiers,
     max_attempts: int,
     timeout_s: float,
+    ordering_key: str | None,
     bootstrap: str | None,
     kafka_config: Path | None,
     connect_timeout_s: float,
@@ -223,6 +231,7 @@ def enqueue(
             priority=priority,
             max_attempts=max_attempts,
             timeout_s=timeout_s,
+            ordering_key=ordering_key,
         )
         if priority is not None:
             priority_classes.check(priority)

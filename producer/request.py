@@ -26,6 +26,8 @@ from schemas.job import Job
 __all__ = ["MAX_DELAY", "JobRequest", "build_job", "destination"]
 
 _INT32 = (-(2**31), 2**31 - 1)
+# An ordering key names a line of jobs (a user, an account): an id, not a document.
+MAX_ORDERING_KEY = 256
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -45,6 +47,9 @@ class JobRequest:
     priority: str | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # Jobs of this queue and tenant with the same key run one at a time, in enqueue
+    # order (docs/ordering.md). None: no ordering.
+    ordering_key: str | None = None
 
     def __post_init__(self) -> None:
         QueueTopics(queue=self.queue)  # raises ValueError for a name no topic can have
@@ -56,6 +61,7 @@ class JobRequest:
             raise ValueError("dedupe_key must be None or a non-empty string")
         self._check_limits()
         self._check_schedule()
+        self._check_ordering()
 
     def _check_limits(self) -> None:
         # Envelope fields are Avro ints: an out-of-range value would not round-trip.
@@ -88,6 +94,26 @@ class JobRequest:
             if not math.isfinite(seconds) or seconds < 0:
                 raise ValueError(f"delay must be >= 0 seconds, got {self.delay}")
             _check_horizon(seconds, "delay")
+
+    def _check_ordering(self) -> None:
+        if self.ordering_key is None:
+            return
+        if not isinstance(self.ordering_key, str) or not self.ordering_key:
+            raise ValueError(
+                f"ordering_key must be None or a non-empty string, got {self.ordering_key!r}"
+            )
+        if len(self.ordering_key) > MAX_ORDERING_KEY:
+            raise ValueError(
+                f"ordering_key is {len(self.ordering_key)} characters; at most "
+                f"{MAX_ORDERING_KEY} are allowed (use an id, e.g. user-42)"
+            )
+        if self.run_at is not None or self.delay is not None:
+            # A delayed job waits in a delay tier, outside its key's line: it could
+            # neither keep its place nor hold the jobs behind it.
+            raise ValueError(
+                "an ordered job (ordering_key) runs in enqueue order and cannot be delayed: "
+                "drop run_at/delay, or enqueue it later"
+            )
 
     def delay_s(self, now: float) -> float:
         """Seconds from ``now`` (epoch seconds) until the job may run; <= 0 means now."""
@@ -148,6 +174,7 @@ def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: 
         dedupe_key=request.dedupe_key,
         created_at_ms=now_ms,
         trace=current_trace(),
+        ordering_key=request.ordering_key,
     )
 
 

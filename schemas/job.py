@@ -108,6 +108,11 @@ class Job:
     replay_count: int = 0
     # The priority class: its own topic and share of the window, dispatched by weight.
     priority_class: str = "default"
+    # Per-key ordering (docs/ordering.md): jobs of one queue and tenant with the same
+    # key run one at a time in enqueue order. ``ordering_seq`` is the job's place in
+    # its key's line, stamped by the leasekeeper when it first leaves its class topic.
+    ordering_key: str | None = None
+    ordering_seq: int = -1
 
     def __post_init__(self) -> None:
         # Copies, so a frozen Job never shares a mutable dict or list with its caller.
@@ -132,6 +137,8 @@ class Job:
             "errors": [e.to_avro() for e in self.errors],
             "replay_count": self.replay_count,
             "priority_class": self.priority_class,
+            "ordering_key": self.ordering_key,
+            "ordering_seq": self.ordering_seq,
         }
 
     @classmethod
@@ -164,6 +171,8 @@ class Job:
             priority_class=_get(record, "priority_class", str)
             if "priority_class" in record
             else "default",
+            ordering_key=_get_optional(record, "ordering_key", str),
+            ordering_seq=_get(record, "ordering_seq", int) if "ordering_seq" in record else -1,
         )
 
 
