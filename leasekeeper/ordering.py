@@ -1,0 +1,434 @@
+"""Per-key ordering: at most one job of an ordering key runs at a time, in enqueue order.
+
+A key is scoped to its queue and tenant, so all its jobs land in one partition
+of one class topic: a *line* (``LineId``). The partition's offsets are the
+line's order: a job's place (``seq``) is the offset it had there, carried in the
+envelope (``ordering_seq``) once the job leaves the topic, so it keeps its place
+when it comes back.
+
+A line's jobs are in one of two places:
+
+- *here*: fetched from the class partition and not resolved yet. They wait in the
+  line (``members``), not in the window, so the window never holds a job that
+  may not run; only the line's head is released to the window (``current``).
+- *out*: in the ordering lane (``jobs.Q.ordering``, compacted, one record per
+  job, keyed ``topic|partition|seq``): held behind a blocked head, or the head
+  itself retrying (its backoff in ``due_ms``), or dead with ``--on-dead block``.
+
+The head of a line is its lowest seq, here or out. It runs when it is here and
+nothing of the line runs. When it is out and due, it is copied back into the
+class topic (``returns``; the copy keeps its seq), the lane record is deleted
+(a tombstone) and only then may the copy run. When the head is out and not due
+(a retry backing off, or dead and blocking), the jobs behind it that are here
+are held: copied to the lane and resolved (copy-then-resolve, as a retry), so
+they do not hold the partition's commit.
+
+The lane is the durable state of ordering: every job of a line that is not in
+the class partition beyond its commit is in the lane (see docs/ordering.md).
+
+This class is pure (no Kafka, no clock of its own): the engine calls it under
+its lock and carries out the copies it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from leasekeeper.leases import Pending, TopicPart
+from schemas.job import Job
+
+__all__ = [
+    "RETURN_BATCH",
+    "BlockedLine",
+    "KeyBook",
+    "LaneEntry",
+    "LaneState",
+    "LineId",
+    "OnDead",
+    "Verdict",
+    "line_of",
+    "seq_of",
+]
+
+# Held jobs copied back into the class topic at once when their line unblocks: one
+# round trip through Kafka brings back this many, in order.
+RETURN_BATCH = 32
+
+
+class OnDead(StrEnum):
+    """What a line does when its head is dead-lettered."""
+
+    CONTINUE = "continue"  # the next job runs
+    BLOCK = "block"  # nothing runs until an operator replays or skips the dead job
+
+
+class LaneState(StrEnum):
+    HELD = "held"  # waits behind its line's head
+    RETRYING = "retrying"  # the head, failed, backing off until due_ms
+    DEAD = "dead"  # the head, dead-lettered, blocking its line (--on-dead block)
+
+
+class Verdict(StrEnum):
+    """What becomes of an ordered job fetched from its class partition."""
+
+    QUEUED = "queued"  # in its line; released to the window when it is the head
+    RETURNED = "returned"  # a held job back from the lane: delete its lane record now
+    HOLD = "hold"  # behind a blocked head: copy it to the lane
+    DUPLICATE = "duplicate"  # its seq is in the lane already: resolve it as skipped
+    CONFLICT = "conflict"  # its key is in another class here: dead-letter it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LineId:
+    """One ordering key's line: its class partition, tenant and key."""
+
+    topic: str
+    partition: int
+    tenant: str
+    key: str
+
+    @property
+    def tp(self) -> TopicPart:
+        return TopicPart(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneEntry:
+    """One job of a line outside its class topic: a record of the ordering lane."""
+
+    line: LineId
+    seq: int
+    job: Job
+    state: LaneState
+    due_ms: int = 0  # RETRYING, HELD: not brought back before
+    reason: str = ""  # why it is out (for inspect)
+
+    @property
+    def record_key(self) -> str:
+        return lane_key(self.line.tp, self.seq)
+
+    def blocks(self, now_ms: int) -> bool:
+        """Whether the jobs behind it must leave the partition (held) rather than wait."""
+        return self.state is LaneState.DEAD or self.due_ms > now_ms
+
+
+def lane_key(tp: TopicPart, seq: int) -> str:
+    return f"{tp.topic}|{tp.partition}|{seq}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockedLine:
+    """A line whose head is out, for ``inspect`` and the metrics."""
+
+    line: LineId
+    head_seq: int
+    job_id: str
+    state: LaneState
+    due_ms: int
+    reason: str
+    held: int  # jobs of the line in the lane behind the head
+
+
+def line_of(pending: Pending) -> LineId | None:
+    key = pending.job.ordering_key
+    if key is None:
+        return None
+    tp = pending.tp
+    return LineId(topic=tp.topic, partition=tp.partition, tenant=pending.job.tenant_id, key=key)
+
+
+def seq_of(pending: Pending) -> int:
+    """The job's place in its line: stamped when it first left the class partition,
+    else its offset there."""
+    seq = pending.job.ordering_seq
+    return seq if seq >= 0 else pending.offset
+
+
+@dataclass(kw_only=True)
+class _Line:
+    members: dict[int, Pending] = field(default_factory=dict)  # here, by seq
+    current: Pending | None = None  # released to the window, leased or settling
+    out: dict[int, LaneEntry] = field(default_factory=dict)  # in the lane, by seq
+    returning: set[int] = field(default_factory=set)  # copied back, tombstone not durable
+
+    def empty(self) -> bool:
+        return not self.members and self.current is None and not self.out
+
+    def head_out(self) -> LaneEntry | None:
+        """The line's head when it is out, else None."""
+        if not self.out:
+            return None
+        low = min(self.out)
+        here = [*self.members, *([seq_of(self.current)] if self.current else [])]
+        return self.out[low] if not here or low < min(here) else None
+
+
+class KeyBook:
+    """The lines of the partitions this leasekeeper owns (under the engine's lock)."""
+
+    def __init__(self, *, on_dead: OnDead = OnDead.CONTINUE) -> None:
+        self.on_dead = on_dead
+        self._lines: dict[LineId, _Line] = {}
+        self._class_of: dict[tuple[str, str], str] = {}  # (tenant, key) -> class topic
+        self._dirty: set[LineId] = set()
+        self._settling: dict[TopicPart, int] = {}  # partition -> end offset when assigned
+
+    # -- jobs fetched from a class partition ------------------------------------
+
+    def offer(self, pending: Pending, now_ms: int) -> tuple[Verdict, LaneEntry | None]:
+        """Where an ordered job just fetched goes. HOLD comes with the lane entry to copy."""
+        line_id = line_of(pending)
+        assert line_id is not None
+        if self._conflicts(line_id):
+            return Verdict.CONFLICT, None
+        line = self._line(line_id)
+        seq = seq_of(pending)
+        if self._duplicate(line, pending, seq):
+            self._forget_if_empty(line_id)
+            return Verdict.DUPLICATE, None
+        if seq in line.returning and seq not in line.members:
+            # Back in the partition: its lane record may go, and once that is durable
+            # it may run (not before: a crash would bring it back from the lane again).
+            line.members[seq] = pending
+            return Verdict.RETURNED, line.out[seq]
+        if any(s < seq and (e.state is LaneState.HELD or e.blocks(now_ms))
+               for s, e in line.out.items() if s not in line.returning):  # fmt: skip
+            # Jobs ahead of it are out and not on their way back: it waits with them.
+            entry = self._hold_entry(line, pending, seq, "behind a blocked head")
+            return Verdict.HOLD, entry
+        line.members[seq] = pending
+        self._dirty.add(line_id)
+        return Verdict.QUEUED, None
+
+    @staticmethod
+    def _duplicate(line: _Line, pending: Pending, seq: int) -> bool:
+        """Its seq is in the lane (and not on its way back), or here at another offset:
+        another copy of the same job (a hold or return delivered before a crash)."""
+        if seq in line.out and seq not in line.returning:
+            return True
+        known = line.members.get(seq) or (line.current if _is(line.current, seq) else None)
+        return known is not None and known.offset != pending.offset
+
+    def restored(self, pending: Pending) -> None:
+        """A job leased before a restart, its lease taken back over: it is its line's
+        running job."""
+        line_id = line_of(pending)
+        if line_id is not None:
+            self._line(line_id).current = pending
+
+    def _conflicts(self, line_id: LineId) -> bool:
+        scope = (line_id.tenant, line_id.key)
+        known = self._class_of.setdefault(scope, line_id.topic)
+        return known != line_id.topic
+
+    def _line(self, line_id: LineId) -> _Line:
+        line = self._lines.get(line_id)
+        if line is None:
+            line = self._lines[line_id] = _Line()
+            self._class_of[(line_id.tenant, line_id.key)] = line_id.topic
+        return line
+
+    def _hold_entry(self, line: _Line, pending: Pending, seq: int, reason: str) -> LaneEntry:
+        line_id = line_of(pending)
+        assert line_id is not None
+        job = replace(pending.job, ordering_seq=seq)
+        entry = LaneEntry(line=line_id, seq=seq, job=job, state=LaneState.HELD, reason=reason)
+        line.out[seq] = entry
+        return entry
+
+    # -- the head's turn ----------------------------------------------------------
+
+    def release(self, position: Callable[[TopicPart], int]) -> list[Pending]:
+        """Jobs that became their line's head and may enter the window now.
+        ``position``: the next offset to fetch of a partition."""
+        ready = []
+        for line_id in list(self._dirty):
+            line = self._lines.get(line_id)
+            if line is None or line.current is not None or not line.members:
+                self._dirty.discard(line_id)
+                continue
+            if position(line_id.tp) < self._settling.get(line_id.tp, 0):
+                continue  # a job copied back may still be ahead in the partition
+            self._settling.pop(line_id.tp, None)
+            self._dirty.discard(line_id)
+            seq = min(line.members)
+            if any(s <= seq for s in line.out):
+                continue  # an earlier job is out (maybe on its way back)
+            line.current = line.members.pop(seq)
+            ready.append(line.current)
+        return ready
+
+    def holds(self, now_ms: int) -> list[tuple[Pending, LaneEntry]]:
+        """Jobs here behind a head that is out and not due: to copy to the lane."""
+        held: list[tuple[Pending, LaneEntry]] = []
+        for line in self._lines.values():
+            head = line.head_out()
+            if head is None or not head.blocks(now_ms) or not line.members:
+                continue
+            for seq in sorted(s for s in line.members if s > head.seq):
+                pending = line.members.pop(seq)
+                held.append((pending, self._hold_entry(line, pending, seq, f"behind {head.seq}")))
+        return held
+
+    def finished(self, pending: Pending) -> None:
+        """The line's running job ended here (acked, skipped, or its copy is decided):
+        the next may go."""
+        line_id = line_of(pending)
+        line = self._lines.get(line_id) if line_id is not None else None
+        if line is None or line_id is None:
+            return
+        seq = seq_of(pending)
+        if _is(line.current, seq):
+            line.current = None
+        line.members.pop(seq, None)
+        self._dirty.add(line_id)
+        self._forget_if_empty(line_id)
+
+    def released(self, pending: Pending) -> None:
+        """The running job was given back unrun: it stays the head, in the window."""
+
+    def sweep(self, gone: Callable[[Pending], bool]) -> None:
+        """Lines whose running job ended by any other way (cancelled, parked by a breaker,
+        dead-lettered as unhandled, its partition moved): ``gone`` says so."""
+        for line_id, line in list(self._lines.items()):
+            if line.current is not None and gone(line.current):
+                line.current = None
+                self._dirty.add(line_id)
+                self._forget_if_empty(line_id)
+
+    # -- copies of the line's jobs ----------------------------------------------
+
+    def failed(self, pending: Pending, job: Job, due_ms: int, reason: str) -> LaneEntry:
+        """The head failed and will retry: it waits in the lane, blocking its line."""
+        return self._out(pending, replace(job, run_at_ms=due_ms), LaneState.RETRYING,
+                         due_ms, reason)  # fmt: skip
+
+    def parked(self, pending: Pending, job: Job, due_ms: int, reason: str) -> LaneEntry:
+        """The head may not run before ``due_ms`` (its type's breaker, a rate limit)."""
+        return self._out(pending, job, LaneState.HELD, due_ms, reason)
+
+    def died(self, pending: Pending, job: Job, reason: str) -> LaneEntry | None:
+        """The head is being dead-lettered: with ``--on-dead block`` it blocks its line
+        from the lane (the entry to copy, before the dead letter), else the line goes on
+        once the dead letter is durable (``finished`` then: a crash before would run the
+        job again, and it must not run after the jobs behind it)."""
+        if self.on_dead is OnDead.CONTINUE:
+            return None
+        return self._out(pending, job, LaneState.DEAD, 0, reason)
+
+    def _out(
+        self, pending: Pending, job: Job, state: LaneState, due_ms: int, reason: str
+    ) -> LaneEntry:
+        line_id = line_of(pending)
+        assert line_id is not None
+        line = self._line(line_id)
+        seq = seq_of(pending)
+        entry = LaneEntry(line=line_id, seq=seq, job=replace(job, ordering_seq=seq),
+                          state=state, due_ms=due_ms, reason=reason)  # fmt: skip
+        line.out[seq] = entry
+        line.returning.discard(seq)
+        if _is(line.current, seq):
+            line.current = None
+        line.members.pop(seq, None)
+        self._dirty.add(line_id)
+        return entry
+
+    def returns(self, now_ms: int) -> list[LaneEntry]:
+        """Lane entries whose turn came, to copy back into their class topic (in order):
+        the head when nothing of its line is here and it is due, and the held jobs
+        right behind it, up to ``RETURN_BATCH``."""
+        back: list[LaneEntry] = []
+        for line in self._lines.values():
+            if line.current is not None or line.returning or not line.out:
+                continue
+            head = line.head_out()
+            if head is None or head.blocks(now_ms):
+                continue
+            low_here = min(line.members, default=None)
+            for seq in sorted(line.out)[:RETURN_BATCH]:
+                entry = line.out[seq]
+                if (low_here is not None and seq > low_here) or entry.blocks(now_ms):
+                    break
+                line.returning.add(seq)
+                back.append(entry)
+        return back
+
+    def returned(self, entry: LaneEntry) -> None:
+        """The copy is in the class topic and the lane record deleted: it runs from there."""
+        line = self._lines.get(entry.line)
+        if line is None or entry.seq not in line.returning:
+            return
+        line.returning.discard(entry.seq)
+        line.out.pop(entry.seq, None)
+        self._dirty.add(entry.line)
+
+    def return_dropped(self, entry: LaneEntry) -> None:
+        """A copy back was given up (the partition moved): it is still in the lane."""
+        line = self._lines.get(entry.line)
+        if line is not None:
+            line.returning.discard(entry.seq)
+
+    # -- the lane as read from Kafka ---------------------------------------------
+
+    def assign(self, tp: TopicPart, end_offset: int, entries: Iterable[LaneEntry]) -> None:
+        """A partition assigned, with its lines' lane entries as the lane holds them
+        (read to its end). No line of it runs before the partition is fetched up to
+        ``end_offset`` (its end when assigned): a job copied back from the lane lands
+        after jobs enqueued behind it, and must be seen before they may run."""
+        self._settling[tp] = end_offset
+        for entry in entries:
+            if entry.line.tp == tp:
+                self._line(entry.line).out[entry.seq] = entry
+
+    def operator(self, entry: LaneEntry | None, line_id: LineId, seq: int) -> None:
+        """An operator replayed (``entry``: due now) or skipped (None) a dead head."""
+        line = self._lines.get(line_id)
+        if line is None or seq not in line.out or seq in line.returning:
+            return
+        if entry is None:
+            del line.out[seq]
+        else:
+            line.out[seq] = entry
+        self._dirty.add(line_id)
+        self._forget_if_empty(line_id)
+
+    def revoke(self, tp: TopicPart) -> None:
+        """A partition moved away: its lines go with it (the lane keeps what is out)."""
+        self._settling.pop(tp, None)
+        for line_id in [line_id for line_id in self._lines if line_id.tp == tp]:
+            del self._lines[line_id]
+            self._dirty.discard(line_id)
+            self._class_of.pop((line_id.tenant, line_id.key), None)
+
+    def _forget_if_empty(self, line_id: LineId) -> None:
+        line = self._lines.get(line_id)
+        if line is not None and line.empty():
+            del self._lines[line_id]
+            self._dirty.discard(line_id)
+            self._class_of.pop((line_id.tenant, line_id.key), None)
+
+    # -- views ----------------------------------------------------------------------
+
+    def blocked(self) -> list[BlockedLine]:
+        views = []
+        for line_id, line in self._lines.items():
+            head = line.head_out()
+            if head is None:
+                continue
+            views.append(BlockedLine(line=line_id, head_seq=head.seq, job_id=head.job.job_id,
+                                     state=head.state, due_ms=head.due_ms, reason=head.reason,
+                                     held=len(line.out) - 1))  # fmt: skip
+        return sorted(views, key=lambda v: (v.line.topic, v.line.partition, v.line.key))
+
+    def waiting(self) -> int:
+        """Jobs here waiting in their lines (not in the window)."""
+        return sum(len(line.members) for line in self._lines.values())
+
+    def lines(self) -> int:
+        return len(self._lines)
+
+
+def _is(pending: Pending | None, seq: int) -> bool:
+    return pending is not None and seq_of(pending) == seq
