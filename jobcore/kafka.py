@@ -639,7 +639,7 @@ def produce_once(
     topic: str,
     *,
     key: bytes | None,
-    value: bytes,
+    value: bytes | None,
     headers: list[tuple[str, bytes]] | None = None,
     on_delivery: Outcome,
 ) -> None:

@@ -121,6 +121,14 @@ def ensure_queue_topics(
             replication=replication,
             config={"cleanup.policy": "compact"},
         ),
+        # One record per ordered job out of its line (held, retrying, dead and
+        # blocking), deleted by a tombstone when it goes back: see docs/ordering.md.
+        TopicSpec(
+            name=topics.ordering,
+            partitions=1,
+            replication=replication,
+            config={"cleanup.policy": "compact"},
+        ),
         # One partition: ``producer cancel`` finds a job's status without knowing the
         # partitioner the leasekeeper's producer used.
         TopicSpec(

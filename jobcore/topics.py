@@ -9,7 +9,18 @@ DEFAULT_CLASS = "default"
 # The last part of a topic name that a queue's own topics use: a queue named
 # ``emails.critical`` would collide with the critical class topic of ``emails``.
 RESERVED_SUFFIXES = frozenset(
-    {"critical", "bulk", "overflow", "dlq", "retry", "status", "control", "dedupe", "breakers"}
+    {
+        "critical",
+        "bulk",
+        "overflow",
+        "dlq",
+        "retry",
+        "status",
+        "control",
+        "dedupe",
+        "breakers",
+        "ordering",
+    }
 )
 
 
@@ -82,6 +93,12 @@ class QueueTopics:
         """Circuit breaker state per job type (compacted, keyed by type), read whole by
         every leasekeeper: ``jobs.Q.breakers``."""
         return f"{self.prefix}.{self.queue}.breakers"
+
+    @property
+    def ordering(self) -> str:
+        """The ordering lane (compacted, one record per job out of its line's partition,
+        keyed ``topic|partition|seq``), read whole by every leasekeeper: ``jobs.Q.ordering``."""
+        return f"{self.prefix}.{self.queue}.ordering"
 
     @property
     def status(self) -> str:

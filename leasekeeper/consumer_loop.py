@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from jobcore.kafka import (
     Consumer,
@@ -34,6 +35,7 @@ from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import partitions_line
+from leasekeeper.ordering_lane import LaneFeed
 from leasekeeper.outbox import Outbox
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
@@ -126,6 +128,7 @@ class ConsumerLoop:
         self._full = False
         self.control: ControlFeed | None = None
         self.breakers: BreakerFeed | None = None
+        self.lane: LaneFeed | None = None
         self._last_commit = 0.0
         self._last_reap = 0.0
         self.commits = 0
@@ -177,6 +180,8 @@ class ConsumerLoop:
             self._engine.cancellations_arrived()
         if self.breakers is not None:
             self.breakers.poll()
+        if self.lane is not None:
+            self.lane.poll()
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
@@ -489,9 +494,30 @@ class ConsumerLoop:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
             self._assignment.add(TopicPart(tp.topic, tp.partition))
             self._fresh.add(TopicPart(tp.topic, tp.partition))
+        self._assign_lines(consumer, committed)
         self._engine.assignment_received()
         log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
         log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
+
+    def _assign_lines(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Per-key ordering: the lane read to its end, then each class partition's lines
+        with its end offset (see ``KeyBook.assign``)."""
+        classes = [tp for tp in partitions if self._gate.tier_of(tp.topic) is None]
+        lane = self.lane
+        if not classes or lane is None:
+            return  # no lane read (not connected yet): ordering within this life only
+        until_done(lane.catch_up, what="reading the ordering lane", stop=self._stop,
+                   watch=self._watch, backoff=self._backoff)  # fmt: skip
+        for tp in classes:
+            high = until_done(
+                partial(_end_offset, consumer, tp),
+                what="reading the end offsets of assigned partitions",
+                stop=self._stop,
+                watch=self._watch,
+                backoff=self._backoff,
+            )
+            part = TopicPart(tp.topic, tp.partition)
+            self._engine.assign_lines(part, high, lane.entries(part))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Hand partitions over: stop dispatching them, let their jobs in flight finish
@@ -599,6 +625,11 @@ class ConsumerLoop:
             self._outbox.pump()
             self._producer.poll(0)
             self._engine.expire()
+
+
+def _end_offset(consumer: Consumer, tp: TopicPartition) -> int:
+    _, high = consumer.get_watermark_offsets(tp, timeout=10)
+    return int(high)
 
 
 def _worth_waiting(error: KafkaError) -> bool:

@@ -15,6 +15,7 @@ from enum import IntEnum, StrEnum
 
 from jobcore.control import DedupeClaim, JobStatus
 from leasekeeper.leases import TopicPart
+from leasekeeper.ordering import LaneEntry
 from schemas.job import AttemptError, Job
 from schemas.vocabulary import DeadLetterReason
 
@@ -35,6 +36,12 @@ class CopyKind(StrEnum):
     DEAD_RAW = "dead_raw"  # an undecodable record to the DLQ, byte for byte
     DEDUPE_CLAIM = "dedupe_claim"  # a dedupe key's first job, before the job runs
     STATUS = "status"  # how a job ended, to jobs.Q.status; resolves nothing
+    # Per-key ordering (leasekeeper/ordering.py): an ordered job to the ordering lane
+    # (held, retrying, or dead and blocking), back into its class topic, and its lane
+    # record deleted once it is back.
+    LANE = "lane"
+    RETURN = "return"
+    LANE_DROP = "lane_drop"
 
 
 class Shrink(IntEnum):
@@ -67,6 +74,10 @@ class CopyRequest:
     # RETRY, DEAD: the handler's run time in the attempt that failed, as its worker
     # reported it; a dead job's status record carries it once the letter is durable.
     run_s: float = 0.0
+    lane: LaneEntry | None = None  # LANE, RETURN, LANE_DROP
+    # LANE of a dead head that blocks its line: the dead letter, sent once the lane
+    # record is durable (its delivery resolves the offset).
+    then: CopyRequest | None = None
 
     @property
     def describe(self) -> str:

@@ -8,6 +8,8 @@ is not let go (nor its commit moved) while a copy of one of its jobs is unsent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from jobcore.control import JobStatus
 from leasekeeper import job_records as records
 from leasekeeper.copies import CopyKind, CopyRequest
@@ -27,8 +29,16 @@ _RESOLUTIONS = {
 
 
 class CopyQueue:
-    def __init__(self, *, book: PartitionBook, status_records: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        book: PartitionBook,
+        status_records: bool = True,
+        route: Callable[[list[CopyRequest]], list[CopyRequest]] | None = None,
+    ) -> None:
         self._book = book
+        # Every copy passes here: per-key ordering turns a line's copies into lane copies.
+        self._route = route
         self._copies: list[CopyRequest] = []
         # Status records wait apart, as bare values: one is written for every job
         # that ends, so a succeeded job's costs no CopyRequest (see status_sender).
@@ -38,6 +48,8 @@ class CopyQueue:
         self._status_records = status_records
 
     def add(self, requests: list[CopyRequest]) -> None:
+        if self._route is not None and requests:
+            requests = self._route(requests)
         for request in requests:
             if request.kind is CopyKind.STATUS:
                 if request.status is not None:

@@ -28,7 +28,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from jobcore.control import JobStatus
 from leasekeeper import engine_view
@@ -45,6 +45,8 @@ from leasekeeper.intake import Intake
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
 from leasekeeper.limit_dispatch import LimitDispatch, LimitsSnapshot
+from leasekeeper.ordering import BlockedLine, KeyBook, LaneEntry
+from leasekeeper.ordering_gate import OrderingGate
 from leasekeeper.parking import Parking
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.rate_limit import RateLimits
@@ -96,11 +98,17 @@ class LeaseEngine:
                                    wake=self._cond.notify_all, policy=policy,
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
-        self._copies = CopyQueue(book=self._book, status_records=config.status_records)
+        self._ordering = OrderingGate(keys=KeyBook(on_dead=config.on_dead), book=self._book,
+                                      window=self._window, store=store, counters=self.counters,
+                                      add=lambda requests: self._copies.add(requests),
+                                      now_ms=lambda: now_ms(clock))  # fmt: skip
+        self._copies = CopyQueue(book=self._book, status_records=config.status_records,
+                                 route=self._ordering.route)  # fmt: skip
         rng = rng or random.Random()
         failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock)
         book, window = self._book, self._window
-        self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
+        self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies,
+                              ordering=self._ordering)  # fmt: skip
         self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                      window=window, book=book,
                                      window_records=config.window_records,
@@ -111,7 +119,8 @@ class LeaseEngine:
                                      rng=rng)  # fmt: skip
         self._core = LeaseCore(ctx=ctx, book=book, window=window, intake=self._intake,
                                failures=failures, budget=self._budget, copies=self._copies,
-                               limits=self._limits, breakers=self._breakers)  # fmt: skip
+                               limits=self._limits, breakers=self._breakers,
+                               ordering=self._ordering)  # fmt: skip
         self._unhandled = UnhandledSweep(ctx=ctx, book=book, window=window, failures=failures)
 
     # -- partitions -------------------------------------------------------
@@ -123,6 +132,22 @@ class LeaseEngine:
         with self._cond:
             self._book.assign(tp, committed, metadata, known)
             self._limits.follow_partitions()
+
+    def assign_lines(self, tp: TopicPart, end_offset: int, lane: Iterable[LaneEntry]) -> None:
+        """A class partition assigned: what of its lines is in the ordering lane, and its
+        end offset now (its lines run once it is fetched that far; see ``KeyBook``)."""
+        with self._cond:
+            self._ordering.keys.assign(tp, end_offset, lane)
+
+    def lane_operator(self, tp: TopicPart, seq: int, entry: LaneEntry | None) -> None:
+        """An operator replayed (``entry``) or skipped (None) a dead head in the lane."""
+        with self._cond:
+            self._ordering.keys.operator_at(tp, seq, entry)
+            self._ordering.release()
+
+    def blocked_keys(self) -> list[BlockedLine]:
+        with self._cond:
+            return self._ordering.blocked()
 
     def assignment_received(self) -> None:
         """The consumer applied the group's first assignment in full (possibly empty)."""
@@ -145,6 +170,7 @@ class LeaseEngine:
         with self._cond:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
+            self._ordering.keys.revoke(tp)
             self._limits.follow_partitions()
 
     def assigned(self) -> list[TopicPart]:
@@ -202,11 +228,13 @@ class LeaseEngine:
 
     def promote_due(self) -> int:
         """Move delayed jobs whose time came to the ready window; returns how many. Then
-        park the ready jobs of types whose breaker is open (called every loop turn)."""
+        park the ready jobs of types whose breaker is open, and take the ordered lines'
+        turn (``OrderingGate.turn``) (called every loop turn)."""
         with self._cond:
             live = self._book.live
             moved = self._window.promote_due(now_ms(self._clock), lambda p: live(p) is not None)
             self._copies.add(self._breakers.sweep(self._window))
+            self._ordering.turn()
             return moved
 
     @property
@@ -421,6 +449,8 @@ class LeaseEngine:
             return
         with self._cond:
             self._copies.done(request)
+            if self._ordering.delivered(request, dead=dead):
+                return
             if request.kind is CopyKind.DEDUPE_CLAIM:
                 self._intake.claimed(request)
                 return
@@ -434,6 +464,7 @@ class LeaseEngine:
         with self._cond:
             self._copies.done(request)
             self._intake.claim_dropped(request)
+            self._ordering.dropped(request)
 
     # -- committing ---------------------------------------------------------
 

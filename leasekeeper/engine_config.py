@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from leasekeeper.breaker import BreakerSettings
 from leasekeeper.control_state import ControlState
 from leasekeeper.offset_metadata import MAX_SPAN
+from leasekeeper.ordering import OnDead
 from leasekeeper.rate_limit import RateLimitConfig
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseStore
@@ -50,6 +51,9 @@ class EngineConfig:
     breakers: BreakerSettings = field(default_factory=BreakerSettings)
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
+    # Per-key ordering: when a line's head is dead-lettered, the line goes on, or
+    # stays blocked until an operator replays or skips it (docs/ordering.md).
+    on_dead: OnDead = OnDead.CONTINUE
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)

@@ -17,6 +17,7 @@ from leasekeeper.copy_queue import CopyQueue
 from leasekeeper.engine_config import EngineContext, now_ms
 from leasekeeper.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.leases import Pending, TopicPart, restore_lease
+from leasekeeper.ordering_gate import OrderingGate
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.store import NoteKind, Resolution
 from leasekeeper.window import ReadyWindow
@@ -31,7 +32,9 @@ class Intake:
         book: PartitionBook,
         window: ReadyWindow,
         copies: CopyQueue,
+        ordering: OrderingGate,
     ) -> None:
+        self._ordering = ordering
         self._book = book
         self._window = window
         self._copies = copies
@@ -67,13 +70,23 @@ class Intake:
             state.leases[offset] = restore_lease(
                 pending, stored, lease_s=lease_s, wall=self._clock(), mono=self._monotonic()
             )
+            if job.ordering_key is not None:
+                self._ordering.restored(pending)
             return
         if self.skipped(state, pending):
             return
         if not self._control.needs_claim(job, now_ms(self._clock)):
-            self._window.queue(pending, not_before_ms, now_ms(self._clock))
+            self._queue(pending, not_before_ms)
             return
         self._copies.add([self._claim_key(pending, not_before_ms)])
+
+    def _queue(self, pending: Pending, not_before_ms: int) -> None:
+        """Into the window, or for an ordered job from its class topic (due now), into
+        its line first (``OrderingGate``)."""
+        if pending.job.ordering_key is not None and not_before_ms <= 0:
+            self._ordering.offer(pending)
+        else:
+            self._window.queue(pending, not_before_ms, now_ms(self._clock))
 
     def skipped(self, state: PartitionState, pending: Pending) -> bool:
         """Resolve without running a job that was cancelled, or duplicates a dedupe key
@@ -130,7 +143,7 @@ class Intake:
             return
         pending, not_before_ms = waiting
         if self._book.current(pending.tp, pending.generation) is not None:
-            self._window.queue(pending, not_before_ms, now_ms(self._clock))
+            self._queue(pending, not_before_ms)
 
     def claim_dropped(self, request: CopyRequest) -> None:
         self._awaiting_claim.pop(request.lease_id, None)

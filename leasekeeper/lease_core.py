@@ -37,6 +37,7 @@ from leasekeeper.leases import (
     parse_lease_id,
 )
 from leasekeeper.limit_dispatch import LimitDispatch
+from leasekeeper.ordering_gate import OrderingGate
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
@@ -64,7 +65,9 @@ class LeaseCore:
         copies: CopyQueue,
         limits: LimitDispatch,
         breakers: BreakerGate,
+        ordering: OrderingGate,
     ) -> None:
+        self._ordering = ordering
         self._copies = copies
         self._limits = limits
         self._breakers = breakers
@@ -128,8 +131,11 @@ class LeaseCore:
         self, pending: Pending, worker: str, batch: StoreBatch, actions: list[CopyRequest]
     ) -> Grant | None:
         state = self._book.live(pending)
-        if state is None or self._intake.skipped(state, pending):
-            return None  # moved, or cancelled while it waited
+        if state is None:
+            return None  # moved
+        if self._intake.skipped(state, pending):
+            self._ordering.finished(pending)  # cancelled while it waited
+            return None
         job = pending.job
         prior = state.claims.get(pending.offset, 0)
         if job.attempt + prior >= job.max_attempts:
@@ -246,6 +252,7 @@ class LeaseCore:
         self._copies.add([ended])
         state.tracker.resolve(offset)
         self._counters.cancelled += 1
+        self._ordering.finished(lease.pending)
         return True
 
     # -- settlements ------------------------------------------------------------
@@ -306,6 +313,7 @@ class LeaseCore:
                     )
                 )
             state.tracker.resolve(pending.offset)
+            self._ordering.finished(pending)
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.
             self._counters.released += 1

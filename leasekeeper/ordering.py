@@ -286,8 +286,24 @@ class KeyBook:
         self._dirty.add(line_id)
         self._forget_if_empty(line_id)
 
-    def released(self, pending: Pending) -> None:
-        """The running job was given back unrun: it stays the head, in the window."""
+    def running(self, pending: Pending) -> bool:
+        """Whether ``pending`` is its line's running job here (released to the window,
+        leased, or settling)."""
+        line_id = line_of(pending)
+        line = self._lines.get(line_id) if line_id is not None else None
+        return line is not None and _is(line.current, seq_of(pending))
+
+    def class_of(self, line_id: LineId) -> str:
+        """The class topic the line's key is known in here."""
+        return self._class_of.get((line_id.tenant, line_id.key), line_id.topic)
+
+    def forget(self, entry: LaneEntry) -> None:
+        """A lane entry that never became durable (its copy was dead-lettered instead)."""
+        line = self._lines.get(entry.line)
+        if line is not None:
+            line.out.pop(entry.seq, None)
+            self._dirty.add(entry.line)
+            self._forget_if_empty(entry.line)
 
     def sweep(self, gone: Callable[[Pending], bool]) -> None:
         """Lines whose running job ended by any other way (cancelled, parked by a breaker,
@@ -381,6 +397,13 @@ class KeyBook:
         for entry in entries:
             if entry.line.tp == tp:
                 self._line(entry.line).out[entry.seq] = entry
+
+    def operator_at(self, tp: TopicPart, seq: int, entry: LaneEntry | None) -> None:
+        """``operator`` for a lane record known by its partition and seq."""
+        for line_id, line in list(self._lines.items()):
+            if line_id.tp == tp and seq in line.out:
+                self.operator(entry, line_id, seq)
+                return
 
     def operator(self, entry: LaneEntry | None, line_id: LineId, seq: int) -> None:
         """An operator replayed (``entry``: due now) or skipped (None) a dead head."""

@@ -283,7 +283,8 @@ class Outbox:
 
 def _can_shrink(entry: _Entry) -> bool:
     return (
-        entry.request.kind not in (CopyKind.DEDUPE_CLAIM, CopyKind.STATUS)
+        entry.request.kind
+        not in (CopyKind.DEDUPE_CLAIM, CopyKind.STATUS, CopyKind.RETURN, CopyKind.LANE_DROP)
         and entry.shrink < Shrink.NO_PAYLOAD
     )
 

@@ -26,6 +26,7 @@ from leasekeeper.copies import (
     without_payload,
 )
 from leasekeeper.leases import TopicPart
+from leasekeeper.ordering_lane import encode_entry
 from schemas.codec import EnvelopeCodec
 from schemas.job import DeadLetter, DeadLetterReason, Job
 
@@ -34,7 +35,7 @@ from schemas.job import DeadLetter, DeadLetterReason, Job
 class OutRecord:
     topic: str
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
@@ -82,6 +83,10 @@ class KafkaRouter:
             return OutRecord(topic=self._topics.status, key=status.key, value=status.encode())
         if kind is CopyKind.DEAD_RAW:
             return self._dead_raw(request, shrink)
+        if kind in (CopyKind.LANE, CopyKind.RETURN, CopyKind.LANE_DROP) and (
+            shrink is Shrink.FULL or kind is not CopyKind.LANE
+        ):
+            return self._lane(request)
         assert request.job is not None
         if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP, CopyKind.PARK):
             job = request.job
@@ -92,6 +97,22 @@ class KafkaRouter:
                 headers=(("job_id", job.job_id.encode()),),
             )
         return self._dead(request, request.job, shrink)
+
+    def _lane(self, request: CopyRequest) -> OutRecord:
+        """An ordered job to the ordering lane, back to its class topic (keyed by tenant,
+        so into its line's partition), or its lane record's tombstone."""
+        entry = request.lane
+        assert entry is not None
+        if request.kind is CopyKind.RETURN:
+            job = entry.job
+            return OutRecord(topic=entry.line.topic, key=job.tenant_id.encode(),
+                             value=self._codec.encode(job),
+                             headers=(("job_id", job.job_id.encode()),))  # fmt: skip
+        key = entry.record_key.encode()
+        if request.kind is CopyKind.LANE_DROP:
+            return OutRecord(topic=self._topics.ordering, key=key, value=None)
+        return OutRecord(topic=self._topics.ordering, key=key,
+                         value=encode_entry(entry, self._codec))  # fmt: skip
 
     def _dead(self, request: CopyRequest, job: Job, shrink: Shrink) -> OutRecord:
         reason, detail = request.reason, request.detail

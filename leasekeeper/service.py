@@ -46,6 +46,7 @@ from leasekeeper.engine_config import now_ms
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
+from leasekeeper.ordering_lane import LaneFeed
 from leasekeeper.outbox import Outbox
 from leasekeeper.ready_targets import DEFAULT_READY_TARGETS
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
@@ -155,6 +156,8 @@ class LeaseKeeperService:
         self._breaker_feed = BreakerFeed(
             settings=config.kafka, topics=self.topics, engine=self.engine, producer=self._producer
         )
+        self._lane = LaneFeed(settings=config.kafka, topic=self.topics.ordering, codec=codec,
+                              on_operator=self.engine.lane_operator)  # fmt: skip
         self.failure: Failure | None = None
         self.connected = threading.Event()
         self.gate = TierGate(config.tiers, self.topics)
@@ -250,8 +253,12 @@ class LeaseKeeperService:
             stop=self._stop,
             watch=watch,
         )
+        until_done(
+            self._lane.catch_up, what="reading the ordering lane", stop=self._stop, watch=watch
+        )
         self.loop.control = self._feed
         self.loop.breakers = self._breaker_feed
+        self.loop.lane = self._lane
         self.connected.set()
         self._start_publisher()
         self._start_dlq_watch()
@@ -419,6 +426,7 @@ class LeaseKeeperService:
         self._store.close()
         self._feed.close()
         self._breaker_feed.close()
+        self._lane.close()
 
 
 def _failure(exc: Exception) -> Failure:

@@ -35,6 +35,7 @@ class DeadLetterReason(StrEnum):
     PERMANENT_ERROR = "permanent error"
     TOO_LARGE = "too large"  # a retry or hop copy too large for its tier topic
     UNKNOWN_JOB_TYPE = "unknown job type"
+    ORDERING_CONFLICT = "ordering class conflict"  # its key is in another class
 
 
 class Outcome(StrEnum):

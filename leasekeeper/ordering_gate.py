@@ -1,0 +1,204 @@
+"""Where per-key ordering meets the engine: the ``KeyBook`` in the engine's values.
+
+The engine's parts decide copies as usual (a retry, a park, a dead letter);
+every copy passes ``route`` on its way into the copy queue, and the copies of a
+line's running job are turned into lane copies there: a retry waits in the
+ordering lane (not a delay tier, so the line knows it is blocked and by what),
+a parked job too, and a dead job blocks its line from the lane first when
+``--on-dead block`` says so. Fetched ordered jobs go through ``offer`` instead of
+straight into the window; ``turn`` (every loop turn) holds what waits behind a
+blocked head, brings back what is due, and releases each line's next job into
+the window. The engine's lock guards all of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.engine_config import Counters
+from leasekeeper.leases import Pending, TopicPart
+from leasekeeper.ordering import BlockedLine, KeyBook, LaneEntry, LaneState, Verdict, line_of
+from leasekeeper.partition_book import PartitionBook
+from leasekeeper.store import LeaseStore, Resolution
+from leasekeeper.window import ReadyWindow
+from schemas.vocabulary import DeadLetterReason
+
+CONFLICT_DETAIL = (
+    "ordering key {key!r} of tenant {tenant!r} is in another priority class here "
+    "({other}); a key belongs to one class"
+)
+
+
+class OrderingGate:
+    def __init__(
+        self,
+        *,
+        keys: KeyBook,
+        book: PartitionBook,
+        window: ReadyWindow,
+        store: LeaseStore,
+        counters: Counters,
+        add: Callable[[list[CopyRequest]], None],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.keys = keys
+        self._book = book
+        self._window = window
+        self._store = store
+        self._counters = counters
+        self._add = add
+        self._now_ms = now_ms
+
+    # -- fetched jobs ---------------------------------------------------------------
+
+    def offer(self, pending: Pending) -> None:
+        """An ordered job fetched from its class partition: into its line, the lane,
+        or resolved as a duplicate; then any line's next job into the window."""
+        verdict, entry = self.keys.offer(pending, self._now_ms())
+        if verdict is Verdict.HOLD:
+            assert entry is not None
+            self._add([self._lane_copy(pending, entry)])
+        elif verdict is Verdict.RETURNED:
+            assert entry is not None
+            self._add([self._lane_drop(entry, pending.generation)])
+        elif verdict is Verdict.DUPLICATE:
+            self._skip(pending)
+        elif verdict is Verdict.CONFLICT:
+            self._add([self._conflict(pending)])
+        self.release()
+
+    def _skip(self, pending: Pending) -> None:
+        """Another copy of a job the lane has (a hold or return delivered before a crash)."""
+        self._counters.skipped += 1
+        self._book.resolve(pending.tp, pending.offset, pending.generation, Resolution.SKIPPED)
+
+    def _conflict(self, pending: Pending) -> CopyRequest:
+        line = line_of(pending)
+        assert line is not None
+        detail = CONFLICT_DETAIL.format(key=line.key, tenant=line.tenant,
+                                        other=self.keys.class_of(line))  # fmt: skip
+        return CopyRequest(kind=CopyKind.DEAD, source=pending.tp, offset=pending.offset,
+                           generation=pending.generation, job=pending.job,
+                           reason=DeadLetterReason.ORDERING_CONFLICT, detail=detail)  # fmt: skip
+
+    def restored(self, pending: Pending) -> None:
+        self.keys.restored(pending)
+
+    # -- the line's running job -------------------------------------------------------
+
+    def finished(self, pending: Pending) -> None:
+        """The running job was acked or cancelled: the next of its line may go."""
+        if pending.job.ordering_key is not None:
+            self.keys.finished(pending)
+            self.release()
+
+    def route(self, requests: list[CopyRequest]) -> list[CopyRequest]:
+        """Copies of a line's running job, as lane copies (see the module's doc)."""
+        return [self._routed(request) for request in requests]
+
+    def _routed(self, request: CopyRequest) -> CopyRequest:
+        job = request.job
+        if job is None or job.ordering_key is None or request.offset < 0:
+            return request
+        if request.kind not in (CopyKind.RETRY, CopyKind.PARK, CopyKind.DEAD):
+            return request
+        pending = Pending(tp=request.source, offset=request.offset,
+                          generation=request.generation, job=job, envelope=b"")  # fmt: skip
+        if not self.keys.running(pending):
+            return request  # not a line's job here (a delay tier's, say)
+        if request.kind is CopyKind.RETRY:
+            last = job.errors[-1].message if job.errors else ""
+            entry = self.keys.failed(pending, job, job.run_at_ms, f"retrying: {last}"[:200])
+        elif request.kind is CopyKind.PARK:
+            entry = self.keys.parked(pending, job, job.run_at_ms, f"parked: {request.detail}")
+        else:
+            died = self.keys.died(pending, job, f"dead: {request.detail}"[:200])
+            if died is None:
+                return request  # the line goes on once the dead letter is durable
+            return replace(self._lane_copy(pending, died), then=request)
+        return replace(self._lane_copy(pending, entry), kind=CopyKind.LANE)
+
+    # -- every loop turn ----------------------------------------------------------------
+
+    def turn(self) -> None:
+        """Hold what waits behind a blocked head, bring back what is due, release."""
+        now = self._now_ms()
+        self.keys.sweep(self._gone)
+        copies = [self._lane_copy(pending, entry) for pending, entry in self.keys.holds(now)]
+        for entry in self.keys.returns(now):
+            state = self._book.parts.get(entry.line.tp)
+            if state is None:
+                self.keys.return_dropped(entry)
+                continue
+            copies.append(CopyRequest(kind=CopyKind.RETURN, source=entry.line.tp, offset=-1,
+                                      generation=state.generation, lane=entry))  # fmt: skip
+        self._add(copies)
+        self.release()
+
+    def _gone(self, pending: Pending) -> bool:
+        state = self._book.current(pending.tp, pending.generation)
+        return state is None or state.tracker.is_resolved(pending.offset)
+
+    def release(self) -> None:
+        for pending in self.keys.release(self._position):
+            self._window.push(pending)
+
+    def _position(self, tp: TopicPart) -> int:
+        state = self._book.parts.get(tp)
+        return state.tracker.highest_fetched + 1 if state is not None else 0
+
+    # -- copies delivered -----------------------------------------------------------------
+
+    def delivered(self, request: CopyRequest, *, dead: bool) -> bool:
+        """A lane copy or an ordered job's dead letter is durable; True when handled
+        here (the engine resolves nothing more)."""
+        kind, entry = request.kind, request.lane
+        if kind is CopyKind.DEAD and request.job is not None and request.offset >= 0:
+            self._dead_delivered(request)
+            return False
+        if entry is None:
+            return False
+        if kind is CopyKind.RETURN:
+            return True  # it runs once it is fetched back and its lane record is gone
+        if kind is CopyKind.LANE_DROP:
+            self.keys.returned(entry)
+            self.release()
+            return True
+        if request.then is not None and not dead:
+            self._add([request.then])  # the dead letter resolves the offset
+            return True
+        how = Resolution.PARKED if entry.state is LaneState.HELD else Resolution.RETRIED
+        if dead:  # too large for the lane: dead-lettered instead
+            how = Resolution.DEAD
+            self.keys.forget(entry)
+        self._book.resolve(request.source, request.offset, request.generation, how)
+        return True
+
+    def _dead_delivered(self, request: CopyRequest) -> None:
+        assert request.job is not None
+        pending = Pending(tp=request.source, offset=request.offset,
+                          generation=request.generation, job=request.job,
+                          envelope=b"")  # fmt: skip
+        if self.keys.running(pending):
+            self.finished(pending)
+
+    def dropped(self, request: CopyRequest) -> None:
+        if request.kind is CopyKind.RETURN and request.lane is not None:
+            self.keys.return_dropped(request.lane)
+
+    # -- copies ---------------------------------------------------------------------
+
+    @staticmethod
+    def _lane_copy(pending: Pending, entry: LaneEntry) -> CopyRequest:
+        return CopyRequest(kind=CopyKind.LANE, source=pending.tp, offset=pending.offset,
+                           generation=pending.generation, job=entry.job, lane=entry)  # fmt: skip
+
+    @staticmethod
+    def _lane_drop(entry: LaneEntry, generation: int) -> CopyRequest:
+        return CopyRequest(kind=CopyKind.LANE_DROP, source=entry.line.tp, offset=-1,
+                           generation=generation, lane=entry)  # fmt: skip
+
+    def blocked(self) -> list[BlockedLine]:
+        return self.keys.blocked()

@@ -1,0 +1,173 @@
+"""The ordering lane on Kafka: ``jobs.Q.ordering``, compacted, one partition.
+
+Every ordered job that is out of its line's class partition has one record here,
+keyed ``topic|partition|seq``: held behind a blocked head, the head retrying
+(with its due time), or the head dead and blocking (``--on-dead block``). The
+record carries the whole job, so the lane is a copy of the job like a retry
+tier is (the job never lives only in local state). When the job goes back into
+its class topic, the owner deletes its record with a tombstone.
+
+Every leasekeeper reads the lane whole (``LaneFeed``): at start, and again up to
+its end whenever it is assigned a class partition, so the new owner of a line
+knows what of it is out before any of it runs. Records of the owner's own lines
+are written by the owner (as copies, through the outbox); the one other writer
+is an operator (``leasekeeper ordering skip|replay``), whose records say so
+(``writer: operator``) and are applied to the owner's lines.
+
+Values are versioned JSON (the envelope as base64), readable with
+``kafka-console-consumer``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+from jobcore.kafka import (
+    OFFSET_BEGINNING,
+    KafkaError,
+    KafkaSettings,
+    Message,
+    TopicPartition,
+    make_admin,
+    make_consumer,
+)
+from leasekeeper.leases import TopicPart
+from leasekeeper.ordering import LaneEntry, LaneState, LineId
+from schemas.codec import DecodeError, EnvelopeCodec
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+OPERATOR = "operator"
+
+
+def encode_entry(entry: LaneEntry, codec: EnvelopeCodec, writer: str = "") -> bytes:
+    line = entry.line
+    return json.dumps(
+        {
+            "v": VERSION,
+            "topic": line.topic,
+            "partition": line.partition,
+            "tenant": line.tenant,
+            "key": line.key,
+            "seq": entry.seq,
+            "state": entry.state.value,
+            "due": entry.due_ms,
+            "reason": entry.reason,
+            "job_id": entry.job.job_id,
+            "writer": writer,
+            "job": base64.b64encode(codec.encode(entry.job)).decode(),
+        }
+    ).encode()
+
+
+def decode_entry(value: bytes, codec: EnvelopeCodec) -> tuple[LaneEntry, str]:
+    """The entry in ``value`` and who wrote it; ValueError, KeyError or DecodeError
+    for a record that is not one."""
+    record = json.loads(value)
+    line = LineId(topic=str(record["topic"]), partition=int(record["partition"]),
+                  tenant=str(record["tenant"]), key=str(record["key"]))  # fmt: skip
+    entry = LaneEntry(
+        line=line,
+        seq=int(record["seq"]),
+        job=codec.decode(base64.b64decode(record["job"])),
+        state=LaneState(record["state"]),
+        due_ms=int(record.get("due", 0)),
+        reason=str(record.get("reason", "")),
+    )
+    return entry, str(record.get("writer", ""))
+
+
+def parse_lane_key(key: bytes) -> tuple[TopicPart, int]:
+    topic, partition, seq = key.decode().rsplit("|", 2)
+    return TopicPart(topic, int(partition)), int(seq)
+
+
+class LaneFeed:
+    """Reads ``jobs.Q.ordering`` into an index by record key; operator records are
+    also handed to ``on_operator`` (the engine applies them to the lines it owns)."""
+
+    def __init__(
+        self,
+        *,
+        settings: KafkaSettings,
+        topic: str,
+        codec: EnvelopeCodec,
+        on_operator: Callable[[TopicPart, int, LaneEntry | None], None],
+    ) -> None:
+        self._topic = topic
+        self._codec = codec
+        self._on_operator = on_operator
+        self._settings = settings
+        self._consumer = make_consumer(settings, f"ordering-reader-{uuid.uuid4().hex[:8]}")
+        self._assigned = False
+        self.missing = False
+        self.index: dict[bytes, LaneEntry] = {}
+
+    def entries(self, tp: TopicPart) -> Iterable[LaneEntry]:
+        return [entry for entry in self.index.values() if entry.line.tp == tp]
+
+    def catch_up(self, timeout_s: float = 60.0) -> None:
+        """Read every record written so far; TimeoutError if that takes longer."""
+        if self.missing or not self._exists():
+            return
+        if not self._assigned:
+            self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+            self._assigned = True
+        tp = TopicPartition(self._topic, 0)
+        low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
+        deadline = time.monotonic() + timeout_s
+        while high > low:
+            position = self._consumer.position([tp])[0].offset
+            if position >= high:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self._topic} not read within {timeout_s}s")
+            for message in self._consumer.consume(500, timeout=0.2):
+                self._apply(message)
+
+    def _exists(self) -> bool:
+        topics = make_admin(self._settings).list_topics(self._topic, timeout=10).topics
+        found = topics.get(self._topic)
+        if found is None or (
+            found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            self.missing = True
+            log.warning("no topic %s: ordered jobs run without their order surviving a "
+                        "restart; run `producer create-queue` to add it", self._topic)  # fmt: skip
+            return False
+        return True
+
+    def poll(self) -> None:
+        """Apply what was written since the last call; never waits."""
+        if self._assigned:
+            for message in self._consumer.consume(200, timeout=0):
+                self._apply(message)
+
+    def _apply(self, message: Message) -> None:
+        key, value = message.key(), message.value()
+        if message.error() is not None or key is None:
+            return
+        if value is None:
+            self.index.pop(key, None)
+            writer = message.headers() or []
+            if (("writer", OPERATOR.encode())) in writer:
+                tp, seq = parse_lane_key(key)
+                self._on_operator(tp, seq, None)
+            return
+        try:
+            entry, writer_id = decode_entry(value, self._codec)
+        except (ValueError, KeyError, TypeError, DecodeError) as exc:
+            log.warning("ignoring a malformed record on %s: %s", self._topic, exc)
+            return
+        self.index[key] = entry
+        if writer_id == OPERATOR:
+            self._on_operator(entry.line.tp, entry.seq, entry)
+
+    def close(self) -> None:
+        self._consumer.close()
