@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from itertools import pairwise
 
 from producer import JobRequest
 from tests.apps.recording import Event, read_log
@@ -65,7 +66,7 @@ def _requests(system: System, rng: random.Random) -> tuple[list[JobRequest], lis
                     payload={"n": n, "fail_attempts": 1 if failing else 0},
                     ordering_key=key,
                     max_attempts=8,
-                )  # fmt: skip
+                )
             )
             keys.append(key)
     return requests, keys
@@ -92,5 +93,5 @@ def _assert_no_overlap(
         for e in starts
         if e.job_id in line
     )
-    for (_, end, job_id), (start, _, next_id) in zip(runs, runs[1:], strict=False):
+    for (_, end, job_id), (start, _, next_id) in pairwise(runs):
         assert end <= start, f"key {key}: {next_id} started while {job_id} still ran"
