@@ -51,6 +51,8 @@ from leasekeeper.engine import EngineConfig
 from leasekeeper.finished import finished_view
 from leasekeeper.inspect_view import NOT_FOUND_STATES, fetch_snapshot, job_lines, render_snapshot
 from leasekeeper.listen import ListenError, parse_socket_mode, preflight
+from leasekeeper.ordering import OnDead
+from leasekeeper.ordering_cli import ordering
 from leasekeeper.rate_limit import rate_limit_config
 from leasekeeper.ready_targets import ready_targets
 from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
@@ -248,6 +250,14 @@ def main() -> None:
     "of the queue): lookups of finished jobs then answer that records are off",
 )
 @click.option(
+    "--on-dead",
+    type=click.Choice([o.value for o in OnDead]),
+    default=OnDead.CONTINUE.value,
+    show_default=True,
+    help="when an ordered job (ordering key) is dead-lettered: its key's next job runs "
+    "(continue), or the key waits until `leasekeeper ordering replay|skip` (block)",
+)
+@click.option(
     "--socket-mode",
     default="0600",
     show_default=True,
@@ -347,6 +357,7 @@ def serve(
     unknown_type_grace: float,
     status_retention: float | None,
     no_status: bool,
+    on_dead: str,
     socket_mode: str,
     insecure: bool,
     tls_cert: Path | None,
@@ -405,6 +416,7 @@ def serve(
             rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
             status_records=not no_status,
+            on_dead=OnDead(on_dead),
             breakers=breakers,
             retries=RetryPolicies(
                 default=RetryPolicy(
@@ -665,3 +677,4 @@ def dev() -> None:
 main.add_command(dlq)
 main.add_command(dashboard)
 main.add_command(breaker)
+main.add_command(ordering)

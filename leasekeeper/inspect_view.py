@@ -84,6 +84,35 @@ def render_snapshot(
         console.print(control, highlight=False)
     for line in breaker_lines(snapshot):
         console.print(line, highlight=False)
+    for line in blocked_key_lines(snapshot, now):
+        console.print(line, highlight=False)
+
+
+# Blocked ordering keys listed by inspect before "… N more".
+BLOCKED_SHOWN = 20
+
+
+def blocked_key_lines(snapshot: dict[str, Any], now_ms: int) -> list[str]:
+    """One line per ordering key whose head is out of its partition: which job, why,
+    when it comes back, and how many jobs wait behind it; nothing from an older
+    leasekeeper."""
+    blocked = snapshot.get("blocked_keys") or []
+    lines = []
+    for b in blocked[:BLOCKED_SHOWN]:
+        if b["state"] == "dead":
+            when = "until an operator replays or skips it (leasekeeper ordering)"
+        elif b["due_ms"] > now_ms:
+            when = f"back in {(b['due_ms'] - now_ms) / 1000:.0f}s"
+        else:
+            when = "coming back"
+        lines.append(
+            f"[bold]blocked key[/] {b['key']} (tenant {b['tenant']}, {b['topic']}/"
+            f"{b['partition']}): job {b['job_id']} {b['state']}, {when}; {b['held']} held "
+            f"behind it; {b['reason']}"
+        )
+    if len(blocked) > BLOCKED_SHOWN:
+        lines.append(f"… {len(blocked) - BLOCKED_SHOWN} more blocked keys (--json lists all)")
+    return lines
 
 
 def breaker_lines(snapshot: dict[str, Any]) -> list[str]:

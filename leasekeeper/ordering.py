@@ -130,6 +130,20 @@ class BlockedLine:
     reason: str
     held: int  # jobs of the line in the lane behind the head
 
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "topic": self.line.topic,
+            "partition": self.line.partition,
+            "tenant": self.line.tenant,
+            "key": self.line.key,
+            "head_seq": self.head_seq,
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "due_ms": self.due_ms,
+            "reason": self.reason,
+            "held": self.held,
+        }
+
 
 def line_of(pending: Pending) -> LineId | None:
     key = pending.job.ordering_key

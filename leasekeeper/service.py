@@ -400,6 +400,7 @@ class LeaseKeeperService:
             limits=self.engine.limits(),
             dead_letters=self._dlq.view() if self._dlq is not None else None,
             breakers=tuple(self.engine.breakers()),
+            blocked_keys=tuple(self.engine.blocked_keys()),
         )
 
     def snapshot_dict(self) -> dict[str, object]:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from leasekeeper.engine_config import Counters
+from leasekeeper.ordering import BlockedLine
 from leasekeeper.retry_budget import BudgetSnapshot
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
@@ -112,6 +113,8 @@ class LeaseKeeperSnapshot:
     dead_letters: DeadLetterView | None = None
     # Circuit breakers per job type (see docs/breaker.md).
     breakers: tuple[BreakerView, ...] = ()
+    # Ordering keys whose head is out of its partition (see docs/ordering.md).
+    blocked_keys: tuple[BlockedLine, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         view = self.engine.to_dict()
@@ -138,4 +141,5 @@ class LeaseKeeperSnapshot:
         if self.dead_letters is not None:
             view["dead_letters"] = self.dead_letters.to_dict()
         view["breakers"] = [b.to_dict() for b in self.breakers]
+        view["blocked_keys"] = [b.to_dict() for b in self.blocked_keys]
         return view

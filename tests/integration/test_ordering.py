@@ -8,12 +8,13 @@ and nothing is lost (every job succeeded)."""
 from __future__ import annotations
 
 import random
+import subprocess
 from collections import defaultdict
 from itertools import pairwise
 
 from producer import JobRequest
 from tests.apps.recording import Event, read_log
-from tests.system import System, wait_until
+from tests.system import BIN, System, wait_until
 
 KEYS = 50
 JOBS_PER_KEY = 200
@@ -95,3 +96,46 @@ def _assert_no_overlap(
     )
     for (_, end, job_id), (start, _, next_id) in pairwise(runs):
         assert end <= start, f"key {key}: {next_id} started while {job_id} still ran"
+
+
+def test_with_on_dead_block_a_dead_head_holds_its_key_until_replayed_or_skipped(
+    system: System,
+) -> None:
+    system.configure(lease_s=5.0, extra=["--on-dead", "block", "--retry-base", "0.2"])
+    system.start(workers=1, concurrency=8)
+    (system.recordings / "broken").touch()
+    tenant = "tenant-0"
+
+    def job(key: str, n: int, **task: object) -> JobRequest:
+        return JobRequest(queue=system.queue, type="task", tenant_id=tenant, ordering_key=key,
+                          payload={"n": n, **task}, max_attempts=1)  # fmt: skip
+
+    ids = system.enqueue_requests(
+        [job("replayed", 0, fail_while_broken=True), job("replayed", 1), job("replayed", 2),
+         job("skipped", 3, fail_while_broken=True), job("skipped", 4), job("free", 5)]
+    )  # fmt: skip
+
+    def blocked() -> dict[str, dict[str, object]]:
+        snapshot = system.leasekeeper.snapshot() or {}
+        return {b["key"]: b for b in snapshot.get("blocked_keys", [])}
+
+    wait_until(lambda: set(blocked()) == {"replayed", "skipped"}, 60, "both keys blocked")
+    wait_until(lambda: ids[5] in system.runs(), 30, "the free key's job")
+    assert blocked()["replayed"]["state"] == "dead" and blocked()["replayed"]["held"] == 2
+    assert not set(ids[:5]) & set(system.runs())
+
+    (system.recordings / "broken").unlink()
+    _operator(system, "replay", tenant, "replayed")
+    _operator(system, "skip", tenant, "skipped")
+    wait_until(lambda: set(system.runs()) >= {*ids[:3], ids[4]}, 60, "the keys to go on")
+    firsts = _first_successes(system)
+    assert firsts[ids[0]] < firsts[ids[1]] < firsts[ids[2]]
+    assert ids[3] not in firsts  # skipped: it stays dead
+    wait_until(lambda: not blocked(), 30, "no key blocked")
+
+
+def _operator(system: System, command: str, tenant: str, key: str) -> None:
+    args = [str(BIN / "leasekeeper"), "ordering", command, "--queue", system.queue,
+            "--tenant", tenant, "--key", key, "--bootstrap", system.kafka.bootstrap]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
