@@ -57,6 +57,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="N",
         help="pairs of drains with and without status records, interleaved [3; 0: none]",
     )
+    parser.add_argument(
+        "--ordering-cost",
+        type=int,
+        metavar="N",
+        default=0,
+        help="pairs of drains with 1,000 ordering keys and without, interleaved [0: none]",
+    )
     return parser.parse_args(argv)
 
 
@@ -75,7 +82,9 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         if args.status_cost < 0:
             raise SystemExit(f"--status-cost must be 0 or more, got {args.status_cost}")
         config = replace(config, status_cost_repeats=args.status_cost)
-    return config
+    if args.ordering_cost < 0:
+        raise SystemExit(f"--ordering-cost must be 0 or more, got {args.ordering_cost}")
+    return replace(config, ordering_cost_repeats=args.ordering_cost)
 
 
 def main(argv: list[str] | None = None) -> None:

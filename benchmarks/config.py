@@ -45,6 +45,8 @@ class BenchConfig:
     profile_s: float = 12.0
     # Interleaved pairs of drains with and without status records (0: none).
     status_cost_repeats: int = 3
+    # Interleaved pairs of drains with 1,000 ordering keys and without (0: none).
+    ordering_cost_repeats: int = 0
     peers_need_install: bool = True
     # "file": the embedded file registry (every scenario); "registry": the drain in
     # registry mode (Confluent wire format, a local Apicurio Registry); "both": the

@@ -87,7 +87,9 @@ class BenchContext:
         path.mkdir(parents=True)
         return path
 
-    def preloader(self, name: str = "main", codec: str = "file") -> Preloader:
+    def preloader(
+        self, name: str = "main", codec: str = "file", ordering_keys: int = 0
+    ) -> Preloader:
         """The loader of backlog ``name`` ("main": the no-op drains; "io": the 10 ms load),
         written in ``codec``'s format ("file" or "registry": the Confluent wire format)."""
         key = name if codec == "file" else f"{name}-{codec}"
@@ -100,12 +102,16 @@ class BenchContext:
                 payload_bytes=self.config.payload_bytes,
                 schema_dir=SCHEMA_DIR,
                 registry_url=self.registry_url if codec == "registry" else None,
+                ordering_keys=ordering_keys,
             )
         return self._preloaders[key]
 
-    def backlog(self, jobs: int, name: str = "main", codec: str = "file") -> str:
-        """Backlog ``name``, topped up to at least ``jobs`` jobs; returns its queue name."""
-        loader = self.preloader(name, codec)
+    def backlog(
+        self, jobs: int, name: str = "main", codec: str = "file", ordering_keys: int = 0
+    ) -> str:
+        """Backlog ``name``, topped up to at least ``jobs`` jobs; returns its queue name.
+        ``ordering_keys``: its jobs carry that many ordering keys (fixed by the first call)."""
+        loader = self.preloader(name, codec, ordering_keys)
         if loader.loaded < jobs:
             started = time.monotonic()
             added = jobs - loader.loaded

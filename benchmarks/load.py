@@ -43,8 +43,11 @@ class Preloader:
         payload_bytes: int,
         schema_dir: Path,
         registry_url: str | None = None,
+        ordering_keys: int = 0,
     ) -> None:
         self.queue = queue
+        # Jobs carry one of this many ordering keys, round-robin (0: none).
+        self.ordering_keys = ordering_keys
         self.tenants = tenants
         self.blob = blob(payload_bytes)
         self.registry = (
@@ -63,6 +66,7 @@ class Preloader:
                 type=JOB_TYPE,
                 payload={"n": n, "blob": self.blob},
                 tenant_id=f"tenant-{n % self.tenants}",
+                ordering_key=f"key-{n % self.ordering_keys}" if self.ordering_keys else None,
             )
 
     def load(self, count: int, keep_ids: bool = False) -> list[str]:

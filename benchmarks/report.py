@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks import status_cost
+from benchmarks import ordering_cost, status_cost
 from benchmarks.config import SCENARIOS
 
 
@@ -34,6 +34,8 @@ def render(out_dir: Path) -> str:
             lines.append(f"  ratio {key}: {value}")
         if outcome.get("status_cost"):
             lines.extend(status_cost.lines(outcome["status_cost"]))
+        if outcome.get("ordering_cost"):
+            lines.extend(ordering_cost.lines(outcome["ordering_cost"]))
     return "\n".join(lines)
 
 

@@ -74,6 +74,8 @@ class Intake:
                 self._ordering.restored(pending)
             return
         if self.skipped(state, pending):
+            if job.ordering_key is not None and not_before_ms <= 0:
+                self._ordering.skipped(pending)
             return
         if not self._control.needs_claim(job, now_ms(self._clock)):
             self._queue(pending, not_before_ms)

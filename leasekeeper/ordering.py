@@ -225,6 +225,17 @@ class KeyBook:
         known = line.members.get(seq) or (line.current if _is(line.current, seq) else None)
         return known is not None and known.offset != pending.offset
 
+    def skipped_arrival(self, pending: Pending) -> LaneEntry | None:
+        """An ordered job fetched and skipped at once (cancelled, or a dedupe duplicate):
+        if it was on its way back from the lane, its lane record must go (the entry to
+        delete), so that its line goes on without it."""
+        line_id = line_of(pending)
+        line = self._lines.get(line_id) if line_id is not None else None
+        seq = seq_of(pending)
+        if line is None or seq not in line.returning:
+            return None
+        return line.out[seq]
+
     def restored(self, pending: Pending) -> None:
         """A job leased before a restart, its lease taken back over: it is its line's
         running job."""

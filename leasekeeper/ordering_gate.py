@@ -83,6 +83,12 @@ class OrderingGate:
                            generation=pending.generation, job=pending.job,
                            reason=DeadLetterReason.ORDERING_CONFLICT, detail=detail)  # fmt: skip
 
+    def skipped(self, pending: Pending) -> None:
+        """An ordered job skipped on arrival: a held one coming back lets its line go on."""
+        entry = self.keys.skipped_arrival(pending)
+        if entry is not None:
+            self._add([self._lane_drop(entry, pending.generation)])
+
     def restored(self, pending: Pending) -> None:
         self.keys.restored(pending)
 

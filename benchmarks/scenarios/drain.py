@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from benchmarks import measure, profile, status_cost
+from benchmarks import measure, ordering_cost, profile, status_cost
 from benchmarks.context import BenchContext
 from benchmarks.ours import OurSystem
 from benchmarks.scenarios import result
@@ -143,6 +143,8 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     out = result("drain", "Drain throughput, no-op jobs", _settings(ctx), rows)
     if config.status_cost_repeats > 0 and not registry_mode:
         out["status_cost"] = status_cost_of(ctx, queue)
+    if config.ordering_cost_repeats > 0 and not registry_mode:
+        out["ordering_cost"] = ordering_cost_of(ctx, queue)
     if config.profile_s > 0 and not registry_mode:
         out["profile"] = profile.profile_drain(ctx, queue, max(config.drain_workers))
     return out
@@ -241,5 +243,28 @@ def status_cost_of(ctx: BenchContext, queue: str) -> dict[str, Any]:
         )
 
     section = status_cost.measure(drain, config.status_cost_repeats)
+    section["workers"] = workers
+    return section
+
+
+def ordering_cost_of(ctx: BenchContext, queue: str) -> dict[str, Any]:
+    """The drain with 2 workers again, over a backlog with 1,000 ordering keys and over
+    the plain one, interleaved."""
+    config = ctx.config
+    workers = min(2, max(config.drain_workers))
+    ordered = ctx.backlog(config.jobs, name="ordered", ordering_keys=ordering_cost.KEYS)
+
+    def drain(keys: bool) -> measure.DrainResult:
+        return drain_ours(
+            ctx,
+            workers=workers,
+            concurrency=config.concurrency,
+            app="noop_app",
+            jobs=config.jobs,
+            queue=ordered if keys else queue,
+            variant=f"{workers} workers, {ordering_cost.KEYS if keys else 'no'} ordering keys",
+        )
+
+    section = ordering_cost.measure(drain, config.ordering_cost_repeats)
     section["workers"] = workers
     return section

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from jobcore.control import Cancellation
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
@@ -203,3 +204,30 @@ def test_a_copy_of_a_job_the_lane_holds_is_skipped_after_a_move(
     other.offer(TP, 1, ordered(1), b"x")
     assert other.claim("w", 10, wait_s=0) == []  # 1 waits behind 0, which is out
     assert other.commit_positions()[TP][0] == 1  # 0 skipped as a copy of the lane's
+
+
+def test_a_held_job_cancelled_meanwhile_lets_its_key_go_on_when_it_comes_back(
+    tmp_path: Path, clock: Clock
+) -> None:
+    engine = make(tmp_path, clock)
+    for i in range(3):
+        engine.offer(TP, i, ordered(i), b"x")
+    (head,) = engine.claim("w", 10, wait_s=0)
+    settle(engine, head, Outcome.NACK)
+    deliver(engine, CopyKind.LANE)
+    engine.promote_due()
+    deliver(engine, CopyKind.LANE)  # 1 and 2 held
+    engine.control.cancel(Cancellation(job_id="job-1", cancelled_at_ms=0, reason="no longer"))
+    clock.now += 3600
+    engine.promote_due()
+    back = deliver(engine, CopyKind.RETURN)
+    for offset, request in enumerate(back, start=3):
+        assert request.lane is not None
+        engine.offer(TP, offset, request.lane.job, b"x")  # job-1's copy is skipped
+    assert len(deliver(engine, CopyKind.LANE_DROP)) == 3
+    order = []
+    while grants := engine.claim("w", 10, wait_s=0):
+        (grant,) = grants
+        order.append(grant.lease_id)
+        settle(engine, grant)
+    assert order == ["jobs.q/0/3", "jobs.q/0/5"]
