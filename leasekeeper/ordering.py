@@ -188,6 +188,7 @@ class KeyBook:
         self._class_of: dict[tuple[str, str], str] = {}  # (tenant, key) -> class topic
         self._dirty: set[LineId] = set()
         self._settling: dict[TopicPart, int] = {}  # partition -> end offset when assigned
+        self._out_lines: set[LineId] = set()  # lines that may have jobs in the lane
 
     # -- jobs fetched from a class partition ------------------------------------
 
@@ -261,6 +262,7 @@ class KeyBook:
         job = replace(pending.job, ordering_seq=seq)
         entry = LaneEntry(line=line_id, seq=seq, job=job, state=LaneState.HELD, reason=reason)
         line.out[seq] = entry
+        self._out_lines.add(line_id)
         return entry
 
     # -- the head's turn ----------------------------------------------------------
@@ -288,7 +290,7 @@ class KeyBook:
     def holds(self, now_ms: int) -> list[tuple[Pending, LaneEntry]]:
         """Jobs here behind a head that is out and not due: to copy to the lane."""
         held: list[tuple[Pending, LaneEntry]] = []
-        for line in self._lines.values():
+        for line in self._with_out():
             head = line.head_out()
             if head is None or not head.blocks(now_ms) or not line.members:
                 continue
@@ -296,6 +298,18 @@ class KeyBook:
                 pending = line.members.pop(seq)
                 held.append((pending, self._hold_entry(line, pending, seq, f"behind {head.seq}")))
         return held
+
+    def _with_out(self) -> list[_Line]:
+        """The lines with jobs in the lane (the others need no hold nor return): kept
+        in ``_out_lines`` as entries go out, pruned here."""
+        lines = []
+        for line_id in list(self._out_lines):
+            line = self._lines.get(line_id)
+            if line is None or not line.out:
+                self._out_lines.discard(line_id)
+            else:
+                lines.append(line)
+        return lines
 
     def finished(self, pending: Pending) -> None:
         """The line's running job ended here (acked, skipped, or its copy is decided):
@@ -369,6 +383,7 @@ class KeyBook:
         entry = LaneEntry(line=line_id, seq=seq, job=replace(job, ordering_seq=seq),
                           state=state, due_ms=due_ms, reason=reason)  # fmt: skip
         line.out[seq] = entry
+        self._out_lines.add(line_id)
         line.returning.discard(seq)
         if _is(line.current, seq):
             line.current = None
@@ -381,7 +396,7 @@ class KeyBook:
         the head when nothing of its line is here and it is due, and the held jobs
         right behind it, up to ``RETURN_BATCH``."""
         back: list[LaneEntry] = []
-        for line in self._lines.values():
+        for line in self._with_out():
             if line.current is not None or line.returning or not line.out:
                 continue
             head = line.head_out()
@@ -422,6 +437,7 @@ class KeyBook:
         for entry in entries:
             if entry.line.tp == tp:
                 self._line(entry.line).out[entry.seq] = entry
+                self._out_lines.add(entry.line)
 
     def operator_at(self, tp: TopicPart, seq: int, entry: LaneEntry | None) -> None:
         """``operator`` for a lane record known by its partition and seq."""
@@ -439,6 +455,7 @@ class KeyBook:
             del line.out[seq]
         else:
             line.out[seq] = entry
+            self._out_lines.add(line_id)
         self._dirty.add(line_id)
         self._forget_if_empty(line_id)
 

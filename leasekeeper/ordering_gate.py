@@ -25,6 +25,9 @@ from leasekeeper.store import LeaseStore, Resolution
 from leasekeeper.window import ReadyWindow
 from schemas.vocabulary import DeadLetterReason
 
+# How often lines are checked for a running job that ended by a way not hooked here.
+SWEEP_EVERY_MS = 1_000
+
 CONFLICT_DETAIL = (
     "ordering key {key!r} of tenant {tenant!r} is in another priority class here "
     "({other}); a key belongs to one class"
@@ -50,6 +53,7 @@ class OrderingGate:
         self._counters = counters
         self._add = add
         self._now_ms = now_ms
+        self._next_sweep_ms = 0
 
     # -- fetched jobs ---------------------------------------------------------------
 
@@ -131,7 +135,9 @@ class OrderingGate:
     def turn(self) -> None:
         """Hold what waits behind a blocked head, bring back what is due, release."""
         now = self._now_ms()
-        self.keys.sweep(self._gone)
+        if now >= self._next_sweep_ms:  # a backstop: the usual ways out are hooked
+            self._next_sweep_ms = now + SWEEP_EVERY_MS
+            self.keys.sweep(self._gone)
         copies = [self._lane_copy(pending, entry) for pending, entry in self.keys.holds(now)]
         for entry in self.keys.returns(now):
             state = self._book.parts.get(entry.line.tp)
