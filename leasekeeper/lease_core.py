@@ -166,6 +166,8 @@ class LeaseCore:
             attempt=lease.attempt,
             lease_s=lease_s,
             envelope=pending.envelope,
+            job=job,
+            payload=job.payload(pending.envelope),
         )
 
     # -- finding a lease ------------------------------------------------------

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from leasekeeper.store import LeaseRecord
-from schemas.job import Job
+from schemas.job_headers import JobHead
 from schemas.vocabulary import Outcome
 
 __all__ = [
@@ -24,8 +25,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPart:
+class TopicPart(NamedTuple):
+    """A tuple, not a dataclass: it keys every per-partition dict, and a tuple's hash
+    is computed in C where a dataclass's runs Python for each lookup."""
+
     topic: str
     partition: int
 
@@ -44,24 +47,52 @@ def mint_token() -> str:
     return secrets.token_hex(8)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Pending:
-    """A fetched, decoded job waiting in the window for dispatch."""
+    """A fetched job waiting in the window for dispatch: its head (from the record's
+    headers, or the decoded envelope), and the record's value, decoded only when the
+    job must be rewritten. Slotted and not a dataclass: one is made per record, and
+    nothing changes it after."""
+
+    __slots__ = ("envelope", "generation", "job", "offset", "tp")
 
     tp: TopicPart
     offset: int
     generation: int
-    job: Job
+    job: JobHead
     envelope: bytes
+
+    def __init__(
+        self, tp: TopicPart, offset: int, generation: int, job: JobHead, envelope: bytes
+    ) -> None:
+        self.tp = tp
+        self.offset = offset
+        self.generation = generation
+        self.job = job
+        self.envelope = envelope
 
     @property
     def lease_id(self) -> str:
-        return self.tp.lease_id(self.offset)
+        return f"{self.tp.topic}/{self.tp.partition}/{self.offset}"
+
+    def __repr__(self) -> str:
+        return f"Pending({self.lease_id}, {self.job!r})"
 
 
-@dataclass(slots=True, kw_only=True)
 class Lease:
-    """A job handed to a worker; only the holder of ``token`` may settle it."""
+    """A job handed to a worker; only the holder of ``token`` may settle it. Slotted,
+    not a dataclass: one is made per claim."""
+
+    __slots__ = (
+        "attempt",
+        "deadline",
+        "lease_s",
+        "pending",
+        "started_at",
+        "started_ms",
+        "token",
+        "until_ms",
+        "worker",
+    )
 
     pending: Pending
     token: str
@@ -75,10 +106,40 @@ class Lease:
     started_at: float
     deadline: float
 
+    def __init__(
+        self,
+        *,
+        pending: Pending,
+        token: str,
+        worker: str,
+        attempt: int,
+        lease_s: float,
+        started_ms: int,
+        until_ms: int,
+        started_at: float,
+        deadline: float,
+    ) -> None:
+        self.pending = pending
+        self.token = token
+        self.worker = worker
+        self.attempt = attempt
+        self.lease_s = lease_s
+        self.started_ms = started_ms
+        self.until_ms = until_ms
+        self.started_at = started_at
+        self.deadline = deadline
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+    def __repr__(self) -> str:
+        return f"Lease({self.pending.lease_id}, worker={self.worker!r}, attempt={self.attempt})"
+
+
 class Grant:
-    """What a worker receives for one claimed job."""
+    """What a worker receives for one claimed job: the lease, the record's value (for
+    workers that decode the envelope), and the head and payload (for those that read
+    the job's fields from the claim and decode only the payload). One per claimed job."""
+
+    __slots__ = ("attempt", "envelope", "job", "lease_id", "lease_s", "payload", "token",
+                 "until_ms")  # fmt: skip
 
     lease_id: str
     token: str
@@ -86,6 +147,29 @@ class Grant:
     attempt: int
     lease_s: float
     envelope: bytes
+    job: JobHead | None
+    payload: bytes
+
+    def __init__(
+        self,
+        *,
+        lease_id: str,
+        token: str,
+        until_ms: int,
+        attempt: int,
+        lease_s: float,
+        envelope: bytes,
+        job: JobHead | None = None,
+        payload: bytes = b"",
+    ) -> None:
+        self.lease_id = lease_id
+        self.token = token
+        self.until_ms = until_ms
+        self.attempt = attempt
+        self.lease_s = lease_s
+        self.envelope = envelope
+        self.job = job
+        self.payload = payload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
