@@ -18,7 +18,6 @@ __all__ = [
     "Pending",
     "Settlement",
     "TopicPart",
-    "lease_record",
     "mint_token",
     "parse_lease_id",
     "restore_lease",
@@ -215,15 +214,4 @@ def restore_lease(
         until_ms=stored.until_ms,
         started_at=mono - max(0.0, wall - stored.started_ms / 1000),
         deadline=mono + (stored.until_ms / 1000 - wall),
-    )
-
-
-def lease_record(lease: Lease) -> LeaseRecord:
-    """What the store keeps of a lease (epoch times: they survive a restart)."""
-    return LeaseRecord(
-        token=lease.token,
-        worker=lease.worker,
-        attempt=lease.attempt,
-        started_ms=lease.started_ms,
-        until_ms=lease.until_ms,
     )
