@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from leasekeeper.store import LeaseRecord
@@ -52,13 +51,15 @@ class Pending:
     job must be rewritten. Slotted and not a dataclass: one is made per record, and
     nothing changes it after."""
 
-    __slots__ = ("envelope", "generation", "job", "offset", "tp")
+    __slots__ = ("envelope", "generation", "job", "lease_id", "offset", "tp")
 
     tp: TopicPart
     offset: int
     generation: int
     job: JobHead
     envelope: bytes
+    # Made once: the grant, the store and every settlement name the job by it.
+    lease_id: str
 
     def __init__(
         self, tp: TopicPart, offset: int, generation: int, job: JobHead, envelope: bytes
@@ -68,10 +69,7 @@ class Pending:
         self.generation = generation
         self.job = job
         self.envelope = envelope
-
-    @property
-    def lease_id(self) -> str:
-        return f"{self.tp.topic}/{self.tp.partition}/{self.offset}"
+        self.lease_id = f"{tp.topic}/{tp.partition}/{offset}"
 
     def __repr__(self) -> str:
         return f"Pending({self.lease_id}, {self.job!r})"
@@ -171,31 +169,92 @@ class Grant:
         self.payload = payload
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Settlement:
+    """One ack, nack or release as a worker sent it. Slotted, not a dataclass: one is
+    made per settled job."""
+
+    __slots__ = ("error_class", "lease_id", "message", "outcome", "permanent",
+                 "retry_after_s", "run_s", "token", "traceback")  # fmt: skip
+
     lease_id: str
     token: str
     outcome: Outcome
-    error_class: str = ""
-    message: str = ""
-    traceback: str = ""
-    retry_after_s: float = 0.0
-    permanent: bool = False
+    error_class: str
+    message: str
+    traceback: str
+    retry_after_s: float
+    permanent: bool
     # The handler's own run time (not claim-to-settle, which prefetch inflates): the
     # cost weighted fair queuing charges the job's tenant. 0 when not reported.
-    run_s: float = 0.0
+    run_s: float
+
+    def __init__(
+        self,
+        *,
+        lease_id: str,
+        token: str,
+        outcome: Outcome,
+        error_class: str = "",
+        message: str = "",
+        traceback: str = "",
+        retry_after_s: float = 0.0,
+        permanent: bool = False,
+        run_s: float = 0.0,
+    ) -> None:
+        self.lease_id = lease_id
+        self.token = token
+        self.outcome = outcome
+        self.error_class = error_class
+        self.message = message
+        self.traceback = traceback
+        self.retry_after_s = retry_after_s
+        self.permanent = permanent
+        self.run_s = run_s
+
+    def __repr__(self) -> str:
+        return f"Settlement({self.lease_id}, {self.outcome.value})"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseAnswer:
-    """The answer to one heartbeat or settlement."""
+    """The answer to one heartbeat or settlement. Slotted, not a dataclass: one is
+    made per job in every heartbeat and settle batch."""
+
+    __slots__ = ("lease_id", "ok", "reason", "retry_later", "until_ms")
 
     lease_id: str
     ok: bool
-    reason: str = ""
-    until_ms: int = 0
+    reason: str
+    until_ms: int
     # Not known yet (a restart still re-reading the partition): ask again.
-    retry_later: bool = False
+    retry_later: bool
+
+    def __init__(
+        self,
+        *,
+        lease_id: str,
+        ok: bool,
+        reason: str = "",
+        until_ms: int = 0,
+        retry_later: bool = False,
+    ) -> None:
+        self.lease_id = lease_id
+        self.ok = ok
+        self.reason = reason
+        self.until_ms = until_ms
+        self.retry_later = retry_later
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeaseAnswer):
+            return NotImplemented
+        return (self.lease_id, self.ok, self.reason, self.until_ms, self.retry_later) == (
+            other.lease_id, other.ok, other.reason, other.until_ms, other.retry_later,
+        )  # fmt: skip
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"LeaseAnswer({self.lease_id}, ok={self.ok}, reason={self.reason!r}, "
+                f"retry_later={self.retry_later})")  # fmt: skip
 
 
 def restore_lease(
