@@ -105,8 +105,9 @@ class LeaseEngine:
                                    wake=self._cond.notify_all, policy=policy,
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
-        self._ordering = OrderingGate(keys=KeyBook(on_dead=config.on_dead), book=self._book,
-                                      window=self._window, store=store, counters=self.counters,
+        self._ordering = OrderingGate(keys=KeyBook(on_dead=config.on_dead, full=reader.full),
+                                      book=self._book, window=self._window, store=store,
+                                      counters=self.counters, reader=reader,
                                       add=lambda requests: self._copies.add(requests),
                                       now_ms=lambda: now_ms(clock))  # fmt: skip
         self._copies = CopyQueue(book=self._book, status_records=config.status_records,

@@ -160,6 +160,14 @@ def seq_of(pending: Pending) -> int:
     return seq if seq >= 0 else pending.offset
 
 
+def _decoded(pending: Pending) -> Job:
+    """The job of a pending job offered decoded (``JobHead.of``)."""
+    full = pending.job.full
+    if full is None:
+        raise ValueError(f"job {pending.job.job_id} was offered by its headers only")
+    return full
+
+
 @dataclass(kw_only=True)
 class _Line:
     members: dict[int, Pending] = field(default_factory=dict)  # here, by seq
@@ -182,8 +190,12 @@ class _Line:
 class KeyBook:
     """The lines of the partitions this leasekeeper owns (under the engine's lock)."""
 
-    def __init__(self, *, on_dead: OnDead = OnDead.CONTINUE) -> None:
+    def __init__(
+        self, *, on_dead: OnDead = OnDead.CONTINUE, full: Callable[[Pending], Job] = _decoded
+    ) -> None:
+        """``full``: a pending job's whole envelope (the lane keeps whole jobs)."""
         self.on_dead = on_dead
+        self._full = full
         self._lines: dict[LineId, _Line] = {}
         self._class_of: dict[tuple[str, str], str] = {}  # (tenant, key) -> class topic
         self._dirty: set[LineId] = set()
@@ -259,7 +271,7 @@ class KeyBook:
     def _hold_entry(self, line: _Line, pending: Pending, seq: int, reason: str) -> LaneEntry:
         line_id = line_of(pending)
         assert line_id is not None
-        job = replace(pending.job, ordering_seq=seq)
+        job = replace(self._full(pending), ordering_seq=seq)
         entry = LaneEntry(line=line_id, seq=seq, job=job, state=LaneState.HELD, reason=reason)
         line.out[seq] = entry
         self._out_lines.add(line_id)

@@ -18,11 +18,13 @@ from dataclasses import replace
 
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine_config import Counters
+from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Pending, TopicPart
 from leasekeeper.ordering import BlockedLine, KeyBook, LaneEntry, LaneState, Verdict, line_of
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.store import LeaseStore, Resolution
 from leasekeeper.window import ReadyWindow
+from schemas.job_headers import JobHead
 from schemas.vocabulary import DeadLetterReason
 
 # How often lines are checked for a running job that ended by a way not hooked here.
@@ -45,8 +47,10 @@ class OrderingGate:
         counters: Counters,
         add: Callable[[list[CopyRequest]], None],
         now_ms: Callable[[], int],
+        reader: JobReader,
     ) -> None:
         self.keys = keys
+        self._reader = reader
         self._book = book
         self._window = window
         self._store = store
@@ -84,7 +88,7 @@ class OrderingGate:
         detail = CONFLICT_DETAIL.format(key=line.key, tenant=line.tenant,
                                         other=self.keys.class_of(line))  # fmt: skip
         return CopyRequest(kind=CopyKind.DEAD, source=pending.tp, offset=pending.offset,
-                           generation=pending.generation, job=pending.job,
+                           generation=pending.generation, job=self._reader.full(pending),
                            reason=DeadLetterReason.ORDERING_CONFLICT, detail=detail)  # fmt: skip
 
     def skipped(self, pending: Pending) -> None:
@@ -114,8 +118,8 @@ class OrderingGate:
             return request
         if request.kind not in (CopyKind.RETRY, CopyKind.PARK, CopyKind.DEAD):
             return request
-        pending = Pending(tp=request.source, offset=request.offset,
-                          generation=request.generation, job=job, envelope=b"")  # fmt: skip
+        pending = Pending(request.source, request.offset, request.generation,
+                          JobHead.of(job), b"")  # fmt: skip
         if not self.keys.running(pending):
             return request  # not a line's job here (a delay tier's, say)
         if request.kind is CopyKind.RETRY:
@@ -190,9 +194,8 @@ class OrderingGate:
 
     def _dead_delivered(self, request: CopyRequest) -> None:
         assert request.job is not None
-        pending = Pending(tp=request.source, offset=request.offset,
-                          generation=request.generation, job=request.job,
-                          envelope=b"")  # fmt: skip
+        pending = Pending(request.source, request.offset, request.generation,
+                          JobHead.of(request.job), b"")  # fmt: skip
         if self.keys.running(pending):
             self.finished(pending)
 

@@ -108,9 +108,9 @@ class KafkaRouter:
         assert entry is not None
         if request.kind is CopyKind.RETURN:
             job = entry.job
-            return OutRecord(topic=entry.line.topic, key=job.tenant_id.encode(),
-                             value=self._codec.encode(job),
-                             headers=(("job_id", job.job_id.encode()),))  # fmt: skip
+            value = self._codec.encode(job)
+            return OutRecord(topic=entry.line.topic, key=job.tenant_id.encode(), value=value,
+                             headers=tuple(job_headers(job, value)))  # fmt: skip
         key = entry.record_key.encode()
         if request.kind is CopyKind.LANE_DROP:
             return OutRecord(topic=self._topics.ordering, key=key, value=None)

@@ -28,6 +28,8 @@ decimal, strings UTF-8; a field at its envelope default is left out.
 | ``lq.c`` | created_at, epoch ms | (required) |
 | ``lq.p`` | where the payload sits in the value: ``start,length`` | (required) |
 | ``lq.tr`` | trace context, a JSON object of strings | ``{}`` |
+| ``lq.ok`` | ordering key | none |
+| ``lq.os`` | ordering seq (its place in its key's line) | -1 |
 
 A copy whose attempt or run_at changes is written with new headers
 (``job_headers`` of the rewritten job), never with the old ones.
@@ -58,6 +60,8 @@ H_DEDUPE = "lq.dk"
 H_CREATED = "lq.c"
 H_PAYLOAD = "lq.p"
 H_TRACE = "lq.tr"
+H_ORDERING_KEY = "lq.ok"
+H_ORDERING_SEQ = "lq.os"
 
 _SINGLE_OBJECT = b"\xc3\x01"  # + 8-byte fingerprint: schemas.codec
 _CONFLUENT = b"\x00"  # + 4-byte schema id: schemas.confluent
@@ -80,6 +84,8 @@ class JobHead:
         "full",
         "job_id",
         "max_attempts",
+        "ordering_key",
+        "ordering_seq",
         "payload_end",
         "payload_start",
         "priority_class",
@@ -107,6 +113,9 @@ class JobHead:
     payload_start: int
     payload_end: int
     full: Job | None
+    # Per-key ordering (leasekeeper/ordering.py): the key and the job's place in its line.
+    ordering_key: str | None
+    ordering_seq: int
 
     def __init__(
         self,
@@ -125,6 +134,8 @@ class JobHead:
         payload_start: int = 0,
         payload_end: int = 0,
         full: Job | None = None,
+        ordering_key: str | None = None,
+        ordering_seq: int = -1,
     ) -> None:
         self.job_id = job_id
         self.queue = queue
@@ -141,13 +152,16 @@ class JobHead:
         self.payload_start = payload_start
         self.payload_end = payload_end
         self.full = full
+        self.ordering_key = ordering_key
+        self.ordering_seq = ordering_seq
 
     @classmethod
     def of(cls, job: Job) -> JobHead:
         """The head of a decoded job (the slow path); the job is kept."""
         return cls(job.job_id, job.queue, job.tenant_id, job.type, job.priority_class,
                    job.attempt, job.max_attempts, job.run_at_ms, job.timeout_s, job.dedupe_key,
-                   job.created_at_ms, job.trace, full=job)  # fmt: skip
+                   job.created_at_ms, job.trace, full=job, ordering_key=job.ordering_key,
+                   ordering_seq=job.ordering_seq)  # fmt: skip
 
     def payload(self, value: bytes) -> bytes:
         """The encoded payload, cut from ``value`` (the record this head came with)."""
@@ -188,6 +202,10 @@ def job_headers(job: Job, value: bytes) -> list[tuple[str, bytes]]:
         headers.append((H_DEDUPE, job.dedupe_key.encode()))
     if job.trace:
         headers.append((H_TRACE, json.dumps(dict(job.trace), separators=(",", ":")).encode()))
+    if job.ordering_key is not None:
+        headers.append((H_ORDERING_KEY, job.ordering_key.encode()))
+        if job.ordering_seq >= 0:
+            headers.append((H_ORDERING_SEQ, b"%d" % job.ordering_seq))
     return headers
 
 
@@ -219,6 +237,7 @@ def _parse(key: bytes, found: dict[str, bytes]) -> JobHead:
     attempt, run_at, pclass, dedupe = get(H_ATTEMPT), get(H_RUN_AT), get(H_CLASS), get(H_DEDUPE)
     trace = get(H_TRACE)
     begin = int(start)
+    key_, seq = get(H_ORDERING_KEY), get(H_ORDERING_SEQ)
     return JobHead(
         found[H_JOB_ID].decode(),
         found[H_QUEUE].decode(),
@@ -234,6 +253,9 @@ def _parse(key: bytes, found: dict[str, bytes]) -> JobHead:
         _trace(trace) if trace is not None else {},
         begin,
         begin + int(length),
+        None,
+        key_.decode() if key_ is not None else None,
+        int(seq) if seq is not None else -1,
     )
 
 

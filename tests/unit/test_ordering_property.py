@@ -19,6 +19,7 @@ from leasekeeper.commit_tracker import CommitTracker
 from leasekeeper.leases import Pending, TopicPart
 from leasekeeper.ordering import KeyBook, LaneEntry, LaneState, OnDead, Verdict, line_of
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 TP = TopicPart("jobs.q", 0)
 KEYS = ("a", "b", "c")
@@ -57,7 +58,7 @@ class Runs:
     running: dict[str, str] = field(default_factory=dict)
     succeeded: set[str] = field(default_factory=set)
 
-    def start(self, job: Job, dead: set[str]) -> None:
+    def start(self, job: JobHead, dead: set[str]) -> None:
         key = job.ordering_key
         assert key is not None
         assert key not in self.running, f"{job.job_id} overlaps {self.running.get(key)}"
@@ -68,7 +69,7 @@ class Runs:
             )
         self.running[key] = job.job_id
 
-    def stop(self, job: Job, ok: bool) -> None:
+    def stop(self, job: JobHead, ok: bool) -> None:
         assert job.ordering_key is not None
         del self.running[job.ordering_key]
         if ok:
@@ -102,8 +103,7 @@ class Keeper:
             if offset in self.store:
                 self.tracker.resolve(offset)
                 continue
-            pending = Pending(tp=TP, offset=offset, generation=self.generation, job=job,
-                              envelope=b"")  # fmt: skip
+            pending = Pending(TP, offset, self.generation, JobHead.of(job), b"")
             verdict, entry = self.book.offer(pending, now)
             if verdict is Verdict.HOLD:
                 self.copies.append(Copy(entry=entry, source=offset))
@@ -122,7 +122,8 @@ class Keeper:
         self.window.extend(self.book.release(lambda _tp: self.next))
 
     def fail(self, pending: Pending, now: int) -> None:
-        job = replace(pending.job, attempt=pending.job.attempt + 1)
+        assert pending.job.full is not None
+        job = replace(pending.job.full, attempt=pending.job.attempt + 1)
         if job.attempt >= MAX_ATTEMPTS:
             entry = self.book.died(pending, job, "attempts exhausted")
             if entry is None:
@@ -294,6 +295,6 @@ def _job(job_id: str, key: str) -> Job:
 
 
 def test_line_of_scopes_the_key_to_its_partition_and_tenant() -> None:
-    pending = Pending(tp=TP, offset=3, generation=1, job=_job("a0", "a"), envelope=b"")
+    pending = Pending(TP, 3, 1, JobHead.of(_job("a0", "a")), b"")
     line = line_of(pending)
     assert line is not None and (line.tp, line.tenant, line.key) == (TP, "t", "a")

@@ -14,6 +14,7 @@ from producer.ordering_keys import KeyClasses
 from producer.request import MAX_ORDERING_KEY, JobRequest, build_job
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
+from schemas.job_headers import job_headers, read_head
 
 NOW = 1_700_000_000.0
 PAYLOAD = {"order_id": 1, "email": "a@example.com", "amount_cents": 250}
@@ -124,3 +125,20 @@ def test_the_cli_refuses_a_delayed_ordered_job_in_one_line() -> None:
     assert result.exit_code != 0
     assert "cannot be delayed" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_key_and_seq_travel_in_the_headers_the_leasekeeper_reads(
+    codec: EnvelopeCodec,
+) -> None:
+    job = replace(
+        build_job(request(ordering_key="user-42"), codec=codec, now=NOW, job_id="j1"),
+        ordering_seq=17,
+    )
+    value = codec.encode(job)
+    head = read_head(b"acme", job_headers(job, value), value)
+    assert head is not None
+    assert (head.ordering_key, head.ordering_seq) == ("user-42", 17)
+    plain = build_job(request(), codec=codec, now=NOW, job_id="j2")
+    value = codec.encode(plain)
+    head = read_head(b"acme", job_headers(plain, value), value)
+    assert head is not None and (head.ordering_key, head.ordering_seq) == (None, -1)
