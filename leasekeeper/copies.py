@@ -35,6 +35,7 @@ class CopyKind(StrEnum):
     DEAD_RAW = "dead_raw"  # an undecodable record to the DLQ, byte for byte
     DEDUPE_CLAIM = "dedupe_claim"  # a dedupe key's first job, before the job runs
     STATUS = "status"  # how a job ended, to jobs.Q.status; resolves nothing
+    OVERFLOW = "overflow"  # a flooding tenant's job, to jobs.Q.overflow (overflow_lane)
 
 
 class Shrink(IntEnum):

@@ -45,6 +45,8 @@ from leasekeeper.intake import Intake
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
 from leasekeeper.limit_dispatch import LimitDispatch, LimitsSnapshot
+from leasekeeper.overflow_lane import OverflowLane
+from leasekeeper.overflow_moves import OverflowMoves
 from leasekeeper.parking import Parking
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.rate_limit import RateLimits
@@ -100,7 +102,11 @@ class LeaseEngine:
         rng = rng or random.Random()
         failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock)
         book, window = self._book, self._window
-        self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
+        self._overflow = OverflowMoves(lane=OverflowLane(share=config.overflow_share), book=book,
+                                       window=window, copies=self._copies,
+                                       store=store)  # fmt: skip
+        self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies,
+                              overflow=self._overflow)  # fmt: skip
         self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                      window=window, book=book,
                                      window_records=config.window_records,
@@ -120,8 +126,10 @@ class LeaseEngine:
         """Take a partition from ``committed`` on, remembering what the store knows and
         what the previous owner left in the commit metadata (whichever knows more)."""
         known = self._book.recall(tp, committed, metadata)
+        overflow = self._overflow.recall(tp, metadata)
         with self._cond:
             self._book.assign(tp, committed, metadata, known)
+            self._overflow.assign(tp, overflow)
             self._limits.follow_partitions()
 
     def assignment_received(self) -> None:
@@ -145,6 +153,7 @@ class LeaseEngine:
         with self._cond:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
+                self._overflow.revoke(tp)
             self._limits.follow_partitions()
 
     def assigned(self) -> list[TopicPart]:
@@ -226,6 +235,31 @@ class LeaseEngine:
         more) and the records the others may still fetch: see ``ReadyWindow.over_share``."""
         with self._cond:
             return self._window.over_share(fetching)
+
+    # -- the overflow lane (see overflow_lane) --------------------------------
+
+    def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
+        """Move to the overflow lane the tenants flooding ``over`` (ready partitions a
+        full window pauses; ``slice_`` is each one's share of the window); returns how
+        many ready jobs moved."""
+        with self._cond:
+            return self._overflow.floods(over, slice_)
+
+    def overflow_watched(self) -> set[int]:
+        """Overflow partitions whose committed offset decides whether a tenant is back."""
+        with self._cond:
+            return self._overflow.lane.watched()
+
+    def overflow_committed(self, committed: Mapping[int, int]) -> None:
+        """The group's committed offsets in the overflow topic, read from Kafka."""
+        with self._cond:
+            self._overflow.overflow_committed(committed)
+
+    def copying(self, limit: int) -> set[TopicPart]:
+        """Partitions with ``limit`` copies or more decided and not delivered: fetching
+        more of them would only queue more copies (a flood moving aside)."""
+        with self._cond:
+            return {tp for tp, s in self._book.parts.items() if s.copies_in_flight >= limit}
 
     # -- workers ------------------------------------------------------------
 
@@ -414,13 +448,16 @@ class LeaseEngine:
         with self._cond:
             return self._book.current(request.source, request.generation) is not None
 
-    def copy_delivered(self, request: CopyRequest, *, dead: bool = False) -> None:
-        """The copy is durable: resolve its source offset (a dedupe claim lets its job run).
-        ``dead``: the outbox sent a dead letter instead (the copy was too large)."""
+    def copy_delivered(self, request: CopyRequest, *, dead: bool = False, at: int = -1) -> None:
+        """The copy is durable (at offset ``at`` of its topic, when known): resolve its
+        source offset (a dedupe claim lets its job run). ``dead``: the outbox sent a
+        dead letter instead (the copy was too large)."""
         if request.kind is CopyKind.STATUS:
             return
         with self._cond:
             self._copies.done(request)
+            if request.kind is CopyKind.OVERFLOW:
+                self._overflow.delivered(request, -1 if dead else at)
             if request.kind is CopyKind.DEDUPE_CLAIM:
                 self._intake.claimed(request)
                 return
@@ -434,6 +471,8 @@ class LeaseEngine:
         with self._cond:
             self._copies.done(request)
             self._intake.claim_dropped(request)
+            if request.kind is CopyKind.OVERFLOW:
+                self._overflow.dropped(request)
 
     # -- committing ---------------------------------------------------------
 
@@ -486,7 +525,8 @@ class LeaseEngine:
         """Per priority class and per tenant: what ``inspect`` and the metrics show."""
         with self._cond:
             return fairness_snapshot(config=self._config, window=self._window,
-                                     book=self._book, now_ms=now_ms(self._clock))  # fmt: skip
+                                     book=self._book, now_ms=now_ms(self._clock),
+                                     overflow=self._overflow.lane.backlog())  # fmt: skip
 
     def job_view(self, given: str) -> dict[str, object]:
         """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from leasekeeper.breaker import BreakerSettings
 from leasekeeper.control_state import ControlState
 from leasekeeper.offset_metadata import MAX_SPAN
+from leasekeeper.overflow_lane import DEFAULT_SHARE as DEFAULT_OVERFLOW_SHARE
 from leasekeeper.rate_limit import RateLimitConfig
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseStore
@@ -48,6 +49,9 @@ class EngineConfig:
     status_records: bool = True
     # Circuit breakers per job type (see leasekeeper/breaker.py, docs/breaker.md).
     breakers: BreakerSettings = field(default_factory=BreakerSettings)
+    # A tenant holding more than this share of its partition's slice of a full window
+    # goes to the overflow lane (see overflow_lane); 0 turns the lane off.
+    overflow_share: float = DEFAULT_OVERFLOW_SHARE
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
 

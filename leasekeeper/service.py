@@ -180,7 +180,10 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
-            ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
+            ready_topics=(
+                *self.topics.classes(tuple(config.engine.class_weights)),
+                self.topics.overflow,
+            ),
             config=config.loop,
             watch=config.kafka.watch,
             consumer_factory=new_consumer,
@@ -303,6 +306,7 @@ class LeaseKeeperService:
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
         consumed = (
             *self.topics.classes(tuple(self.config.engine.class_weights)),
+            self.topics.overflow,
             *self.config.tiers.topics(self.topics),
         )
         self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
@@ -374,6 +378,7 @@ class LeaseKeeperService:
             topics={
                 "ready": self.topics.ready,
                 "dlq": self.topics.dlq,
+                "overflow": self.topics.overflow,
                 **{
                     f"class {name}": self.topics.of_class(name)
                     for name in self.config.engine.class_weights

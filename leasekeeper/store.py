@@ -98,6 +98,7 @@ class Resolution(StrEnum):
     PARKED = "parked"
     DEAD = "dead"
     SKIPPED = "skipped"
+    OVERFLOWED = "overflowed"  # copied to the overflow lane (see overflow_lane)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +144,10 @@ def _prefix(kind: str, topic: str, partition: int) -> bytes:
     return f"{kind}/{topic}/{partition}/".encode()
 
 
+def _overflow_key(topic: str, partition: int) -> bytes:
+    return f"o/{topic}/{partition}".encode()
+
+
 class StoreBatch:
     """Writes collected for one atomic ``LeaseStore.write``."""
 
@@ -166,6 +171,14 @@ class StoreBatch:
 
     def forget_note(self, job_id: str) -> None:
         self._batch.delete(_note_key(job_id))
+
+    def overflow(self, topic: str, partition: int, text: str) -> None:
+        """The tenants in overflow on a partition (``overflow_lane.encode``; "" deletes)."""
+        key = _overflow_key(topic, partition)
+        if text:
+            self._batch.put(key, text.encode())
+        else:
+            self._batch.delete(key)
 
     def unlease(self, topic: str, partition: int, offset: int) -> None:
         self._batch.delete(_key("l", topic, partition, offset))
@@ -235,6 +248,12 @@ class LeaseStore:
             offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
         }
         return PartitionMemory(resolved=resolved, claims=claims, leases=leases, unhandled=unhandled)
+
+    def overflow(self, topic: str, partition: int) -> str:
+        """The tenants in overflow on a partition, as ``StoreBatch.overflow`` wrote them."""
+        value = self._db.get(_overflow_key(topic, partition))
+        assert value is None or isinstance(value, bytes)  # raw mode
+        return value.decode() if value else ""
 
     def notes(self, id_prefix: str, limit: int = 10) -> list[JobNote]:
         """Up to ``limit`` notes whose job id starts with ``id_prefix`` (a whole id

@@ -40,8 +40,8 @@ def test_the_snapshot_shows_each_class_and_each_tenant(tmp_path: Path) -> None:
         {"name": "bulk", "weight": 1, "ready": 2, "oldest_ready_age_ms": 5_000},
     ]
     assert view["tenants"] == [
-        {"tenant": "acme", "ready": 1, "in_flight": 1, "cap": 3, "weight": 2.0},
-        {"tenant": "zed", "ready": 1, "in_flight": 0, "cap": 3, "weight": 1.0},
+        {"tenant": "acme", "ready": 1, "in_flight": 1, "cap": 3, "weight": 2.0, "overflow": 0},
+        {"tenant": "zed", "ready": 1, "in_flight": 0, "cap": 3, "weight": 1.0, "overflow": 0},
     ]
     lines = fairness_lines(view)
     assert "bulk (weight 1): ready 2, oldest 5.0s" in lines[0]

@@ -1,0 +1,147 @@
+"""The overflow lane inside the engine: moving a flooding tenant's jobs aside.
+
+``OverflowLane`` decides; this part acts on the engine's state under its lock:
+it takes a flooding tenant's ready jobs of a partition out of the window and
+queues their copies (``CopyKind.OVERFLOW``, copy-then-resolve like a retry: the
+source offset resolves only once the copy is durable), turns each later job of
+that tenant fetched from the partition into such a copy, follows the copies to
+their delivery, and keeps the entries durable: in the lease store at once (a
+restart in place), and in the partition's commit metadata (a move).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.copy_queue import CopyQueue
+from leasekeeper.leases import Pending, TopicPart
+from leasekeeper.overflow_lane import OverflowEntry, OverflowLane, merge, split_metadata
+from leasekeeper.overflow_lane import decode as decode_entries
+from leasekeeper.overflow_lane import encode as encode_entries
+from leasekeeper.partition_book import PartitionBook
+from leasekeeper.store import LeaseStore
+from leasekeeper.window import ReadyWindow
+
+log = logging.getLogger(__name__)
+
+
+class OverflowMoves:
+    def __init__(
+        self,
+        *,
+        lane: OverflowLane,
+        book: PartitionBook,
+        window: ReadyWindow,
+        copies: CopyQueue,
+        store: LeaseStore,
+    ) -> None:
+        self.lane = lane
+        self._book = book
+        self._window = window
+        self._copies = copies
+        self._store = store
+        self.moved = 0  # copies delivered since start
+
+    # -- entering and following ---------------------------------------------------
+
+    def floods(self, over: set[TopicPart], slice_: int) -> int:
+        """Put the tenants that flood the partitions ``over`` (paused by a full window)
+        into overflow and move their ready jobs there; returns how many jobs."""
+        moved = 0
+        for tp in over:
+            state = self._book.parts.get(tp)
+            if state is None or state.draining:
+                continue
+            for tenant in self.lane.flooders(tp, self._window.held_by_tenant(tp), slice_):
+                moved += self._enter(tp, tenant)
+        return moved
+
+    def _enter(self, tp: TopicPart, tenant: str) -> int:
+        self.lane.enter(tp, tenant)
+        self._persist(tp)
+        taken = self._window.remove_ready(lambda p: p.tp == tp and p.job.tenant_id == tenant)
+        taken.sort(key=lambda p: p.offset)  # copies leave in enqueue order
+        self._copies.add([self._copy(p) for p in taken])
+        log.info(
+            "tenant %s floods %s/%d: %d ready jobs and its next ones go to the overflow lane",
+            tenant, tp.topic, tp.partition, len(taken),
+        )  # fmt: skip
+        return len(taken)
+
+    def follow(self, pending: Pending) -> bool:
+        """Copy ``pending`` to the overflow lane if its tenant is in overflow on its
+        partition (its newer jobs follow the older ones there); False otherwise."""
+        if not self.lane.follows(pending.tp, pending.job.tenant_id):
+            return False
+        self._copies.add([self._copy(pending)])
+        return True
+
+    def _copy(self, pending: Pending) -> CopyRequest:
+        """The job as it was, with the attempts already counted on its offset (a job
+        that killed its workers must not escape ``max_attempts`` by moving)."""
+        state = self._book.parts.get(pending.tp)
+        claims = state.claims.get(pending.offset, 0) if state is not None else 0
+        self.lane.decided(pending.tp, pending.job.tenant_id, 1)
+        return CopyRequest(
+            kind=CopyKind.OVERFLOW,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            job=replace(pending.job, attempt=pending.job.attempt + claims),
+        )
+
+    # -- copies coming back ----------------------------------------------------
+
+    def delivered(self, request: CopyRequest, offset: int) -> None:
+        """The copy is durable at ``offset`` of the overflow partition."""
+        if request.job is None or self._book.current(request.source, request.generation) is None:
+            return
+        self.moved += 1
+        self.lane.delivered(request.source, request.job.tenant_id, offset)
+        self._persist(request.source)
+
+    def dropped(self, request: CopyRequest) -> None:
+        if request.job is not None:
+            self.lane.decided(request.source, request.job.tenant_id, -1)
+
+    def overflow_committed(self, committed: Mapping[int, int]) -> None:
+        """The group's committed offsets of overflow partitions (read from Kafka): clear
+        the tenants whose overflow is done."""
+        self.lane.committed.update(committed)
+        for tp, tenants in self.lane.clear_passed().items():
+            self._persist(tp)
+            log.info("tenant(s) %s back from the overflow lane on %s/%d",
+                     ", ".join(tenants), tp.topic, tp.partition)  # fmt: skip
+
+    # -- durable state ------------------------------------------------------------
+
+    def recall(self, tp: TopicPart, metadata: str | None) -> dict[str, OverflowEntry]:
+        """What the store (a restart in place) and the commit metadata (a move) say of
+        the tenants in overflow on ``tp``: a tenant named by either is. Reads the store:
+        call it without the engine's lock."""
+        _, moved = split_metadata(metadata)
+        return merge(decode_entries(self._store.overflow(tp.topic, tp.partition)), moved)
+
+    def assign(self, tp: TopicPart, entries: Mapping[str, OverflowEntry]) -> None:
+        self.lane.restore(tp, entries)
+        self._persist(tp)
+
+    def revoke(self, tp: TopicPart) -> None:
+        """The partition's next owner learns the entries from the commit metadata."""
+        self.lane.forget(tp)
+        batch = self._store.batch()
+        batch.overflow(tp.topic, tp.partition, "")
+        self._store.write(batch)
+
+    def _persist(self, tp: TopicPart) -> None:
+        """Into the store now, and into the next commit's metadata."""
+        entries = self.lane.entries.get(tp, {})
+        batch = self._store.batch()
+        batch.overflow(tp.topic, tp.partition, encode_entries(entries) if entries else "")
+        self._store.write(batch)
+        state = self._book.parts.get(tp)
+        if state is not None:
+            state.overflow_section = self.lane.section(tp)
