@@ -238,6 +238,11 @@ class LeaseEngine:
 
     # -- the overflow lane (see overflow_lane) --------------------------------
 
+    def overflow_topic(self, topic: str) -> None:
+        """The overflow lane's topic (its records are copies, a second one is skipped)."""
+        with self._cond:
+            self._overflow.topic = topic
+
     def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
         """Move to the overflow lane the tenants flooding ``over`` (ready partitions a
         full window pauses; ``slice_`` is each one's share of the window); returns how

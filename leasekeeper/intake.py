@@ -73,6 +73,9 @@ class Intake:
             return
         if self.skipped(state, pending):
             return
+        if self._overflow is not None and self._overflow.copied_again(pending):
+            self._skip_copy(state, pending)
+            return
         if self._overflow is not None and self._overflow.follow(pending):
             return  # its tenant is in overflow here: it follows its older jobs there
         if not self._control.needs_claim(job, now_ms(self._clock)):
@@ -105,6 +108,14 @@ class Intake:
         self._store.write(batch)
         state.tracker.resolve(pending.offset)
         return True
+
+    def _skip_copy(self, state: PartitionState, pending: Pending) -> None:
+        """A second copy of a job already read from the overflow lane: resolved unrun."""
+        self._counters.skipped += 1
+        batch = self._store.batch()
+        batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
+        self._store.write(batch)
+        state.tracker.resolve(pending.offset)
 
     def _claim_key(self, pending: Pending, not_before_ms: int) -> CopyRequest:
         """Claim the job's dedupe key durably before the job may run: a restart must not

@@ -12,6 +12,7 @@ restart in place), and in the partition's commit metadata (a move).
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -26,6 +27,10 @@ from leasekeeper.store import LeaseStore
 from leasekeeper.window import ReadyWindow
 
 log = logging.getLogger(__name__)
+
+# Job ids remembered per overflow partition, to skip a second copy of a job (made
+# again after a crash between its delivery and the resolution of its source).
+SEEN_IDS = 20_000
 
 
 class OverflowMoves:
@@ -44,6 +49,9 @@ class OverflowMoves:
         self._copies = copies
         self._store = store
         self.moved = 0  # copies delivered since start
+        # The overflow topic, set by the service: its records are the lane's copies.
+        self.topic = ""
+        self._seen: dict[TopicPart, OrderedDict[str, None]] = {}
 
     # -- entering and following ---------------------------------------------------
 
@@ -93,6 +101,20 @@ class OverflowMoves:
             job=replace(pending.job, attempt=pending.job.attempt + claims),
         )
 
+    def copied_again(self, pending: Pending) -> bool:
+        """Whether ``pending`` is a second copy of a job read from the same overflow
+        partition since it was assigned here (a crash between a copy's delivery and
+        the resolution of its source makes one): skipped, the first one runs."""
+        if pending.tp.topic != self.topic:
+            return False
+        seen = self._seen.setdefault(pending.tp, OrderedDict())
+        if pending.job.job_id in seen:
+            return True
+        seen[pending.job.job_id] = None
+        if len(seen) > SEEN_IDS:
+            seen.popitem(last=False)
+        return False
+
     # -- copies coming back ----------------------------------------------------
 
     def delivered(self, request: CopyRequest, offset: int) -> None:
@@ -132,6 +154,7 @@ class OverflowMoves:
     def revoke(self, tp: TopicPart) -> None:
         """The partition's next owner learns the entries from the commit metadata."""
         self.lane.forget(tp)
+        self._seen.pop(tp, None)
         batch = self._store.batch()
         batch.overflow(tp.topic, tp.partition, "")
         self._store.write(batch)

@@ -142,6 +142,7 @@ class LeaseKeeperService:
                 cancel_retention_ms=CONTROL_RETENTION_MS,
             ),
         )
+        self.engine.overflow_topic(self.topics.overflow)
         self._group_id = config.group_id or self.topics.consumer_group
         self.outbox = Outbox(
             producer=self._producer,

@@ -113,9 +113,15 @@ def test_kill_9_in_the_middle_of_the_overflow_loses_nothing(system: System) -> N
     # 1,000 copies on their way; one fetch (500) and one move (the tenant's ready jobs:
     # at most twice the window) come on top.
     bound = 1_000 + 500 + 2 * 200
-    print(f"kill -9 in the overflow: {len(copies)} jobs moved, {duplicates} copied twice")
+    starts = Counter(e.job_id for e in system.starts())
+    reruns = sum(n - 1 for n in starts.values())
+    print(f"kill -9 in the overflow: {len(copies)} jobs moved, {duplicates} copied twice, "
+          f"{reruns} started twice")  # fmt: skip
     assert set(copies) <= set(flood)
     assert duplicates <= bound
+    # A second copy read by the same leasekeeper is skipped; the rest, and the jobs
+    # leased at the kill (4 running, as many prefetched at most), may run twice.
+    assert reruns <= duplicates + 2 * 4
 
 
 def test_a_partition_move_keeps_the_tenant_in_overflow(system: System) -> None:

@@ -217,3 +217,16 @@ def test_the_entry_travels_with_the_commit_to_the_next_owner(tmp_path: Path) -> 
     offer(other, "small", range(31, 32))
     assert [c.offset for c in moved(other)] == list(range(5, 31))
     assert ready_ids(other) == ["small-31"]
+
+
+def test_a_second_copy_of_a_job_in_the_lane_is_skipped(tmp_path: Path) -> None:
+    engine = engine_at(tmp_path)
+    lane = TopicPart("jobs.q.overflow", 0)
+    engine.overflow_topic(lane.topic)
+    engine.assign(lane, 0)
+    engine.offer(lane, 0, job(1, "big"), b"big-1")
+    engine.offer(lane, 1, job(2, "big"), b"big-2")
+    engine.offer(lane, 2, job(1, "big"), b"big-1 again")  # copied again after a crash
+    assert ready_ids(engine) == ["big-1", "big-2"]
+    assert engine.commit_positions()[lane][0] == 0  # offsets 0 and 1 run; 2 is resolved
+    assert engine.counters.skipped == 1
