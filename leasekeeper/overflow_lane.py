@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from leasekeeper.leases import TopicPart
@@ -84,7 +84,7 @@ class OverflowLane:
         if not self.enabled:
             return []
         limit = max(MIN_FLOOD, int(slice_ * self.share))
-        found = [t for t, n in sorted(held.items(), key=lambda kv: -kv[1]) if n > limit]
+        found = sorted((t for t, n in held.items() if n > limit), key=lambda t: -held[t])
         return [t for t in found if not self.follows(tp, t) and self._fits(tp, t)]
 
     def _fits(self, tp: TopicPart, tenant: str) -> bool:
@@ -196,7 +196,3 @@ def merge(*sources: Mapping[str, OverflowEntry]) -> dict[str, OverflowEntry]:
             known.delivered(entry.first)
             known.delivered(entry.last)
     return merged
-
-
-def tenants_in(entries: Iterable[Mapping[str, OverflowEntry]]) -> set[str]:
-    return {tenant for mapping in entries for tenant in mapping}
