@@ -61,7 +61,7 @@ class CopyRequest:
     reason: DeadLetterReason | None = None  # DEAD, DEAD_RAW
     detail: str = ""  # DEAD, DEAD_RAW; PARK: why
     raw_key: bytes | None = None  # DEAD_RAW
-    raw_value: bytes | None = None  # DEAD_RAW
+    raw_value: bytes | None = None  # DEAD_RAW; OVERFLOW: the envelope, when unchanged
     claim: DedupeClaim | None = None  # DEDUPE_CLAIM
     lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
     status: JobStatus | None = None  # STATUS

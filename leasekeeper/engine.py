@@ -486,6 +486,7 @@ class LeaseEngine:
     ) -> dict[TopicPart, tuple[int, str]]:
         """Partitions whose commit (offset, or progress beyond it) changed since the last."""
         with self._cond:
+            self._overflow.refresh()
             return self._book.commit_positions(only)
 
     def shrink_metadata(self, tp: TopicPart) -> tuple[int, str] | None:

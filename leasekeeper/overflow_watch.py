@@ -29,7 +29,7 @@ INTERVAL_S = 1.0
 TIMEOUT_S = 2.0
 # A partition with this many copies decided and not yet delivered is not fetched
 # further: a flood moving aside must not queue copies faster than Kafka takes them.
-MAX_COPIES_IN_FLIGHT = 1_000
+MAX_COPIES_IN_FLIGHT = 2_000
 
 
 class OverflowWatch:

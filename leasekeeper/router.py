@@ -91,7 +91,7 @@ class KafkaRouter:
             return OutRecord(
                 topic=self._topics.overflow,
                 key=job.tenant_id.encode(),
-                value=self._codec.encode(job),
+                value=request.raw_value or self._codec.encode(job),
                 headers=(("job_id", job.job_id.encode()),),
                 partition=request.source.partition,
             )

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from leasekeeper.consumer_loop import LoopConfig
+from leasekeeper.overflow_watch import MAX_COPIES_IN_FLIGHT
 from producer.request import JobRequest
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from tests.apps.recording import Event
@@ -110,9 +112,9 @@ def test_kill_9_in_the_middle_of_the_overflow_loses_nothing(system: System) -> N
     copies = overflow_copies(system)
     duplicates = sum(n - 1 for n in copies.values())
     # Copies in flight at the kill, at most: the loop stops fetching a partition with
-    # 1,000 copies on their way; one fetch (500) and one move (the tenant's ready jobs:
-    # at most twice the window) come on top.
-    bound = 1_000 + 500 + 2 * 200
+    # MAX_COPIES_IN_FLIGHT on their way; one fetch (a batch) and one move (the tenant's
+    # ready jobs: at most twice the window) come on top.
+    bound = MAX_COPIES_IN_FLIGHT + LoopConfig().batch_size + 2 * 200
     starts = Counter(e.job_id for e in system.starts())
     reruns = sum(n - 1 for n in starts.values())
     print(f"kill -9 in the overflow: {len(copies)} jobs moved, {duplicates} copied twice, "
