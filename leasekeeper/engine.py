@@ -261,10 +261,20 @@ class LeaseEngine:
             self._overflow.overflow_committed(committed)
 
     def copying(self, limit: int) -> set[TopicPart]:
-        """Partitions with ``limit`` copies or more decided and not delivered: fetching
-        more of them would only queue more copies (a flood moving aside)."""
+        """Partitions not to fetch further for now: those with ``limit`` copies or more
+        decided and not delivered (fetching more would only queue more copies), and
+        those moving a flood aside with half of ``max_uncommitted`` resolved in no
+        accepted commit yet (more would stop leasing for every tenant until a commit
+        lands: the lane's copies go at the pace of the commits)."""
+        half = self._config.max_uncommitted // 2
         with self._cond:
-            return {tp for tp, s in self._book.parts.items() if s.copies_in_flight >= limit}
+            lane = self._overflow.lane.entries
+            return {
+                tp
+                for tp, s in self._book.parts.items()
+                if s.copies_in_flight >= limit
+                or (tp in lane and s.tracker.resolutions - s.durable_resolutions >= half)
+            }
 
     # -- workers ------------------------------------------------------------
 
