@@ -230,3 +230,20 @@ def test_a_second_copy_of_a_job_in_the_lane_is_skipped(tmp_path: Path) -> None:
     assert ready_ids(engine) == ["big-1", "big-2"]
     assert engine.commit_positions()[lane][0] == 0  # offsets 0 and 1 run; 2 is resolved
     assert engine.counters.skipped == 1
+
+
+def test_a_partition_moving_a_flood_pauses_while_its_copies_wait_for_a_commit(
+    tmp_path: Path,
+) -> None:
+    engine = LeaseEngine(store=LeaseStore(tmp_path),
+                         config=EngineConfig(window_records=100, max_uncommitted=10))  # fmt: skip
+    engine.assign(TP, 0)
+    offer(engine, "big", range(0, 30))
+    engine.overflow_floods({TP}, SLICE)
+    copies = moved(engine)
+    assert engine.copying(limit=30) == {TP}, "30 copies on their way"
+    assert engine.copying(limit=1_000) == set()
+    deliver(engine, copies[:5])
+    assert engine.copying(limit=1_000) == {TP}, "half of max_uncommitted in no commit"
+    engine.committed(engine.commit_positions())
+    assert engine.copying(limit=1_000) == set()
