@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.copy_queue import CopyQueue
+from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Pending, TopicPart
 from leasekeeper.overflow_lane import OverflowEntry, OverflowLane, merge, split_metadata
 from leasekeeper.overflow_lane import decode as decode_entries
@@ -42,8 +43,10 @@ class OverflowMoves:
         window: ReadyWindow,
         copies: CopyQueue,
         store: LeaseStore,
+        reader: JobReader | None = None,
     ) -> None:
         self.lane = lane
+        self._reader = reader or JobReader()
         self._book = book
         self._window = window
         self._copies = copies
@@ -94,13 +97,17 @@ class OverflowMoves:
         that killed its workers must not escape ``max_attempts`` by moving)."""
         state = self._book.parts.get(pending.tp)
         claims = state.claims.get(pending.offset, 0) if state is not None else 0
+        try:
+            full = self._reader.full(pending)
+        except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+            return self._reader.unreadable(pending, exc, why="move to the overflow lane")
         self.lane.decided(pending.tp, pending.job.tenant_id, 1)
         return CopyRequest(
             kind=CopyKind.OVERFLOW,
             source=pending.tp,
             offset=pending.offset,
             generation=pending.generation,
-            job=replace(pending.job, attempt=pending.job.attempt + claims),
+            job=replace(full, attempt=full.attempt + claims),
             # Unchanged (no attempt counted here): the fetched bytes are sent as they are.
             raw_value=pending.envelope if claims == 0 else None,
         )
@@ -156,7 +163,8 @@ class OverflowMoves:
 
     def assign(self, tp: TopicPart, entries: Mapping[str, OverflowEntry]) -> None:
         self.lane.restore(tp, entries)
-        self._persist(tp)
+        if entries:  # else the store holds none already: nothing to write
+            self._persist(tp)
 
     def revoke(self, tp: TopicPart) -> None:
         """The partition's next owner learns the entries from the commit metadata."""
