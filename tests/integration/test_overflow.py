@@ -147,3 +147,28 @@ def test_a_partition_move_keeps_the_tenant_in_overflow(system: System) -> None:
     started = first_starts(system.starts())
     assert in_order(started, everything), "newer jobs overtook older ones in the lane"
     assert set(overflow_copies(system)) >= set(newer), "the newer jobs followed into the lane"
+
+
+def test_the_window_stays_bounded_while_backlogs_move_aside(system: System) -> None:
+    """No worker runs: each tenant's backlog is read on and copied to the lane, but the
+    window holds no more than with the lane off (its records, plus each partition's
+    share), and every job runs once workers come."""
+    system.leasekeeper.extra_args += ["--window-records", "100"]
+    system.leasekeeper.start().wait_assigned(PARTITIONS)
+    ids = system.enqueue(1_000)
+
+    def moved_aside() -> bool:
+        snap = system.leasekeeper.snapshot() or {}
+        fetched = sum(
+            p["highest_fetched"] + 1
+            for p in snap.get("partitions", [])
+            if p["topic"] == system.topics.ready and p["highest_fetched"] >= 0
+        )
+        return fetched >= len(ids)
+
+    wait_until(moved_aside, 60, "every backlog to be read past")
+    held = [(system.leasekeeper.snapshot() or {}).get("ready", 0) for _ in range(5)]
+    assert max(held) <= 200, held
+    system.start(workers=1)
+    wait_until(lambda: set(system.acks()) >= set(ids), 120, "the backlog to drain", step=0.25)
+    system.wait_caught_up()
