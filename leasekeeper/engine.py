@@ -275,20 +275,16 @@ class LeaseEngine:
         with self._cond:
             self._overflow.overflow_committed(committed)
 
-    def copying(self, limit: int) -> set[TopicPart]:
+    def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
         """Partitions not to fetch further for now: those with ``limit`` copies or more
         decided and not delivered (fetching more would only queue more copies), and
-        those moving a flood aside with half of ``max_uncommitted`` resolved in no
-        accepted commit yet (more would stop leasing for every tenant until a commit
-        lands: the lane's copies go at the pace of the commits)."""
-        half = self._config.max_uncommitted // 2
+        those with ``unsaved`` copies to the overflow lane in no accepted commit yet
+        (what a move, after the group coordinator failed, would copy again)."""
         with self._cond:
-            lane = self._overflow.lane.entries
             return {
                 tp
                 for tp, s in self._book.parts.items()
-                if s.copies_in_flight >= limit
-                or (tp in lane and s.tracker.resolutions - s.durable_resolutions >= half)
+                if s.copies_in_flight >= limit or self._overflow.unsaved(tp) >= unsaved
             }
 
     # -- workers ------------------------------------------------------------
@@ -335,7 +331,8 @@ class LeaseEngine:
     def _commits_behind(self) -> bool:
         """Whether too many finished jobs wait for a commit Kafka accepts: hand out no
         more until one lands (``committed`` wakes the claimers)."""
-        behind = self._book.unsaved() >= self._config.max_uncommitted
+        # The overflow lane's copies are not finished jobs: they wait apart (``copying``).
+        behind = self._book.unsaved() - self._overflow.unsaved() >= self._config.max_uncommitted
         if behind != self._holding:
             self._holding = behind
             if behind:
@@ -512,7 +509,9 @@ class LeaseEngine:
         """Partitions whose commit (offset, or progress beyond it) changed since the last."""
         with self._cond:
             self._overflow.refresh()
-            return self._book.commit_positions(only)
+            positions = self._book.commit_positions(only)
+            self._overflow.sent(positions, only)
+            return positions
 
     def shrink_metadata(self, tp: TopicPart) -> tuple[int, str] | None:
         """The broker refused ``tp``'s commit metadata as too large: the position to
@@ -530,6 +529,7 @@ class LeaseEngine:
         """Kafka accepted these commits: the store can forget everything below them."""
         with self._cond:
             self._book.committed(positions)
+            self._overflow.accepted(positions)
             if self._holding:
                 self._cond.notify_all()
 

@@ -12,7 +12,7 @@ restart in place), and in the partition's commit metadata (a move).
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -57,6 +57,12 @@ class OverflowMoves:
         self._seen: dict[TopicPart, OrderedDict[str, None]] = {}
         # Partitions whose entries moved on since they were last written.
         self._dirty: set[TopicPart] = set()
+        # Copies delivered per partition, and how many of them an accepted commit
+        # describes: copies are not finished jobs, and must not stop leasing while
+        # they wait for a commit (see ``unsaved``).
+        self._copied: Counter[TopicPart] = Counter()
+        self._durable: dict[TopicPart, int] = {}
+        self._sent: dict[tuple[TopicPart, int, str], int] = {}
 
     # -- entering and following ---------------------------------------------------
 
@@ -133,11 +139,38 @@ class OverflowMoves:
         if request.job is None or self._book.current(request.source, request.generation) is None:
             return
         self.moved += 1
+        self._copied[request.source] += 1
         self.lane.delivered(request.source, request.job.tenant_id, offset)
         # Written with the next commit (``refresh``), not once per copy: a ``last`` a
         # little behind after a crash only orders re-copied jobs behind their first
         # copies, which run first (see docs/fairness.md).
         self._dirty.add(request.source)
+
+    # -- commits ----------------------------------------------------------------
+
+    def sent(
+        self, positions: Mapping[TopicPart, tuple[int, str]], only: set[TopicPart] | None
+    ) -> None:
+        """Commits about to be sent: remember how many copies each describes."""
+        for tp, copied in self._copied.items():
+            if tp in positions:
+                self._sent[(tp, *positions[tp])] = copied
+            elif only is None or tp in only:
+                self._durable[tp] = copied  # the commit Kafka holds says it all
+
+    def accepted(self, positions: Mapping[TopicPart, tuple[int, str]]) -> None:
+        """Kafka accepted these commits."""
+        for tp, (offset, metadata) in positions.items():
+            described = self._sent.pop((tp, offset, metadata), None)
+            if described is not None and described > self._durable.get(tp, 0):
+                self._durable[tp] = described
+        self._sent = {k: n for k, n in self._sent.items() if n > self._durable.get(k[0], 0)}
+
+    def unsaved(self, tp: TopicPart | None = None) -> int:
+        """Copies delivered (their sources resolved) that no accepted commit describes:
+        what a move now would copy again."""
+        parts = [tp] if tp is not None else list(self._copied)
+        return sum(self._copied[p] - self._durable.get(p, 0) for p in parts if p in self._copied)
 
     def dropped(self, request: CopyRequest) -> None:
         if request.job is not None:
@@ -171,6 +204,9 @@ class OverflowMoves:
         self.lane.forget(tp)
         self._seen.pop(tp, None)
         self._dirty.discard(tp)
+        self._copied.pop(tp, None)
+        self._durable.pop(tp, None)
+        self._sent = {k: n for k, n in self._sent.items() if k[0] != tp}
         batch = self._store.batch()
         batch.overflow(tp.topic, tp.partition, "")
         self._store.write(batch)

@@ -30,6 +30,10 @@ TIMEOUT_S = 2.0
 # A partition with this many copies decided and not yet delivered is not fetched
 # further: a flood moving aside must not queue copies faster than Kafka takes them.
 MAX_COPIES_IN_FLIGHT = 2_000
+# A partition with this many copies to the overflow lane in no accepted commit is not
+# fetched further until a commit lands: what a move after a coordinator failure
+# copies again stays bounded.
+MAX_UNSAVED_COPIES = 10_000
 
 
 class OverflowWatch:
@@ -62,7 +66,7 @@ class OverflowWatch:
 
     def copying(self, assignment: set[TopicPart]) -> set[TopicPart]:
         """Partitions to pause while their copies are on the way."""
-        return self._engine.copying(MAX_COPIES_IN_FLIGHT) & assignment
+        return self._engine.copying(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES) & assignment
 
     def poll(self, consumer: Consumer) -> None:
         """Read the overflow partitions' committed offsets when due; the engine clears

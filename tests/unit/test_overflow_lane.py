@@ -232,18 +232,20 @@ def test_a_second_copy_of_a_job_in_the_lane_is_skipped(tmp_path: Path) -> None:
     assert engine.counters.skipped == 1
 
 
-def test_a_partition_moving_a_flood_pauses_while_its_copies_wait_for_a_commit(
-    tmp_path: Path,
-) -> None:
+def test_copies_wait_for_a_commit_apart_from_finished_jobs(tmp_path: Path) -> None:
+    """Copies to the lane never stop leasing for everyone (they are not finished jobs);
+    a partition with too many of them in no accepted commit stops fetching instead."""
     engine = LeaseEngine(store=LeaseStore(tmp_path),
-                         config=EngineConfig(window_records=100, max_uncommitted=10))  # fmt: skip
+                         config=EngineConfig(window_records=100, max_uncommitted=4))  # fmt: skip
     engine.assign(TP, 0)
     offer(engine, "big", range(0, 30))
+    offer(engine, "small", range(30, 31))
     engine.overflow_floods({TP}, SLICE)
     copies = moved(engine)
-    assert engine.copying(limit=30) == {TP}, "30 copies on their way"
-    assert engine.copying(limit=1_000) == set()
-    deliver(engine, copies[:5])
-    assert engine.copying(limit=1_000) == {TP}, "half of max_uncommitted in no commit"
+    assert engine.copying(limit=30, unsaved=100) == {TP}, "30 copies on their way"
+    assert engine.copying(limit=1_000, unsaved=100) == set()
+    deliver(engine, copies[:10])
+    assert engine.copying(limit=1_000, unsaved=10) == {TP}, "10 copies in no commit"
+    assert ready_ids(engine) == ["small-30"], "leasing goes on: copies are not finished jobs"
     engine.committed(engine.commit_positions())
-    assert engine.copying(limit=1_000) == set()
+    assert engine.copying(limit=1_000, unsaved=10) == set()

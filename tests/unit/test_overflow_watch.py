@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from jobcore.kafka import TopicPartition
 from leasekeeper.leases import TopicPart
-from leasekeeper.overflow_watch import MAX_COPIES_IN_FLIGHT, OverflowWatch
+from leasekeeper.overflow_watch import MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES, OverflowWatch
 
 
 @dataclass
@@ -18,7 +18,7 @@ class Engine:
     watched: set[int] = field(default_factory=set)
     floods: list[tuple[set[TopicPart], int]] = field(default_factory=list)
     committed: list[dict[int, int]] = field(default_factory=list)
-    copying_limits: list[int] = field(default_factory=list)
+    copying_limits: list[tuple[int, int]] = field(default_factory=list)
 
     def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
         self.floods.append((over, slice_))
@@ -30,8 +30,8 @@ class Engine:
     def overflow_committed(self, committed: Mapping[int, int]) -> None:
         self.committed.append(dict(committed))
 
-    def copying(self, limit: int) -> set[TopicPart]:
-        self.copying_limits.append(limit)
+    def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
+        self.copying_limits.append((limit, unsaved))
         return {TopicPart("jobs.q", 0)}
 
 
@@ -74,7 +74,7 @@ def test_partitions_with_too_many_copies_on_their_way_pause() -> None:
     engine = Engine()
     assert watch(engine, Clock()).copying({TopicPart("jobs.q", 0)}) == {TopicPart("jobs.q", 0)}
     assert watch(engine, Clock()).copying({TopicPart("jobs.q", 1)}) == set()
-    assert engine.copying_limits == [MAX_COPIES_IN_FLIGHT] * 2
+    assert engine.copying_limits == [(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES)] * 2
 
 
 def test_the_lanes_commits_are_read_once_per_interval_while_a_tenant_is_in_overflow() -> None:

@@ -38,7 +38,7 @@ class Engine:
     def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
         return 0
 
-    def copying(self, limit: int) -> set[TopicPart]:
+    def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
         return set()
 
     def overflow_watched(self) -> set[int]:
