@@ -165,11 +165,6 @@ class LeaseKeeperService:
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": config.session_timeout_ms,
             "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
-            # Prefetch little per partition: one consumer queue serves every partition
-            # in fetch order, and a flood read at full speed (the overflow lane copies
-            # it aside) must not queue thousands of records ahead of a critical job.
-            "queued.min.messages": 2_000,
-            "max.partition.fetch.bytes": 256 * 1024,
         }
         if config.instance_id:
             overrides["group.instance.id"] = config.instance_id
