@@ -128,7 +128,8 @@ def main() -> None:
     default=_ENGINE.overflow_share,
     show_default=True,
     help="a tenant holding more than this share of its partition's slice of a full "
-    "window moves to the overflow lane (jobs.QUEUE.overflow); 0 turns the lane off",
+    "window moves to the overflow lane (jobs.QUEUE.overflow), e.g. 0.5; 0 leaves the "
+    "lane off",
 )
 @click.option(
     "--rate-limit",

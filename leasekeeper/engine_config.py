@@ -9,7 +9,6 @@ from leasekeeper.breaker import BreakerSettings
 from leasekeeper.control_state import ControlState
 from leasekeeper.job_reader import JobReader
 from leasekeeper.offset_metadata import MAX_SPAN
-from leasekeeper.overflow_lane import DEFAULT_SHARE as DEFAULT_OVERFLOW_SHARE
 from leasekeeper.rate_limit import RateLimitConfig
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseStore
@@ -51,8 +50,10 @@ class EngineConfig:
     # Circuit breakers per job type (see leasekeeper/breaker.py, docs/breaker.md).
     breakers: BreakerSettings = field(default_factory=BreakerSettings)
     # A tenant holding more than this share of its partition's slice of a full window
-    # goes to the overflow lane (see overflow_lane); 0 turns the lane off.
-    overflow_share: float = DEFAULT_OVERFLOW_SHARE
+    # goes to the overflow lane (see overflow_lane); 0, the default, leaves the lane
+    # off: on a leasekeeper-bound drain its copies cost more than they save
+    # (docs/fairness.md). ``overflow_lane.DEFAULT_SHARE`` (0.5) is the value to try.
+    overflow_share: float = 0.0
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
 

@@ -19,7 +19,7 @@ from tests.apps.recording import Event
 from tests.system import PARTITIONS, System, wait_until
 
 FLOOD = 3_000
-WINDOW = ["--window-records", "200"]
+WINDOW = ["--window-records", "200", "--overflow-share", "0.5"]
 
 
 def partition_of(tenant: str) -> int:
@@ -153,7 +153,7 @@ def test_the_window_stays_bounded_while_backlogs_move_aside(system: System) -> N
     """No worker runs: each tenant's backlog is read on and copied to the lane, but the
     window holds no more than with the lane off (its records, plus each partition's
     share), and every job runs once workers come."""
-    system.leasekeeper.extra_args += ["--window-records", "100"]
+    system.leasekeeper.extra_args += ["--window-records", "100", "--overflow-share", "0.5"]
     system.leasekeeper.start().wait_assigned(PARTITIONS)
     ids = system.enqueue(1_000)
 

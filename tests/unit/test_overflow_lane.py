@@ -29,7 +29,9 @@ def job(i: int, tenant: str) -> Job:
 
 
 def engine_at(path: Path) -> LeaseEngine:
-    return LeaseEngine(store=LeaseStore(path), config=EngineConfig(window_records=100))
+    """An engine with the lane on (it is off by default)."""
+    config = EngineConfig(window_records=100, overflow_share=0.5)
+    return LeaseEngine(store=LeaseStore(path), config=config)
 
 
 def offer(engine: LeaseEngine, tenant: str, offsets: range, tp: TopicPart = TP) -> None:
@@ -236,7 +238,8 @@ def test_copies_wait_for_a_commit_apart_from_finished_jobs(tmp_path: Path) -> No
     """Copies to the lane never stop leasing for everyone (they are not finished jobs);
     a partition with too many of them in no accepted commit stops fetching instead."""
     engine = LeaseEngine(store=LeaseStore(tmp_path),
-                         config=EngineConfig(window_records=100, max_uncommitted=4))  # fmt: skip
+                         config=EngineConfig(window_records=100, max_uncommitted=4,
+                                             overflow_share=0.5))  # fmt: skip
     engine.assign(TP, 0)
     offer(engine, "big", range(0, 30))
     offer(engine, "small", range(30, 31))
