@@ -74,6 +74,10 @@ class Lease:
     # suspended VM) cannot expire every lease at once.
     started_at: float
     deadline: float
+    # False while the job waits in a worker's prefetch: until its worker reports the
+    # handler started, ``started_at`` is the claim and no timeout_s runs (see
+    # ``started_only``).
+    started: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,6 +135,7 @@ def restore_lease(
         until_ms=stored.until_ms,
         started_at=mono - max(0.0, wall - stored.started_ms / 1000),
         deadline=mono + (stored.until_ms / 1000 - wall),
+        started=stored.started,
     )
 
 
@@ -142,4 +147,5 @@ def lease_record(lease: Lease) -> LeaseRecord:
         attempt=lease.attempt,
         started_ms=lease.started_ms,
         until_ms=lease.until_ms,
+        started=lease.started,
     )

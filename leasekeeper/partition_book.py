@@ -44,6 +44,9 @@ class PartitionState:
     stored_leases: dict[int, LeaseRecord]
     leases: dict[int, Lease] = field(default_factory=dict)
     unhandled_since: dict[int, int] = field(default_factory=dict)
+    # Attempts given back to jobs whose lease expired before they started (the
+    # bound of ``started_only``).
+    refunds: dict[int, int] = field(default_factory=dict)
     committed: int = -1
     committed_metadata: str = ""
     copies_in_flight: int = 0
@@ -66,6 +69,7 @@ class Recalled:
     claims: dict[int, int]
     leases: dict[int, LeaseRecord]
     unhandled: dict[int, int]
+    refunds: dict[int, int]
 
 
 class PartitionBook:
@@ -97,6 +101,7 @@ class PartitionBook:
             claims=claims,
             leases=dict(memory.leases),
             unhandled=dict(memory.unhandled),
+            refunds=dict(memory.refunds),
         )
 
     def assign(self, tp: TopicPart, committed: int, metadata: str | None, known: Recalled) -> None:
@@ -109,6 +114,7 @@ class PartitionBook:
             claims=known.claims,
             stored_leases=known.leases,
             unhandled_since=known.unhandled,
+            refunds=known.refunds,
             committed=committed,
             committed_metadata=metadata or "",
             metadata_limit=self._metadata_limit,
@@ -248,6 +254,7 @@ class PartitionBook:
             _forget_below(state.claims, offset)
             _forget_below(state.stored_leases, offset)
             _forget_below(state.unhandled_since, offset)
+            _forget_below(state.refunds, offset)
         self._store.write(batch)
 
 

@@ -102,6 +102,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
             frozenset(request.job_types),
+            reports_started=request.reports_started,
         )
         return pb.ClaimResponse(
             jobs=[
@@ -120,7 +121,10 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
-        answers = self._engine.heartbeat([(r.lease_id, r.lease_token) for r in request.leases])
+        answers = self._engine.heartbeat(
+            [(r.lease_id, r.lease_token) for r in request.leases],
+            frozenset(r.lease_id for r in request.leases if r.started),
+        )
         return pb.HeartbeatResponse(results=_results(answers))
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:

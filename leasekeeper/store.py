@@ -21,7 +21,7 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 OFFSET_WIDTH = 20
 # Facts about the store itself live under their own prefix, apart from the
-# per-partition keys ("r/", "c/", "l/").
+# per-partition keys ("r/", "c/", "l/", "u/", "f/").
 _META = b"meta/"
 # Jobs by id ("j/<job id>"): delayed and skipped jobs, for ``inspect job``.
 _NOTES = b"j/"
@@ -109,17 +109,29 @@ class LeaseRecord:
     attempt: int
     started_ms: int
     until_ms: int
+    # False while the job waits in its worker's prefetch (see ``started_only``). A
+    # record without the flag (every running job, and records from before it
+    # existed) is a started job, so the conservative reading spends the attempt.
+    started: bool = True
 
     def encode(self) -> bytes:
-        return json.dumps(
-            [self.token, self.worker, self.attempt, self.started_ms, self.until_ms]
-        ).encode()
+        fields: list[object] = [
+            self.token, self.worker, self.attempt, self.started_ms, self.until_ms
+        ]  # fmt: skip
+        if not self.started:
+            fields.append(False)
+        return json.dumps(fields).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> LeaseRecord:
-        token, worker, attempt, started_ms, until_ms = json.loads(raw)
+        token, worker, attempt, started_ms, until_ms, *rest = json.loads(raw)
         return cls(
-            token=token, worker=worker, attempt=attempt, started_ms=started_ms, until_ms=until_ms
+            token=token,
+            worker=worker,
+            attempt=attempt,
+            started_ms=started_ms,
+            until_ms=until_ms,
+            started=bool(rest[0]) if rest else True,
         )
 
 
@@ -133,6 +145,9 @@ class PartitionMemory:
     # When no connected worker could take the job first (epoch ms): the grace
     # before it fails as an unknown job type counts from there, across restarts.
     unhandled: dict[int, int] = field(default_factory=dict)
+    # Attempts given back to jobs whose lease expired before they started: the
+    # bound that keeps a job that kills its worker from being refunded forever.
+    refunds: dict[int, int] = field(default_factory=dict)
 
 
 def _key(kind: str, topic: str, partition: int, offset: int) -> bytes:
@@ -158,6 +173,9 @@ class StoreBatch:
     def lease(self, topic: str, partition: int, offset: int, record: LeaseRecord) -> None:
         self._batch.put(_key("l", topic, partition, offset), record.encode())
 
+    def refunds(self, topic: str, partition: int, offset: int, count: int) -> None:
+        self._batch.put(_key("f", topic, partition, offset), str(count).encode())
+
     def unhandled(self, topic: str, partition: int, offset: int, since_ms: int) -> None:
         self._batch.put(_key("u", topic, partition, offset), str(since_ms).encode())
 
@@ -172,7 +190,7 @@ class StoreBatch:
 
     def forget_below(self, topic: str, partition: int, offset: int) -> None:
         """Drop everything below a committed offset: Kafka will never hand it out again."""
-        for kind in ("r", "c", "l", "u"):
+        for kind in ("r", "c", "l", "u", "f"):
             self._batch.delete_range(
                 _key(kind, topic, partition, 0), _key(kind, topic, partition, offset)
             )
@@ -234,7 +252,12 @@ class LeaseStore:
         unhandled = {
             offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
         }
-        return PartitionMemory(resolved=resolved, claims=claims, leases=leases, unhandled=unhandled)
+        refunds = {
+            offset: int(value) for offset, value in self._scan("f", topic, partition, from_offset)
+        }
+        return PartitionMemory(
+            resolved=resolved, claims=claims, leases=leases, unhandled=unhandled, refunds=refunds
+        )
 
     def notes(self, id_prefix: str, limit: int = 10) -> list[JobNote]:
         """Up to ``limit`` notes whose job id starts with ``id_prefix`` (a whole id
