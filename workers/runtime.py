@@ -104,6 +104,8 @@ class Worker:
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         self._concurrency, self._prefetch = concurrency, prefetch
+        # Only a worker with jobs waiting in it, whose heartbeats say which started.
+        self._reports_started = prefetch > 1 and heartbeats
         # The table's slots are leases in hand; handler threads bound what runs.
         self._table = InFlight(concurrency=concurrency * prefetch)
         self._async_slots = asyncio.Semaphore(concurrency)
@@ -125,7 +127,7 @@ class Worker:
             stop=self._monitor_stop,
             clock=clock,
             heartbeats=heartbeats,
-            start_report_s=START_REPORT_S if prefetch > 1 else None,
+            start_report_s=START_REPORT_S if self._reports_started else None,
         )
 
     @property
@@ -202,7 +204,7 @@ class Worker:
                     free,
                     self._claim_wait_ms,
                     self._types.runnable,
-                    reports_started=self._prefetch > 1,
+                    reports_started=self._reports_started,
                 )
             except LeaseKeeperUnavailable as exc:
                 failures += 1
