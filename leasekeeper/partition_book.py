@@ -86,15 +86,21 @@ class PartitionBook:
 
     def recall(self, tp: TopicPart, committed: int, metadata: str | None) -> Recalled:
         """Merge the store and the previous owner's metadata (whichever knows more).
-        Reads the store: call it without the engine's lock."""
+        Reads the store: call it without the engine's lock.
+
+        Claim counts take the larger of the two, unless Kafka's commit is the last one
+        this store saw accepted: then the store is the newer of the two wherever it
+        has a count, and an attempt it gave back since (a release, a refund) stays
+        given back."""
         start = max(committed, 0)
         memory = self._store.load(tp.topic, tp.partition, start)
         moved = decode_progress(start, metadata)
         resolved = {o: Resolution.SKIPPED for o in moved.resolved}
         resolved.update(memory.resolved)
+        ours = self._store.own_commit(tp.topic, tp.partition) == (committed, metadata or "")
         claims = dict(moved.claims)
         for offset, count in memory.claims.items():
-            claims[offset] = max(count, claims.get(offset, 0))
+            claims[offset] = count if ours else max(count, claims.get(offset, 0))
         return Recalled(
             start=start,
             resolved=resolved,
@@ -250,6 +256,7 @@ class PartitionBook:
             ]:
                 del state.commits_sent[sent]
             batch.forget_below(tp.topic, tp.partition, offset)
+            batch.own_commit(tp.topic, tp.partition, offset, metadata)
             _forget_below(state.resolved_before, offset)
             _forget_below(state.claims, offset)
             _forget_below(state.stored_leases, offset)

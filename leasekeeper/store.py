@@ -25,6 +25,9 @@ OFFSET_WIDTH = 20
 _META = b"meta/"
 # Jobs by id ("j/<job id>"): delayed and skipped jobs, for ``inspect job``.
 _NOTES = b"j/"
+# The last commit this store's leasekeeper saw Kafka accept, per partition
+# ("o/<topic>/<partition>"): when Kafka still holds it, the store knows more.
+_OWN_COMMIT = "o"
 # Every key the store writes is printable ASCII, so this range holds them all.
 _ALL_KEYS = (b"\x00", b"\xff")
 
@@ -179,6 +182,10 @@ class StoreBatch:
     def unhandled(self, topic: str, partition: int, offset: int, since_ms: int) -> None:
         self._batch.put(_key("u", topic, partition, offset), str(since_ms).encode())
 
+    def own_commit(self, topic: str, partition: int, offset: int, metadata: str) -> None:
+        """Kafka accepted this commit of ours: everything it says is in the store too."""
+        self._batch.put(_prefix(_OWN_COMMIT, topic, partition), f"{offset}:{metadata}".encode())
+
     def note(self, note: JobNote) -> None:
         self._batch.put(_note_key(note.job_id), note.encode())
 
@@ -258,6 +265,15 @@ class LeaseStore:
         return PartitionMemory(
             resolved=resolved, claims=claims, leases=leases, unhandled=unhandled, refunds=refunds
         )
+
+    def own_commit(self, topic: str, partition: int) -> tuple[int, str] | None:
+        """The last commit of this partition that Kafka accepted from this store's
+        leasekeeper, as (offset, metadata), if any."""
+        value = self._db.get(_prefix(_OWN_COMMIT, topic, partition))
+        if not isinstance(value, bytes):
+            return None
+        offset, _, metadata = value.decode().partition(":")
+        return int(offset), metadata
 
     def notes(self, id_prefix: str, limit: int = 10) -> list[JobNote]:
         """Up to ``limit`` notes whose job id starts with ``id_prefix`` (a whole id

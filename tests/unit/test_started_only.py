@@ -186,3 +186,76 @@ def test_a_release_still_gives_the_attempt_back(tmp_path: Path, clock: Clock) ->
     engine.settle([Settlement(lease_id=lease_id, token=token, outcome=Outcome.RELEASE)])
     (again,) = engine.claim("w", 1, wait_s=0, reports_started=True)
     assert again.attempt == 1
+
+
+def test_a_refund_after_a_commit_holds_across_a_restart(tmp_path: Path, clock: Clock) -> None:
+    """The commit Kafka holds predates the refund (it says offset 0 used an attempt);
+    the store, which wrote that commit and knows of the refund since, wins."""
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    for i in range(2):
+        engine.offer(TP, i, job(i), b"x")
+    tokens = _claimed(engine, 2)
+    engine.settle(
+        [Settlement(lease_id="jobs.q/0/1", token=tokens["jobs.q/0/1"], outcome=Outcome.ACK)]
+    )
+    positions = engine.commit_positions()
+    engine.committed(positions)
+    offset, metadata = positions[TP]
+    assert decode_progress(offset, metadata).claims == {0: 1}
+    clock.now += 11
+    engine.expire()  # offset 0 never started: refunded, then the leasekeeper dies
+    assert engine.counters.refunded == 1
+    engine._store.close()
+
+    restarted = make_engine(tmp_path, clock, RecordingRouter())
+    restarted.assign(TP, offset, metadata)
+    for i in range(2):
+        restarted.offer(TP, i, job(i), b"x")
+    (grant,) = restarted.claim("w", 2, wait_s=0, reports_started=True)
+    assert grant.lease_id == "jobs.q/0/0" and grant.attempt == 1
+
+
+def test_a_newer_commit_of_another_owner_still_counts_its_claims(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The store knows only its own past: a commit it did not write wins where it
+    knows more (the partition moved away and back)."""
+    engine = make_engine(tmp_path / "a", clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.committed(engine.commit_positions())
+    engine.revoke(TP)
+
+    other = make_engine(tmp_path / "b", clock, RecordingRouter())
+    other.assign(TP, 0)
+    other.offer(TP, 0, job(0), b"x")
+    other.claim("w", 1, wait_s=0)
+    offset, metadata = other.commit_positions()[TP]
+
+    engine.assign(TP, offset, metadata)
+    engine.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    assert grant.attempt == 2
+
+
+def test_claims_inherited_from_a_previous_owner_survive_a_restart_after_our_commit(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Inherited counts live in our commit's metadata, not in our store: still counted."""
+    first = make_engine(tmp_path / "a", clock, RecordingRouter())
+    first.assign(TP, 0)
+    first.offer(TP, 0, job(0), b"x")
+    first.claim("w", 1, wait_s=0)
+    offset, metadata = first.commit_positions()[TP]
+
+    second = make_engine(tmp_path / "b", clock, RecordingRouter())
+    second.assign(TP, offset, metadata)
+    second.committed({TP: (offset, metadata)})  # the same position, accepted as ours
+    second._store.close()
+
+    restarted = make_engine(tmp_path / "b", clock, RecordingRouter())
+    restarted.assign(TP, offset, metadata)
+    restarted.offer(TP, 0, job(0), b"x")
+    (grant,) = restarted.claim("w", 1, wait_s=0)
+    assert grant.attempt == 2
