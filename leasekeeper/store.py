@@ -25,9 +25,6 @@ OFFSET_WIDTH = 20
 _META = b"meta/"
 # Jobs by id ("j/<job id>"): delayed and skipped jobs, for ``inspect job``.
 _NOTES = b"j/"
-# The last commit this store's leasekeeper saw Kafka accept, per partition
-# ("o/<topic>/<partition>"): when Kafka still holds it, the store knows more.
-_OWN_COMMIT = "o"
 # Every key the store writes is printable ASCII, so this range holds them all.
 _ALL_KEYS = (b"\x00", b"\xff")
 
@@ -88,6 +85,13 @@ class JobNote:
             due_ms=due_ms,
             duplicate_of=duplicate_of,
         )
+
+
+def _own_commit_key(topic: str, partition: int) -> bytes:
+    """The last commit this store's leasekeeper saw Kafka accept for a partition: a
+    fact about the store, so under ``meta/``. When Kafka still holds that commit,
+    the store knows more than its metadata."""
+    return _META + f"commit/{topic}/{partition}".encode()
 
 
 def _note_key(job_id: str) -> bytes:
@@ -184,7 +188,7 @@ class StoreBatch:
 
     def own_commit(self, topic: str, partition: int, offset: int, metadata: str) -> None:
         """Kafka accepted this commit of ours: everything it says is in the store too."""
-        self._batch.put(_prefix(_OWN_COMMIT, topic, partition), f"{offset}:{metadata}".encode())
+        self._batch.put(_own_commit_key(topic, partition), f"{offset}:{metadata}".encode())
 
     def note(self, note: JobNote) -> None:
         self._batch.put(_note_key(note.job_id), note.encode())
@@ -269,7 +273,7 @@ class LeaseStore:
     def own_commit(self, topic: str, partition: int) -> tuple[int, str] | None:
         """The last commit of this partition that Kafka accepted from this store's
         leasekeeper, as (offset, metadata), if any."""
-        value = self._db.get(_prefix(_OWN_COMMIT, topic, partition))
+        value = self._db.get(_own_commit_key(topic, partition))
         if not isinstance(value, bytes):
             return None
         offset, _, metadata = value.decode().partition(":")
