@@ -255,7 +255,7 @@ class PartitionBook:
                 k for k, n in state.commits_sent.items() if n <= state.durable_resolutions
             ]:
                 del state.commits_sent[sent]
-            batch.forget_below(tp.topic, tp.partition, offset)
+            batch.forget_below(tp.topic, tp.partition, offset, legacy=self._store.legacy)
             batch.own_commit(tp.topic, tp.partition, offset, metadata)
             _forget_below(state.resolved_before, offset)
             _forget_below(state.claims, offset)
