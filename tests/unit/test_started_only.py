@@ -13,7 +13,7 @@ from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import Lease, Outcome, Pending, Settlement, TopicPart
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.started_only import StartedOnly
-from leasekeeper.store import LeaseRecord
+from leasekeeper.store import LeaseRecord, LeaseStore, leased_value
 from tests.unit.test_engine import TP, Clock, RecordingRouter, job, make_engine
 
 
@@ -50,11 +50,16 @@ def test_only_an_unstarted_lease_with_refunds_left_is_refunded() -> None:
     assert not rule.refunds(_lease(started=True), refunded_before=0)
 
 
-def test_a_lease_record_keeps_the_started_flag_and_old_records_count_as_started() -> None:
-    waiting = LeaseRecord(token="t", worker="w", attempt=1, started_ms=1, until_ms=2, started=False)
-    assert LeaseRecord.decode(waiting.encode()) == waiting
-    old = b'["t", "w", 1, 1, 2]'  # written before the flag existed
-    assert LeaseRecord.decode(old).started
+def test_the_store_keeps_the_started_flag_and_a_plain_lease_is_started(tmp_path: Path) -> None:
+    store = LeaseStore(tmp_path)
+    batch = store.batch()
+    batch.lease("t", 0, 0, leased_value(1, "a", "w", 1, 5, 9, started=False))
+    batch.lease("t", 0, 1, leased_value(1, "b", "w", 1, 5, 9))
+    store.write(batch)
+    leases = store.load("t", 0, 0).leases
+    assert (leases[0].started, leases[1].started) == (False, True)
+    assert leased_value(1, "b", "w", 1, 5, 9).startswith(b"L")  # as before the flag
+    assert LeaseRecord.decode(b'["t", "w", 1, 1, 2]').started  # the layout before that
 
 
 def test_a_worker_crash_refunds_the_unstarted_job_and_spends_the_started_one(
