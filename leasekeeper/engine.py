@@ -252,11 +252,13 @@ class LeaseEngine:
         job_types: frozenset[str] = frozenset(),
         *,
         reports_started: bool = False,
+        start_now: int = 0,
     ) -> list[Grant]:
         """Hand out up to ``max_jobs`` of ``job_types`` (empty: any type), waiting up to
         ``wait_s`` for the first one. Jobs of other types stay for other workers. A
         worker that ``reports_started`` gets back the attempt of a job that expires
-        before it started (see ``started_only``)."""
+        before it started (see ``started_only``), except the first ``start_now``,
+        which go to idle handlers and count as started at once."""
         deadline = self._monotonic() + wait_s
         accept = _of_types(job_types)
         with self._cond:
@@ -272,7 +274,7 @@ class LeaseEngine:
                         self._cond.wait(remaining)
                     return []
                 grants, actions = self._core.lease_ready(
-                    worker, max_jobs, accept, reports_started=reports_started
+                    worker, max_jobs, accept, reports_started=reports_started, start_now=start_now
                 )
                 self._copies.add(actions)
                 # Only jobs over a rate limit wait: sleep until a token comes, not spin.

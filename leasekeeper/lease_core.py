@@ -92,10 +92,12 @@ class LeaseCore:
         accept: Callable[[Pending], bool] | None,
         *,
         reports_started: bool = False,
+        start_now: int = 0,
     ) -> tuple[list[Grant], list[CopyRequest]]:
         """Lease up to ``max_jobs`` ready jobs that ``accept`` takes; attempts are counted
         in the store before the grants leave. A worker that ``reports_started`` gets
-        leases that count as started only once it says so (see ``started_only``)."""
+        leases that count as started only once it says so (see ``started_only``),
+        but for the first ``start_now``: its idle handlers start those at once."""
         grants: list[Grant] = []
         actions: list[CopyRequest] = []
         batch = self._store.batch()
@@ -106,7 +108,8 @@ class LeaseCore:
             pending = self._window.pop(accept, skip)
             if pending is None:
                 break
-            grant = self._lease(pending, worker, batch, actions, started=not reports_started)
+            started = not reports_started or len(grants) < start_now
+            grant = self._lease(pending, worker, batch, actions, started=started)
             if grant is not None:
                 grants.append(grant)
                 self._limits.granted(pending)

@@ -103,6 +103,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             wait_s,
             frozenset(request.job_types),
             reports_started=request.reports_started,
+            start_now=max(0, request.start_now),
         )
         return pb.ClaimResponse(jobs=[_claimed(g) for g in grants])
 

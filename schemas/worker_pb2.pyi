@@ -57,6 +57,7 @@ class ClaimRequest(_message.Message):
     WAIT_MS_FIELD_NUMBER: _builtins.int
     JOB_TYPES_FIELD_NUMBER: _builtins.int
     REPORTS_STARTED_FIELD_NUMBER: _builtins.int
+    START_NOW_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     max_jobs: _builtins.int
     wait_ms: _builtins.int
@@ -65,6 +66,11 @@ class ClaimRequest(_message.Message):
     heartbeats): a lease that expires before its job started gives its attempt
     back (a bounded number of times). False, as older workers send: every job
     counts as started when claimed.
+    """
+    start_now: _builtins.int
+    """With reports_started: how many of the jobs returned start at once (the worker
+    has that many idle handlers). The first start_now count as started at claim;
+    only the rest wait in the worker and can have their attempt given back.
     """
     @_builtins.property
     def job_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -80,10 +86,11 @@ class ClaimRequest(_message.Message):
         wait_ms: _builtins.int = ...,
         job_types: _abc.Iterable[_builtins.str] | None = ...,
         reports_started: _builtins.bool = ...,
+        start_now: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "max_jobs", b"max_jobs", "reports_started", b"reports_started", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "max_jobs", b"max_jobs", "reports_started", b"reports_started", "start_now", b"start_now", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -150,16 +150,19 @@ class LeaseKeeperClient:
         job_types: Sequence[str] = (),
         *,
         reports_started: bool = False,
+        start_now: int = 0,
     ) -> list[Lease]:
         """Long-poll for up to ``max_jobs`` jobs of ``job_types`` (empty: any type); an
         empty list when none came in ``wait_ms``. With ``reports_started`` the caller
-        promises to report each job's start in its heartbeats."""
+        promises to report each job's start in its heartbeats, except the first
+        ``start_now`` jobs, which its idle handlers start at once."""
         request = worker_pb2.ClaimRequest(
             worker_id=self.worker_id,
             max_jobs=max_jobs,
             wait_ms=wait_ms,
             job_types=job_types,
             reports_started=reports_started,
+            start_now=start_now,
         )
         timeout = wait_ms / 1000 + self._rpc_timeout_s
         response = self._call(

@@ -158,6 +158,12 @@ class InFlight:
                 return beating
             return []
 
+    def waiting_or_running(self) -> int:
+        """Jobs that have a handler or wait for one (``concurrency`` minus this is the
+        number of handlers a claim would find idle)."""
+        with self._cond:
+            return sum(1 for h in self._held.values() if h.phase is not Phase.DONE)
+
     def starts_due(self, now: float, after_s: float) -> list[Held]:
         """Running jobs whose start the leasekeeper has not heard of, started at least
         ``after_s`` ago: jobs that finish sooner are settled instead of reported."""

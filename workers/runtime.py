@@ -18,12 +18,13 @@ like Celery's prefetch multiplier), and runs ``concurrency`` of them at a time;
 the rest wait in line for a free handler. A job that finishes finds the next one
 already here, instead of waiting for its settle to be answered and a claim to
 come back. Waiting jobs are heartbeated like running ones and released on
-shutdown. Their attempt is counted at claim like every job's (invariant 4), and
-the worker reports each start in its heartbeats (a job still running
-``START_REPORT_S`` after it started): when the worker dies, a prefetched job
-that never started gets its attempt back after its lease expires (see
-``leasekeeper.started_only``, which bounds the refunds so that a job that kills
-its worker still reaches the DLQ). Its ``timeout_s`` starts when it starts.
+shutdown. Their attempt is counted at claim like every job's (invariant 4). A
+claim says how many of its jobs go to idle handlers (they count as started at
+once), and the worker reports the start of the others in its heartbeats (a job
+still running ``START_REPORT_S`` after it started): when the worker dies, a
+prefetched job that never started gets its attempt back after its lease expires
+(see ``leasekeeper.started_only``, which bounds the refunds so that a job that
+kills its worker still reaches the DLQ). Its ``timeout_s`` starts when it starts.
 With ``prefetch=1`` no job waits here and every claim counts as started.
 """
 
@@ -205,6 +206,7 @@ class Worker:
                     self._claim_wait_ms,
                     self._types.runnable,
                     reports_started=self._reports_started,
+                    start_now=self._idle_handlers(),
                 )
             except LeaseKeeperUnavailable as exc:
                 failures += 1
@@ -219,6 +221,11 @@ class Worker:
                 return
             failures = 0
             self._accept(leases, free)
+
+    def _idle_handlers(self) -> int:
+        """Handlers with nothing to run or wait for: the first jobs of a claim start on
+        them at once (in claim order), so they count as started at claim."""
+        return max(0, self._concurrency - self._table.waiting_or_running())
 
     def _accept(self, leases: Sequence[Lease], free: int) -> None:
         if len(leases) > free:

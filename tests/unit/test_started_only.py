@@ -264,3 +264,19 @@ def test_claims_inherited_from_a_previous_owner_survive_a_restart_after_our_comm
     restarted.offer(TP, 0, job(0), b"x")
     (grant,) = restarted.claim("w", 1, wait_s=0)
     assert grant.attempt == 2
+
+
+def test_jobs_for_idle_handlers_count_as_started_at_claim(tmp_path: Path, clock: Clock) -> None:
+    router = RecordingRouter()
+    engine = make_engine(tmp_path, clock, router)
+    engine.assign(TP, 0)
+    for i in range(3):
+        engine.offer(TP, i, job(i), b"x")
+    grants = engine.claim("w", 3, wait_s=0, reports_started=True, start_now=1)
+    assert [g.lease_id for g in grants] == ["jobs.q/0/0", "jobs.q/0/1", "jobs.q/0/2"]
+    clock.now += 11  # the worker died before it reported anything
+    assert engine.expire() == 1  # the job its idle handler took at once: spent
+    ((retry, _),) = router.retries
+    assert retry.job_id == "job-0"
+    again = engine.claim("w2", 3, wait_s=0)
+    assert {g.lease_id: g.attempt for g in again} == {"jobs.q/0/1": 1, "jobs.q/0/2": 1}
