@@ -88,7 +88,10 @@ def test_without_heartbeats_the_job_is_redelivered_and_the_late_ack_rejected(
     metrics_port = free_port()
     system.configure(lease_s=2.0, extra=["--metrics-port", str(metrics_port)])
     system.start(workers=0)
-    zombie = system.add_worker(system.leasekeeper, concurrency=1, extra=["--no-heartbeats"])
+    # No prefetch: while it runs its one job it must not claim (and then lose) the retry.
+    zombie = system.add_worker(
+        system.leasekeeper, concurrency=1, extra=["--no-heartbeats", "--prefetch", "1"]
+    )
     (job,) = system.enqueue_tasks(1, sleep_ms=6_000)
     wait_until(lambda: len(system.starts()) == 1, 30, "the first run")
     system.add_worker(system.leasekeeper, concurrency=1)
