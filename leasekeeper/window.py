@@ -63,6 +63,8 @@ class ReadyWindow:
         self._seq = itertools.count()
         # Jobs held (ready or delayed) per partition: what ``over_share`` compares.
         self._held: Counter[TopicPart] = Counter()
+        # Partitions ``over_share`` found over their share, until half of it is free.
+        self._over: set[TopicPart] = set()
         # Ready jobs per job type: what a rate limit's share of the window compares.
         self._types: Counter[str] = Counter()
 
@@ -189,7 +191,16 @@ class ReadyWindow:
         """
         parts = set(fetching)
         share = max(1, self.records // max(1, len(parts)))
-        over = {tp for tp in parts if self._held.get(tp, 0) >= share}
+        held = self._held
+        # Hysteresis per partition: one paused at its share stays paused until half
+        # of it is free. Resumed at share - 1, a flooded partition would fetch one
+        # record, pause again, and repeat for every job a worker took (a fifth of the
+        # leasekeeper's time in a drain profile), and its headroom of one record
+        # would cap every other partition's fetch as well.
+        over = {tp for tp in parts if held.get(tp, 0) >= share} | {
+            tp for tp in self._over & parts if held.get(tp, 0) > share // 2
+        }
+        self._over = over
         headroom = min((share - self._held.get(tp, 0) for tp in parts - over), default=0)
         return over, headroom
 
