@@ -1,4 +1,5 @@
-"""Create a queue's topics: ``jobs.Q`` for ready jobs, ``jobs.Q.retry.<tier>`` for
+"""Create a queue's topics: ``jobs.Q`` for ready jobs (and one per priority class),
+``jobs.Q.overflow`` for a flooding tenant's excess, ``jobs.Q.retry.<tier>`` for
 jobs waiting out a delay, and ``jobs.Q.dlq`` for dead letters.
 
 All get the same partition count so a tenant's retries and dead letters sit in the
@@ -98,6 +99,8 @@ def ensure_queue_topics(
             TopicSpec(name=name, partitions=partitions, replication=replication)
             for name in topics.classes((classes or PriorityClasses()).names)
         ),
+        # A flooding tenant's excess (keyed by tenant, partition p for a job of p).
+        TopicSpec(name=topics.overflow, partitions=partitions, replication=replication),
         TopicSpec(
             name=topics.dlq,
             partitions=partitions,

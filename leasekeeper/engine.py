@@ -48,6 +48,8 @@ from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPar
 from leasekeeper.limit_dispatch import LimitDispatch, LimitsSnapshot
 from leasekeeper.ordering import BlockedLine, KeyBook, LaneEntry
 from leasekeeper.ordering_gate import OrderingGate
+from leasekeeper.overflow_lane import OverflowLane
+from leasekeeper.overflow_moves import OverflowMoves
 from leasekeeper.parking import Parking
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.rate_limit import RateLimits
@@ -116,8 +118,11 @@ class LeaseEngine:
         failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock,
                                reader=reader)  # fmt: skip
         book, window = self._book, self._window
+        self._overflow = OverflowMoves(lane=OverflowLane(share=config.overflow_share), book=book,
+                                       window=window, copies=self._copies,
+                                       store=store, reader=reader)  # fmt: skip
         self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies,
-                              ordering=self._ordering)  # fmt: skip
+                              overflow=self._overflow, ordering=self._ordering)  # fmt: skip
         self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                      window=window, book=book,
                                      window_records=config.window_records,
@@ -138,8 +143,10 @@ class LeaseEngine:
         """Take a partition from ``committed`` on, remembering what the store knows and
         what the previous owner left in the commit metadata (whichever knows more)."""
         known = self._book.recall(tp, committed, metadata)
+        overflow = self._overflow.recall(tp, metadata)
         with self._cond:
             self._book.assign(tp, committed, metadata, known)
+            self._overflow.assign(tp, overflow)
             self._limits.follow_partitions()
 
     def assign_lines(self, tp: TopicPart, end_offset: int, lane: Iterable[LaneEntry]) -> None:
@@ -179,6 +186,7 @@ class LeaseEngine:
         with self._cond:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
+                self._overflow.revoke(tp)
             self._ordering.keys.revoke(tp)
             self._limits.follow_partitions()
 
@@ -271,13 +279,59 @@ class LeaseEngine:
         with self._cond:
             return self._window.over_share(fetching)
 
+    # -- the overflow lane (see overflow_lane) --------------------------------
+
+    def overflow_topic(self, topic: str) -> None:
+        """The overflow lane's topic (its records are copies, a second one is skipped)."""
+        with self._cond:
+            self._overflow.topic = topic
+
+    def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
+        """Move to the overflow lane the tenants flooding ``over`` (ready partitions a
+        full window pauses; ``slice_`` is each one's share of the window); returns how
+        many ready jobs moved."""
+        with self._cond:
+            return self._overflow.floods(over, slice_)
+
+    def overflow_watched(self) -> set[int]:
+        """Overflow partitions whose committed offset decides whether a tenant is back."""
+        with self._cond:
+            return self._overflow.lane.watched()
+
+    def overflow_committed(self, committed: Mapping[int, int]) -> None:
+        """The group's committed offsets in the overflow topic, read from Kafka."""
+        with self._cond:
+            self._overflow.overflow_committed(committed)
+
+    def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
+        """Partitions not to fetch further for now: those with ``limit`` copies or more
+        decided and not delivered (fetching more would only queue more copies), and
+        those with ``unsaved`` copies to the overflow lane in no accepted commit yet
+        (what a move, after the group coordinator failed, would copy again)."""
+        with self._cond:
+            return {
+                tp
+                for tp, s in self._book.parts.items()
+                if s.copies_in_flight >= limit or self._overflow.unsaved(tp) >= unsaved
+            }
+
     # -- workers ------------------------------------------------------------
 
     def claim(
-        self, worker: str, max_jobs: int, wait_s: float, job_types: frozenset[str] = frozenset()
+        self,
+        worker: str,
+        max_jobs: int,
+        wait_s: float,
+        job_types: frozenset[str] = frozenset(),
+        *,
+        reports_started: bool = False,
+        start_now: int = 0,
     ) -> list[Grant]:
         """Hand out up to ``max_jobs`` of ``job_types`` (empty: any type), waiting up to
-        ``wait_s`` for the first one. Jobs of other types stay for other workers."""
+        ``wait_s`` for the first one. Jobs of other types stay for other workers. A
+        worker that ``reports_started`` gets back the attempt of a job that expires
+        before it started (see ``started_only``), except the first ``start_now``,
+        which go to idle handlers and count as started at once."""
         deadline = self._monotonic() + wait_s
         accept = _of_types(job_types)
         with self._cond:
@@ -292,7 +346,9 @@ class LeaseEngine:
                     if remaining > 0:
                         self._cond.wait(remaining)
                     return []
-                grants, actions = self._core.lease_ready(worker, max_jobs, accept)
+                grants, actions = self._core.lease_ready(
+                    worker, max_jobs, accept, reports_started=reports_started, start_now=start_now
+                )
                 self._copies.add(actions)
                 # Only jobs over a rate limit wait: sleep until a token comes, not spin.
                 pause = 0.0 if grants else self._limits.wait_s(job_types)
@@ -315,7 +371,8 @@ class LeaseEngine:
     def _commits_behind(self) -> bool:
         """Whether too many finished jobs wait for a commit Kafka accepts: hand out no
         more until one lands (``committed`` wakes the claimers)."""
-        behind = self._book.unsaved() >= self._config.max_uncommitted
+        # The overflow lane's copies are not finished jobs: they wait apart (``copying``).
+        behind = self._book.unsaved() - self._overflow.unsaved() >= self._config.max_uncommitted
         if behind != self._holding:
             self._holding = behind
             if behind:
@@ -328,9 +385,12 @@ class LeaseEngine:
                 log.info("commits land again; leasing resumes")
         return behind
 
-    def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
+    def heartbeat(
+        self, leases: list[tuple[str, str]], started: frozenset[str] = frozenset()
+    ) -> list[LeaseAnswer]:
+        """Extend leases; ``started`` names those whose handler has started."""
         with self._cond:
-            return self._core.heartbeat(leases)
+            return self._core.heartbeat(leases, started)
 
     def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
         """Acks are persisted before the answer; nacks are resolved once copied durably."""
@@ -341,7 +401,9 @@ class LeaseEngine:
         return answers
 
     def expire(self) -> int:
-        """The reaper: leases past ``until`` count as failed attempts (worker presumed dead)."""
+        """The reaper: leases past ``until`` count as failed attempts (worker presumed dead),
+        except a bounded number of never-started ones, which go back to the front with
+        their attempt; returns the copies made."""
         with self._cond:
             actions = self._core.expire()
             self._copies.add(actions)
@@ -458,13 +520,16 @@ class LeaseEngine:
         with self._cond:
             return self._book.current(request.source, request.generation) is not None
 
-    def copy_delivered(self, request: CopyRequest, *, dead: bool = False) -> None:
-        """The copy is durable: resolve its source offset (a dedupe claim lets its job run).
-        ``dead``: the outbox sent a dead letter instead (the copy was too large)."""
+    def copy_delivered(self, request: CopyRequest, *, dead: bool = False, at: int = -1) -> None:
+        """The copy is durable (at offset ``at`` of its topic, when known): resolve its
+        source offset (a dedupe claim lets its job run). ``dead``: the outbox sent a
+        dead letter instead (the copy was too large)."""
         if request.kind is CopyKind.STATUS:
             return
         with self._cond:
             self._copies.done(request)
+            if request.kind is CopyKind.OVERFLOW:
+                self._overflow.delivered(request, -1 if dead else at)
             if self._ordering.delivered(request, dead=dead):
                 return
             if request.kind is CopyKind.DEDUPE_CLAIM:
@@ -481,6 +546,8 @@ class LeaseEngine:
             self._copies.done(request)
             self._intake.claim_dropped(request)
             self._ordering.dropped(request)
+            if request.kind is CopyKind.OVERFLOW:
+                self._overflow.dropped(request)
 
     # -- committing ---------------------------------------------------------
 
@@ -489,7 +556,10 @@ class LeaseEngine:
     ) -> dict[TopicPart, tuple[int, str]]:
         """Partitions whose commit (offset, or progress beyond it) changed since the last."""
         with self._cond:
-            return self._book.commit_positions(only)
+            self._overflow.refresh()
+            positions = self._book.commit_positions(only)
+            self._overflow.sent(positions, only)
+            return positions
 
     def shrink_metadata(self, tp: TopicPart) -> tuple[int, str] | None:
         """The broker refused ``tp``'s commit metadata as too large: the position to
@@ -507,6 +577,7 @@ class LeaseEngine:
         """Kafka accepted these commits: the store can forget everything below them."""
         with self._cond:
             self._book.committed(positions)
+            self._overflow.accepted(positions)
             if self._holding:
                 self._cond.notify_all()
 
@@ -533,7 +604,8 @@ class LeaseEngine:
         """Per priority class and per tenant: what ``inspect`` and the metrics show."""
         with self._cond:
             return fairness_snapshot(config=self._config, window=self._window,
-                                     book=self._book, now_ms=now_ms(self._clock))  # fmt: skip
+                                     book=self._book, now_ms=now_ms(self._clock),
+                                     overflow=self._overflow.lane.backlog())  # fmt: skip
 
     def job_view(self, given: str) -> dict[str, object]:
         """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a

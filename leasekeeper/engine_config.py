@@ -50,6 +50,11 @@ class EngineConfig:
     status_records: bool = True
     # Circuit breakers per job type (see leasekeeper/breaker.py, docs/breaker.md).
     breakers: BreakerSettings = field(default_factory=BreakerSettings)
+    # A tenant holding more than this share of its partition's slice of a full window
+    # goes to the overflow lane (see overflow_lane); 0, the default, leaves the lane
+    # off: on a leasekeeper-bound drain its copies cost more than they save
+    # (docs/fairness.md). ``overflow_lane.DEFAULT_SHARE`` (0.5) is the value to try.
+    overflow_share: float = 0.0
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     # Per-key ordering: when a line's head is dead-lettered, the line goes on, or
@@ -79,6 +84,9 @@ class Counters:
     nacked: int = _counter("jobs nacked by workers")
     released: int = _counter("jobs released unrun by stopping workers")
     expired: int = _counter("leases taken back by the reaper (expired, or past timeout_s)")
+    refunded: int = _counter(
+        "expired leases of jobs that never started (prefetched): attempt given back"
+    )
     retried: int = _counter("failed jobs copied back to the queue for another attempt")
     dead: int = _counter("jobs copied to the dead-letter topic")
     skipped: int = _counter("fetched jobs skipped as already resolved (after a restart or move)")

@@ -18,6 +18,7 @@ from leasekeeper.engine_config import EngineContext, now_ms
 from leasekeeper.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.leases import Pending, TopicPart, restore_lease
 from leasekeeper.ordering_gate import OrderingGate
+from leasekeeper.overflow_moves import OverflowMoves
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.store import NoteKind, Resolution
 from leasekeeper.window import ReadyWindow
@@ -33,8 +34,10 @@ class Intake:
         window: ReadyWindow,
         copies: CopyQueue,
         ordering: OrderingGate,
+        overflow: OverflowMoves | None = None,
     ) -> None:
         self._ordering = ordering
+        self._overflow = overflow
         self._book = book
         self._window = window
         self._copies = copies
@@ -75,6 +78,11 @@ class Intake:
             if job.ordering_key is not None and not_before_ms <= 0:
                 self._ordering.skipped(pending)
             return
+        if self._overflow is not None and self._overflow.copied_again(pending):
+            self._skip_copy(state, pending)
+            return
+        if self._overflow is not None and self._overflow.follow(pending):
+            return  # its tenant is in overflow here: it follows its older jobs there
         if not self._control.needs_claim(job, now_ms(self._clock)):
             self._queue(pending, not_before_ms)
             return
@@ -116,6 +124,14 @@ class Intake:
         self._store.write(batch)
         state.tracker.resolve(pending.offset)
         return True
+
+    def _skip_copy(self, state: PartitionState, pending: Pending) -> None:
+        """A second copy of a job already read from the overflow lane: resolved unrun."""
+        self._counters.skipped += 1
+        batch = self._store.batch()
+        batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
+        self._store.write(batch)
+        state.tracker.resolve(pending.offset)
 
     def _claim_key(self, pending: Pending, not_before_ms: int) -> CopyRequest:
         """Claim the job's dedupe key durably before the job may run: a restart must not

@@ -145,6 +145,7 @@ class LeaseKeeperService:
             # Jobs are read from their headers; the envelope only when a copy rewrites it.
             decode=codec.decode,
         )
+        self.engine.overflow_topic(self.topics.overflow)
         self._group_id = config.group_id or self.topics.consumer_group
         self.outbox = Outbox(
             producer=self._producer,
@@ -185,7 +186,10 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
-            ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
+            ready_topics=(
+                *self.topics.classes(tuple(config.engine.class_weights)),
+                self.topics.overflow,
+            ),
             config=config.loop,
             watch=config.kafka.watch,
             consumer_factory=new_consumer,
@@ -312,6 +316,7 @@ class LeaseKeeperService:
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
         consumed = (
             *self.topics.classes(tuple(self.config.engine.class_weights)),
+            self.topics.overflow,
             *self.config.tiers.topics(self.topics),
         )
         self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
@@ -383,6 +388,7 @@ class LeaseKeeperService:
             topics={
                 "ready": self.topics.ready,
                 "dlq": self.topics.dlq,
+                "overflow": self.topics.overflow,
                 **{
                     f"class {name}": self.topics.of_class(name)
                     for name in self.config.engine.class_weights
