@@ -300,13 +300,20 @@ class KeyBook:
         return ready
 
     def holds(self, now_ms: int) -> list[tuple[Pending, LaneEntry]]:
-        """Jobs here behind a head that is out and not due: to copy to the lane."""
+        """Jobs here behind a head that is out and not due: to copy to the lane.
+
+        A job just back from the lane whose old lane record's tombstone is not durable
+        yet (``returning``) stays here until it is: held now, its new lane record would
+        be deleted from the line by that tombstone's delivery (and could be deleted
+        from the lane by the tombstone itself), and the job would be lost. It is held
+        on a later turn, its new record written after the tombstone."""
         held: list[tuple[Pending, LaneEntry]] = []
         for line in self._with_out():
             head = line.head_out()
             if head is None or not head.blocks(now_ms) or not line.members:
                 continue
-            for seq in sorted(s for s in line.members if s > head.seq):
+            behind = (s for s in line.members if s > head.seq and s not in line.returning)
+            for seq in sorted(behind):
                 pending = line.members.pop(seq)
                 held.append((pending, self._hold_entry(line, pending, seq, f"behind {head.seq}")))
         return held
