@@ -288,9 +288,8 @@ class KeyBook:
             if line is None or line.current is not None or not line.members:
                 self._dirty.discard(line_id)
                 continue
-            if position(line_id.tp) < self._settling.get(line_id.tp, 0):
+            if not self._settled(line_id.tp, position):
                 continue  # a job copied back may still be ahead in the partition
-            self._settling.pop(line_id.tp, None)
             self._dirty.discard(line_id)
             seq = min(line.members)
             if any(s <= seq for s in line.out):
@@ -298,6 +297,16 @@ class KeyBook:
             line.current = line.members.pop(seq)
             ready.append(line.current)
         return ready
+
+    def _settled(self, tp: TopicPart, position: Callable[[TopicPart], int]) -> bool:
+        """Whether the partition was fetched up to its end offset when assigned."""
+        end = self._settling.get(tp)
+        if end is None:
+            return True
+        if position(tp) < end:
+            return False
+        del self._settling[tp]
+        return True
 
     def holds(self, now_ms: int) -> list[tuple[Pending, LaneEntry]]:
         """Jobs here behind a head that is out and not due: to copy to the lane.
@@ -319,6 +328,9 @@ class KeyBook:
         return held
 
     def _with_out(self) -> list[_Line]:
+        return [line for _line_id, line in self._with_out_ids()]
+
+    def _with_out_ids(self) -> list[tuple[LineId, _Line]]:
         """The lines with jobs in the lane (the others need no hold nor return): kept
         in ``_out_lines`` as entries go out, pruned here."""
         lines = []
@@ -327,7 +339,7 @@ class KeyBook:
             if line is None or not line.out:
                 self._out_lines.discard(line_id)
             else:
-                lines.append(line)
+                lines.append((line_id, line))
         return lines
 
     def finished(self, pending: Pending) -> None:
@@ -410,13 +422,22 @@ class KeyBook:
         self._dirty.add(line_id)
         return entry
 
-    def returns(self, now_ms: int) -> list[LaneEntry]:
+    def returns(self, now_ms: int, position: Callable[[TopicPart], int]) -> list[LaneEntry]:
         """Lane entries whose turn came, to copy back into their class topic (in order):
         the head when nothing of its line is here and it is due, and the held jobs
-        right behind it, up to ``RETURN_BATCH``."""
+        right behind it, up to ``RETURN_BATCH``. ``position``: the next offset to fetch
+        of a partition.
+
+        Not before the partition is fetched up to its end offset when assigned (as
+        ``release``): a previous owner's copies back may lie there, earlier jobs of
+        the line or copies of the very entries in the lane (skipped as duplicates
+        once seen, while the entries are not on their way back). Copied back before,
+        a job would run twice, the second time after the jobs behind it."""
         back: list[LaneEntry] = []
-        for line in self._with_out():
+        for line_id, line in self._with_out_ids():
             if line.current is not None or line.returning or not line.out:
+                continue
+            if not self._settled(line_id.tp, position):
                 continue
             head = line.head_out()
             if head is None or head.blocks(now_ms):

@@ -143,7 +143,7 @@ class OrderingGate:
             self._next_sweep_ms = now + SWEEP_EVERY_MS
             self.keys.sweep(self._gone)
         copies = [self._lane_copy(pending, entry) for pending, entry in self.keys.holds(now)]
-        for entry in self.keys.returns(now):
+        for entry in self.keys.returns(now, self._position):
             state = self._book.parts.get(entry.line.tp)
             if state is None:
                 self.keys.return_dropped(entry)

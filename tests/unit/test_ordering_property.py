@@ -118,7 +118,9 @@ class Keeper:
         """What the engine does every loop turn."""
         for pending, entry in self.book.holds(now):
             self.copies.append(Copy(entry=entry, source=pending.offset))
-        self.copies.extend(Copy(back=entry) for entry in self.book.returns(now))
+        self.copies.extend(
+            Copy(back=entry) for entry in self.book.returns(now, lambda _tp: self.next)
+        )
         self.window.extend(self.book.release(lambda _tp: self.next))
 
     def fail(self, pending: Pending, now: int) -> None:
