@@ -332,7 +332,7 @@ class ConsumerLoop:
         self._full = room == 0 or (self._full and room < self._engine.window_records // 2)
         wanted = self._engine.over_span() & assignment
         if self._full:
-            over, headroom = self._engine.over_share(assignment)
+            over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
             wanted |= over
             room = headroom
         wanted |= self._gate.held() & assignment

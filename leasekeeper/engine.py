@@ -221,11 +221,13 @@ class LeaseEngine:
     def window_full(self) -> bool:
         return self.window_room() == 0
 
-    def over_share(self, fetching: set[TopicPart]) -> tuple[set[TopicPart], int]:
+    def over_share(
+        self, fetching: set[TopicPart], unit: Callable[[TopicPart], object] | None = None
+    ) -> tuple[set[TopicPart], int]:
         """The partitions a full window pauses (those holding their share of it or
         more) and the records the others may still fetch: see ``ReadyWindow.over_share``."""
         with self._cond:
-            return self._window.over_share(fetching)
+            return self._window.over_share(fetching, unit)
 
     # -- workers ------------------------------------------------------------
 

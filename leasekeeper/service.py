@@ -130,7 +130,8 @@ class LeaseKeeperService:
         self._store = LeaseStore(config.state_dir)
         codec = EnvelopeCodec(self._schemas())
         self._producer = make_producer(config.kafka)
-        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers)
+        classes = tuple(config.engine.class_weights)
+        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers, classes=classes)
         self.engine = LeaseEngine(
             store=self._store,
             config=config.engine,
@@ -157,7 +158,7 @@ class LeaseKeeperService:
         )
         self.failure: Failure | None = None
         self.connected = threading.Event()
-        self.gate = TierGate(config.tiers, self.topics)
+        self.gate = TierGate(config.tiers, self.topics, classes=classes)
         overrides: dict[str, object] = {
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": config.session_timeout_ms,
@@ -303,7 +304,7 @@ class LeaseKeeperService:
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
         consumed = (
             *self.topics.classes(tuple(self.config.engine.class_weights)),
-            *self.config.tiers.topics(self.topics),
+            *self.gate.topics,
         )
         self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
         ensure_queue_topics(
@@ -337,7 +338,9 @@ class LeaseKeeperService:
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
 
     def _check_state_identity(self) -> None:
-        """Before any partition's state is loaded: is the state dir this queue's?"""
+        """Before any partition's state is loaded: is the state dir this queue's? (The
+        default class's topics identify it, as before classes had tiers of their own,
+        so the state dir of an existing queue still matches.)"""
         consumed = [self.topics.ready, *self.config.tiers.topics(self.topics)]
         found = StateIdentity(
             cluster_id=cluster_id(self.config.kafka),
