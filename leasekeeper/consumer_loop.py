@@ -32,6 +32,7 @@ from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
+from leasekeeper.family_consumer import FamilyConsumer
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import partitions_line
 from leasekeeper.outbox import Outbox
@@ -81,7 +82,7 @@ class ConsumerLoop:
     def __init__(
         self,
         *,
-        consumer: Consumer,
+        consumer: Consumer | FamilyConsumer,
         producer: Producer,
         engine: LeaseEngine,
         codec: EnvelopeCodec,
@@ -93,7 +94,7 @@ class ConsumerLoop:
         clock: Callable[[], float] = time.monotonic,
         watch: ErrorWatch | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
-        consumer_factory: Callable[[], Consumer] | None = None,
+        consumer_factory: Callable[[], Consumer | FamilyConsumer] | None = None,
     ) -> None:
         self._consumer = consumer
         # A fatal consumer error is answered by rejoining with a new consumer from here.
@@ -385,8 +386,14 @@ class ConsumerLoop:
     def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """The answer to an asynchronous commit (the consumer's ``on_commit``): forget
         what Kafka took, shrink metadata the broker refused as too large (the next
-        commit carries less), back off on anything else."""
-        positions, self._async_commit = self._async_commit or {}, None
+        commit carries less), back off on anything else. A commit through several
+        consumers (one per topic family) is answered in parts: it is done once every
+        part is."""
+        positions = self._async_commit or {}
+        # An answer naming no partition (a failed request) answers the whole commit.
+        answered = {TopicPart(part.topic, part.partition) for part in partitions} or set(positions)
+        left = {tp: at for tp, at in positions.items() if tp not in answered}
+        self._async_commit = left or None
         done: dict[TopicPart, tuple[int, str]] = {}
         failure: KafkaError | None = None
         for part in partitions:
@@ -404,7 +411,7 @@ class ConsumerLoop:
         if done:
             self._commit_failures = 0
             self._next_commit = 0.0
-            self.commits += 1
+            self.commits += self._async_commit is None  # counted once, at its last part
             self._engine.committed(done)
         if failure is not None:
             self._commit_failed(KafkaException(failure))

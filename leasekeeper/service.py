@@ -43,6 +43,7 @@ from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.engine_config import now_ms
+from leasekeeper.family_consumer import FamilyConsumer, family_instance_id, topic_families
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
@@ -164,13 +165,20 @@ class LeaseKeeperService:
             "session.timeout.ms": config.session_timeout_ms,
             "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
         }
-        if config.instance_id:
-            overrides["group.instance.id"] = config.instance_id
         # Answers to the loop's asynchronous commits, served on the loop's thread.
         overrides["on_commit"] = self._on_commit
+        ready_topics = self.topics.classes(classes)
+        family_of = topic_families(self.topics, classes, self.gate.topics)
 
-        def new_consumer() -> Consumer:
-            return make_consumer(config.kafka, self._group_id, **overrides)
+        def family_consumer(family: str) -> Consumer:
+            """One family's member of the queue's group (see ``family_consumer``)."""
+            member = dict(overrides)
+            if config.instance_id:
+                member["group.instance.id"] = family_instance_id(config.instance_id, family)
+            return make_consumer(config.kafka, self._group_id, **member)
+
+        def new_consumer() -> FamilyConsumer:
+            return FamilyConsumer(make=family_consumer, family_of=family_of)
 
         consumer = new_consumer()
         self.loop = ConsumerLoop(
@@ -181,7 +189,7 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
-            ready_topics=self.topics.classes(tuple(config.engine.class_weights)),
+            ready_topics=ready_topics,
             config=config.loop,
             watch=config.kafka.watch,
             consumer_factory=new_consumer,
