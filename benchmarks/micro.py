@@ -4,7 +4,10 @@ A regression in one of them shows in seconds here, where the whole-system
 scenarios take minutes and mix every cost together. Each row is the cost of one
 job through one path, in microseconds of wall time on an otherwise idle core:
 
-- envelope read: the leasekeeper decoding one job envelope;
+- envelope read: decoding one job envelope (what the leasekeeper did per record
+  before issue 12, and still does for records without job headers);
+- header read: the leasekeeper reading the same job's fields from its Kafka key and
+  headers (``schemas.job_headers``), what it does per record now;
 - claim / settle: the lease engine leasing jobs to a worker and acking them,
   with a real RocksDB store, in batches of ``BATCH`` as the RPC carries them;
 - worker dispatch: a claimed batch of no-op ``def`` jobs handed to the handler
@@ -31,6 +34,7 @@ from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
 from leasekeeper.store import LeaseStore
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
+from schemas.job_headers import JobHead, job_headers, read_head
 from workers.handler_threads import HandlerThreads
 
 BATCH = 100
@@ -61,6 +65,25 @@ def envelope_read(jobs: int) -> float:
     return _per_job_us(jobs, lambda: [codec.decode(e) for e in envelopes])
 
 
+def header_read(jobs: int) -> float:
+    codec = EnvelopeCodec(SchemaRegistry())
+    records = []
+    for n in range(jobs):
+        job = _job(n)
+        value = codec.encode(job)
+        # As confluent-kafka hands them over: a fresh list of (name, bytes) tuples.
+        records.append((job.tenant_id.encode(), job_headers(job, value), value))
+    return _per_job_us(jobs, lambda: [read_head(k, h, v) for k, h, v in records])
+
+
+def _head(codec: EnvelopeCodec, n: int) -> tuple[JobHead, bytes]:
+    job = _job(n)
+    value = codec.encode(job)
+    head = read_head(job.tenant_id.encode(), job_headers(job, value), value)
+    assert head is not None
+    return head, value
+
+
 def claim_and_settle(jobs: int) -> tuple[float, float]:
     """Offer ``jobs`` to an engine, claim them all, then ack them all; (claim, settle) µs."""
     with tempfile.TemporaryDirectory(prefix="micro-") as state:
@@ -68,8 +91,8 @@ def claim_and_settle(jobs: int) -> tuple[float, float]:
         engine.assign(TP, 0)
         codec = EnvelopeCodec(SchemaRegistry())
         for n in range(jobs):
-            job = _job(n)
-            engine.offer(TP, n, job, codec.encode(job))
+            head, value = _head(codec, n)
+            engine.offer(TP, n, head, value)
         grants: list[Grant] = []
 
         def claim_all() -> None:
@@ -118,6 +141,7 @@ def measure(jobs: int) -> list[dict[str, Any]]:
     claim_us, settle_us = claim_and_settle(jobs)
     rows = [
         ("envelope read (Avro decode)", envelope_read(jobs)),
+        ("header read (key and Kafka headers)", header_read(jobs)),
         (f"claim (batches of {BATCH}, RocksDB store)", claim_us),
         (f"settle: ack (batches of {BATCH})", settle_us),
         (f"worker dispatch: handler threads ({THREADS})", dispatch_threads(jobs)),

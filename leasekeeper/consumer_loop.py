@@ -40,6 +40,7 @@ from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
+from schemas.job_headers import JobHead, read_head
 from schemas.vocabulary import DeadLetterReason
 
 log = logging.getLogger(__name__)
@@ -218,22 +219,41 @@ class ConsumerLoop:
         if self._gate.is_held(tp):
             self._note_behind_head(tp, offset, message)
             return  # behind a held head: fetched again once the head is due
+        head = self._read(tp, offset, message)
+        if head is None:
+            return  # held for its schema, or dead-lettered
+        tier = self._gate.tier_of(topic)
+        if tier is None:
+            value = message.value()
+            assert value is not None  # read above
+            self._engine.offer(tp, offset, head, value)
+        else:
+            self._from_tier(tier, tp, offset, head, message)
+
+    def _read(self, tp: TopicPart, offset: int, message: Message) -> JobHead | None:
+        """The job's head from the record's key and headers; the slow path (older
+        producers, or headers of another version) decodes the envelope. None when the
+        record was held for its schema or dead-lettered as undecodable."""
+        value = message.value()
+        if value is not None:
+            head = read_head(message.key(), message.headers(), value)
+            if head is not None:
+                return head
+        job = self._decode(tp, offset, message)
+        return JobHead.of(job) if job is not None else None
+
+    def _decode(self, tp: TopicPart, offset: int, message: Message) -> Job | None:
+        """The whole envelope; None when it was held for its schema or dead-lettered."""
         value = message.value()
         try:
             if value is None:
                 raise DecodeError("record has no value (tombstone)")
-            job = self._codec.decode(value)
+            return self._codec.decode(value)
         except SchemaUnavailable as exc:
             self._hold_for_schema(tp, offset, str(exc))
-            return
         except DecodeError as exc:
             self._dead_letter_raw(tp, offset, message.key(), value, str(exc))
-            return
-        tier = self._gate.tier_of(topic)
-        if tier is None:
-            self._engine.offer(tp, offset, job, value)
-        else:
-            self._from_tier(tier, tp, offset, job, message)
+        return None
 
     def _hold_for_schema(self, tp: TopicPart, offset: int, reason: str) -> None:
         """An envelope whose schema is neither cached nor obtainable (the registry is
@@ -245,7 +265,9 @@ class ConsumerLoop:
         self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
         self._paused.add(tp)
 
-    def _from_tier(self, tier: str, tp: TopicPart, offset: int, job: Job, message: Message) -> None:
+    def _from_tier(
+        self, tier: str, tp: TopicPart, offset: int, job: JobHead, message: Message
+    ) -> None:
         """A delay-tier record: dispatch it when due; wait out the last fraction of a tier
         in the engine's timer (the record stays unresolved in Kafka meanwhile); hold the
         partition (seek back, pause) until the head's tier wait is over; or hop to the
@@ -270,7 +292,9 @@ class ConsumerLoop:
             return
         hop = self._gate.tiers.next_hop(job.run_at_ms, now)
         assert hop is not None  # not due: checked above
-        self._hop(tp, offset, job, hop)
+        full = job.full or self._decode(tp, offset, message)  # a hop rewrites the record
+        if full is not None:
+            self._hop(tp, offset, full, hop)
 
     def _note_behind_head(self, tp: TopicPart, offset: int, message: Message) -> None:
         """A tier record fetched behind a held head: not dispatched now, but indexed by
@@ -278,11 +302,13 @@ class ConsumerLoop:
         value = message.value()
         if value is None or self._gate.tier_of(tp.topic) is None:
             return
-        try:
-            job = self._codec.decode(value)
-        except DecodeError:
-            return  # dead-lettered when its turn comes
-        self._engine.note_delayed(tp, offset, job)
+        head = read_head(message.key(), message.headers(), value)
+        if head is None:
+            try:
+                head = JobHead.of(self._codec.decode(value))
+            except (DecodeError, SchemaUnavailable):
+                return  # dead-lettered (or held) when its turn comes
+        self._engine.note_delayed(tp, offset, head)
 
     def _hop(self, tp: TopicPart, offset: int, job: Job, hop: str) -> None:
         """Copy the job to tier ``hop``; the original resolves on the copy's delivery."""

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from jobcore.control import Cancellation, DedupeClaim, dedupe_index_key
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 # The control topics' retention (jobcore/topic_admin.py): the longest delay plus 5 days.
 CANCEL_RETENTION_MS = 35 * 24 * 3600 * 1000
@@ -100,7 +101,7 @@ class ControlState:
         """(cancellations, dedupe claims) held in memory."""
         return len(self.cancelled), len(self.claims)
 
-    def duplicate_of(self, job: Job, now_ms: int) -> str | None:
+    def duplicate_of(self, job: JobHead | Job, now_ms: int) -> str | None:
         """The job id this job duplicates, if its key was claimed by another job within
         the dedupe window; None when it may run. Retries and replays of the same job
         keep their job id, so they are never duplicates of themselves."""
@@ -111,7 +112,7 @@ class ControlState:
             return None
         return claim.job_id
 
-    def needs_claim(self, job: Job, now_ms: int) -> bool:
+    def needs_claim(self, job: JobHead | Job, now_ms: int) -> bool:
         """True for a keyed job whose key is not yet claimed (by itself) in the window."""
         if job.dedupe_key is None:
             return False

@@ -42,6 +42,7 @@ from leasekeeper.failures import FailurePath
 from leasekeeper.fairness import DispatchPolicy
 from leasekeeper.fairness_view import FairnessSnapshot, fairness_snapshot
 from leasekeeper.intake import Intake
+from leasekeeper.job_reader import Decode, JobReader
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
 from leasekeeper.limit_dispatch import LimitDispatch, LimitsSnapshot
@@ -54,6 +55,7 @@ from leasekeeper.store import LeaseStore, Resolution
 from leasekeeper.unhandled import UnhandledSweep
 from leasekeeper.window import ReadyWindow
 from schemas.job import Job
+from schemas.job_headers import JobHead
 from schemas.vocabulary import ErrorClass
 
 __all__ = ["UNKNOWN_JOB_TYPE", "Counters", "EngineConfig", "LeaseEngine"]
@@ -75,10 +77,13 @@ class LeaseEngine:
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         policy: DispatchPolicy[Pending] | None = None,
+        decode: Decode | None = None,
     ) -> None:
         """``clock`` is wall time (run_at, dedupe windows, what workers see);
         ``monotonic`` times lease deadlines, timeouts and waits. ``policy`` chooses
-        which ready job is dispatched next (``TenantRoundRobin`` by default)."""
+        which ready job is dispatched next (``TenantRoundRobin`` by default).
+        ``decode`` reads a job's envelope when a copy rewrites it (jobs offered by
+        their headers only); jobs offered decoded need none."""
         self.control = control or ControlState()
         self.counters = Counters()
         self._budget = budget or RetryBudget()
@@ -89,8 +94,10 @@ class LeaseEngine:
         self._cond = threading.Condition()
         self._closed = False
         self._holding = False  # leasing held back until a commit lands
+        reader = self._reader = JobReader(decode)
         ctx = EngineContext(config=config, store=store, counters=self.counters,
-                            control=self.control, clock=clock, monotonic=monotonic)  # fmt: skip
+                            control=self.control, clock=clock, monotonic=monotonic,
+                            reader=reader)  # fmt: skip
         self._book = PartitionBook(store=store, counters=self.counters, max_span=config.max_span)
         self._window = ReadyWindow(records=config.window_records, max_bytes=config.window_bytes,
                                    wake=self._cond.notify_all, policy=policy,
@@ -98,14 +105,15 @@ class LeaseEngine:
                                    tenants=config.tenants)  # fmt: skip
         self._copies = CopyQueue(book=self._book, status_records=config.status_records)
         rng = rng or random.Random()
-        failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock)
+        failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock,
+                               reader=reader)  # fmt: skip
         book, window = self._book, self._window
         self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
         self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                      window=window, book=book,
                                      window_records=config.window_records,
-                                     monotonic=monotonic)  # fmt: skip
-        self._parking = Parking(book=book, counters=self.counters, clock=clock)
+                                     monotonic=monotonic, reader=reader)  # fmt: skip
+        self._parking = Parking(book=book, counters=self.counters, clock=clock, reader=reader)
         self._breakers = BreakerGate(board=BreakerBoard(config.breakers), parking=self._parking,
                                      retries=config.retries, monotonic=monotonic,
                                      rng=rng)  # fmt: skip
@@ -162,12 +170,19 @@ class LeaseEngine:
     # -- fetching ---------------------------------------------------------
 
     def offer(
-        self, tp: TopicPart, offset: int, job: Job, envelope: bytes, not_before_ms: int = 0
+        self,
+        tp: TopicPart,
+        offset: int,
+        job: JobHead | Job,
+        envelope: bytes,
+        not_before_ms: int = 0,
     ) -> None:
-        """A decoded record from Kafka: skip it if already resolved, else queue it (for
-        dispatch at once, or at ``not_before_ms``)."""
+        """A record from Kafka, read from its headers (``JobHead``) or decoded (``Job``):
+        skip it if already resolved, else queue it (for dispatch at once, or at
+        ``not_before_ms``)."""
+        head = job if isinstance(job, JobHead) else JobHead.of(job)
         with self._cond:
-            self._intake.offer(tp, offset, job, envelope, not_before_ms)
+            self._intake.offer(tp, offset, head, envelope, not_before_ms)
 
     def cancellations_arrived(self) -> None:
         """Answer at once for cancelled jobs that wait here (in the window, the timer or
@@ -178,7 +193,7 @@ class LeaseEngine:
             with self._cond:
                 self._intake.cancelled_waiting(fresh)
 
-    def note_delayed(self, tp: TopicPart, offset: int, job: Job) -> None:
+    def note_delayed(self, tp: TopicPart, offset: int, job: JobHead) -> None:
         """A delay-tier record seen and left in Kafka until due: remembered by id for
         ``inspect job`` (the record itself stays the only copy of the job)."""
         status = self._intake.note_delayed(tp, offset, job)
@@ -496,7 +511,8 @@ class LeaseEngine:
         with self._cond:
             return engine_view.job_view(given, book=self._book, window=self._window,
                                         control=self.control, store=self._store,
-                                        now_ms=now_ms(self._clock))  # fmt: skip
+                                        now_ms=now_ms(self._clock),
+                                        reader=self._reader)  # fmt: skip
 
 
 def _of_types(job_types: frozenset[str]) -> Callable[[Pending], bool] | None:

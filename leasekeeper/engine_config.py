@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 from leasekeeper.breaker import BreakerSettings
 from leasekeeper.control_state import ControlState
+from leasekeeper.job_reader import JobReader
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.rate_limit import RateLimitConfig
 from leasekeeper.retry_policy import RetryPolicies
@@ -99,6 +100,8 @@ class EngineContext:
     control: ControlState
     clock: Callable[[], float]
     monotonic: Callable[[], float]
+    # Decodes a job's envelope when a copy must rewrite it or ``inspect job`` shows it.
+    reader: JobReader
 
 
 def now_ms(clock: Callable[[], float]) -> int:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from leasekeeper.control_state import ControlState
 from leasekeeper.engine_config import Counters
 from leasekeeper.id_prefix import PrefixError, resolve_prefix
+from leasekeeper.job_reader import JobReader
 from leasekeeper.job_records import NOTE_OVERDUE_MS
 from leasekeeper.job_view import (
     JobState,
@@ -21,12 +22,13 @@ from leasekeeper.job_view import (
     note_view,
     unknown_view,
 )
+from leasekeeper.leases import Pending
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.snapshots import EngineSnapshot, LeaseView, PartitionView
 from leasekeeper.store import LeaseStore, NoteKind
 from leasekeeper.window import ReadyWindow
-from schemas.job import Job
+from schemas.job_headers import JobHead
 
 
 def snapshot(
@@ -63,10 +65,12 @@ def job_view(
     control: ControlState,
     store: LeaseStore,
     now_ms: int,
+    reader: JobReader | None = None,
 ) -> dict[str, object]:
     """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a job
     id or a unique prefix of one; the job is looked for in hand (leased, ready, on the
-    timer), then in the notes by id, then among the cancellations."""
+    timer), then in the notes by id, then among the cancellations. Only the job shown
+    is decoded (by ``reader``), for its error history."""
     in_hand = _jobs_in_hand(book, window)
     overdue = now_ms - NOTE_OVERDUE_MS
     notes = {
@@ -84,16 +88,20 @@ def job_view(
     if job_id in in_hand:
         if cancellation is not None:
             return cancelled_view(job_id, cancellation)
-        return in_hand[job_id]
+        view, pending = in_hand[job_id]
+        return _with_errors(view, pending, reader or JobReader())
     if job_id in notes:
         return note_view(notes[job_id], cancellation)
     assert cancellation is not None  # the only other source of candidates
     return cancel_recorded_view(job_id, cancellation)
 
 
-def _jobs_in_hand(book: PartitionBook, window: ReadyWindow) -> dict[str, dict[str, object]]:
-    """The view of every job in the window: leased, ready, or on the timer."""
-    views: dict[str, dict[str, object]] = {}
+def _jobs_in_hand(
+    book: PartitionBook, window: ReadyWindow
+) -> dict[str, tuple[dict[str, object], Pending]]:
+    """The view of every job in the window (leased, ready, or on the timer), without
+    its error history, and the job."""
+    views: dict[str, tuple[dict[str, object], Pending]] = {}
     for state in book.parts.values():
         for lease in state.leases.values():
             job = lease.pending.job
@@ -104,13 +112,15 @@ def _jobs_in_hand(book: PartitionBook, window: ReadyWindow) -> dict[str, dict[st
                 "lease_id": lease.pending.lease_id,
                 "until_ms": lease.until_ms,
             }
-            views[job.job_id] = _with_job(base_view(job.job_id) | leased, job)
+            views[job.job_id] = (_with_job(base_view(job.job_id) | leased, job), lease.pending)
     for pending in window.ready():
         ready = {"state": JobState.READY.value, "lease_id": pending.lease_id}
-        views[pending.job.job_id] = _with_job(base_view(pending.job.job_id) | ready, pending.job)
+        view = _with_job(base_view(pending.job.job_id) | ready, pending.job)
+        views[pending.job.job_id] = (view, pending)
     for due, pending in window.delayed():
         delayed = {"state": JobState.DELAYED.value, "due_ms": due, "lease_id": pending.lease_id}
-        views[pending.job.job_id] = _with_job(base_view(pending.job.job_id) | delayed, pending.job)
+        view = _with_job(base_view(pending.job.job_id) | delayed, pending.job)
+        views[pending.job.job_id] = (view, pending)
     return views
 
 
@@ -150,15 +160,21 @@ def _partition_view(state: PartitionState, now: float) -> PartitionView:
     )
 
 
-def _with_job(view: dict[str, object], job: Job) -> dict[str, object]:
+def _with_job(view: dict[str, object], job: JobHead) -> dict[str, object]:
     view.update(
-        type=job.type,
-        tenant=job.tenant_id,
-        run_at_ms=job.run_at_ms,
-        max_attempts=job.max_attempts,
-        errors=[
-            {"attempt": e.attempt, "error_class": e.error_class, "message": e.message}
-            for e in job.errors
-        ],
+        type=job.type, tenant=job.tenant_id, run_at_ms=job.run_at_ms, max_attempts=job.max_attempts
     )
+    return view
+
+
+def _with_errors(view: dict[str, object], pending: Pending, reader: JobReader) -> dict[str, object]:
+    """The job's error history, from its envelope (the one decode ``inspect job`` costs)."""
+    try:
+        errors = reader.full(pending).errors
+    except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+        view["errors_unreadable"] = f"{type(exc).__name__}: {exc}"
+        errors = ()
+    view["errors"] = [
+        {"attempt": e.attempt, "error_class": e.error_class, "message": e.message} for e in errors
+    ]
     return view

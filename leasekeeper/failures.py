@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine_config import EngineConfig, now_ms
+from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Lease, Pending
 from leasekeeper.retry_budget import RetryBudget
 from schemas.job import AttemptError, Job
@@ -28,7 +29,9 @@ class FailurePath:
         budget: RetryBudget,
         rng: random.Random,
         clock: Callable[[], float],
+        reader: JobReader | None = None,
     ) -> None:
+        self._reader = reader or JobReader()
         self._config = config
         self._budget = budget
         self._rng = rng
@@ -39,15 +42,19 @@ class FailurePath:
     ) -> CopyRequest:
         """Retry after a jittered delay (within the retry budget), or dead-letter."""
         pending = lease.pending
+        try:
+            before = self._reader.full(pending)
+        except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+            return self._reader.unreadable(pending, exc, why="retry or dead letter")
         # Attempts made so far include claims whose worker died before settling.
-        job = replace(pending.job, attempt=lease.attempt, errors=(*pending.job.errors, error))
+        job = replace(before, attempt=lease.attempt, errors=(*before.errors, error))
         policy = self._config.retries.for_job(job.type, job.max_attempts)
         decision = policy.decide(
             attempt=lease.attempt,
             error_class=error.error_class,
             permanent=permanent,
             retry_after_s=retry_after_s,
-            previous_delay_s=_previous_delay_s(pending.job),
+            previous_delay_s=_previous_delay_s(before),
             rng=self._rng,
         )
         if not decision.retry:
@@ -67,7 +74,10 @@ class FailurePath:
     def crashed(self, pending: Pending) -> CopyRequest:
         """A job claimed ``max_attempts`` times without a settlement: its worker died each
         time (a poison pill). It goes to the DLQ instead of looping."""
-        job = pending.job
+        try:
+            job = self._reader.full(pending)
+        except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+            return self._reader.unreadable(pending, exc, why="dead letter")
         note = (
             f"claimed {job.max_attempts} times without a settlement "
             "(the worker died or lost its lease each time)"
@@ -97,7 +107,10 @@ class FailurePath:
 
     def unknown_type(self, pending: Pending, handled: frozenset[str], now: int) -> CopyRequest:
         """A job no connected worker runs, after the grace: straight to the DLQ."""
-        job = pending.job
+        try:
+            job = self._reader.full(pending)
+        except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+            return self._reader.unreadable(pending, exc, why="dead letter")
         message = (
             f"no connected worker runs job type {job.type!r} (waited "
             f"{self._config.unknown_type_grace_s:g}s; workers run: {', '.join(sorted(handled))})"

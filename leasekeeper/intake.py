@@ -20,7 +20,7 @@ from leasekeeper.leases import Pending, TopicPart, restore_lease
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.store import NoteKind, Resolution
 from leasekeeper.window import ReadyWindow
-from schemas.job import Job
+from schemas.job_headers import JobHead
 
 
 class Intake:
@@ -45,7 +45,7 @@ class Intake:
         self._notes_pruned_at = float("-inf")
 
     def offer(
-        self, tp: TopicPart, offset: int, job: Job, envelope: bytes, not_before_ms: int
+        self, tp: TopicPart, offset: int, job: JobHead, envelope: bytes, not_before_ms: int
     ) -> None:
         state = self._book.parts.get(tp)
         if state is None or offset <= state.tracker.highest_fetched:
@@ -56,9 +56,7 @@ class Intake:
             state.stored_leases.pop(offset, None)
             self._counters.skipped += 1
             return
-        pending = Pending(
-            tp=tp, offset=offset, generation=state.generation, job=job, envelope=envelope
-        )
+        pending = Pending(tp, offset, state.generation, job, envelope)
         stored = state.stored_leases.pop(offset, None)
         if stored is not None:
             # Leased before a restart: its worker may still ack with its token;
@@ -79,6 +77,9 @@ class Intake:
         """Resolve without running a job that was cancelled, or duplicates a dedupe key
         (noted by id, so that ``inspect job`` can name the original)."""
         job = pending.job
+        control = self._control
+        if not control.cancelled and (job.dedupe_key is None or not control.claims):
+            return False  # the hot path: nothing to look up, no batch to build
         batch = self._store.batch()
         at = now_ms(self._clock)
         if self._control.is_cancelled(job.job_id):
@@ -160,7 +161,7 @@ class Intake:
             return None
         return records.cancelled_in_tier(notes[0], at_ms=now_ms(self._clock))
 
-    def note_delayed(self, tp: TopicPart, offset: int, job: Job) -> CopyRequest | None:
+    def note_delayed(self, tp: TopicPart, offset: int, job: JobHead) -> CopyRequest | None:
         """Remember a delay-tier record by id; the status record to send if the job was
         cancelled already (it will be skipped when due)."""
         note = records.delayed_note(tp, offset, job, seen_ms=now_ms(self._clock))

@@ -14,6 +14,7 @@ from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.leases import Pending, TopicPart
 from leasekeeper.store import JobNote, NoteKind
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 # Notes by job id are pruned this often, and a delayed job's note once it is this far
 # past due (it was dispatched, hopped, or moved with its partition).
@@ -84,7 +85,7 @@ def skip_note(
                    duplicate_of=original)  # fmt: skip
 
 
-def delayed_note(tp: TopicPart, offset: int, job: Job, *, seen_ms: int) -> JobNote:
+def delayed_note(tp: TopicPart, offset: int, job: JobHead, *, seen_ms: int) -> JobNote:
     """A delay-tier record seen and left in Kafka until due."""
     return JobNote(job_id=job.job_id, kind=NoteKind.DELAYED, topic=tp.topic,
                    partition=tp.partition, offset=offset, seen_ms=seen_ms,

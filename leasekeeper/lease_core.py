@@ -32,7 +32,6 @@ from leasekeeper.leases import (
     Outcome,
     Pending,
     Settlement,
-    lease_record,
     mint_token,
     parse_lease_id,
 )
@@ -40,7 +39,7 @@ from leasekeeper.limit_dispatch import LimitDispatch
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
-from leasekeeper.store import NoteKind, Resolution, StoreBatch
+from leasekeeper.store import NoteKind, Resolution, StoreBatch, leased_value
 from leasekeeper.window import ReadyWindow
 from schemas.job import AttemptError
 from schemas.vocabulary import ErrorClass
@@ -142,7 +141,6 @@ class LeaseCore:
         if job.attempt == 0 and prior == 0:
             self._budget.record_first_attempt()
         state.claims[pending.offset] = prior + 1
-        batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, prior + 1)
         lease_s = self._config.lease_for(job.type)
         start = now_ms(self._clock)
         mono = self._monotonic()
@@ -158,7 +156,8 @@ class LeaseCore:
             deadline=mono + lease_s,
         )
         state.leases[pending.offset] = lease
-        batch.lease(pending.tp.topic, pending.tp.partition, pending.offset, lease_record(lease))
+        # The claim and the lease in one value, written before the grant leaves.
+        self._store_lease(batch, state, lease)
         return Grant(
             lease_id=pending.lease_id,
             token=lease.token,
@@ -166,7 +165,22 @@ class LeaseCore:
             attempt=lease.attempt,
             lease_s=lease_s,
             envelope=pending.envelope,
+            job=job,
+            payload=job.payload(pending.envelope),
         )
+
+    @staticmethod
+    def _store_lease(batch: StoreBatch, state: PartitionState, lease: Lease) -> None:
+        offset = lease.pending.offset
+        value = leased_value(state.claims.get(offset, 0), lease.token, lease.worker,
+                             lease.attempt, lease.started_ms, lease.until_ms)  # fmt: skip
+        batch.lease(state.tp.topic, state.tp.partition, offset, value)
+
+    @staticmethod
+    def _store_ended(batch: StoreBatch, state: PartitionState, offset: int) -> None:
+        """The lease ended unresolved (a nack's or an expiry's copy is on its way): the
+        claims stay, so a restart still counts them."""
+        batch.claims(state.tp.topic, state.tp.partition, offset, state.claims.get(offset, 0))
 
     # -- finding a lease ------------------------------------------------------
 
@@ -225,8 +239,7 @@ class LeaseCore:
                 continue
             lease.until_ms = now + int(lease.lease_s * 1000)
             lease.deadline = self._monotonic() + lease.lease_s
-            tp, offset = lease.pending.tp, lease.pending.offset
-            batch.lease(tp.topic, tp.partition, offset, lease_record(lease))
+            self._store_lease(batch, state, lease)
             answers.append(LeaseAnswer(lease_id=lease_id, ok=True, until_ms=lease.until_ms))
         self._store.write(batch)
         return answers
@@ -237,7 +250,6 @@ class LeaseCore:
             return False
         offset = lease.pending.offset
         del state.leases[offset]
-        batch.unlease(state.tp.topic, state.tp.partition, offset)
         batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
         at = now_ms(self._clock)
         batch.note(records.skip_note(lease.pending, NoteKind.CANCELLED_RUNNING, seen_ms=at))
@@ -264,7 +276,6 @@ class LeaseCore:
             state, lease = found
             self._remember_settled(item.lease_id, item.token)
             del state.leases[lease.pending.offset]
-            batch.unlease(state.tp.topic, state.tp.partition, lease.pending.offset)
             if item.outcome is not Outcome.RELEASE:
                 self._window.settled(lease.pending.job.tenant_id, item.run_s)
             self._apply(state, lease, item, batch, actions)
@@ -316,6 +327,7 @@ class LeaseCore:
             self._window.push_front(pending)
         else:
             self._counters.nacked += 1
+            self._store_ended(batch, state, pending.offset)
             self._breakers.nacked(lease, item.error_class or ErrorClass.ERROR.value,
                                   permanent=item.permanent,
                                   after_s=item.retry_after_s)  # fmt: skip
@@ -352,7 +364,7 @@ class LeaseCore:
                 if error is None:
                     continue
                 del state.leases[offset]
-                batch.unlease(state.tp.topic, state.tp.partition, offset)
+                self._store_ended(batch, state, offset)
                 self._counters.expired += 1
                 self._breakers.expired(lease)
                 actions.append(self._failures.failed(lease, error, permanent=False))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from leasekeeper.store import LeaseRecord
-from schemas.job import Job
+from schemas.job_headers import JobHead
 from schemas.vocabulary import Outcome
 
 __all__ = [
@@ -17,15 +17,16 @@ __all__ = [
     "Pending",
     "Settlement",
     "TopicPart",
-    "lease_record",
     "mint_token",
     "parse_lease_id",
     "restore_lease",
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPart:
+class TopicPart(NamedTuple):
+    """A tuple, not a dataclass: it keys every per-partition dict, and a tuple's hash
+    is computed in C where a dataclass's runs Python for each lookup."""
+
     topic: str
     partition: int
 
@@ -44,24 +45,51 @@ def mint_token() -> str:
     return secrets.token_hex(8)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Pending:
-    """A fetched, decoded job waiting in the window for dispatch."""
+    """A fetched job waiting in the window for dispatch: its head (from the record's
+    headers, or the decoded envelope), and the record's value, decoded only when the
+    job must be rewritten. Slotted and not a dataclass: one is made per record, and
+    nothing changes it after."""
+
+    __slots__ = ("envelope", "generation", "job", "lease_id", "offset", "tp")
 
     tp: TopicPart
     offset: int
     generation: int
-    job: Job
+    job: JobHead
     envelope: bytes
+    # Made once: the grant, the store and every settlement name the job by it.
+    lease_id: str
 
-    @property
-    def lease_id(self) -> str:
-        return self.tp.lease_id(self.offset)
+    def __init__(
+        self, tp: TopicPart, offset: int, generation: int, job: JobHead, envelope: bytes
+    ) -> None:
+        self.tp = tp
+        self.offset = offset
+        self.generation = generation
+        self.job = job
+        self.envelope = envelope
+        self.lease_id = f"{tp.topic}/{tp.partition}/{offset}"
+
+    def __repr__(self) -> str:
+        return f"Pending({self.lease_id}, {self.job!r})"
 
 
-@dataclass(slots=True, kw_only=True)
 class Lease:
-    """A job handed to a worker; only the holder of ``token`` may settle it."""
+    """A job handed to a worker; only the holder of ``token`` may settle it. Slotted,
+    not a dataclass: one is made per claim."""
+
+    __slots__ = (
+        "attempt",
+        "deadline",
+        "lease_s",
+        "pending",
+        "started_at",
+        "started_ms",
+        "token",
+        "until_ms",
+        "worker",
+    )
 
     pending: Pending
     token: str
@@ -75,10 +103,40 @@ class Lease:
     started_at: float
     deadline: float
 
+    def __init__(
+        self,
+        *,
+        pending: Pending,
+        token: str,
+        worker: str,
+        attempt: int,
+        lease_s: float,
+        started_ms: int,
+        until_ms: int,
+        started_at: float,
+        deadline: float,
+    ) -> None:
+        self.pending = pending
+        self.token = token
+        self.worker = worker
+        self.attempt = attempt
+        self.lease_s = lease_s
+        self.started_ms = started_ms
+        self.until_ms = until_ms
+        self.started_at = started_at
+        self.deadline = deadline
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+    def __repr__(self) -> str:
+        return f"Lease({self.pending.lease_id}, worker={self.worker!r}, attempt={self.attempt})"
+
+
 class Grant:
-    """What a worker receives for one claimed job."""
+    """What a worker receives for one claimed job: the lease, the record's value (for
+    workers that decode the envelope), and the head and payload (for those that read
+    the job's fields from the claim and decode only the payload). One per claimed job."""
+
+    __slots__ = ("attempt", "envelope", "job", "lease_id", "lease_s", "payload", "token",
+                 "until_ms")  # fmt: skip
 
     lease_id: str
     token: str
@@ -86,33 +144,117 @@ class Grant:
     attempt: int
     lease_s: float
     envelope: bytes
+    job: JobHead | None
+    payload: bytes
+
+    def __init__(
+        self,
+        *,
+        lease_id: str,
+        token: str,
+        until_ms: int,
+        attempt: int,
+        lease_s: float,
+        envelope: bytes,
+        job: JobHead | None = None,
+        payload: bytes = b"",
+    ) -> None:
+        self.lease_id = lease_id
+        self.token = token
+        self.until_ms = until_ms
+        self.attempt = attempt
+        self.lease_s = lease_s
+        self.envelope = envelope
+        self.job = job
+        self.payload = payload
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Settlement:
+    """One ack, nack or release as a worker sent it. Slotted, not a dataclass: one is
+    made per settled job."""
+
+    __slots__ = ("error_class", "lease_id", "message", "outcome", "permanent",
+                 "retry_after_s", "run_s", "token", "traceback")  # fmt: skip
+
     lease_id: str
     token: str
     outcome: Outcome
-    error_class: str = ""
-    message: str = ""
-    traceback: str = ""
-    retry_after_s: float = 0.0
-    permanent: bool = False
+    error_class: str
+    message: str
+    traceback: str
+    retry_after_s: float
+    permanent: bool
     # The handler's own run time (not claim-to-settle, which prefetch inflates): the
     # cost weighted fair queuing charges the job's tenant. 0 when not reported.
-    run_s: float = 0.0
+    run_s: float
+
+    def __init__(
+        self,
+        *,
+        lease_id: str,
+        token: str,
+        outcome: Outcome,
+        error_class: str = "",
+        message: str = "",
+        traceback: str = "",
+        retry_after_s: float = 0.0,
+        permanent: bool = False,
+        run_s: float = 0.0,
+    ) -> None:
+        self.lease_id = lease_id
+        self.token = token
+        self.outcome = outcome
+        self.error_class = error_class
+        self.message = message
+        self.traceback = traceback
+        self.retry_after_s = retry_after_s
+        self.permanent = permanent
+        self.run_s = run_s
+
+    def __repr__(self) -> str:
+        return f"Settlement({self.lease_id}, {self.outcome.value})"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseAnswer:
-    """The answer to one heartbeat or settlement."""
+    """The answer to one heartbeat or settlement. Slotted, not a dataclass: one is
+    made per job in every heartbeat and settle batch."""
+
+    __slots__ = ("lease_id", "ok", "reason", "retry_later", "until_ms")
 
     lease_id: str
     ok: bool
-    reason: str = ""
-    until_ms: int = 0
+    reason: str
+    until_ms: int
     # Not known yet (a restart still re-reading the partition): ask again.
-    retry_later: bool = False
+    retry_later: bool
+
+    def __init__(
+        self,
+        *,
+        lease_id: str,
+        ok: bool,
+        reason: str = "",
+        until_ms: int = 0,
+        retry_later: bool = False,
+    ) -> None:
+        self.lease_id = lease_id
+        self.ok = ok
+        self.reason = reason
+        self.until_ms = until_ms
+        self.retry_later = retry_later
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeaseAnswer):
+            return NotImplemented
+        return (self.lease_id, self.ok, self.reason, self.until_ms, self.retry_later) == (
+            other.lease_id, other.ok, other.reason, other.until_ms, other.retry_later,
+        )  # fmt: skip
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"LeaseAnswer({self.lease_id}, ok={self.ok}, reason={self.reason!r}, "
+                f"retry_later={self.retry_later})")  # fmt: skip
 
 
 def restore_lease(
@@ -131,15 +273,4 @@ def restore_lease(
         until_ms=stored.until_ms,
         started_at=mono - max(0.0, wall - stored.started_ms / 1000),
         deadline=mono + (stored.until_ms / 1000 - wall),
-    )
-
-
-def lease_record(lease: Lease) -> LeaseRecord:
-    """What the store keeps of a lease (epoch times: they survive a restart)."""
-    return LeaseRecord(
-        token=lease.token,
-        worker=lease.worker,
-        attempt=lease.attempt,
-        started_ms=lease.started_ms,
-        until_ms=lease.until_ms,
     )

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from leasekeeper.copies import CopyRequest
+from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Pending
 from leasekeeper.parking import park
 from leasekeeper.partition_book import PartitionBook
@@ -53,7 +54,9 @@ class LimitDispatch:
         book: PartitionBook,
         window_records: int,
         monotonic: Callable[[], float],
+        reader: JobReader | None = None,
     ) -> None:
+        self._reader = reader
         self.limits = limits
         self._window = window
         self._book = book
@@ -180,7 +183,8 @@ class LimitDispatch:
             if state is None:
                 continue  # its partition is moving: the next owner has it
             claims = state.claims.get(pending.offset, 0)
-            copies.append(park(pending, delay_s=slot - now, now_ms=now_ms, claims=claims))
+            copies.append(park(pending, delay_s=slot - now, now_ms=now_ms, claims=claims,
+                               reader=self._reader))  # fmt: skip
             slot += 1 / rate
         self._horizon[(kind, key)] = slot
         self.limits.parked(kind, key, len(copies))

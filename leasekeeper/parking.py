@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine_config import Counters, now_ms
+from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Pending
 from leasekeeper.partition_book import PartitionBook
 
@@ -32,18 +33,25 @@ MIN_PARK_S = 1.0
 
 
 def park(
-    pending: Pending, *, delay_s: float, now_ms: int, claims: int = 0, reason: str = ""
+    pending: Pending,
+    *,
+    delay_s: float,
+    now_ms: int,
+    claims: int = 0,
+    reason: str = "",
+    reader: JobReader | None = None,
 ) -> CopyRequest:
     """The copy that parks ``pending`` for ``delay_s`` (at least ``MIN_PARK_S``).
     ``claims`` are attempts this leasekeeper counted on the offset and gave back
     (a released job): carried over, as a retry carries its attempts. ``reason`` is
-    for logs and ``describe``."""
+    for logs and ``describe``. ``reader`` decodes the envelope to rewrite it."""
     delay_s = max(MIN_PARK_S, delay_s)
-    job = replace(
-        pending.job,
-        attempt=pending.job.attempt + claims,
-        run_at_ms=now_ms + int(delay_s * 1000),
-    )
+    reader = reader or JobReader()
+    try:
+        full = reader.full(pending)
+    except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+        return reader.unreadable(pending, exc, why="park")
+    job = replace(full, attempt=full.attempt + claims, run_at_ms=now_ms + int(delay_s * 1000))
     return CopyRequest(
         kind=CopyKind.PARK,
         source=pending.tp,
@@ -59,8 +67,14 @@ class Parking:
     """Parks jobs for the engine (under its lock) and counts them (``Counters.parked``)."""
 
     def __init__(
-        self, *, book: PartitionBook, counters: Counters, clock: Callable[[], float]
+        self,
+        *,
+        book: PartitionBook,
+        counters: Counters,
+        clock: Callable[[], float],
+        reader: JobReader | None = None,
     ) -> None:
+        self._reader = reader
         self._book = book
         self._counters = counters
         self._clock = clock
@@ -72,4 +86,4 @@ class Parking:
         claims = state.claims.get(pending.offset, 0) if state is not None else 0
         self._counters.parked += 1
         return park(pending, delay_s=delay_s, now_ms=now_ms(self._clock), claims=claims,
-                    reason=reason)  # fmt: skip
+                    reason=reason, reader=self._reader)  # fmt: skip

@@ -243,7 +243,7 @@ class PartitionBook:
                 k for k, n in state.commits_sent.items() if n <= state.durable_resolutions
             ]:
                 del state.commits_sent[sent]
-            batch.forget_below(tp.topic, tp.partition, offset)
+            batch.forget_below(tp.topic, tp.partition, offset, legacy=self._store.legacy)
             _forget_below(state.resolved_before, offset)
             _forget_below(state.claims, offset)
             _forget_below(state.stored_leases, offset)

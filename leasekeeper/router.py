@@ -28,6 +28,7 @@ from leasekeeper.copies import (
 from leasekeeper.leases import TopicPart
 from schemas.codec import EnvelopeCodec
 from schemas.job import DeadLetter, DeadLetterReason, Job
+from schemas.job_headers import job_headers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,11 +93,13 @@ class KafkaRouter:
         assert request.job is not None
         if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP, CopyKind.PARK):
             job = request.job
+            value = self._codec.encode(job)
             return OutRecord(
                 topic=self.tier_topic(request),
                 key=job.tenant_id.encode(),
-                value=self._codec.encode(job),
-                headers=(("job_id", job.job_id.encode()),),
+                value=value,
+                # The copy's own attempt and run_at: never the original record's headers.
+                headers=tuple(job_headers(job, value)),
             )
         return self._dead(request, request.job, shrink)
 

@@ -22,7 +22,7 @@ import grpc
 
 from jobcore.config import AUTH_METADATA_KEY
 from leasekeeper.engine import LeaseEngine
-from leasekeeper.leases import LeaseAnswer, Outcome, Settlement
+from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Settlement
 from leasekeeper.listen import (
     ChannelSecurity,
     ListenError,
@@ -103,19 +103,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             wait_s,
             frozenset(request.job_types),
         )
-        return pb.ClaimResponse(
-            jobs=[
-                pb.ClaimedJob(
-                    lease_id=g.lease_id,
-                    lease_token=g.token,
-                    lease_until_ms=g.until_ms,
-                    attempt=g.attempt,
-                    envelope=g.envelope,
-                    lease_s=max(1, round(g.lease_s)),
-                )
-                for g in grants
-            ]
-        )
+        return pb.ClaimResponse(jobs=[_claimed(g) for g in grants])
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -240,3 +228,22 @@ def _bind_tcp(server: grpc.Server, listen: str, security: ChannelSecurity) -> No
         port = server.add_insecure_port(listen)
     if port == 0:
         raise ListenError(f"cannot listen on {listen}: the address is in use or not local")
+
+
+def _claimed(grant: Grant) -> pb.ClaimedJob:
+    """One claimed job on the wire: the lease, the envelope (for workers that decode
+    it), and the job's fields and payload (for those that decode only the payload)."""
+    job = grant.job
+    if job is None:
+        return pb.ClaimedJob(lease_id=grant.lease_id, lease_token=grant.token,
+                             lease_until_ms=grant.until_ms, attempt=grant.attempt,
+                             envelope=grant.envelope,
+                             lease_s=max(1, round(grant.lease_s)))  # fmt: skip
+    return pb.ClaimedJob(lease_id=grant.lease_id, lease_token=grant.token,
+                         lease_until_ms=grant.until_ms, attempt=grant.attempt,
+                         envelope=grant.envelope, lease_s=max(1, round(grant.lease_s)),
+                         job_id=job.job_id, type=job.type, tenant_id=job.tenant_id,
+                         queue=job.queue, payload=grant.payload,
+                         max_attempts=job.max_attempts, timeout_s=job.timeout_s,
+                         created_at_ms=job.created_at_ms,
+                         trace=job.trace or None)  # fmt: skip

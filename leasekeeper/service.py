@@ -143,6 +143,8 @@ class LeaseKeeperService:
                 dedupe_window_ms=int(config.dedupe_window_s * 1000),
                 cancel_retention_ms=CONTROL_RETENTION_MS,
             ),
+            # Jobs are read from their headers; the envelope only when a copy rewrites it.
+            decode=codec.decode,
         )
         self._group_id = config.group_id or self.topics.consumer_group
         self.outbox = Outbox(

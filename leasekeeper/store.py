@@ -4,7 +4,14 @@ RocksDB (``rocksdict``) keeps, per partition and offset beyond the committed
 offset, the resolution of each finished job, the number of claims made and the
 lease in flight, so a restarted leasekeeper on the same disk neither re-runs an
 acked job, nor forgets how many attempts a job has used, nor takes a job away
-from a worker that still holds a valid lease on it. Kafka keeps the jobs; this is an index and a
+from a worker that still holds a valid lease on it.
+
+One key per job (``o/<topic>/<partition>/`` and the offset as 8 big-endian
+bytes) holds its whole state, so each state change is one put: ``L`` claims and
+the lease in flight, ``C`` claims only (the lease ended without a resolution
+yet), ``R`` and a resolution code. Stores written before this layout (a key
+each for resolution, claims and lease, ``r/``, ``c/``, ``l/``) are still read,
+and forgotten below each commit like the rest. Kafka keeps the jobs; this is an index and a
 memory, never the only copy of a job (no job lives only in local state). Writes are grouped into one
 ``WriteBatch`` per RPC or loop iteration.
 """
@@ -15,6 +22,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
@@ -25,8 +33,11 @@ OFFSET_WIDTH = 20
 _META = b"meta/"
 # Jobs by id ("j/<job id>"): delayed and skipped jobs, for ``inspect job``.
 _NOTES = b"j/"
-# Every key the store writes is printable ASCII, so this range holds them all.
+# Every key the store writes starts with printable ASCII, so this range holds them all.
 _ALL_KEYS = (b"\x00", b"\xff")
+# The per-partition keys of stores written before one key per job held all its state.
+_LEGACY_KINDS = ("r", "c", "l")
+_LEASED, _CLAIMED, _RESOLVED = b"L", b"C", b"R"
 
 
 class NoteKind(StrEnum):
@@ -100,6 +111,12 @@ class Resolution(StrEnum):
     SKIPPED = "skipped"
 
 
+# A resolution as stored: ``R`` and one letter.
+_RESOLVED_VALUE = {how: _RESOLVED + how.value[:1].encode() for how in Resolution}
+_RESOLUTION_OF = {value[1:]: how for how, value in _RESOLVED_VALUE.items()}
+assert len(_RESOLUTION_OF) == len(Resolution), "resolution codes must differ"
+
+
 @dataclass(frozen=True, kw_only=True)
 class LeaseRecord:
     """A lease as persisted: enough for a restarted leasekeeper to honour its token."""
@@ -111,16 +128,34 @@ class LeaseRecord:
     until_ms: int
 
     def encode(self) -> bytes:
+        """The lease as a legacy ``l/`` value (JSON); see ``leased_value`` for today's."""
         return json.dumps(
             [self.token, self.worker, self.attempt, self.started_ms, self.until_ms]
         ).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> LeaseRecord:
+        """A legacy ``l/`` value."""
         token, worker, attempt, started_ms, until_ms = json.loads(raw)
         return cls(
             token=token, worker=worker, attempt=attempt, started_ms=started_ms, until_ms=until_ms
         )
+
+
+def leased_value(
+    claims: int, token: str, worker: str, attempt: int, started_ms: int, until_ms: int
+) -> bytes:
+    """A job's state while leased: its claims and the lease, in one value (the worker
+    id last, since it is the only field that may hold the separator)."""
+    return b"L%d|%s|%d|%d|%d|%s" % (claims, token.encode(), attempt, started_ms, until_ms,
+                                     worker.encode())  # fmt: skip
+
+
+def _read_leased(raw: bytes) -> tuple[int, LeaseRecord]:
+    claims, token, attempt, started_ms, until_ms, worker = raw[1:].split(b"|", 5)
+    record = LeaseRecord(token=token.decode(), worker=worker.decode(), attempt=int(attempt),
+                         started_ms=int(started_ms), until_ms=int(until_ms))  # fmt: skip
+    return int(claims), record
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,20 +178,33 @@ def _prefix(kind: str, topic: str, partition: int) -> bytes:
     return f"{kind}/{topic}/{partition}/".encode()
 
 
+@lru_cache(maxsize=4096)
+def _state_prefix(topic: str, partition: int) -> bytes:
+    """Made once per partition, not per write."""
+    return f"o/{topic}/{partition}/".encode()
+
+
+def _state_key(topic: str, partition: int, offset: int) -> bytes:
+    return _state_prefix(topic, partition) + offset.to_bytes(8, "big")
+
+
 class StoreBatch:
-    """Writes collected for one atomic ``LeaseStore.write``."""
+    """Writes collected for one atomic ``LeaseStore.write``. Each of ``resolve``,
+    ``claims`` and ``lease`` replaces the job's whole state: one put per change."""
 
     def __init__(self) -> None:
         self._batch = WriteBatch(raw_mode=True)
 
     def resolve(self, topic: str, partition: int, offset: int, how: Resolution) -> None:
-        self._batch.put(_key("r", topic, partition, offset), how.value.encode())
+        self._batch.put(_state_key(topic, partition, offset), _RESOLVED_VALUE[how])
 
     def claims(self, topic: str, partition: int, offset: int, count: int) -> None:
-        self._batch.put(_key("c", topic, partition, offset), str(count).encode())
+        """Claims made on the job and no lease in flight (it ended, or was released)."""
+        self._batch.put(_state_key(topic, partition, offset), b"C%d" % count)
 
-    def lease(self, topic: str, partition: int, offset: int, record: LeaseRecord) -> None:
-        self._batch.put(_key("l", topic, partition, offset), record.encode())
+    def lease(self, topic: str, partition: int, offset: int, value: bytes) -> None:
+        """The job leased: ``value`` is ``leased_value(...)``, claims and lease in one."""
+        self._batch.put(_state_key(topic, partition, offset), value)
 
     def unhandled(self, topic: str, partition: int, offset: int, since_ms: int) -> None:
         self._batch.put(_key("u", topic, partition, offset), str(since_ms).encode())
@@ -167,12 +215,15 @@ class StoreBatch:
     def forget_note(self, job_id: str) -> None:
         self._batch.delete(_note_key(job_id))
 
-    def unlease(self, topic: str, partition: int, offset: int) -> None:
-        self._batch.delete(_key("l", topic, partition, offset))
-
-    def forget_below(self, topic: str, partition: int, offset: int) -> None:
-        """Drop everything below a committed offset: Kafka will never hand it out again."""
-        for kind in ("r", "c", "l", "u"):
+    def forget_below(
+        self, topic: str, partition: int, offset: int, *, legacy: bool = False
+    ) -> None:
+        """Drop everything below a committed offset: Kafka will never hand it out again
+        (``legacy``: the keys of the layout before one key per job too)."""
+        self._batch.delete_range(
+            _state_key(topic, partition, 0), _state_key(topic, partition, max(0, offset))
+        )
+        for kind in ("u", *(_LEGACY_KINDS if legacy else ())):
             self._batch.delete_range(
                 _key(kind, topic, partition, 0), _key(kind, topic, partition, offset)
             )
@@ -197,6 +248,14 @@ class LeaseStore:
         # A process crash keeps what reached the WAL; sync=False is enough for
         # kill -9 of the leasekeeper and keeps one batch write in microseconds.
         self._write_options.sync = False
+        # Keys of the layout before one key per job: read and forgotten like the rest.
+        self.legacy = any(self._has_prefix(f"{kind}/".encode()) for kind in _LEGACY_KINDS)
+
+    def _has_prefix(self, prefix: bytes) -> bool:
+        for key, _ in self._db.items(from_key=prefix):
+            assert isinstance(key, bytes)  # raw mode
+            return key.startswith(prefix)
+        return False
 
     def batch(self) -> StoreBatch:
         return StoreBatch()
@@ -219,7 +278,30 @@ class LeaseStore:
         self._db.delete_range(*_ALL_KEYS, self._write_options)
 
     def load(self, topic: str, partition: int, from_offset: int) -> PartitionMemory:
-        """Resolutions and claim counts at or beyond ``from_offset``."""
+        """Resolutions, claim counts and leases at or beyond ``from_offset``."""
+        memory = self._load_legacy(topic, partition, from_offset) if self.legacy else None
+        resolved = memory.resolved if memory else {}
+        claims = memory.claims if memory else {}
+        leases = memory.leases if memory else {}
+        prefix = _state_prefix(topic, partition)
+        start = _state_key(topic, partition, max(0, from_offset))
+        for key, value in self._db.items(from_key=start):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+            if not key.startswith(prefix):
+                break
+            offset = int.from_bytes(key[len(prefix) :], "big")
+            # The job's one value says all: drop what the legacy keys said of it.
+            resolved.pop(offset, None)
+            claims.pop(offset, None)
+            leases.pop(offset, None)
+            _remember(value, offset, resolved, claims, leases)
+        unhandled = {
+            offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
+        }
+        return PartitionMemory(resolved=resolved, claims=claims, leases=leases, unhandled=unhandled)
+
+    def _load_legacy(self, topic: str, partition: int, from_offset: int) -> PartitionMemory:
+        """What a store of the layout before one key per job knows of the partition."""
         resolved = {
             offset: Resolution(value.decode())
             for offset, value in self._scan("r", topic, partition, from_offset)
@@ -231,10 +313,7 @@ class LeaseStore:
             offset: LeaseRecord.decode(value)
             for offset, value in self._scan("l", topic, partition, from_offset)
         }
-        unhandled = {
-            offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
-        }
-        return PartitionMemory(resolved=resolved, claims=claims, leases=leases, unhandled=unhandled)
+        return PartitionMemory(resolved=resolved, claims=claims, leases=leases)
 
     def notes(self, id_prefix: str, limit: int = 10) -> list[JobNote]:
         """Up to ``limit`` notes whose job id starts with ``id_prefix`` (a whole id
@@ -284,3 +363,20 @@ class LeaseStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _remember(
+    value: bytes,
+    offset: int,
+    resolved: dict[int, Resolution],
+    claims: dict[int, int],
+    leases: dict[int, LeaseRecord],
+) -> None:
+    """One job's stored state into the partition's memory."""
+    kind = value[:1]
+    if kind == _RESOLVED:
+        resolved[offset] = _RESOLUTION_OF[value[1:]]
+    elif kind == _CLAIMED:
+        claims[offset] = int(value[1:])
+    elif kind == _LEASED:
+        claims[offset], leases[offset] = _read_leased(value)

@@ -71,6 +71,10 @@ class ReadyWindow:
         if self._types[pending.job.type] <= 0:
             del self._types[pending.job.type]
 
+    def ready_types(self) -> Iterable[str]:
+        """The job types with ready jobs in the window (kept as they come and go)."""
+        return self._types.keys()
+
     def ready_of_type(self, job_type: str) -> int:
         """Ready jobs of ``job_type`` in the window (kept as they come and go)."""
         return self._types.get(job_type, 0)

@@ -42,6 +42,7 @@ from producer.lookup import JobLookup, lookup
 from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
+from schemas.job_headers import job_headers
 
 __all__ = ["CancelError", "Delivered", "EnqueueError", "JobProducer", "JobRequest"]
 
@@ -244,10 +245,12 @@ class JobProducer:
         choice, checks, key and headers. The future holds where the record landed."""
         if self._closed.is_set():
             raise RuntimeError("this JobProducer is closed")
+        value = self._codec.encode(job)
         return self._produce(
             self.destination_of(job),
             key=job.tenant_id.encode(),
-            value=self._codec.encode(job),
+            value=value,
+            headers=job_headers(job, value),
             record_id=job.job_id,
             result=lambda msg: Delivered.of(job.job_id, msg),
         )
@@ -370,11 +373,14 @@ class JobProducer:
         return build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
 
     def _send(self, job: Job, topic: str) -> Future[str]:
-        """Produce ``job`` keyed by its tenant (a tier keeps the tenant's partition)."""
+        """Produce ``job`` keyed by its tenant (a tier keeps the tenant's partition), with
+        the headers the leasekeeper reads it by (``schemas.job_headers``)."""
+        value = self._codec.encode(job)
         return self._produce(
             topic,
             key=job.tenant_id.encode(),
-            value=self._codec.encode(job),
+            value=value,
+            headers=job_headers(job, value),
             record_id=job.job_id,
             result=lambda _msg: job.job_id,
         )
@@ -387,6 +393,7 @@ class JobProducer:
         value: bytes,
         record_id: str,
         result: Callable[[Message], _T],
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> Future[_T]:
         """The future holds ``result(message)`` once acknowledged, or the EnqueueError
         that stopped the record."""
@@ -398,7 +405,7 @@ class JobProducer:
                 topic,
                 key=key,
                 value=value,
-                headers=[("job_id", record_id.encode())],
+                headers=headers or [("job_id", record_id.encode())],
                 on_delivery=_reporter(future, record_id, result),
             )
         except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes

@@ -85,12 +85,41 @@ Global___ClaimRequest: _TypeAlias = ClaimRequest  # noqa: Y015
 class ClaimedJob(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     LEASE_ID_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     LEASE_UNTIL_MS_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     ENVELOPE_FIELD_NUMBER: _builtins.int
     LEASE_S_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    CREATED_AT_MS_FIELD_NUMBER: _builtins.int
+    TRACE_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     """where the job sits: "topic/partition/offset" """
     lease_token: _builtins.str
@@ -103,6 +132,24 @@ class ClaimedJob(_message.Message):
     """the Avro job envelope (single-object encoding)"""
     lease_s: _builtins.int
     """lease length, so the worker heartbeats every lease_s / 3"""
+    job_id: _builtins.str
+    """The job's fields and its encoded payload, so the worker decodes only the payload
+    (the leasekeeper read them from the record's headers). A leasekeeper from before
+    these fields leaves them empty: the worker then decodes ``envelope``.
+    empty: not sent, decode the envelope
+    """
+    type: _builtins.str
+    tenant_id: _builtins.str
+    queue: _builtins.str
+    payload: _builtins.bytes
+    """single-object (or registry) encoded job-type record"""
+    max_attempts: _builtins.int
+    timeout_s: _builtins.float
+    created_at_ms: _builtins.int
+    @_builtins.property
+    def trace(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """W3C trace context of the enqueuing code"""
+
     def __init__(
         self,
         *,
@@ -112,10 +159,19 @@ class ClaimedJob(_message.Message):
         attempt: _builtins.int = ...,
         envelope: _builtins.bytes = ...,
         lease_s: _builtins.int = ...,
+        job_id: _builtins.str = ...,
+        type: _builtins.str = ...,
+        tenant_id: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        payload: _builtins.bytes = ...,
+        max_attempts: _builtins.int = ...,
+        timeout_s: _builtins.float = ...,
+        created_at_ms: _builtins.int = ...,
+        trace: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "envelope", b"envelope", "lease_id", b"lease_id", "lease_s", b"lease_s", "lease_token", b"lease_token", "lease_until_ms", b"lease_until_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "envelope", b"envelope", "job_id", b"job_id", "lease_id", b"lease_id", "lease_s", b"lease_s", "lease_token", b"lease_token", "lease_until_ms", b"lease_until_ms", "max_attempts", b"max_attempts", "payload", b"payload", "queue", b"queue", "tenant_id", b"tenant_id", "timeout_s", b"timeout_s", "trace", b"trace", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

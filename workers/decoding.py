@@ -91,29 +91,38 @@ def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unru
     A decoding failure is permanent: another attempt would decode the same bytes
     with the same schemas. A missing handler is not: it is released. Nor is a
     writer's schema that is not cached while the registry is down: it is retried.
+    A claim that carried the job's fields needs no envelope decode: only the payload.
     """
+    if lease.has_fields:
+        return _prepared(app, decoder, _claim_context(lease), lease.payload, lease.timeout_s)
     try:
         envelope = decoder.decode(lease.envelope)
     except SchemaUnavailable as exc:
         return Unrunnable(ctx=_bare_context(lease), failure=_unavailable(exc))
     except Exception as exc:
         return Unrunnable(ctx=_bare_context(lease), failure=_decode_failure("envelope", exc))
-    ctx = _context(lease, envelope)
-    handler = app.handler_for(envelope.type)
+    return _prepared(app, decoder, _context(lease, envelope), envelope.payload, envelope.timeout_s)
+
+
+def _prepared(
+    app: App, decoder: EnvelopeDecoder, ctx: JobContext, data: bytes, timeout_s: float
+) -> Runnable | Unrunnable:
+    """Find the handler of ``ctx.type`` and decode the payload ``data`` for it."""
+    handler = app.handler_for(ctx.type)
     if handler is None:
-        message = f"no handler for job type {envelope.type!r} in app {app.name!r}"
+        message = f"no handler for job type {ctx.type!r} in app {app.name!r}"
         return Unrunnable(
             ctx=ctx,
             failure=Failure(error_class=UNKNOWN_JOB_TYPE, message=message, permanent=True),
             release=True,
         )
     try:
-        payload = decoder.decode_payload(envelope.type, envelope.payload)
+        payload = decoder.decode_payload(ctx.type, data)
     except SchemaUnavailable as exc:
         return Unrunnable(ctx=ctx, failure=_unavailable(exc))
     except Exception as exc:
-        return Unrunnable(ctx=ctx, failure=_decode_failure(f"{envelope.type} payload", exc))
-    timeout = handler.timeout_s or (envelope.timeout_s if envelope.timeout_s > 0 else None)
+        return Unrunnable(ctx=ctx, failure=_decode_failure(f"{ctx.type} payload", exc))
+    timeout = handler.timeout_s or (timeout_s if timeout_s > 0 else None)
     return Runnable(handler=handler, ctx=ctx, payload=payload, timeout_s=timeout)
 
 
@@ -142,6 +151,21 @@ def _context(lease: Lease, envelope: Job) -> JobContext:
         lease_id=lease.ref.lease_id,
         max_attempts=envelope.max_attempts,
         trace=dict(envelope.trace),
+    )
+
+
+def _claim_context(lease: Lease) -> JobContext:
+    """The context from the fields the claim carried (no envelope decoded)."""
+    return JobContext(
+        job_id=lease.job_id,
+        attempt=lease.attempt,
+        tenant_id=lease.tenant_id,
+        queue=lease.queue,
+        type=lease.type,
+        created_at_ms=lease.created_at_ms,
+        lease_id=lease.ref.lease_id,
+        max_attempts=lease.max_attempts,
+        trace=lease.trace,
     )
 
 

@@ -7,7 +7,8 @@ not depend on protobuf's mutable message objects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 # How a job's lease ends; the string is what ``App.on_settled`` hooks receive.
 from schemas.vocabulary import Outcome as Outcome
@@ -24,13 +25,32 @@ class LeaseRef:
 
 @dataclass(frozen=True, kw_only=True)
 class Lease:
-    """One claimed job as the leasekeeper handed it out."""
+    """One claimed job as the leasekeeper handed it out.
+
+    ``job_id`` and the fields after it come from the record's headers: with them the
+    worker decodes only ``payload``. A leasekeeper from before them leaves
+    ``job_id`` empty, and the worker decodes ``envelope`` instead.
+    """
 
     ref: LeaseRef
     until_ms: int
     attempt: int
     envelope: bytes
     lease_s: int
+    job_id: str = ""
+    type: str = ""
+    tenant_id: str = ""
+    queue: str = ""
+    payload: bytes = b""
+    max_attempts: int = 0
+    timeout_s: float = 0.0
+    created_at_ms: int = 0
+    trace: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def has_fields(self) -> bool:
+        """Whether the claim carried the job's fields and payload (decode only those)."""
+        return bool(self.job_id)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,6 +40,7 @@ from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, decode_entry
 from leasekeeper.dlq.reader import PartitionRange, plan_ranges, scan
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
+from schemas.job_headers import job_headers
 
 __all__ = ["ReplayOptions", "ReplayReport", "Replayer", "default_group", "replay_job"]
 
@@ -166,12 +167,13 @@ class Replayer:
         assert self._producer is not None
         source = f"{self._dlq}/{entry.partition}/{entry.offset}"
         try:
+            value = self._codec.encode(job)
             produce_reliably(
                 self._producer,
                 self._options.topics.ready,
                 key=job.tenant_id.encode(),
-                value=self._codec.encode(job),
-                headers=[("job_id", job.job_id.encode()), ("replayed_from", source.encode())],
+                value=value,
+                headers=[*job_headers(job, value), ("replayed_from", source.encode())],
                 on_delivery=self._delivered(entry, source),
             )
         except KafkaException as exc:  # refused locally, e.g. too large

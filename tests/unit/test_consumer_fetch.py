@@ -76,6 +76,12 @@ class _Message:
     def value(self) -> bytes:
         return self._record.data
 
+    def key(self) -> bytes:
+        return b"tenant"
+
+    def headers(self) -> None:
+        return None  # no job headers: the loop decodes the envelope
+
 
 @dataclass
 class Engine:

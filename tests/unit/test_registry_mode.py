@@ -345,8 +345,10 @@ def test_a_cache_that_cannot_be_written_costs_only_lookups(tmp_path: Path) -> No
 class _Message:
     """The parts of a Kafka message the consumer loop reads."""
 
-    def __init__(self, offset: int, value: bytes) -> None:
-        self._offset, self._value = offset, value
+    def __init__(
+        self, offset: int, value: bytes, headers: list[tuple[str, bytes]] | None = None
+    ) -> None:
+        self._offset, self._value, self._headers = offset, value, headers
 
     def error(self) -> None:
         return None
@@ -365,6 +367,9 @@ class _Message:
 
     def key(self) -> bytes:
         return b"t"
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
 
 
 class _Consumer:

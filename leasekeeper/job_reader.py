@@ -1,0 +1,53 @@
+"""Whole jobs, decoded from their envelope only for the copies that rewrite them.
+
+The leasekeeper routes, leases and is fair by a record's headers (``JobHead``);
+the Avro envelope is decoded only when a copy must change it (a retry or a
+dead letter adds an error, a park moves run_at) or ``inspect job`` shows its
+history. A record read the slow way (no headers) keeps its decoded job in the
+head, so it is never decoded twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.leases import Pending
+from schemas.codec import DecodeError
+from schemas.job import Job
+from schemas.vocabulary import DeadLetterReason
+
+Decode = Callable[[bytes], Job]
+
+
+class JobReader:
+    """Decodes a pending job's envelope with ``decode`` (the queue's codec)."""
+
+    def __init__(self, decode: Decode | None = None) -> None:
+        self._decode = decode
+
+    def full(self, pending: Pending) -> Job:
+        """The whole job; raises DecodeError (or the registry's SchemaUnavailable) when
+        its envelope cannot be read."""
+        full = pending.job.full
+        if full is not None:
+            return full
+        if self._decode is None:
+            raise DecodeError("this engine has no envelope decoder (LeaseEngine(decode=...))")
+        return self._decode(pending.envelope)
+
+    @staticmethod
+    def unreadable(pending: Pending, error: Exception, *, why: str) -> CopyRequest:
+        """A job whose headers were fine but whose envelope cannot be decoded when it
+        must be rewritten (``why``): kept byte for byte in the DLQ, with the reason."""
+        return CopyRequest(
+            kind=CopyKind.DEAD_RAW,
+            source=pending.tp,
+            offset=pending.offset,
+            generation=pending.generation,
+            raw_key=pending.job.tenant_id.encode(),
+            raw_value=pending.envelope,
+            reason=DeadLetterReason.UNDECODABLE,
+            detail=f"job {pending.job.job_id}: its envelope could not be decoded for its "
+            f"{why}: {type(error).__name__}: {error}",
+        )

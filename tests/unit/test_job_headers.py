@@ -1,0 +1,318 @@
+"""Job headers: what every writer puts on a job record, and what the leasekeeper reads
+back without decoding the envelope (``schemas.job_headers``), in file and registry
+mode; and the slow path for records without them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobcore.delay_tiers import DelayTiers
+from jobcore.topics import QueueTopics
+from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.copies import CopyKind
+from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.job_reader import JobReader
+from leasekeeper.leases import Outcome, Pending, Settlement, TopicPart
+from leasekeeper.router import KafkaRouter
+from leasekeeper.store import LeaseStore
+from leasekeeper.tier_gate import TierGate
+from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry
+from schemas.confluent import ConfluentSchemaRegistry, schema_text
+from schemas.job import AttemptError, Job
+from schemas.job_headers import H_ATTEMPT, H_VERSION, JobHead, job_headers, read_head
+from tests.unit.test_registry_mode import FakeRegistry, _Consumer, _Message, _registered
+
+TP = TopicPart("jobs.q", 0)
+CODEC = EnvelopeCodec(SchemaRegistry())
+
+
+def _job(**fields: object) -> Job:
+    base: dict[str, object] = {
+        "job_id": "j-1",
+        "queue": "q",
+        "tenant_id": "tenant-ü",
+        "type": "noop",
+        "payload": CODEC.encode_payload("noop", {"n": 7}),
+        "created_at_ms": 1_700_000_000_000,
+    }
+    return Job(**(base | fields))  # type: ignore[arg-type]
+
+
+def _record(job: Job, codec: EnvelopeCodec = CODEC) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    value = codec.encode(job)
+    return job.tenant_id.encode(), value, job_headers(job, value)
+
+
+def _same(head: JobHead, job: Job, value: bytes) -> None:
+    assert (head.job_id, head.queue, head.tenant_id, head.type) == (
+        job.job_id, job.queue, job.tenant_id, job.type,
+    )  # fmt: skip
+    assert (head.priority_class, head.attempt, head.max_attempts, head.run_at_ms) == (
+        job.priority_class, job.attempt, job.max_attempts, job.run_at_ms,
+    )  # fmt: skip
+    assert (head.timeout_s, head.dedupe_key, head.created_at_ms) == (
+        job.timeout_s, job.dedupe_key, job.created_at_ms,
+    )  # fmt: skip
+    assert dict(head.trace) == dict(job.trace)
+    assert head.payload(value) == job.payload
+    assert head.full is None  # read from headers: nothing decoded
+
+
+def test_every_field_the_leasekeeper_reads_round_trips_through_headers() -> None:
+    job = _job(
+        attempt=3, max_attempts=5, run_at_ms=1_700_000_009_000, timeout_s=2.5,
+        dedupe_key="order-42", priority_class="critical", trace={"traceparent": "00-ab-cd-01"},
+    )  # fmt: skip
+    key, value, headers = _record(job)
+    head = read_head(key, headers, value)
+    assert head is not None
+    _same(head, job, value)
+
+
+def test_fields_at_their_default_are_left_out() -> None:
+    key, value, headers = _record(_job())
+    names = [name for name, _ in headers]
+    assert names[:2] == ["job_id", H_VERSION]
+    assert not {"lq.a", "lq.r", "lq.dk", "lq.pc", "lq.tr"} & set(names)
+    head = read_head(key, headers, value)
+    assert head is not None
+    _same(head, _job(), value)
+
+
+def test_registry_mode_values_carry_the_same_headers() -> None:
+    """The Confluent framing (magic byte and schema id) is 5 bytes, not 10: the payload
+    is found in it all the same."""
+    fake = FakeRegistry()
+    registry = ConfluentSchemaRegistry(fake)
+    for name, topic in registry.queue_subjects("q"):
+        fake.register(registry.subject(name, topic=topic), schema_text(registry.current(name)))
+    codec = EnvelopeCodec(registry)
+    job = _job(payload=codec.encode_payload("noop", {"n": 9}), attempt=1)
+    key, value, headers = _record(job, codec)
+    assert value[:1] == b"\x00"
+    head = read_head(key, headers, value)
+    assert head is not None
+    _same(head, job, value)
+    assert codec.decode_payload("noop", head.payload(value)) == {"n": 9}
+
+
+def test_a_value_of_unknown_framing_gets_only_the_job_id() -> None:
+    job = _job()
+    headers = job_headers(job, b"\x07" + CODEC.encode(job)[1:])
+    assert headers == [("job_id", b"j-1")]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda h: [], "no headers"),
+        (lambda h: [(n, v) for n, v in h if n != H_VERSION], "no version"),
+        (lambda h: [(n, b"2" if n == H_VERSION else v) for n, v in h], "unknown version"),
+        (lambda h: [(n, b"x" if n == "lq.ma" else v) for n, v in h], "not a number"),
+        (lambda h: [(n, v) for n, v in h if n != "lq.ty"], "a required field missing"),
+        (lambda h: [(n, None if n == "lq.q" else v) for n, v in h], "a header without value"),
+        (lambda h: [(n, "1" if n == H_VERSION else v) for n, v in h], "a str, not bytes"),
+        (lambda h: [(n, b"10,99999" if n == "lq.p" else v) for n, v in h], "payload outside"),
+        (lambda h: [(n, b"nan" if n == "lq.to" else v) for n, v in h], "timeout NaN"),
+        (lambda h: [*h, (H_ATTEMPT, b"-1")], "negative attempt"),
+        (lambda h: [(n, b"0" if n == "lq.ma" else v) for n, v in h], "max_attempts 0"),
+        (lambda h: [*h, ("lq.tr", b"[1]")], "trace not an object"),
+        (lambda h: [(n, b"\xff" if n == "job_id" else v) for n, v in h], "not UTF-8"),
+    ],
+)
+def test_headers_that_cannot_be_used_mean_the_slow_path(change: object, why: str) -> None:
+    key, value, headers = _record(_job())
+    changed = change(headers)  # type: ignore[operator]
+    assert read_head(key, changed, value) is None, why
+
+
+def test_a_record_without_a_key_is_read_the_slow_way() -> None:
+    _, value, headers = _record(_job())
+    assert read_head(None, headers, value) is None
+
+
+def test_a_head_of_a_decoded_job_keeps_the_job() -> None:
+    job = _job()
+    head = JobHead.of(job)
+    assert head.full is job and head.payload(b"") == job.payload
+
+
+# -- the engine on heads alone --------------------------------------------------
+
+
+class _Decodes:
+    """The codec's decode, counted."""
+
+    def __init__(self, codec: EnvelopeCodec) -> None:
+        self.codec, self.calls = codec, 0
+
+    def __call__(self, data: bytes) -> Job:
+        self.calls += 1
+        return self.codec.decode(data)
+
+
+def _engine(path: Path, decode: _Decodes) -> LeaseEngine:
+    engine = LeaseEngine(store=LeaseStore(path), config=EngineConfig(lease_s=10), decode=decode)
+    engine.assign(TP, 0)
+    return engine
+
+
+def _offer(engine: LeaseEngine, offset: int, job: Job) -> bytes:
+    key, value, headers = _record(job)
+    head = read_head(key, headers, value)
+    assert head is not None
+    engine.offer(TP, offset, head, value)
+    return value
+
+
+def test_claim_and_ack_decode_nothing_and_the_grant_carries_fields_and_payload(
+    tmp_path: Path,
+) -> None:
+    decode = _Decodes(CODEC)
+    engine = _engine(tmp_path, decode)
+    job = _job(max_attempts=4, timeout_s=7.0, trace={"traceparent": "00-1-2-01"})
+    _offer(engine, 0, job)
+    (grant,) = engine.claim("w", 10, wait_s=0)
+    assert grant.job is not None and grant.job.job_id == "j-1"
+    assert grant.payload == job.payload and grant.attempt == 1
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)])
+    assert engine.commit_positions() == {TP: (1, "")}
+    assert decode.calls == 0
+
+
+def test_a_nack_decodes_once_and_its_retry_copy_carries_the_new_attempt_in_its_headers(
+    tmp_path: Path,
+) -> None:
+    decode = _Decodes(CODEC)
+    engine = _engine(tmp_path, decode)
+    _offer(engine, 0, _job(attempt=2, max_attempts=8))
+    (grant,) = engine.claim("w", 10, wait_s=0)
+    assert grant.attempt == 3
+    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+                      error_class="Boom", message="boom")  # fmt: skip
+    engine.settle([nack])
+    (copy,) = [c for c in engine.take_copies() if c.kind is CopyKind.RETRY]
+    assert decode.calls == 1
+    assert copy.job is not None and copy.job.attempt == 3
+    assert [e.error_class for e in copy.job.errors] == ["Boom"]
+    record = KafkaRouter(codec=CODEC, topics=QueueTopics(queue="q"), tiers=DelayTiers()).record(
+        copy
+    )
+    head = read_head(record.key, list(record.headers), record.value)
+    assert head is not None
+    assert (head.attempt, head.run_at_ms) == (3, copy.job.run_at_ms)
+    assert CODEC.decode(record.value).attempt == 3
+
+
+def test_an_envelope_that_cannot_be_decoded_when_it_must_be_rewritten_is_dead_lettered_raw(
+    tmp_path: Path,
+) -> None:
+    """Headers fine, envelope corrupt: it runs (nothing decodes it on the way), and its
+    nack's copy keeps the bytes in the DLQ with the reason instead of failing."""
+    engine = _engine(tmp_path, _Decodes(CODEC))
+    job = _job()
+    value = CODEC.encode(job)
+    corrupt = value[:-3]  # its tail cut off
+    head = read_head(b"t", job_headers(job, value), corrupt)
+    assert head is not None
+    engine.offer(TP, 0, head, corrupt)
+    (grant,) = engine.claim("w", 10, wait_s=0)
+    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)
+    engine.settle([nack])
+    (copy,) = engine.take_copies()
+    assert copy.kind is CopyKind.DEAD_RAW and copy.raw_value == corrupt
+    assert "could not be decoded" in copy.detail
+
+
+def test_inspect_job_decodes_only_the_job_it_shows(tmp_path: Path) -> None:
+    decode = _Decodes(CODEC)
+    engine = _engine(tmp_path, decode)
+    error = AttemptError(attempt=1, at_ms=5, worker="w", error_class="Boom", message="m",
+                         traceback="")  # fmt: skip
+    _offer(engine, 0, _job(job_id="a" * 12, attempt=1, errors=(error,)))
+    for n in range(1, 4):
+        _offer(engine, n, _job(job_id=f"other-{n}"))
+    view = engine.job_view("a" * 12)
+    assert view["errors"] == [{"attempt": 1, "error_class": "Boom", "message": "m"}]
+    assert decode.calls == 1
+
+
+def test_the_slow_path_decodes_once_for_good(tmp_path: Path) -> None:
+    """A job offered decoded (no headers) keeps its job: a retry decodes nothing more."""
+    decode = _Decodes(CODEC)
+    engine = _engine(tmp_path, decode)
+    job = _job()
+    engine.offer(TP, 0, job, CODEC.encode(job))
+    (grant,) = engine.claim("w", 10, wait_s=0)
+    assert grant.payload == job.payload
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
+    assert [c.kind for c in engine.take_copies()] == [CopyKind.RETRY]
+    assert decode.calls == 0
+
+
+def test_a_reader_without_a_decoder_says_so() -> None:
+    job = _job()
+    value = CODEC.encode(job)
+    head = read_head(b"t", job_headers(job, value), value)
+    assert head is not None
+    with pytest.raises(DecodeError, match="no envelope decoder"):
+        JobReader().full(Pending(TP, 0, 1, head, value))
+
+
+# -- the consumer loop: fast path, slow path --------------------------------------
+
+
+class _Engine:
+    """Records what the loop offers."""
+
+    def __init__(self) -> None:
+        self.offered: list[tuple[int, JobHead]] = []
+
+    def offer(self, tp: TopicPart, offset: int, job: JobHead, envelope: bytes) -> None:
+        self.offered.append((offset, job))
+
+
+def _loop(codec: EnvelopeCodec, engine: _Engine, consumer: _Consumer) -> ConsumerLoop:
+    return ConsumerLoop(
+        consumer=consumer,  # type: ignore[arg-type]
+        producer=None,  # type: ignore[arg-type]
+        engine=engine,  # type: ignore[arg-type]
+        codec=codec,
+        outbox=None,  # type: ignore[arg-type]
+        topics=QueueTopics(queue="q"),
+        gate=TierGate(DelayTiers(), QueueTopics(queue="q")),
+        config=LoopConfig(),
+    )
+
+
+def test_the_loop_offers_a_record_with_headers_without_the_registry() -> None:
+    """Registry mode with the registry down: a record with headers needs no schema at
+    intake (it is not held, as one without headers is), and a record without
+    headers still waits for its schema."""
+    fake = FakeRegistry()
+    writer = EnvelopeCodec(_registered(fake, None))
+    job = _job(tenant_id="t", payload=writer.encode_payload("noop", {"n": 1}))
+    value = writer.encode(job)
+    fake.down = True
+    engine, consumer = _Engine(), _Consumer()
+    loop = _loop(EnvelopeCodec(ConfluentSchemaRegistry(fake)), engine, consumer)
+    loop._handle(_Message(41, value, job_headers(job, value)))  # type: ignore[arg-type]
+    assert [(o, h.job_id, h.full) for o, h in engine.offered] == [(41, "j-1", None)]
+    assert consumer.seeks == []
+    loop._handle(_Message(42, value))  # type: ignore[arg-type]  # no headers: held
+    assert consumer.seeks == [("jobs.q", 0, 42)] and len(engine.offered) == 1
+
+
+def test_the_loop_decodes_records_without_usable_headers() -> None:
+    engine = _Engine()
+    loop = _loop(CODEC, engine, _Consumer())
+    job = _job(tenant_id="t")
+    value = CODEC.encode(job)
+    unknown = [(n, b"2" if n == H_VERSION else v) for n, v in job_headers(job, value)]
+    loop._handle(_Message(1, value))  # type: ignore[arg-type]
+    loop._handle(_Message(2, value, unknown))  # type: ignore[arg-type]
+    loop._handle(_Message(3, value, job_headers(job, value)))  # type: ignore[arg-type]
+    assert [h.full is not None for _, h in engine.offered] == [True, True, False]
+    assert all(h.job_id == "j-1" and h.payload(value) == job.payload for _, h in engine.offered)
