@@ -10,6 +10,7 @@ from leasekeeper.control_state import ControlState
 from leasekeeper.job_reader import JobReader
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.rate_limit import RateLimitConfig
+from leasekeeper.resolved_ids import DEFAULT_MAX_IDS, DEFAULT_WINDOW_S, ResolvedIds
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseStore
 from leasekeeper.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy
@@ -51,6 +52,10 @@ class EngineConfig:
     breakers: BreakerSettings = field(default_factory=BreakerSettings)
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
+    # The ids of jobs acked here are kept this long, this many at most, and a later
+    # copy of one of them is skipped (see leasekeeper/resolved_ids).
+    resolved_ids: int = DEFAULT_MAX_IDS
+    resolved_window_s: float = DEFAULT_WINDOW_S
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
@@ -87,6 +92,9 @@ class Counters:
     stale_rejected: int = _counter(
         "heartbeats, acks and nacks refused for a stale or unknown lease token"
     )
+    resolved_again: int = _counter(
+        "fetched copies of jobs already acked here within the resolved-id window, skipped"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +110,8 @@ class EngineContext:
     monotonic: Callable[[], float]
     # Decodes a job's envelope when a copy must rewrite it or ``inspect job`` shows it.
     reader: JobReader
+    # Ids of the jobs acked here lately: a later copy of one is skipped.
+    resolved: ResolvedIds = field(default_factory=ResolvedIds)
 
 
 def now_ms(clock: Callable[[], float]) -> int:
