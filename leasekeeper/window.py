@@ -63,6 +63,8 @@ class ReadyWindow:
         self._seq = itertools.count()
         # Jobs held (ready or delayed) per partition: what ``over_share`` compares.
         self._held: Counter[TopicPart] = Counter()
+        # Partitions ``over_share`` found over their share, until half of it is free.
+        self._over: set[TopicPart] = set()
         # Ready jobs per job type: what a rate limit's share of the window compares.
         self._types: Counter[str] = Counter()
 
@@ -197,8 +199,18 @@ class ReadyWindow:
             members.setdefault(tp if unit is None else unit(tp), []).append(tp)
         share = max(1, self.records // max(1, len(members)))
         held = {key: sum(self._held.get(tp, 0) for tp in tps) for key, tps in members.items()}
-        over = {tp for key, tps in members.items() if held[key] >= share for tp in tps}
-        headroom = min((share - n for n in held.values() if n < share), default=0)
+        # Hysteresis per unit: one paused at its share stays paused until half of it
+        # is free. Resumed at share - 1, a flooded partition would fetch one record,
+        # pause again, and repeat for every job a worker took (a fifth of the
+        # leasekeeper's time in a drain profile), and its headroom of one record
+        # would cap every other partition's fetch as well.
+        paused = {key for key, tps in members.items() if not self._over.isdisjoint(tps)}
+        over_units = {
+            key for key, n in held.items() if n >= share or (key in paused and n > share // 2)
+        }
+        over = {tp for key in over_units for tp in members[key]}
+        self._over = over
+        headroom = min((share - n for key, n in held.items() if key not in over_units), default=0)
         return over, headroom
 
     def ready(self) -> Iterator[Pending]:

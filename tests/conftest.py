@@ -33,7 +33,7 @@ def local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka
     workdir = Path(tmp_path_factory.mktemp("kafka"))
     cluster = None
     try:
-        cluster = LocalKafka(distribution=obtain(), workdir=workdir, brokers=1, heap="768m")
+        cluster = LocalKafka(distribution=obtain(), workdir=workdir, brokers=1, heap="1536m")
         cluster.start()
     except KafkaUnavailable as exc:
         if cluster is not None:

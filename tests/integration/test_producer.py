@@ -33,6 +33,7 @@ from producer import (
 from producer.cli import main as producer_cli
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
+from schemas.job_headers import read_head
 
 PARTITIONS = 3
 NOW = 1_700_000_000.0
@@ -87,8 +88,14 @@ def test_an_enqueued_job_lands_on_the_ready_topic_keyed_by_tenant(
 
     [msg] = read_all(kafka, f"jobs.{queue}", 1)
     assert msg.key() == b"acme"
-    assert dict(msg.headers() or []) == {"job_id": job_id.encode()}
+    assert dict(msg.headers() or [])["job_id"] == job_id.encode()
+    head = read_head(msg.key(), msg.headers(), msg.value() or b"")  # type: ignore[arg-type]
+    assert head is not None  # the leasekeeper reads it without decoding the envelope
+    assert (head.job_id, head.tenant_id, head.type, head.dedupe_key) == (
+        job_id, "acme", "send_receipt", "order-7",
+    )  # fmt: skip
     job = codec.decode(msg.value())
+    assert head.payload(msg.value() or b"") == job.payload
     assert job == Job(
         job_id=job_id,
         queue=queue,
@@ -248,7 +255,9 @@ def test_a_delayed_job_lands_on_its_delay_tier_with_its_due_time(
 
     [msg] = read_all(kafka, f"jobs.{queue}.retry.10m", 1)
     assert msg.key() == b"acme"
-    assert dict(msg.headers() or []) == {"job_id": later.encode()}
+    assert dict(msg.headers() or [])["job_id"] == later.encode()
+    head = read_head(msg.key(), msg.headers(), msg.value() or b"")  # type: ignore[arg-type]
+    assert head is not None and head.run_at_ms == int(NOW * 1000) + 600_000
     job = codec.decode(msg.value())
     assert (job.job_id, job.created_at_ms, job.run_at_ms) == (
         later,

@@ -115,7 +115,8 @@ def test_dlq_list_at_80_columns_keeps_each_id_on_one_line() -> None:
 def test_dlq_show_takes_a_unique_prefix_of_eight_characters() -> None:
     from leasekeeper.dlq.cli import _entries_named
 
-    first, second = "0123abcd" + uuid.uuid4().hex[8:], "0123abcd" + uuid.uuid4().hex[8:]
+    # Fixed ninth and tenth characters, so the ten-character prefix is always unique.
+    first, second = "0123abcd00" + uuid.uuid4().hex[10:], "0123abcd11" + uuid.uuid4().hex[10:]
     entries = [decode_entry(CODEC, 0, n, dead(i)) for n, i in enumerate((first, second))]
     (found,) = _entries_named(entries, first[:10])
     assert found.job is not None and found.job.job_id == first

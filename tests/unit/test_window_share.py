@@ -59,3 +59,19 @@ def test_counts_follow_jobs_out_of_the_window() -> None:
     window.push_front(pending(IDLE, 0))
     assert window.held(IDLE) == 1
     assert window.over_share({FLOOD, IDLE}) == (set(), 1), "IDLE holds 1 of its share of 2"
+
+
+def test_a_partition_paused_at_its_share_stays_paused_until_half_of_it_is_free() -> None:
+    window = window_of(90)
+    for i in range(90):
+        window.push(pending(FLOOD, i))
+    assert window.over_share({FLOOD, QUIET, IDLE})[0] == {FLOOD}
+    # Workers take jobs: FLOOD falls under its share of 30 but holds more than half.
+    while window.held(FLOOD) > 16:
+        window.pop(lambda p: p.tp == FLOOD)
+    over, headroom = window.over_share({FLOOD, QUIET, IDLE})
+    assert over == {FLOOD}, "resumed one job under its share, it would fetch one and pause"
+    assert headroom == 30, "and the others keep their whole room"
+    window.pop(lambda p: p.tp == FLOOD)
+    over, headroom = window.over_share({FLOOD, QUIET, IDLE})
+    assert over == set() and headroom == 15, "at half its share it fetches again"
