@@ -15,7 +15,7 @@ resolving its offset as skipped.
 - **A user's dedupe key is not touched.** Dedupe keys are checked first and keep
   their own window (``--dedupe-window``); this window only answers "did this very
   job already end here?".
-- **Bounded memory.** At most ``max_ids`` ids (50,000 by default, a few MB), each
+- **Bounded memory.** At most ``max_ids`` ids (50,000 by default, about 10 MB), each
   for ``window_s`` (10 minutes); the oldest go first.
 - **Where it lives.** In the leasekeeper's memory. It does not survive a restart,
   and a partition's next owner does not know what the last one resolved: a copy
