@@ -93,7 +93,12 @@ class OurSystem:
             return None
 
     def start_workers(
-        self, app: str, count: int, concurrency: int, env: dict[str, str] | None = None
+        self,
+        app: str,
+        count: int,
+        concurrency: int,
+        env: dict[str, str] | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         for _ in range(count):
             index = len(self.workers)
@@ -106,10 +111,11 @@ class OurSystem:
                 "--grace", "5",
                 "--log-level", "WARNING",
                 *self._codec_args(),
+                *extra,
             ]  # fmt: skip
-            extra = {progress.ENV_DIR: str(self.progress_dir), **(env or {})}
+            environment = {progress.ENV_DIR: str(self.progress_dir), **(env or {})}
             log = self.workdir / f"worker-{index}.log"
-            self.workers.append(procs.start(cmd, log=log, env=extra, cwd=REPO))
+            self.workers.append(procs.start(cmd, log=log, env=environment, cwd=REPO))
 
     def leasekeeper_pids(self) -> list[int]:
         return [self.leasekeeper.pid] if self.leasekeeper else []

@@ -250,10 +250,20 @@ class LeaseEngine:
     # -- workers ------------------------------------------------------------
 
     def claim(
-        self, worker: str, max_jobs: int, wait_s: float, job_types: frozenset[str] = frozenset()
+        self,
+        worker: str,
+        max_jobs: int,
+        wait_s: float,
+        job_types: frozenset[str] = frozenset(),
+        *,
+        reports_started: bool = False,
+        start_now: int = 0,
     ) -> list[Grant]:
         """Hand out up to ``max_jobs`` of ``job_types`` (empty: any type), waiting up to
-        ``wait_s`` for the first one. Jobs of other types stay for other workers."""
+        ``wait_s`` for the first one. Jobs of other types stay for other workers. A
+        worker that ``reports_started`` gets back the attempt of a job that expires
+        before it started (see ``started_only``), except the first ``start_now``,
+        which go to idle handlers and count as started at once."""
         deadline = self._monotonic() + wait_s
         accept = _of_types(job_types)
         with self._cond:
@@ -268,7 +278,9 @@ class LeaseEngine:
                     if remaining > 0:
                         self._cond.wait(remaining)
                     return []
-                grants, actions = self._core.lease_ready(worker, max_jobs, accept)
+                grants, actions = self._core.lease_ready(
+                    worker, max_jobs, accept, reports_started=reports_started, start_now=start_now
+                )
                 self._copies.add(actions)
                 # Only jobs over a rate limit wait: sleep until a token comes, not spin.
                 pause = 0.0 if grants else self._limits.wait_s(job_types)
@@ -304,9 +316,12 @@ class LeaseEngine:
                 log.info("commits land again; leasing resumes")
         return behind
 
-    def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
+    def heartbeat(
+        self, leases: list[tuple[str, str]], started: frozenset[str] = frozenset()
+    ) -> list[LeaseAnswer]:
+        """Extend leases; ``started`` names those whose handler has started."""
         with self._cond:
-            return self._core.heartbeat(leases)
+            return self._core.heartbeat(leases, started)
 
     def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
         """Acks are persisted before the answer; nacks are resolved once copied durably."""
@@ -317,7 +332,9 @@ class LeaseEngine:
         return answers
 
     def expire(self) -> int:
-        """The reaper: leases past ``until`` count as failed attempts (worker presumed dead)."""
+        """The reaper: leases past ``until`` count as failed attempts (worker presumed dead),
+        except a bounded number of never-started ones, which go back to the front with
+        their attempt; returns the copies made."""
         with self._cond:
             actions = self._core.expire()
             self._copies.add(actions)

@@ -80,6 +80,9 @@ class Counters:
     nacked: int = _counter("jobs nacked by workers")
     released: int = _counter("jobs released unrun by stopping workers")
     expired: int = _counter("leases taken back by the reaper (expired, or past timeout_s)")
+    refunded: int = _counter(
+        "expired leases of jobs that never started (prefetched): attempt given back"
+    )
     retried: int = _counter("failed jobs copied back to the queue for another attempt")
     dead: int = _counter("jobs copied to the dead-letter topic")
     skipped: int = _counter("fetched jobs skipped as already resolved (after a restart or move)")

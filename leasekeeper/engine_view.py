@@ -154,6 +154,7 @@ def _partition_view(state: PartitionState, now: float) -> PartitionView:
                 attempt=lease.attempt,
                 age_s=round(now - lease.started_at, 3),
                 expires_in_s=round(lease.deadline - now, 3),
+                started=lease.started,
             )
             for lease in state.leases.values()
         ),

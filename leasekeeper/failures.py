@@ -86,9 +86,10 @@ class FailurePath:
 
     def overdue(self, lease: Lease, now: float) -> AttemptError | None:
         """Why the reaper takes a lease back (``now`` is monotonic): expired, or running
-        past timeout_s."""
+        past timeout_s (a job waiting in its worker's prefetch is not running yet)."""
         job = lease.pending.job
-        if now > lease.started_at + job.timeout_s + self._config.timeout_grace_s:
+        running_s = now - lease.started_at
+        if lease.started and running_s > job.timeout_s + self._config.timeout_grace_s:
             error_class = ErrorClass.JOB_TIMEOUT
             message = f"ran longer than timeout_s={job.timeout_s:g}s (taken back by the reaper)"
         elif lease.deadline < now:

@@ -39,6 +39,7 @@ from leasekeeper.limit_dispatch import LimitDispatch
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
+from leasekeeper.started_only import StartedOnly
 from leasekeeper.store import NoteKind, Resolution, StoreBatch, leased_value
 from leasekeeper.window import ReadyWindow
 from schemas.job import AttemptError
@@ -80,15 +81,24 @@ class LeaseCore:
         self._resolved = ctx.resolved
         self._monotonic = ctx.monotonic
         self.settle_in = SettleIn(until=ctx.monotonic() + ctx.config.settle_in_max_s)
+        self._started_only = StartedOnly()
         self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     # -- claiming -------------------------------------------------------------
 
     def lease_ready(
-        self, worker: str, max_jobs: int, accept: Callable[[Pending], bool] | None
+        self,
+        worker: str,
+        max_jobs: int,
+        accept: Callable[[Pending], bool] | None,
+        *,
+        reports_started: bool = False,
+        start_now: int = 0,
     ) -> tuple[list[Grant], list[CopyRequest]]:
         """Lease up to ``max_jobs`` ready jobs that ``accept`` takes; attempts are counted
-        in the store before the grants leave."""
+        in the store before the grants leave. A worker that ``reports_started`` gets
+        leases that count as started only once it says so (see ``started_only``),
+        but for the first ``start_now``: its idle handlers start those at once."""
         grants: list[Grant] = []
         actions: list[CopyRequest] = []
         batch = self._store.batch()
@@ -99,7 +109,8 @@ class LeaseCore:
             pending = self._window.pop(accept, skip)
             if pending is None:
                 break
-            grant = self._lease(pending, worker, batch, actions)
+            started = not reports_started or len(grants) < start_now
+            grant = self._lease(pending, worker, batch, actions, started=started)
             if grant is not None:
                 grants.append(grant)
                 self._limits.granted(pending)
@@ -125,7 +136,13 @@ class LeaseCore:
         return running
 
     def _lease(
-        self, pending: Pending, worker: str, batch: StoreBatch, actions: list[CopyRequest]
+        self,
+        pending: Pending,
+        worker: str,
+        batch: StoreBatch,
+        actions: list[CopyRequest],
+        *,
+        started: bool,
     ) -> Grant | None:
         state = self._book.live(pending)
         if state is None or self._intake.skipped(state, pending):
@@ -155,6 +172,7 @@ class LeaseCore:
             until_ms=start + int(lease_s * 1000),
             started_at=mono,
             deadline=mono + lease_s,
+            started=started,
         )
         state.leases[pending.offset] = lease
         # The claim and the lease in one value, written before the grant leaves.
@@ -174,7 +192,8 @@ class LeaseCore:
     def _store_lease(batch: StoreBatch, state: PartitionState, lease: Lease) -> None:
         offset = lease.pending.offset
         value = leased_value(state.claims.get(offset, 0), lease.token, lease.worker,
-                             lease.attempt, lease.started_ms, lease.until_ms)  # fmt: skip
+                             lease.attempt, lease.started_ms, lease.until_ms,
+                             lease.started)  # fmt: skip
         batch.lease(state.tp.topic, state.tp.partition, offset, value)
 
     @staticmethod
@@ -225,7 +244,11 @@ class LeaseCore:
 
     # -- heartbeats -------------------------------------------------------------
 
-    def heartbeat(self, leases: list[tuple[str, str]]) -> list[LeaseAnswer]:
+    def heartbeat(
+        self, leases: list[tuple[str, str]], started: frozenset[str] = frozenset()
+    ) -> list[LeaseAnswer]:
+        """Extend each lease whose token is current; those in ``started`` (lease ids)
+        have started running, so their attempt is spent from now on."""
         answers = []
         now = now_ms(self._clock)
         batch = self._store.batch()
@@ -238,6 +261,8 @@ class LeaseCore:
             if self._end_if_cancelled(state, lease, batch):
                 answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
                 continue
+            if not lease.started and lease_id in started:
+                _mark_started(lease, now, self._monotonic())
             lease.until_ms = now + int(lease.lease_s * 1000)
             lease.deadline = self._monotonic() + lease.lease_s
             self._store_lease(batch, state, lease)
@@ -368,10 +393,38 @@ class LeaseCore:
                 del state.leases[offset]
                 self._store_ended(batch, state, offset)
                 self._counters.expired += 1
+                if self._refund(state, lease, batch):
+                    continue
                 self._breakers.expired(lease)
                 actions.append(self._failures.failed(lease, error, permanent=False))
         self._store.write(batch)
         return actions
+
+    def _refund(self, state: PartitionState, lease: Lease, batch: StoreBatch) -> bool:
+        """Give the attempt back to an expired job that never started (within the
+        bound of ``StartedOnly``) and put it at the front; False when it is spent."""
+        offset = lease.pending.offset
+        refunded = state.refunds.get(offset, 0)
+        if not self._started_only.refunds(lease, refunded):
+            return False
+        tp = state.tp
+        count = max(0, state.claims.get(offset, 1) - 1)
+        state.claims[offset] = count
+        state.refunds[offset] = refunded + 1
+        batch.claims(tp.topic, tp.partition, offset, count)
+        batch.refunds(tp.topic, tp.partition, offset, refunded + 1)
+        self._counters.refunded += 1
+        self._breakers.released(lease)
+        self._window.push_front(lease.pending)
+        return True
+
+
+def _mark_started(lease: Lease, now_ms: int, mono: float) -> None:
+    """The worker's handler started: from here its timeout runs and a crash spends the
+    attempt."""
+    lease.started = True
+    lease.started_ms = now_ms
+    lease.started_at = mono
 
 
 def _refused(lease_id: str, reason: str) -> LeaseAnswer:

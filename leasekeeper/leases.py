@@ -84,6 +84,7 @@ class Lease:
         "deadline",
         "lease_s",
         "pending",
+        "started",
         "started_at",
         "started_ms",
         "token",
@@ -102,6 +103,10 @@ class Lease:
     # suspended VM) cannot expire every lease at once.
     started_at: float
     deadline: float
+    # False while the job waits in a worker's prefetch: until its worker reports the
+    # handler started, ``started_at`` is the claim and no timeout_s runs (see
+    # ``started_only``).
+    started: bool
 
     def __init__(
         self,
@@ -115,6 +120,7 @@ class Lease:
         until_ms: int,
         started_at: float,
         deadline: float,
+        started: bool = True,
     ) -> None:
         self.pending = pending
         self.token = token
@@ -125,6 +131,7 @@ class Lease:
         self.until_ms = until_ms
         self.started_at = started_at
         self.deadline = deadline
+        self.started = started
 
     def __repr__(self) -> str:
         return f"Lease({self.pending.lease_id}, worker={self.worker!r}, attempt={self.attempt})"
@@ -273,4 +280,5 @@ def restore_lease(
         until_ms=stored.until_ms,
         started_at=mono - max(0.0, wall - stored.started_ms / 1000),
         deadline=mono + (stored.until_ms / 1000 - wall),
+        started=stored.started,
     )

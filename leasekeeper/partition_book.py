@@ -44,6 +44,9 @@ class PartitionState:
     stored_leases: dict[int, LeaseRecord]
     leases: dict[int, Lease] = field(default_factory=dict)
     unhandled_since: dict[int, int] = field(default_factory=dict)
+    # Attempts given back to jobs whose lease expired before they started (the
+    # bound of ``started_only``).
+    refunds: dict[int, int] = field(default_factory=dict)
     committed: int = -1
     committed_metadata: str = ""
     copies_in_flight: int = 0
@@ -66,6 +69,7 @@ class Recalled:
     claims: dict[int, int]
     leases: dict[int, LeaseRecord]
     unhandled: dict[int, int]
+    refunds: dict[int, int]
 
 
 class PartitionBook:
@@ -82,21 +86,28 @@ class PartitionBook:
 
     def recall(self, tp: TopicPart, committed: int, metadata: str | None) -> Recalled:
         """Merge the store and the previous owner's metadata (whichever knows more).
-        Reads the store: call it without the engine's lock."""
+        Reads the store: call it without the engine's lock.
+
+        Claim counts take the larger of the two, unless Kafka's commit is the last one
+        this store saw accepted: then the store is the newer of the two wherever it
+        has a count, and an attempt it gave back since (a release, a refund) stays
+        given back."""
         start = max(committed, 0)
         memory = self._store.load(tp.topic, tp.partition, start)
         moved = decode_progress(start, metadata)
         resolved = {o: Resolution.SKIPPED for o in moved.resolved}
         resolved.update(memory.resolved)
+        ours = self._store.own_commit(tp.topic, tp.partition) == (committed, metadata or "")
         claims = dict(moved.claims)
         for offset, count in memory.claims.items():
-            claims[offset] = max(count, claims.get(offset, 0))
+            claims[offset] = count if ours else max(count, claims.get(offset, 0))
         return Recalled(
             start=start,
             resolved=resolved,
             claims=claims,
             leases=dict(memory.leases),
             unhandled=dict(memory.unhandled),
+            refunds=dict(memory.refunds),
         )
 
     def assign(self, tp: TopicPart, committed: int, metadata: str | None, known: Recalled) -> None:
@@ -109,6 +120,7 @@ class PartitionBook:
             claims=known.claims,
             stored_leases=known.leases,
             unhandled_since=known.unhandled,
+            refunds=known.refunds,
             committed=committed,
             committed_metadata=metadata or "",
             metadata_limit=self._metadata_limit,
@@ -244,10 +256,12 @@ class PartitionBook:
             ]:
                 del state.commits_sent[sent]
             batch.forget_below(tp.topic, tp.partition, offset, legacy=self._store.legacy)
+            batch.own_commit(tp.topic, tp.partition, offset, metadata)
             _forget_below(state.resolved_before, offset)
             _forget_below(state.claims, offset)
             _forget_below(state.stored_leases, offset)
             _forget_below(state.unhandled_since, offset)
+            _forget_below(state.refunds, offset)
         self._store.write(batch)
 
 

@@ -102,13 +102,18 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
             frozenset(request.job_types),
+            reports_started=request.reports_started,
+            start_now=max(0, request.start_now),
         )
         return pb.ClaimResponse(jobs=[_claimed(g) for g in grants])
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
-        answers = self._engine.heartbeat([(r.lease_id, r.lease_token) for r in request.leases])
+        answers = self._engine.heartbeat(
+            [(r.lease_id, r.lease_token) for r in request.leases],
+            frozenset(r.lease_id for r in request.leases if r.started),
+        )
         return pb.HeartbeatResponse(results=_results(answers))
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:

@@ -33,6 +33,8 @@ class LeaseView:
     attempt: int
     age_s: float
     expires_in_s: float
+    # False while the job waits in its worker's prefetch (its handler not started).
+    started: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

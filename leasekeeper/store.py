@@ -8,8 +8,9 @@ from a worker that still holds a valid lease on it.
 
 One key per job (``o/<topic>/<partition>/`` and the offset as 8 big-endian
 bytes) holds its whole state, so each state change is one put: ``L`` claims and
-the lease in flight, ``C`` claims only (the lease ended without a resolution
-yet), ``R`` and a resolution code. Stores written before this layout (a key
+the lease in flight (``W`` the same for a job still waiting in its worker's
+prefetch), ``C`` claims only (the lease ended without a resolution yet), ``R``
+and a resolution code. Stores written before this layout (a key
 each for resolution, claims and lease, ``r/``, ``c/``, ``l/``) are still read,
 and forgotten below each commit like the rest. Kafka keeps the jobs; this is an index and a
 memory, never the only copy of a job (no job lives only in local state). Writes are grouped into one
@@ -29,7 +30,7 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 OFFSET_WIDTH = 20
 # Facts about the store itself live under their own prefix, apart from the
-# per-partition keys ("r/", "c/", "l/").
+# per-partition keys ("o/", "u/", "f/"; before one key per job "r/", "c/", "l/").
 _META = b"meta/"
 # Jobs by id ("j/<job id>"): delayed and skipped jobs, for ``inspect job``.
 _NOTES = b"j/"
@@ -38,6 +39,8 @@ _ALL_KEYS = (b"\x00", b"\xff")
 # The per-partition keys of stores written before one key per job held all its state.
 _LEGACY_KINDS = ("r", "c", "l")
 _LEASED, _CLAIMED, _RESOLVED = b"L", b"C", b"R"
+# Leased, and the job waits in its worker's prefetch: not started (``started_only``).
+_WAITING = b"W"
 
 
 class NoteKind(StrEnum):
@@ -126,6 +129,10 @@ class LeaseRecord:
     attempt: int
     started_ms: int
     until_ms: int
+    # False while the job waits in its worker's prefetch (see ``started_only``). A
+    # record written before the flag existed is a started job: the conservative
+    # reading, which spends the attempt.
+    started: bool = True
 
     def encode(self) -> bytes:
         """The lease as a legacy ``l/`` value (JSON); see ``leased_value`` for today's."""
@@ -143,18 +150,27 @@ class LeaseRecord:
 
 
 def leased_value(
-    claims: int, token: str, worker: str, attempt: int, started_ms: int, until_ms: int
+    claims: int,
+    token: str,
+    worker: str,
+    attempt: int,
+    started_ms: int,
+    until_ms: int,
+    started: bool = True,
 ) -> bytes:
     """A job's state while leased: its claims and the lease, in one value (the worker
-    id last, since it is the only field that may hold the separator)."""
-    return b"L%d|%s|%d|%d|%d|%s" % (claims, token.encode(), attempt, started_ms, until_ms,
-                                     worker.encode())  # fmt: skip
+    id last, since it is the only field that may hold the separator). The first
+    letter says whether the job started: ``L`` yes, ``W`` waiting in a prefetch."""
+    kind = _LEASED if started else _WAITING
+    return b"%s%d|%s|%d|%d|%d|%s" % (kind, claims, token.encode(), attempt, started_ms,
+                                      until_ms, worker.encode())  # fmt: skip
 
 
 def _read_leased(raw: bytes) -> tuple[int, LeaseRecord]:
     claims, token, attempt, started_ms, until_ms, worker = raw[1:].split(b"|", 5)
     record = LeaseRecord(token=token.decode(), worker=worker.decode(), attempt=int(attempt),
-                         started_ms=int(started_ms), until_ms=int(until_ms))  # fmt: skip
+                         started_ms=int(started_ms), until_ms=int(until_ms),
+                         started=raw[:1] != _WAITING)  # fmt: skip
     return int(claims), record
 
 
@@ -168,6 +184,9 @@ class PartitionMemory:
     # When no connected worker could take the job first (epoch ms): the grace
     # before it fails as an unknown job type counts from there, across restarts.
     unhandled: dict[int, int] = field(default_factory=dict)
+    # Attempts given back to jobs whose lease expired before they started: the
+    # bound that keeps a job that kills its worker from being refunded forever.
+    refunds: dict[int, int] = field(default_factory=dict)
 
 
 def _key(kind: str, topic: str, partition: int, offset: int) -> bytes:
@@ -186,6 +205,13 @@ def _state_prefix(topic: str, partition: int) -> bytes:
 
 def _state_key(topic: str, partition: int, offset: int) -> bytes:
     return _state_prefix(topic, partition) + offset.to_bytes(8, "big")
+
+
+def _own_commit_key(topic: str, partition: int) -> bytes:
+    """The last commit this store's leasekeeper saw Kafka accept for a partition: a
+    fact about the store, so under ``meta/``. When Kafka still holds that commit,
+    the store knows more than its metadata."""
+    return _META + f"commit/{topic}/{partition}".encode()
 
 
 class StoreBatch:
@@ -209,6 +235,14 @@ class StoreBatch:
     def unhandled(self, topic: str, partition: int, offset: int, since_ms: int) -> None:
         self._batch.put(_key("u", topic, partition, offset), str(since_ms).encode())
 
+    def refunds(self, topic: str, partition: int, offset: int, count: int) -> None:
+        """Attempts given back to the job (``started_only``); rare, so a key of its own."""
+        self._batch.put(_key("f", topic, partition, offset), str(count).encode())
+
+    def own_commit(self, topic: str, partition: int, offset: int, metadata: str) -> None:
+        """Kafka accepted this commit of ours: everything it says is in the store too."""
+        self._batch.put(_own_commit_key(topic, partition), f"{offset}:{metadata}".encode())
+
     def note(self, note: JobNote) -> None:
         self._batch.put(_note_key(note.job_id), note.encode())
 
@@ -223,7 +257,7 @@ class StoreBatch:
         self._batch.delete_range(
             _state_key(topic, partition, 0), _state_key(topic, partition, max(0, offset))
         )
-        for kind in ("u", *(_LEGACY_KINDS if legacy else ())):
+        for kind in ("u", "f", *(_LEGACY_KINDS if legacy else ())):
             self._batch.delete_range(
                 _key(kind, topic, partition, 0), _key(kind, topic, partition, offset)
             )
@@ -298,7 +332,21 @@ class LeaseStore:
         unhandled = {
             offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
         }
-        return PartitionMemory(resolved=resolved, claims=claims, leases=leases, unhandled=unhandled)
+        refunds = {
+            offset: int(value) for offset, value in self._scan("f", topic, partition, from_offset)
+        }
+        return PartitionMemory(
+            resolved=resolved, claims=claims, leases=leases, unhandled=unhandled, refunds=refunds
+        )
+
+    def own_commit(self, topic: str, partition: int) -> tuple[int, str] | None:
+        """The last commit of this partition that Kafka accepted from this store's
+        leasekeeper, as (offset, metadata), if any."""
+        value = self._db.get(_own_commit_key(topic, partition))
+        if not isinstance(value, bytes):
+            return None
+        offset, _, metadata = value.decode().partition(":")
+        return int(offset), metadata
 
     def _load_legacy(self, topic: str, partition: int, from_offset: int) -> PartitionMemory:
         """What a store of the layout before one key per job knows of the partition."""
@@ -378,5 +426,5 @@ def _remember(
         resolved[offset] = _RESOLUTION_OF[value[1:]]
     elif kind == _CLAIMED:
         claims[offset] = int(value[1:])
-    elif kind == _LEASED:
+    elif kind in (_LEASED, _WAITING):
         claims[offset], leases[offset] = _read_leased(value)

@@ -56,9 +56,22 @@ class ClaimRequest(_message.Message):
     MAX_JOBS_FIELD_NUMBER: _builtins.int
     WAIT_MS_FIELD_NUMBER: _builtins.int
     JOB_TYPES_FIELD_NUMBER: _builtins.int
+    REPORTS_STARTED_FIELD_NUMBER: _builtins.int
+    START_NOW_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     max_jobs: _builtins.int
     wait_ms: _builtins.int
+    reports_started: _builtins.bool
+    """This worker reports when each job's handler starts (LeaseRef.started in its
+    heartbeats): a lease that expires before its job started gives its attempt
+    back (a bounded number of times). False, as older workers send: every job
+    counts as started when claimed.
+    """
+    start_now: _builtins.int
+    """With reports_started: how many of the jobs returned start at once (the worker
+    has that many idle handlers). The first start_now count as started at claim;
+    only the rest wait in the worker and can have their attempt given back.
+    """
     @_builtins.property
     def job_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The job types this worker can run (it has a handler and the payload schema).
@@ -72,10 +85,12 @@ class ClaimRequest(_message.Message):
         max_jobs: _builtins.int = ...,
         wait_ms: _builtins.int = ...,
         job_types: _abc.Iterable[_builtins.str] | None = ...,
+        reports_started: _builtins.bool = ...,
+        start_now: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "max_jobs", b"max_jobs", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "max_jobs", b"max_jobs", "reports_started", b"reports_started", "start_now", b"start_now", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -203,17 +218,23 @@ class LeaseRef(_message.Message):
 
     LEASE_ID_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     lease_token: _builtins.str
+    started: _builtins.bool
+    """In a heartbeat: the job's handler has started (it is no longer waiting in the
+    worker's prefetch), so a crash from here on spends its attempt.
+    """
     def __init__(
         self,
         *,
         lease_id: _builtins.str = ...,
         lease_token: _builtins.str = ...,
+        started: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "lease_token", b"lease_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "lease_token", b"lease_token", "started", b"started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected
 from workers.decoding import EnvelopeDecoder, default_decoder, job_types
 from workers.loading import AppNotFound, load_app
-from workers.runtime import Worker
+from workers.runtime import DEFAULT_PREFETCH, Worker
 from workers.supervisor import run_in_foreground, supervise
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class RunOptions:
     token: str | None
     concurrency: int
     processes: int
-    prefetch: int = 1
+    prefetch: int = DEFAULT_PREFETCH
     worker_id: str
     schema_dirs: tuple[str, ...]
     grace_s: float
@@ -97,10 +97,10 @@ def main() -> None:
 @click.option(
     "--prefetch",
     type=click.IntRange(min=1),
-    default=1,
+    default=DEFAULT_PREFETCH,
     show_default=True,
     help="Jobs held per slot (2: the next job waits here, so a slot never waits for a "
-    "claim; suits short I/O jobs, not long ones a stuck worker would hoard).",
+    "claim; 1 for long jobs, which a busy worker would hold back from others).",
 )
 @click.option(
     "--processes",

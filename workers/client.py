@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, TypeVar
@@ -143,11 +143,26 @@ class LeaseKeeperClient:
         self._down_since = 0.0
         self._next_report_s = STILL_DOWN_FIRST_S
 
-    def claim(self, max_jobs: int, wait_ms: int, job_types: Sequence[str] = ()) -> list[Lease]:
+    def claim(
+        self,
+        max_jobs: int,
+        wait_ms: int,
+        job_types: Sequence[str] = (),
+        *,
+        reports_started: bool = False,
+        start_now: int = 0,
+    ) -> list[Lease]:
         """Long-poll for up to ``max_jobs`` jobs of ``job_types`` (empty: any type); an
-        empty list when none came in ``wait_ms``."""
+        empty list when none came in ``wait_ms``. With ``reports_started`` the caller
+        promises to report each job's start in its heartbeats, except the first
+        ``start_now`` jobs, which its idle handlers start at once."""
         request = worker_pb2.ClaimRequest(
-            worker_id=self.worker_id, max_jobs=max_jobs, wait_ms=wait_ms, job_types=job_types
+            worker_id=self.worker_id,
+            max_jobs=max_jobs,
+            wait_ms=wait_ms,
+            job_types=job_types,
+            reports_started=reports_started,
+            start_now=start_now,
         )
         timeout = wait_ms / 1000 + self._rpc_timeout_s
         response = self._call(
@@ -155,11 +170,19 @@ class LeaseKeeperClient:
         )
         return [_lease(job) for job in response.jobs]
 
-    def heartbeat(self, refs: Sequence[LeaseRef]) -> list[LeaseResult]:
-        """Extend many leases in one call; each result says whether its token was current."""
+    def heartbeat(
+        self, refs: Sequence[LeaseRef], started: Collection[str] = ()
+    ) -> list[LeaseResult]:
+        """Extend many leases in one call; each result says whether its token was current.
+        ``started`` names the leases (by id) whose handler has started."""
         request = worker_pb2.HeartbeatRequest(
             worker_id=self.worker_id,
-            leases=[worker_pb2.LeaseRef(lease_id=r.lease_id, lease_token=r.token) for r in refs],
+            leases=[
+                worker_pb2.LeaseRef(
+                    lease_id=r.lease_id, lease_token=r.token, started=r.lease_id in started
+                )
+                for r in refs
+            ],
         )
         response = self._call(
             "Heartbeat",

@@ -37,6 +37,7 @@ class Held:
     timeout_s: float | None = None
     deadline: float | None = None
     started_at: float | None = None  # when the handler started: its run time is the job's cost
+    start_reported: bool = False  # a heartbeat told the leasekeeper it started
     decided: bool = False  # a settlement was queued or deliberately skipped
     answered: bool = False  # ...and the leasekeeper answered it, or it was dropped
     cancel: Callable[[], object] | None = None
@@ -157,6 +158,24 @@ class InFlight:
                 return beating
             return []
 
+    def waiting_or_running(self) -> int:
+        """Jobs that have a handler or wait for one (``concurrency`` minus this is the
+        number of handlers a claim would find idle)."""
+        with self._cond:
+            return sum(1 for h in self._held.values() if h.phase is not Phase.DONE)
+
+    def starts_due(self, now: float, after_s: float) -> list[Held]:
+        """Running jobs whose start the leasekeeper has not heard of, started at least
+        ``after_s`` ago: jobs that finish sooner are settled instead of reported."""
+        with self._cond:
+            return [h for h in self._held.values() if _start_unreported(h) and (
+                h.started_at is not None and h.started_at + after_s <= now)]  # fmt: skip
+
+    def reported_started(self, held: list[Held]) -> None:
+        with self._cond:
+            for h in held:
+                h.start_reported = True
+
     def timeouts_due(self, now: float) -> list[Held]:
         with self._cond:
             return [
@@ -168,10 +187,17 @@ class InFlight:
                 and h.deadline <= now
             ]
 
-    def next_due(self) -> float | None:
-        """When the monitor next has something to do: a heartbeat or a deadline."""
+    def next_due(self, start_report_s: float | None = None) -> float | None:
+        """When the monitor next has something to do: a heartbeat, a deadline, or (with
+        ``start_report_s``) a start to report."""
         with self._cond:
             times = [h.next_beat_at for h in self._held.values() if h.beating]
+            if start_report_s is not None:
+                times += [
+                    h.started_at + start_report_s
+                    for h in self._held.values()
+                    if _start_unreported(h) and h.started_at is not None
+                ]
             times += [
                 h.deadline
                 for h in self._held.values()
@@ -205,3 +231,7 @@ class InFlight:
             if self._held.get(held.ref) is held:
                 del self._held[held.ref]
             self._cond.notify_all()
+
+
+def _start_unreported(held: Held) -> bool:
+    return held.phase is Phase.RUNNING and held.beating and not held.start_reported

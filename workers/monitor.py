@@ -4,6 +4,13 @@ Heartbeats are batched: whenever the first held job reaches a third of its
 lease, one Heartbeat extends every held lease at once. A refused lease (stale
 token, unknown lease) means another worker may be running the job now, so its
 context is marked ``lease_lost`` and its result will not be acked.
+
+With ``start_report_s`` (a worker that prefetches), heartbeats also say which
+jobs have started, and a job still running ``start_report_s`` after its start
+is reported in a heartbeat of its own (batched with the others due): the
+leasekeeper gives back the attempt of a job whose lease expires before it
+started (see ``leasekeeper.started_only``). Jobs that finish sooner are
+settled, not reported, so short jobs cost no extra call.
 """
 
 from __future__ import annotations
@@ -11,11 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
-from workers.inflight import Held, InFlight
+from workers.inflight import Held, InFlight, Phase
 from workers.messages import LeaseRef, LeaseResult
 
 log = logging.getLogger(__name__)
@@ -28,7 +35,9 @@ def _wall_ms() -> int:
 class HeartbeatClient(Protocol):
     """The one call the monitor needs (``LeaseKeeperClient`` has it)."""
 
-    def heartbeat(self, refs: Sequence[LeaseRef], /) -> list[LeaseResult]: ...
+    def heartbeat(
+        self, refs: Sequence[LeaseRef], /, started: Collection[str] = ()
+    ) -> list[LeaseResult]: ...
 
 
 class LeaseMonitor:
@@ -46,8 +55,10 @@ class LeaseMonitor:
         retry_s: float = 1.0,
         idle_s: float = 1.0,
         heartbeats: bool = True,
+        start_report_s: float | None = None,
     ) -> None:
         self._heartbeats = heartbeats
+        self._start_report_s = start_report_s
         self._table = table
         self._client = client
         self._on_timeout = on_timeout
@@ -75,6 +86,8 @@ class LeaseMonitor:
         for held in self._table.expired(self._wall_ms()):
             _lose(held, "lease expired before a heartbeat reached the leasekeeper")
         beats = self._table.beats_due(now)
+        if not beats and self._start_report_s is not None:
+            beats = self._table.starts_due(now, self._start_report_s)
         if beats:
             self._beat(beats)
 
@@ -84,14 +97,17 @@ class LeaseMonitor:
                 self.tick()
             except Exception:
                 log.exception("lease monitor tick failed")
-            due = self._table.next_due()
+            due = self._table.next_due(self._start_report_s)
             timeout = self._idle_s if due is None else min(self._idle_s, due - self._clock())
             if timeout > 0:
                 self._table.wait_change(timeout)
 
     def _beat(self, beats: list[Held]) -> None:
+        started = self._started(beats)
         try:
-            results = self._client.heartbeat([held.ref for held in beats])
+            results = self._client.heartbeat(
+                [held.ref for held in beats], started={h.ref.lease_id for h in started}
+            )
         except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
             log.warning("heartbeat for %d lease(s) failed; retrying: %s", len(beats), exc)
             self._table.reschedule(beats, now=self._clock(), retry_s=self._retry_s)
@@ -109,9 +125,19 @@ class LeaseMonitor:
                 _lose(held, f"heartbeat refused: {result.reason or 'no reason given'}")
             else:
                 self._table.extend(held, result.until_ms)
+        self._table.reported_started([h for h in started if _ok(by_id.get(h.ref.lease_id))])
         if later:
             log.info("leasekeeper asks to retry %d heartbeat(s) later", len(later))
             self._table.reschedule(later, now=self._clock(), retry_s=self._retry_s)
+
+    def _started(self, beats: list[Held]) -> list[Held]:
+        if self._start_report_s is None:
+            return []
+        return [held for held in beats if held.phase is Phase.RUNNING]
+
+
+def _ok(result: LeaseResult | None) -> bool:
+    return result is not None and result.ok
 
 
 def _lose(held: Held, reason: str) -> None:

@@ -13,16 +13,19 @@ Threads and what they do:
 releases jobs that have not started, and lets running ones finish within
 ``shutdown_grace_s``; ``run()`` then returns.
 
-Prefetch: a worker holds up to ``prefetch x concurrency`` leases, and runs
-``concurrency`` of them at a time; the rest wait in line for a free handler. A
-job that finishes finds the next one already here, instead of waiting for its
-settle to be answered and a claim to come back. Waiting jobs are heartbeated
-like running ones, released on shutdown, and have their attempt counted at claim
-like every job (invariant 4): when the worker dies, a prefetched job that never
-started is run again after its lease expires, with that attempt spent. Its
-``timeout_s`` starts when it starts. The default is 1 (no job waits here): a
-worker stuck in a long handler would otherwise hoard the jobs it prefetched,
-and a redelivered job could land behind the very handler that lost it.
+Prefetch: a worker holds up to ``prefetch x concurrency`` leases (default 2x,
+like Celery's prefetch multiplier), and runs ``concurrency`` of them at a time;
+the rest wait in line for a free handler. A job that finishes finds the next one
+already here, instead of waiting for its settle to be answered and a claim to
+come back. Waiting jobs are heartbeated like running ones and released on
+shutdown. Their attempt is counted at claim like every job's (invariant 4). A
+claim says how many of its jobs go to idle handlers (they count as started at
+once), and the worker reports the start of the others in its heartbeats (a job
+still running ``START_REPORT_S`` after it started): when the worker dies, a
+prefetched job that never started gets its attempt back after its lease expires
+(see ``leasekeeper.started_only``, which bounds the refunds so that a job that
+kills its worker still reaches the DLQ). Its ``timeout_s`` starts when it starts.
+With ``prefetch=1`` no job waits here and every claim counts as started.
 """
 
 from __future__ import annotations
@@ -57,6 +60,12 @@ from workers.tracing import default_middleware
 log = logging.getLogger(__name__)
 
 _SETTLE_FLUSH_S = 10.0
+# How long a job runs before its start is reported in a heartbeat of its own. A
+# job that finishes sooner is settled instead (no extra call); a worker that dies
+# within it makes the job look unstarted, which the leasekeeper's bounded refund
+# allows for.
+START_REPORT_S = 0.02
+DEFAULT_PREFETCH = 2
 
 
 class Worker:
@@ -69,7 +78,7 @@ class Worker:
         *,
         decoder: EnvelopeDecoder,
         concurrency: int = 8,
-        prefetch: int = 1,
+        prefetch: int = DEFAULT_PREFETCH,
         worker_id: str | None = None,
         claim_wait_ms: int = 1000,
         shutdown_grace_s: float = 30.0,
@@ -96,6 +105,8 @@ class Worker:
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         self._concurrency, self._prefetch = concurrency, prefetch
+        # Only a worker with jobs waiting in it, whose heartbeats say which started.
+        self._reports_started = prefetch > 1 and heartbeats
         # The table's slots are leases in hand; handler threads bound what runs.
         self._table = InFlight(concurrency=concurrency * prefetch)
         self._async_slots = asyncio.Semaphore(concurrency)
@@ -117,6 +128,7 @@ class Worker:
             stop=self._monitor_stop,
             clock=clock,
             heartbeats=heartbeats,
+            start_report_s=START_REPORT_S if self._reports_started else None,
         )
 
     @property
@@ -189,7 +201,13 @@ class Worker:
             if free == 0 or self._stopping.is_set():
                 continue
             try:
-                leases = self._client.claim(free, self._claim_wait_ms, self._types.runnable)
+                leases = self._client.claim(
+                    free,
+                    self._claim_wait_ms,
+                    self._types.runnable,
+                    reports_started=self._reports_started,
+                    start_now=self._idle_handlers(),
+                )
             except LeaseKeeperUnavailable as exc:
                 failures += 1
                 log.debug("claim failed (%d in a row): %s", failures, exc)
@@ -203,6 +221,11 @@ class Worker:
                 return
             failures = 0
             self._accept(leases, free)
+
+    def _idle_handlers(self) -> int:
+        """Handlers with nothing to run or wait for: the first jobs of a claim start on
+        them at once (in claim order), so they count as started at claim."""
+        return max(0, self._concurrency - self._table.waiting_or_running())
 
     def _accept(self, leases: Sequence[Lease], free: int) -> None:
         if len(leases) > free:

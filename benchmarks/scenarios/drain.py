@@ -42,6 +42,7 @@ def drain_ours(
     prefix: list[str] | None = None,
     schema_registry: str | None = None,
     leasekeeper_args: tuple[str, ...] = (),
+    worker_args: tuple[str, ...] = (),
 ) -> measure.DrainResult:
     """One fresh consumer group draining ``queue`` (which holds exactly ``jobs`` jobs);
     with ``schema_registry``, in registry mode (the backlog must be written in it)."""
@@ -56,7 +57,7 @@ def drain_ours(
     )
     try:
         system.start_leasekeeper(*leasekeeper_args)
-        system.start_workers(app, workers, concurrency)
+        system.start_workers(app, workers, concurrency, extra=worker_args)
 
         def alive() -> None:
             for process in [system.leasekeeper, *system.workers]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,11 @@ class RestartingKeeper(ScriptedClient):
         self.settling = True
         self.settle_batches: list[list[str]] = []
 
-    def heartbeat(self, refs: Sequence[LeaseRef], /) -> list[LeaseResult]:
+    def heartbeat(
+        self, refs: Sequence[LeaseRef], /, started: Collection[str] = ()
+    ) -> list[LeaseResult]:
         if not self.settling:
-            return super().heartbeat(refs)
+            return super().heartbeat(refs, started)
         self.batches.append(list(refs))
         return [_later(r.lease_id) for r in refs]
 

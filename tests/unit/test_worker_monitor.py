@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from workers.client import LeaseKeeperUnavailable
 from workers.context import JobContext
@@ -17,11 +17,15 @@ class ScriptedClient:
 
     def __init__(self) -> None:
         self.batches: list[list[LeaseRef]] = []
+        self.started: list[set[str]] = []
         self.refuse: dict[str, str] = {}
         self.down = False
 
-    def heartbeat(self, refs: Sequence[LeaseRef], /) -> list[LeaseResult]:
+    def heartbeat(
+        self, refs: Sequence[LeaseRef], /, started: Collection[str] = ()
+    ) -> list[LeaseResult]:
         self.batches.append(list(refs))
+        self.started.append(set(started))
         if self.down:
             raise LeaseKeeperUnavailable("gone", reconnecting=True)
         return [

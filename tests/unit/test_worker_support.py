@@ -68,6 +68,8 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         self.pending: deque[bytes] = deque(envelopes or [])
         self.outstanding: dict[str, str] = {}  # lease_id -> current token
         self.claims: list[int] = []  # max_jobs of each Claim
+        self.starts_at_claim: list[int] = []  # start_now of each Claim that reports starts
+        self.started: list[str] = []  # lease ids heartbeats reported started
         self.claims_in_progress = 0
         self.claim_gate: threading.Event | None = None
         self.heartbeats: list[list[tuple[str, str]]] = []
@@ -97,6 +99,8 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         self._authorize(context)
         with self.cond:
             self.claims.append(request.max_jobs)
+            if request.reports_started:
+                self.starts_at_claim.append(request.start_now)
             self.worker_ids.add(request.worker_id)
             self.job_types.append(list(request.job_types))
             self.claims_in_progress += 1
@@ -135,6 +139,7 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         results = []
         with self.cond:
             self.heartbeats.append([(r.lease_id, r.lease_token) for r in request.leases])
+            self.started.extend(r.lease_id for r in request.leases if r.started)
             for ref in request.leases:
                 reason = self._refusal(ref.lease_id, ref.lease_token)
                 results.append(
