@@ -642,13 +642,20 @@ def produce_once(
     value: bytes,
     headers: list[tuple[str, bytes]] | None = None,
     on_delivery: Outcome,
+    partition: int | None = None,
+    on_offset: Callable[[int], None] | None = None,
 ) -> None:
     """Produce one record without waiting or retrying: ``on_delivery(None, "")`` on
     success, ``on_delivery(failure, text)`` on a failed delivery report, and
-    ``ProduceError`` when ``produce()`` refuses it at once. The caller owns the policy."""
+    ``ProduceError`` when ``produce()`` refuses it at once. The caller owns the policy.
+    ``partition`` pins the record's partition; ``on_offset`` hears where a delivered
+    record landed, before ``on_delivery``."""
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
         if err is None:
+            if on_offset is not None:
+                offset = msg.offset()
+                on_offset(-1 if offset is None else offset)
             on_delivery(None, "")
         else:
             on_delivery(classify_produce_error(err), f"{err.name()}: {err.str()}")
@@ -656,6 +663,8 @@ def produce_once(
     kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
     if headers:
         kwargs["headers"] = headers
+    if partition is not None:
+        kwargs["partition"] = partition
     try:
         producer.produce(topic, **kwargs)
     except BufferError as exc:

@@ -1,6 +1,7 @@
-"""Create a queue's topics: ``jobs.Q`` (and a topic per priority class) for ready
-jobs, ``jobs.Q.retry.<tier>`` (and ``jobs.Q.<class>.retry.<tier>``) for jobs waiting
-out a delay, and ``jobs.Q.dlq`` for dead letters.
+"""Create a queue's topics: ``jobs.Q`` for ready jobs (and one per priority class),
+``jobs.Q.overflow`` for a flooding tenant's excess, ``jobs.Q.retry.<tier>`` (and
+``jobs.Q.<class>.retry.<tier>``) for jobs waiting out a delay, and ``jobs.Q.dlq``
+for dead letters.
 
 All get the same partition count so a tenant's retries and dead letters sit in the
 partition matching its jobs. Creating an existing queue again is a no-op, but a queue that
@@ -100,6 +101,8 @@ def ensure_queue_topics(
             TopicSpec(name=name, partitions=partitions, replication=replication)
             for name in topics.classes(names)
         ),
+        # A flooding tenant's excess (keyed by tenant, partition p for a job of p).
+        TopicSpec(name=topics.overflow, partitions=partitions, replication=replication),
         TopicSpec(
             name=topics.dlq,
             partitions=partitions,

@@ -123,6 +123,15 @@ def main() -> None:
     help="TOML file of tenant weights and caps ([defaults], [tenants.NAME]); flags win",
 )
 @click.option(
+    "--overflow-share",
+    type=click.FloatRange(min=0.0, max=1.0),
+    default=_ENGINE.overflow_share,
+    show_default=True,
+    help="a tenant holding more than this share of its partition's slice of a full "
+    "window moves to the overflow lane (jobs.QUEUE.overflow), e.g. 0.5; 0 leaves the "
+    "lane off",
+)
+@click.option(
     "--rate-limit",
     multiple=True,
     metavar="TYPE=N/s",
@@ -319,6 +328,7 @@ def serve(
     tenant_cap_for: tuple[str, ...],
     tenant_weight: tuple[str, ...],
     tenants_file: Path | None,
+    overflow_share: float,
     rate_limit: tuple[str, ...],
     tenant_rate_limit: str | None,
     tenant_rate_limit_for: tuple[str, ...],
@@ -402,6 +412,7 @@ def serve(
             max_uncommitted=max_uncommitted,
             class_weights=priority_classes.weights,
             tenants=tenants,
+            overflow_share=overflow_share,
             rate_limits=rate_limits,
             unknown_type_grace_s=unknown_type_grace,
             status_records=not no_status,

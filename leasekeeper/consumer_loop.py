@@ -36,6 +36,7 @@ from leasekeeper.family_consumer import FamilyConsumer
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import partitions_line
 from leasekeeper.outbox import Outbox
+from leasekeeper.overflow_watch import OverflowWatch
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.confluent import SchemaUnavailable
@@ -118,6 +119,13 @@ class ConsumerLoop:
         self._gate = gate
         # The priority classes' topics (the default class's is ``topics.ready``).
         self._ready_topics = ready_topics or (topics.ready,)
+        # The overflow lane: a flooded class partition's excess moves there.
+        self._overflow = OverflowWatch(
+            engine=engine,
+            overflow_topic=topics.overflow,
+            sources=frozenset(self._ready_topics) - {topics.overflow},
+            clock=clock,
+        )
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
@@ -179,6 +187,7 @@ class ConsumerLoop:
             self._engine.cancellations_arrived()
         if self.breakers is not None:
             self.breakers.poll()
+        self._overflow.poll(self._consumer)
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
@@ -360,8 +369,11 @@ class ConsumerLoop:
         wanted = self._engine.over_span() & assignment
         if self._full:
             over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
+            if self._overflow.move_floods(over, assignment):
+                over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
             wanted |= over
             room = headroom
+        wanted |= self._overflow.copying(assignment)
         wanted |= self._gate.held() & assignment
         # A partition whose copy cannot be produced fetches nothing more to fail on.
         wanted |= set(self._outbox.blocked()) & assignment

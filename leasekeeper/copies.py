@@ -35,6 +35,7 @@ class CopyKind(StrEnum):
     DEAD_RAW = "dead_raw"  # an undecodable record to the DLQ, byte for byte
     DEDUPE_CLAIM = "dedupe_claim"  # a dedupe key's first job, before the job runs
     STATUS = "status"  # how a job ended, to jobs.Q.status; resolves nothing
+    OVERFLOW = "overflow"  # a flooding tenant's job, to jobs.Q.overflow (overflow_lane)
 
 
 class Shrink(IntEnum):
@@ -60,7 +61,7 @@ class CopyRequest:
     reason: DeadLetterReason | None = None  # DEAD, DEAD_RAW
     detail: str = ""  # DEAD, DEAD_RAW; PARK: why
     raw_key: bytes | None = None  # DEAD_RAW
-    raw_value: bytes | None = None  # DEAD_RAW
+    raw_value: bytes | None = None  # DEAD_RAW; OVERFLOW: the envelope, when unchanged
     claim: DedupeClaim | None = None  # DEDUPE_CLAIM
     lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
     status: JobStatus | None = None  # STATUS

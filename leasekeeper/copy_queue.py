@@ -23,6 +23,7 @@ _RESOLUTIONS = {
     CopyKind.PARK: Resolution.PARKED,
     CopyKind.DEAD: Resolution.DEAD,
     CopyKind.DEAD_RAW: Resolution.DEAD,
+    CopyKind.OVERFLOW: Resolution.OVERFLOWED,
 }
 
 

@@ -46,6 +46,8 @@ from leasekeeper.job_reader import Decode, JobReader
 from leasekeeper.lease_core import LeaseCore
 from leasekeeper.leases import Grant, LeaseAnswer, Pending, Settlement, TopicPart
 from leasekeeper.limit_dispatch import LimitDispatch, LimitsSnapshot
+from leasekeeper.overflow_lane import OverflowLane
+from leasekeeper.overflow_moves import OverflowMoves
 from leasekeeper.parking import Parking
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.rate_limit import RateLimits
@@ -111,7 +113,11 @@ class LeaseEngine:
         failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock,
                                reader=reader)  # fmt: skip
         book, window = self._book, self._window
-        self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies)
+        self._overflow = OverflowMoves(lane=OverflowLane(share=config.overflow_share), book=book,
+                                       window=window, copies=self._copies,
+                                       store=store, reader=reader)  # fmt: skip
+        self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies,
+                              overflow=self._overflow)  # fmt: skip
         self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                      window=window, book=book,
                                      window_records=config.window_records,
@@ -131,8 +137,10 @@ class LeaseEngine:
         """Take a partition from ``committed`` on, remembering what the store knows and
         what the previous owner left in the commit metadata (whichever knows more)."""
         known = self._book.recall(tp, committed, metadata)
+        overflow = self._overflow.recall(tp, metadata)
         with self._cond:
             self._book.assign(tp, committed, metadata, known)
+            self._overflow.assign(tp, overflow)
             self._limits.follow_partitions()
 
     def assignment_received(self) -> None:
@@ -156,6 +164,7 @@ class LeaseEngine:
         with self._cond:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
+                self._overflow.revoke(tp)
             self._limits.follow_partitions()
 
     def assigned(self) -> list[TopicPart]:
@@ -247,6 +256,42 @@ class LeaseEngine:
         with self._cond:
             return self._window.over_share(fetching, unit)
 
+    # -- the overflow lane (see overflow_lane) --------------------------------
+
+    def overflow_topic(self, topic: str) -> None:
+        """The overflow lane's topic (its records are copies, a second one is skipped)."""
+        with self._cond:
+            self._overflow.topic = topic
+
+    def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
+        """Move to the overflow lane the tenants flooding ``over`` (ready partitions a
+        full window pauses; ``slice_`` is each one's share of the window); returns how
+        many ready jobs moved."""
+        with self._cond:
+            return self._overflow.floods(over, slice_)
+
+    def overflow_watched(self) -> set[int]:
+        """Overflow partitions whose committed offset decides whether a tenant is back."""
+        with self._cond:
+            return self._overflow.lane.watched()
+
+    def overflow_committed(self, committed: Mapping[int, int]) -> None:
+        """The group's committed offsets in the overflow topic, read from Kafka."""
+        with self._cond:
+            self._overflow.overflow_committed(committed)
+
+    def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
+        """Partitions not to fetch further for now: those with ``limit`` copies or more
+        decided and not delivered (fetching more would only queue more copies), and
+        those with ``unsaved`` copies to the overflow lane in no accepted commit yet
+        (what a move, after the group coordinator failed, would copy again)."""
+        with self._cond:
+            return {
+                tp
+                for tp, s in self._book.parts.items()
+                if s.copies_in_flight >= limit or self._overflow.unsaved(tp) >= unsaved
+            }
+
     # -- workers ------------------------------------------------------------
 
     def claim(
@@ -303,7 +348,8 @@ class LeaseEngine:
     def _commits_behind(self) -> bool:
         """Whether too many finished jobs wait for a commit Kafka accepts: hand out no
         more until one lands (``committed`` wakes the claimers)."""
-        behind = self._book.unsaved() >= self._config.max_uncommitted
+        # The overflow lane's copies are not finished jobs: they wait apart (``copying``).
+        behind = self._book.unsaved() - self._overflow.unsaved() >= self._config.max_uncommitted
         if behind != self._holding:
             self._holding = behind
             if behind:
@@ -451,13 +497,16 @@ class LeaseEngine:
         with self._cond:
             return self._book.current(request.source, request.generation) is not None
 
-    def copy_delivered(self, request: CopyRequest, *, dead: bool = False) -> None:
-        """The copy is durable: resolve its source offset (a dedupe claim lets its job run).
-        ``dead``: the outbox sent a dead letter instead (the copy was too large)."""
+    def copy_delivered(self, request: CopyRequest, *, dead: bool = False, at: int = -1) -> None:
+        """The copy is durable (at offset ``at`` of its topic, when known): resolve its
+        source offset (a dedupe claim lets its job run). ``dead``: the outbox sent a
+        dead letter instead (the copy was too large)."""
         if request.kind is CopyKind.STATUS:
             return
         with self._cond:
             self._copies.done(request)
+            if request.kind is CopyKind.OVERFLOW:
+                self._overflow.delivered(request, -1 if dead else at)
             if request.kind is CopyKind.DEDUPE_CLAIM:
                 self._intake.claimed(request)
                 return
@@ -471,6 +520,8 @@ class LeaseEngine:
         with self._cond:
             self._copies.done(request)
             self._intake.claim_dropped(request)
+            if request.kind is CopyKind.OVERFLOW:
+                self._overflow.dropped(request)
 
     # -- committing ---------------------------------------------------------
 
@@ -479,7 +530,10 @@ class LeaseEngine:
     ) -> dict[TopicPart, tuple[int, str]]:
         """Partitions whose commit (offset, or progress beyond it) changed since the last."""
         with self._cond:
-            return self._book.commit_positions(only)
+            self._overflow.refresh()
+            positions = self._book.commit_positions(only)
+            self._overflow.sent(positions, only)
+            return positions
 
     def shrink_metadata(self, tp: TopicPart) -> tuple[int, str] | None:
         """The broker refused ``tp``'s commit metadata as too large: the position to
@@ -497,6 +551,7 @@ class LeaseEngine:
         """Kafka accepted these commits: the store can forget everything below them."""
         with self._cond:
             self._book.committed(positions)
+            self._overflow.accepted(positions)
             if self._holding:
                 self._cond.notify_all()
 
@@ -523,7 +578,8 @@ class LeaseEngine:
         """Per priority class and per tenant: what ``inspect`` and the metrics show."""
         with self._cond:
             return fairness_snapshot(config=self._config, window=self._window,
-                                     book=self._book, now_ms=now_ms(self._clock))  # fmt: skip
+                                     book=self._book, now_ms=now_ms(self._clock),
+                                     overflow=self._overflow.lane.backlog())  # fmt: skip
 
     def job_view(self, given: str) -> dict[str, object]:
         """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a

@@ -50,6 +50,11 @@ class EngineConfig:
     status_records: bool = True
     # Circuit breakers per job type (see leasekeeper/breaker.py, docs/breaker.md).
     breakers: BreakerSettings = field(default_factory=BreakerSettings)
+    # A tenant holding more than this share of its partition's slice of a full window
+    # goes to the overflow lane (see overflow_lane); 0, the default, leaves the lane
+    # off: on a leasekeeper-bound drain its copies cost more than they save
+    # (docs/fairness.md). ``overflow_lane.DEFAULT_SHARE`` (0.5) is the value to try.
+    overflow_share: float = 0.0
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     # The ids of jobs acked here are kept this long, this many at most, and a later

@@ -9,6 +9,7 @@ is or is not served. Built under the engine's lock from the window and the book.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from leasekeeper.engine_config import EngineConfig
@@ -31,6 +32,9 @@ class TenantView:
     in_flight: int
     cap: int | None
     weight: float
+    # Jobs moved to the overflow lane from this leasekeeper's partitions and not run
+    # yet (see overflow_lane.OverflowLane.backlog).
+    overflow: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +50,12 @@ class FairnessSnapshot:
 
 
 def fairness_snapshot(
-    *, config: EngineConfig, window: ReadyWindow, book: PartitionBook, now_ms: int
+    *,
+    config: EngineConfig,
+    window: ReadyWindow,
+    book: PartitionBook,
+    now_ms: int,
+    overflow: Mapping[str, int] | None = None,
 ) -> FairnessSnapshot:
     """Tenants are sorted by ready plus in flight, busiest first."""
     ready: Counter[str] = Counter()
@@ -64,20 +73,25 @@ def fairness_snapshot(
                   oldest_ready_age_ms=None if name not in oldest else max(0, now_ms - oldest[name]))
         for name, weight in config.class_weights.items()
     )  # fmt: skip
-    return FairnessSnapshot(classes=classes, tenants=_tenants(config, window, book))
+    return FairnessSnapshot(classes=classes, tenants=_tenants(config, window, book, overflow or {}))
 
 
 def _tenants(
-    config: EngineConfig, window: ReadyWindow, book: PartitionBook
+    config: EngineConfig, window: ReadyWindow, book: PartitionBook, overflow: Mapping[str, int]
 ) -> tuple[TenantView, ...]:
     waiting = window.ready_by_tenant()
     running: Counter[str] = Counter()
     for state in book.parts.values():
         running.update(lease.pending.job.tenant_id for lease in state.leases.values())
-    names = sorted(set(waiting) | set(running), key=lambda t: -(waiting.get(t, 0) + running[t]))
+    moved = {t for t, n in overflow.items() if n}
+
+    def busy(tenant: str) -> int:
+        return waiting.get(tenant, 0) + running[tenant] + overflow.get(tenant, 0)
+
+    names = sorted(set(waiting) | set(running) | moved, key=lambda t: -busy(t))
     policy = config.tenants
     return tuple(
         TenantView(tenant=t, ready=waiting.get(t, 0), in_flight=running[t],
-                   cap=policy.cap(t), weight=policy.weight(t))
+                   cap=policy.cap(t), weight=policy.weight(t), overflow=overflow.get(t, 0))
         for t in names
     )  # fmt: skip

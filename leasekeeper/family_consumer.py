@@ -166,6 +166,14 @@ class FamilyConsumer:
             raise failure
         return None if asynchronous else committed
 
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        """The group's committed offsets of ``partitions``: every family's consumer is in
+        the one group, so any of them answers for any partition."""
+        consumer = next(iter(self._consumers.values()))
+        return consumer.committed(partitions, timeout=timeout)
+
     def assignment(self) -> list[TopicPartition]:
         return [tp for consumer in self._consumers.values() for tp in consumer.assignment()]
 

@@ -116,7 +116,7 @@ TENANTS_SHOWN = 10
 
 def fairness_lines(snapshot: dict[str, Any]) -> list[str]:
     """Per priority class (ready, weight, oldest ready age) and the busiest tenants
-    (ready, in flight, cap, weight); nothing from an older leasekeeper."""
+    (ready, in flight, cap, weight, overflow backlog); nothing from an older leasekeeper."""
     lines = []
     classes = snapshot.get("classes") or []
     if classes:
@@ -126,7 +126,7 @@ def fairness_lines(snapshot: dict[str, Any]) -> list[str]:
         cap = "-" if t["cap"] is None else t["cap"]
         lines.append(
             f"  tenant {t['tenant']}: ready {t['ready']}, in flight {t['in_flight']}, "
-            f"cap {cap}, weight {t['weight']:g}"
+            f"cap {cap}, weight {t['weight']:g}, overflow {t.get('overflow', 0)}"
         )
     if len(tenants) > TENANTS_SHOWN:
         lines.append(f"  … {len(tenants) - TENANTS_SHOWN} more tenants (--json lists all)")

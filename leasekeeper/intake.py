@@ -17,6 +17,7 @@ from leasekeeper.copy_queue import CopyQueue
 from leasekeeper.engine_config import EngineContext, now_ms
 from leasekeeper.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.leases import Pending, TopicPart, restore_lease
+from leasekeeper.overflow_moves import OverflowMoves
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.store import NoteKind, Resolution
 from leasekeeper.window import ReadyWindow
@@ -31,7 +32,9 @@ class Intake:
         book: PartitionBook,
         window: ReadyWindow,
         copies: CopyQueue,
+        overflow: OverflowMoves | None = None,
     ) -> None:
+        self._overflow = overflow
         self._book = book
         self._window = window
         self._copies = copies
@@ -69,6 +72,11 @@ class Intake:
             return
         if self.skipped(state, pending):
             return
+        if self._overflow is not None and self._overflow.copied_again(pending):
+            self._skip_copy(state, pending)
+            return
+        if self._overflow is not None and self._overflow.follow(pending):
+            return  # its tenant is in overflow here: it follows its older jobs there
         if not self._control.needs_claim(job, now_ms(self._clock)):
             self._window.queue(pending, not_before_ms, now_ms(self._clock))
             return
@@ -116,6 +124,14 @@ class Intake:
         self._store.write(batch)
         state.tracker.resolve(pending.offset)
         return True
+
+    def _skip_copy(self, state: PartitionState, pending: Pending) -> None:
+        """A second copy of a job already read from the overflow lane: resolved unrun."""
+        self._counters.skipped += 1
+        batch = self._store.batch()
+        batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
+        self._store.write(batch)
+        state.tracker.resolve(pending.offset)
 
     def _claim_key(self, pending: Pending, not_before_ms: int) -> CopyRequest:
         """Claim the job's dedupe key durably before the job may run: a restart must not

@@ -127,14 +127,16 @@ class EngineCollector(Collector):
         helps = {
             "ready": "ready jobs of the busiest tenants",
             "in_flight": "jobs in flight of the busiest tenants",
+            "overflow": "jobs of the busiest tenants moved to the overflow lane and not run yet",
         }
         for key, text in helps.items():
             family = GaugeMetricFamily(
                 f"leasekeeper_tenant_{key}_jobs", text, labels=["queue", "tenant"]
             )
             for view in tenants[:TOP_TENANTS]:
-                family.add_metric([self._queue, view["tenant"]], view[key])
-            family.add_metric([self._queue, "other"], sum(v[key] for v in tenants[TOP_TENANTS:]))
+                family.add_metric([self._queue, view["tenant"]], view.get(key, 0))
+            rest = sum(v.get(key, 0) for v in tenants[TOP_TENANTS:])
+            family.add_metric([self._queue, "other"], rest)
             yield family
 
     def _partitions(self, partitions: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:

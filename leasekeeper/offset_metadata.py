@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 PREFIX = "lq1"
+# Where another section (the overflow lane's tenants) starts after the progress.
+SECTIONS = "|"
 METADATA_LIMIT = 4000  # under the broker's default 4096 bytes
 MAX_SPAN = 16_000  # worst case (no compression): 2,000 bytes of bitmap, 2,668 in base64
 
@@ -94,6 +96,7 @@ def encode(committed: int, progress: Progress, limit: int = METADATA_LIMIT) -> s
 def decode(committed: int, metadata: str | None) -> Progress:
     """The progress in ``metadata`` (empty for foreign or malformed metadata)."""
     empty = Progress(resolved=frozenset(), claims={})
+    metadata = (metadata or "").partition(SECTIONS)[0]  # other sections follow the progress
     if not metadata or not metadata.startswith(PREFIX + ":"):
         return empty
     try:

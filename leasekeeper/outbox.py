@@ -53,6 +53,7 @@ class _Entry:
     attempts: int = 0  # failed sends that needed a backoff
     due: float = 0.0
     topic: str = ""  # where the last send went
+    offset: int = -1  # where the copy landed, once delivered
     blocked: str = ""  # why the copy cannot be sent, while it cannot
 
 
@@ -172,6 +173,9 @@ class Outbox:
                 value=record.value,
                 headers=list(record.headers),
                 on_delivery=lambda failure, text: self._delivered(entry, failure, text),
+                partition=record.partition,
+                # The overflow lane needs to know where its copies landed (overflow_lane).
+                on_offset=_landed(entry) if record.partition is not None else None,
             )
         except ProduceError as exc:
             self._failed(entry, exc.failure, str(exc), now=now)
@@ -190,7 +194,9 @@ class Outbox:
                         _name(entry.request.source))  # fmt: skip
         self._counters["delivered"] += 1
         self._tell(entry)
-        self._engine.copy_delivered(entry.request, dead=entry.shrink is not Shrink.FULL)
+        self._engine.copy_delivered(
+            entry.request, dead=entry.shrink is not Shrink.FULL, at=entry.offset
+        )
 
     def _tell(self, entry: _Entry) -> None:
         """Log a retry or a dead letter at INFO once it is durable, a few a minute at most."""
@@ -279,6 +285,13 @@ class Outbox:
         )
         with self._view_lock:
             self._view = view
+
+
+def _landed(entry: _Entry) -> Callable[[int], None]:
+    def landed(offset: int) -> None:
+        entry.offset = offset
+
+    return landed
 
 
 def _can_shrink(entry: _Entry) -> bool:

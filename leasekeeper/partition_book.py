@@ -58,6 +58,9 @@ class PartitionState:
     durable_resolutions: int = 0
     # (offset, metadata) sent in a commit → the resolutions it describes.
     commits_sent: dict[tuple[int, str], int] = field(default_factory=dict)
+    # The tenants in overflow on this partition, as the commit metadata carries them
+    # (see overflow_lane): appended to the progress, which gives it the room it takes.
+    overflow_section: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,6 +286,10 @@ def _metadata(state: PartitionState, offset: int) -> str:
             o: n for o, n in state.claims.items() if o >= offset and n > 0 and o not in resolved
         },
     )
+    # A broker whose limit is too small for the overflow section loses it on a move
+    # (the store still has it for a restart in place).
+    section = state.overflow_section if len(state.overflow_section) <= state.metadata_limit else ""
     if not progress.resolved and not progress.claims:
-        return ""
-    return encode_progress(offset, progress, limit=state.metadata_limit)
+        return section
+    limit = state.metadata_limit - len(section)
+    return encode_progress(offset, progress, limit=limit) + section if limit > 0 else section

@@ -37,6 +37,9 @@ class OutRecord:
     key: bytes | None
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
+    # Set for an overflow copy: partition p of the overflow lane for a job of p, so
+    # the lane does not depend on the producer's partitioner matching the enqueuer's.
+    partition: int | None = None
 
 
 class KafkaRouter:
@@ -91,6 +94,16 @@ class KafkaRouter:
         if kind is CopyKind.DEAD_RAW:
             return self._dead_raw(request, shrink)
         assert request.job is not None
+        if shrink is Shrink.FULL and kind is CopyKind.OVERFLOW:
+            job = request.job
+            value = request.raw_value or self._codec.encode(job)
+            return OutRecord(
+                topic=self._topics.overflow,
+                key=job.tenant_id.encode(),
+                value=value,
+                headers=tuple(job_headers(job, value)),
+                partition=request.source.partition,
+            )
         if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP, CopyKind.PARK):
             job = request.job
             value = self._codec.encode(job)
@@ -109,7 +122,11 @@ class KafkaRouter:
             # A retry or hop that could not be produced at all: it dies here.
             reason = DeadLetterReason.TOO_LARGE
             last = job.errors[-1].message if job.errors else ""
-            where = self.tier_topic(request)
+            where = (
+                self._topics.overflow
+                if request.kind is CopyKind.OVERFLOW
+                else self.tier_topic(request)
+            )
             detail = f"its {request.kind.value} copy was too large for {where}; last error: {last}"
         if shrink is Shrink.SHORT_HISTORY:
             job = short_history(job)

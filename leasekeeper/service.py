@@ -146,6 +146,7 @@ class LeaseKeeperService:
             # Jobs are read from their headers; the envelope only when a copy rewrites it.
             decode=codec.decode,
         )
+        self.engine.overflow_topic(self.topics.overflow)
         self._group_id = config.group_id or self.topics.consumer_group
         self.outbox = Outbox(
             producer=self._producer,
@@ -191,7 +192,7 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
-            ready_topics=ready_topics,
+            ready_topics=(*ready_topics, self.topics.overflow),
             config=config.loop,
             watch=config.kafka.watch,
             consumer_factory=new_consumer,
@@ -314,6 +315,7 @@ class LeaseKeeperService:
             raise KafkaException(ready.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
         consumed = (
             *self.topics.classes(tuple(self.config.engine.class_weights)),
+            self.topics.overflow,
             *self.gate.topics,
         )
         self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
@@ -387,6 +389,7 @@ class LeaseKeeperService:
             topics={
                 "ready": self.topics.ready,
                 "dlq": self.topics.dlq,
+                "overflow": self.topics.overflow,
                 **{
                     f"class {name}": self.topics.of_class(name)
                     for name in self.config.engine.class_weights

@@ -112,6 +112,7 @@ class Resolution(StrEnum):
     PARKED = "parked"
     DEAD = "dead"
     SKIPPED = "skipped"
+    OVERFLOWED = "overflowed"  # copied to the overflow lane (see overflow_lane)
 
 
 # A resolution as stored: ``R`` and one letter.
@@ -207,6 +208,12 @@ def _state_key(topic: str, partition: int, offset: int) -> bytes:
     return _state_prefix(topic, partition) + offset.to_bytes(8, "big")
 
 
+def _overflow_key(topic: str, partition: int) -> bytes:
+    """The tenants in overflow on a partition (one key per partition, apart from the
+    per-job keys)."""
+    return f"f/{topic}/{partition}".encode()
+
+
 def _own_commit_key(topic: str, partition: int) -> bytes:
     """The last commit this store's leasekeeper saw Kafka accept for a partition: a
     fact about the store, so under ``meta/``. When Kafka still holds that commit,
@@ -248,6 +255,14 @@ class StoreBatch:
 
     def forget_note(self, job_id: str) -> None:
         self._batch.delete(_note_key(job_id))
+
+    def overflow(self, topic: str, partition: int, text: str) -> None:
+        """The tenants in overflow on a partition (``overflow_lane.encode``; "" deletes)."""
+        key = _overflow_key(topic, partition)
+        if text:
+            self._batch.put(key, text.encode())
+        else:
+            self._batch.delete(key)
 
     def forget_below(
         self, topic: str, partition: int, offset: int, *, legacy: bool = False
@@ -362,6 +377,12 @@ class LeaseStore:
             for offset, value in self._scan("l", topic, partition, from_offset)
         }
         return PartitionMemory(resolved=resolved, claims=claims, leases=leases)
+
+    def overflow(self, topic: str, partition: int) -> str:
+        """The tenants in overflow on a partition, as ``StoreBatch.overflow`` wrote them."""
+        value = self._db.get(_overflow_key(topic, partition))
+        assert value is None or isinstance(value, bytes)  # raw mode
+        return value.decode() if value else ""
 
     def notes(self, id_prefix: str, limit: int = 10) -> list[JobNote]:
         """Up to ``limit`` notes whose job id starts with ``id_prefix`` (a whole id

@@ -63,6 +63,8 @@ class ReadyWindow:
         self._seq = itertools.count()
         # Jobs held (ready or delayed) per partition: what ``over_share`` compares.
         self._held: Counter[TopicPart] = Counter()
+        # The same per tenant: what the overflow lane compares (a flooding tenant).
+        self._tenants_held: dict[TopicPart, Counter[str]] = {}
         # Partitions ``over_share`` found over their share, until half of it is free.
         self._over: set[TopicPart] = set()
         # Ready jobs per job type: what a rate limit's share of the window compares.
@@ -81,23 +83,30 @@ class ReadyWindow:
         """Ready jobs of ``job_type`` in the window (kept as they come and go)."""
         return self._types.get(job_type, 0)
 
-    def _hold(self, tp: TopicPart, delta: int) -> None:
+    def _hold(self, pending: Pending, delta: int) -> None:
+        tp, tenant = pending.tp, pending.job.tenant_id
         self._held[tp] += delta
         if self._held[tp] <= 0:
             del self._held[tp]
+        tenants = self._tenants_held.setdefault(tp, Counter())
+        tenants[tenant] += delta
+        if tenants[tenant] <= 0:
+            del tenants[tenant]
+            if not tenants:
+                del self._tenants_held[tp]
 
     def queue(self, pending: Pending, not_before_ms: int, now_ms: int) -> None:
         """Into the ready jobs, or the delayed heap when it is not due yet."""
         if not_before_ms > now_ms:
             heapq.heappush(self._delayed, (not_before_ms, next(self._seq), pending))
-            self._hold(pending.tp, 1)
+            self._hold(pending, 1)
         else:
             self.push(pending)
 
     def push(self, pending: Pending) -> None:
         self._ready.push(pending.job.tenant_id, pending)
         self.bytes += len(pending.envelope)
-        self._hold(pending.tp, 1)
+        self._hold(pending, 1)
         self._typed(pending, 1)
         # Every claimer wakes: the one woken alone might not run this job's type.
         self._wake()
@@ -106,7 +115,7 @@ class ReadyWindow:
         """A released job: it was not run, so it goes back to the front of its tenant."""
         self._ready.push_front(pending.job.tenant_id, pending)
         self.bytes += len(pending.envelope)
-        self._hold(pending.tp, 1)
+        self._hold(pending, 1)
         self._typed(pending, 1)
         self._wake()
 
@@ -117,7 +126,7 @@ class ReadyWindow:
         pending = self._ready.pop(accept, skip)
         if pending is not None:
             self.bytes -= len(pending.envelope)
-            self._hold(pending.tp, -1)
+            self._hold(pending, -1)
             self._typed(pending, -1)
         return pending
 
@@ -137,7 +146,7 @@ class ReadyWindow:
         removed = self._ready.remove_if(predicate)
         self.bytes -= sum(len(p.envelope) for p in removed)
         for pending in removed:
-            self._hold(pending.tp, -1)
+            self._hold(pending, -1)
             self._typed(pending, -1)
         return removed
 
@@ -148,7 +157,7 @@ class ReadyWindow:
         if len(kept) != len(self._delayed):
             for item in self._delayed:
                 if predicate(item[2]):
-                    self._hold(item[2].tp, -1)
+                    self._hold(item[2], -1)
             self._delayed = kept
             heapq.heapify(self._delayed)
 
@@ -159,7 +168,7 @@ class ReadyWindow:
         while self._delayed and self._delayed[0][0] <= now_ms:
             _, _, pending = heapq.heappop(self._delayed)
             if not live(pending):
-                self._hold(pending.tp, -1)
+                self._hold(pending, -1)
                 continue
             self._ready.push(pending.job.tenant_id, pending)
             self.bytes += len(pending.envelope)
@@ -178,6 +187,10 @@ class ReadyWindow:
     def held(self, tp: TopicPart) -> int:
         """Jobs of ``tp`` in the window, ready or delayed."""
         return self._held.get(tp, 0)
+
+    def held_by_tenant(self, tp: TopicPart) -> Mapping[str, int]:
+        """Jobs of ``tp`` in the window per tenant, ready or delayed."""
+        return self._tenants_held.get(tp, Counter())
 
     def over_share(
         self, fetching: Iterable[TopicPart], unit: Callable[[TopicPart], object] | None = None

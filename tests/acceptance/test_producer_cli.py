@@ -54,6 +54,7 @@ def queue(kafka: KafkaSettings, unique: str) -> str:
         f"jobs.{name}",
         f"jobs.{name}.critical",
         f"jobs.{name}.bulk",
+        f"jobs.{name}.overflow",
         f"jobs.{name}.dlq",
         *(f"jobs.{name}.retry.{t}" for t in DEFAULT_TIERS),
     ]
@@ -90,6 +91,7 @@ def test_create_queue_twice_is_a_no_op(kafka: KafkaSettings, queue: str) -> None
         f"jobs.{queue}",
         f"jobs.{queue}.critical",
         f"jobs.{queue}.bulk",
+        f"jobs.{queue}.overflow",
         f"jobs.{queue}.dlq",
         *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
     ]

@@ -21,7 +21,9 @@ def ready_by_tenant(system: System) -> dict[str, int]:
 def test_a_full_window_lets_a_partition_without_the_flood_fetch(system: System) -> None:
     """One tenant's backlog fills the window; the other partitions' jobs still come in,
     within a fetch, although no worker drains the flood."""
-    system.leasekeeper.extra_args += ["--window-records", "100"]
+    # Each partition's share of the window (its records over the 36 partitions assigned:
+    # ready, classes, overflow lane, tiers) takes the three jobs each one gets below.
+    system.leasekeeper.extra_args += ["--window-records", "120"]
     system.leasekeeper.start().wait_assigned(PARTITIONS)
     system.enqueue(1_000, tenants=1)  # all of it on tenant-0's partition
     wait_until(lambda: ready_by_tenant(system).get("tenant-0", 0) >= 100, 30, "the flood")

@@ -194,6 +194,7 @@ def test_a_custom_prefix_selects_the_topics(kafka: KafkaSettings, unique: str) -
         topics.ready,
         "staging." + topics.queue + ".critical",  # the priority classes honour the prefix
         "staging." + topics.queue + ".bulk",
+        topics.overflow,
         topics.dlq,
         *(topics.retry(t) for t in DEFAULT_TIERS),
         # each class's own delay tiers, under the prefix too
@@ -224,6 +225,7 @@ def test_ensure_queue_topics_is_idempotent(kafka: KafkaSettings, unique: str) ->
             f"jobs.{queue}",
             f"jobs.{queue}.critical",
             f"jobs.{queue}.bulk",
+            f"jobs.{queue}.overflow",
             f"jobs.{queue}.dlq",
             *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
             *(f"jobs.{queue}.{c}.retry.{t}" for c in ("critical", "bulk") for t in DEFAULT_TIERS),

@@ -97,6 +97,15 @@ class Engine:
     def over_span(self) -> set[TopicPart]:
         return set()
 
+    def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
+        return 0
+
+    def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
+        return set()
+
+    def overflow_watched(self) -> set[int]:
+        return set()
+
     def offer(self, tp: TopicPart, offset: int, job: Job, envelope: bytes) -> None:
         self.offered.append((self.clock.now, offset))
 

@@ -40,17 +40,17 @@ def test_the_snapshot_shows_each_class_and_each_tenant(tmp_path: Path) -> None:
         {"name": "bulk", "weight": 1, "ready": 2, "oldest_ready_age_ms": 5_000},
     ]
     assert view["tenants"] == [
-        {"tenant": "acme", "ready": 1, "in_flight": 1, "cap": 3, "weight": 2.0},
-        {"tenant": "zed", "ready": 1, "in_flight": 0, "cap": 3, "weight": 1.0},
+        {"tenant": "acme", "ready": 1, "in_flight": 1, "cap": 3, "weight": 2.0, "overflow": 0},
+        {"tenant": "zed", "ready": 1, "in_flight": 0, "cap": 3, "weight": 1.0, "overflow": 0},
     ]
     lines = fairness_lines(view)
     assert "bulk (weight 1): ready 2, oldest 5.0s" in lines[0]
-    assert lines[1] == "  tenant acme: ready 1, in flight 1, cap 3, weight 2"
+    assert lines[1] == "  tenant acme: ready 1, in flight 1, cap 3, weight 2, overflow 0"
 
 
 def test_metrics_per_class_and_for_the_busiest_tenants_only() -> None:
-    tenants = [{"tenant": f"t{i}", "ready": 1, "in_flight": 1, "cap": None, "weight": 1.0}
-               for i in range(TOP_TENANTS + 5)]  # fmt: skip
+    tenants = [{"tenant": f"t{i}", "ready": 1, "in_flight": 1, "cap": None, "weight": 1.0,
+                "overflow": 2} for i in range(TOP_TENANTS + 5)]  # fmt: skip
     snap = {"ready": 0, "partitions": [], "counters": {}, "tenants": tenants,
             "classes": [{"name": "critical", "weight": 6, "ready": 4,
                          "oldest_ready_age_ms": 1500}]}  # fmt: skip
@@ -62,3 +62,6 @@ def test_metrics_per_class_and_for_the_busiest_tenants_only() -> None:
     series = [line for line in text.splitlines() if line.startswith("leasekeeper_tenant_ready")]
     assert len(series) == TOP_TENANTS + 1, "bounded: the busiest by name, the rest as other"
     assert 'leasekeeper_tenant_ready_jobs{queue="emails",tenant="other"} 5.0' in text
+    overflow = [line for line in text.splitlines() if line.startswith("leasekeeper_tenant_overf")]
+    assert len(overflow) == TOP_TENANTS + 1, "the overflow backlog is bounded the same way"
+    assert 'leasekeeper_tenant_overflow_jobs{queue="emails",tenant="other"} 10.0' in text

@@ -35,6 +35,15 @@ class Engine:
     def over_span(self) -> set[TopicPart]:
         return set()
 
+    def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
+        return 0
+
+    def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
+        return set()
+
+    def overflow_watched(self) -> set[int]:
+        return set()
+
     def over_share(
         self, fetching: set[TopicPart], unit: object = None
     ) -> tuple[set[TopicPart], int]:
