@@ -6,7 +6,8 @@ every class topic and every delay tier, cooperative-sticky may leave one
 leasekeeper with delay-tier partitions only (its workers idle while the other
 holds every ready partition), or with bulk partitions only. So each leasekeeper
 runs one consumer per *family*: one per priority class's ready topic and one for
-all the delay tiers (any other topic is a family of its own). They all join the
+all the delay tiers, one for the overflow lane (any other topic is a family of
+its own). They all join the
 queue's one consumer group, so committed offsets and the hand-over stay as they
 were; as each family's topics are subscribed to by that family's consumers only,
 the assignor balances every family on its own: each leasekeeper gets its share of
@@ -29,9 +30,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from jobcore.kafka import Consumer, KafkaException, Message, TopicPartition
 from jobcore.topics import QueueTopics
 
-__all__ = ["TIERS_FAMILY", "FamilyConsumer", "family_instance_id", "topic_families"]
+__all__ = ["OVERFLOW_FAMILY", "TIERS_FAMILY", "FamilyConsumer", "family_instance_id", "topic_families"]
 
 TIERS_FAMILY = "tiers"
+OVERFLOW_FAMILY = "overflow"
 # How long one consumer is waited on before the next is asked, while none has records:
 # a record that arrives at another family's consumer waits at most this times their
 # number (3 ms x 3), well under the loop's poll timeout.
@@ -44,9 +46,11 @@ def topic_families(
     topics: QueueTopics, classes: Sequence[str], tier_topics: Iterable[str]
 ) -> Callable[[str], str]:
     """The family of each topic a leasekeeper consumes: a class's ready topic is its
-    class's, every delay tier is ``tiers``; any other topic is a family of its own."""
+    class's, every delay tier is ``tiers``, the overflow lane ``overflow``; any other
+    topic is a family of its own."""
     family = {topics.of_class(name): name for name in classes}
     family.update({topic: TIERS_FAMILY for topic in tier_topics})
+    family[topics.overflow] = OVERFLOW_FAMILY
     return lambda topic: family.get(topic, topic)
 
 

@@ -91,14 +91,15 @@ def test_each_class_and_the_tiers_get_a_consumer_of_their_own(
     assert family_of("jobs.emails") == "default"
     assert family_of("jobs.emails.critical") == "critical"
     assert family_of("jobs.emails.bulk.retry.1m") == "tiers"
-    assert family_of("jobs.emails.overflow") == "jobs.emails.overflow", "any other: its own"
+    assert family_of("jobs.emails.overflow") == "overflow"
+    assert family_of("jobs.other") == "jobs.other", "any other: its own"
     assert family_instance_id("lk-1", "critical") == "lk-1.critical"
 
 
 def test_subscribe_splits_the_topics_by_family(
     consumer: FamilyConsumer, made: dict[str, FakeConsumer]
 ) -> None:
-    assert set(made) == {"default", "critical", "bulk", "tiers", "jobs.emails.overflow"}
+    assert set(made) == {"default", "critical", "bulk", "tiers", "overflow"}
     assert made["critical"].topics == ["jobs.emails.critical"]
     assert made["tiers"].topics == list(TIER_TOPICS)
     assert len(consumer.assignment()) == len(TIER_TOPICS) + 4
