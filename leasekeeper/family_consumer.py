@@ -30,7 +30,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from jobcore.kafka import Consumer, KafkaException, Message, TopicPartition
 from jobcore.topics import QueueTopics
 
-__all__ = ["OVERFLOW_FAMILY", "TIERS_FAMILY", "FamilyConsumer", "family_instance_id", "topic_families"]
+__all__ = [
+    "OVERFLOW_FAMILY",
+    "TIERS_FAMILY",
+    "FamilyConsumer",
+    "family_instance_id",
+    "topic_families",
+]
 
 TIERS_FAMILY = "tiers"
 OVERFLOW_FAMILY = "overflow"
