@@ -6,9 +6,14 @@ to the largest tier not longer than ``d``. The tier's consumer reads in offset
 order and releases a record at ``min(run_at, produced_at + tier)``: records in
 one tier were produced in time order, so that release time grows along the
 partition and a consumer never waits on its head longer than one tier length.
-On release a job that is due goes back to ``jobs.Q``; one that is not yet due
+On release a job that is due goes back to its class; one that is not yet due
 (a delay longer than the largest tier) *hops*: it is produced again to the tier
 ``next_hop`` names, until it is due. Pure: times are passed in, in epoch ms.
+
+Each priority class has tiers of its own (``jobs.Q.critical.retry.10s``; the
+default class keeps ``jobs.Q.retry.10s``): a tier partition is read in order, so
+in shared tiers a critical retry would wait for the bulk retries ahead of it to
+be fetched, and a partition over its share of a full window is not fetched.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
 
-from jobcore.topics import QueueTopics
+from jobcore.topics import DEFAULT_CLASS, QueueTopics
 
 __all__ = ["DEFAULT_TIERS", "MAX_DELAY", "DelayTiers", "parse_duration"]
 
@@ -108,6 +113,19 @@ class DelayTiers:
         """When a tier's consumer lets a record go: at ``run_at``, or after the tier's wait."""
         return min(run_at_ms, produced_at_ms + round(self.seconds_of(tier) * 1000))
 
-    def topics(self, queue: QueueTopics) -> tuple[str, ...]:
-        """The retry topic of each tier: ``jobs.Q.retry.<tier>``."""
-        return tuple(queue.retry(name) for name in self.names)
+    def topics(
+        self, queue: QueueTopics, classes: Sequence[str] = (DEFAULT_CLASS,)
+    ) -> tuple[str, ...]:
+        """The retry topic of each tier of each class in ``classes`` (the default class
+        only, unless told): ``jobs.Q.retry.<tier>``, ``jobs.Q.critical.retry.<tier>``."""
+        return tuple(topic for _, _, topic in self.class_topics(queue, classes))
+
+    def class_topics(
+        self, queue: QueueTopics, classes: Sequence[str]
+    ) -> tuple[tuple[str, str, str], ...]:
+        """``(class, tier, topic)`` of each tier of each class: every class has tiers of
+        its own, so a retry waits behind the retries of its own class only."""
+        ordered = sorted(dict.fromkeys(classes), key=lambda n: n != DEFAULT_CLASS)
+        return tuple(
+            (klass, name, queue.retry(name, klass)) for klass in ordered for name in self.names
+        )

@@ -1,6 +1,7 @@
 """Create a queue's topics: ``jobs.Q`` for ready jobs (and one per priority class),
-``jobs.Q.overflow`` for a flooding tenant's excess, ``jobs.Q.retry.<tier>`` for
-jobs waiting out a delay, and ``jobs.Q.dlq`` for dead letters.
+``jobs.Q.overflow`` for a flooding tenant's excess, ``jobs.Q.retry.<tier>`` (and
+``jobs.Q.<class>.retry.<tier>``) for jobs waiting out a delay, and ``jobs.Q.dlq``
+for dead letters.
 
 All get the same partition count so a tenant's retries and dead letters sit in the
 partition matching its jobs. Creating an existing queue again is a no-op, but a queue that
@@ -80,8 +81,8 @@ def ensure_queue_topics(
     classes: PriorityClasses | None = None,
     status_retention_ms: int | None = None,
 ) -> list[str]:
-    """Create the ready (one per priority class), delay-tier and dead-letter topics of
-    ``queue`` if missing; returns their names.
+    """Create the ready and delay-tier topics of each priority class and the
+    dead-letter topic of ``queue`` if missing; returns their names.
 
     ``replication=-1`` takes the broker's default replication factor.
     ``status_retention_ms``: how long ``jobs.Q.status`` keeps how each job ended, set
@@ -94,10 +95,11 @@ def ensure_queue_topics(
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     topics = QueueTopics(queue=queue, prefix=prefix)
+    names = (classes or PriorityClasses()).names
     specs = [
         *(
             TopicSpec(name=name, partitions=partitions, replication=replication)
-            for name in topics.classes((classes or PriorityClasses()).names)
+            for name in topics.classes(names)
         ),
         # A flooding tenant's excess (keyed by tenant, partition p for a job of p).
         TopicSpec(name=topics.overflow, partitions=partitions, replication=replication),
@@ -109,7 +111,7 @@ def ensure_queue_topics(
         ),
         *(
             TopicSpec(name=name, partitions=partitions, replication=replication)
-            for name in (tiers or DelayTiers()).topics(topics)
+            for name in (tiers or DelayTiers()).topics(topics, names)
         ),
     ]
     # Small compacted topics every leasekeeper reads whole: one partition each.

@@ -74,9 +74,22 @@ class QueueTopics:
         """Dead letters with their error history: ``jobs.Q.dlq``."""
         return f"{self.prefix}.{self.queue}.dlq"
 
-    def retry(self, tier: str) -> str:
-        """A delay tier: ``jobs.Q.retry.<tier>``."""
-        return f"{self.prefix}.{self.queue}.retry.{tier}"
+    def retry(self, tier: str, priority_class: str = DEFAULT_CLASS) -> str:
+        """A priority class's delay tier: ``jobs.Q.retry.<tier>`` for the default class
+        (the name queues had before classes had tiers of their own, so their waiting
+        jobs are still read), ``jobs.Q.<class>.retry.<tier>`` for the others, so a
+        critical retry never waits in a partition behind bulk retries."""
+        return f"{self.of_class(priority_class)}.retry.{tier}"
+
+    def is_tier(self, topic: str) -> bool:
+        """Whether ``topic`` is a delay tier of this queue, of any class."""
+        start = f"{self.ready}."
+        if not topic.startswith(start):
+            return False
+        parts = topic[len(start) :].split(".")
+        return (len(parts) == 2 and parts[0] == "retry") or (
+            len(parts) == 3 and parts[1] == "retry"
+        )
 
     @property
     def control(self) -> str:

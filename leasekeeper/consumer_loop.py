@@ -33,6 +33,7 @@ from leasekeeper.breaker_feed import BreakerFeed
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
+from leasekeeper.family_consumer import FamilyConsumer
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import partitions_line
 from leasekeeper.ordering_lane import LaneFeed
@@ -85,7 +86,7 @@ class ConsumerLoop:
     def __init__(
         self,
         *,
-        consumer: Consumer,
+        consumer: Consumer | FamilyConsumer,
         producer: Producer,
         engine: LeaseEngine,
         codec: EnvelopeCodec,
@@ -97,7 +98,7 @@ class ConsumerLoop:
         clock: Callable[[], float] = time.monotonic,
         watch: ErrorWatch | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
-        consumer_factory: Callable[[], Consumer] | None = None,
+        consumer_factory: Callable[[], Consumer | FamilyConsumer] | None = None,
     ) -> None:
         self._consumer = consumer
         # A fatal consumer error is answered by rejoining with a new consumer from here.
@@ -372,9 +373,9 @@ class ConsumerLoop:
         self._full = room == 0 or (self._full and room < self._engine.window_records // 2)
         wanted = self._engine.over_span() & assignment
         if self._full:
-            over, headroom = self._engine.over_share(assignment)
+            over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
             if self._overflow.move_floods(over, assignment):
-                over, headroom = self._engine.over_share(assignment)
+                over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
             wanted |= over
             room = headroom
         wanted |= self._overflow.copying(assignment)
@@ -428,8 +429,14 @@ class ConsumerLoop:
     def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """The answer to an asynchronous commit (the consumer's ``on_commit``): forget
         what Kafka took, shrink metadata the broker refused as too large (the next
-        commit carries less), back off on anything else."""
-        positions, self._async_commit = self._async_commit or {}, None
+        commit carries less), back off on anything else. A commit through several
+        consumers (one per topic family) is answered in parts: it is done once every
+        part is."""
+        positions = self._async_commit or {}
+        # An answer naming no partition (a failed request) answers the whole commit.
+        answered = {TopicPart(part.topic, part.partition) for part in partitions} or set(positions)
+        left = {tp: at for tp, at in positions.items() if tp not in answered}
+        self._async_commit = left or None
         done: dict[TopicPart, tuple[int, str]] = {}
         failure: KafkaError | None = None
         for part in partitions:
@@ -447,7 +454,7 @@ class ConsumerLoop:
         if done:
             self._commit_failures = 0
             self._next_commit = 0.0
-            self.commits += 1
+            self.commits += self._async_commit is None  # counted once, at its last part
             self._engine.committed(done)
         if failure is not None:
             self._commit_failed(KafkaException(failure))

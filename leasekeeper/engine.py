@@ -53,6 +53,7 @@ from leasekeeper.overflow_moves import OverflowMoves
 from leasekeeper.parking import Parking
 from leasekeeper.partition_book import PartitionBook
 from leasekeeper.rate_limit import RateLimits
+from leasekeeper.resolved_ids import ResolvedIds
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.snapshots import EngineSnapshot
 from leasekeeper.store import LeaseStore, Resolution
@@ -99,9 +100,11 @@ class LeaseEngine:
         self._closed = False
         self._holding = False  # leasing held back until a commit lands
         reader = self._reader = JobReader(decode)
+        self._resolved = ResolvedIds(max_ids=config.resolved_ids,
+                                     window_s=config.resolved_window_s)  # fmt: skip
         ctx = EngineContext(config=config, store=store, counters=self.counters,
                             control=self.control, clock=clock, monotonic=monotonic,
-                            reader=reader)  # fmt: skip
+                            reader=reader, resolved=self._resolved)  # fmt: skip
         self._book = PartitionBook(store=store, counters=self.counters, max_span=config.max_span)
         self._window = ReadyWindow(records=config.window_records, max_bytes=config.window_bytes,
                                    wake=self._cond.notify_all, policy=policy,
@@ -273,11 +276,13 @@ class LeaseEngine:
     def window_full(self) -> bool:
         return self.window_room() == 0
 
-    def over_share(self, fetching: set[TopicPart]) -> tuple[set[TopicPart], int]:
+    def over_share(
+        self, fetching: set[TopicPart], unit: Callable[[TopicPart], object] | None = None
+    ) -> tuple[set[TopicPart], int]:
         """The partitions a full window pauses (those holding their share of it or
         more) and the records the others may still fetch: see ``ReadyWindow.over_share``."""
         with self._cond:
-            return self._window.over_share(fetching)
+            return self._window.over_share(fetching, unit)
 
     # -- the overflow lane (see overflow_lane) --------------------------------
 

@@ -11,6 +11,7 @@ from leasekeeper.job_reader import JobReader
 from leasekeeper.offset_metadata import MAX_SPAN
 from leasekeeper.ordering import OnDead
 from leasekeeper.rate_limit import RateLimitConfig
+from leasekeeper.resolved_ids import DEFAULT_MAX_IDS, DEFAULT_WINDOW_S, ResolvedIds
 from leasekeeper.retry_policy import RetryPolicies
 from leasekeeper.store import LeaseStore
 from leasekeeper.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy
@@ -60,6 +61,10 @@ class EngineConfig:
     # Per-key ordering: when a line's head is dead-lettered, the line goes on, or
     # stays blocked until an operator replays or skips it (docs/ordering.md).
     on_dead: OnDead = OnDead.CONTINUE
+    # The ids of jobs acked here are kept this long, this many at most, and a later
+    # copy of one of them is skipped (see leasekeeper/resolved_ids).
+    resolved_ids: int = DEFAULT_MAX_IDS
+    resolved_window_s: float = DEFAULT_WINDOW_S
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
@@ -99,6 +104,9 @@ class Counters:
     stale_rejected: int = _counter(
         "heartbeats, acks and nacks refused for a stale or unknown lease token"
     )
+    resolved_again: int = _counter(
+        "fetched copies of jobs already acked here within the resolved-id window, skipped"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +122,8 @@ class EngineContext:
     monotonic: Callable[[], float]
     # Decodes a job's envelope when a copy must rewrite it or ``inspect job`` shows it.
     reader: JobReader
+    # Ids of the jobs acked here lately: a later copy of one is skipped.
+    resolved: ResolvedIds = field(default_factory=ResolvedIds)
 
 
 def now_ms(clock: Callable[[], float]) -> int:

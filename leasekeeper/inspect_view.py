@@ -243,7 +243,9 @@ def _gaps(offsets: list[int], count: int) -> str:
 
 
 def _is_tier(topic: str, queue: str) -> bool:
-    return f".{queue}.retry." in topic
+    """A delay tier of the queue: ``retry.1m`` or a class's ``critical.retry.1m``."""
+    _, sep, rest = topic.partition(f".{queue}.")
+    return bool(sep) and (rest.startswith("retry.") or rest.split(".")[1:2] == ["retry"])
 
 
 def _short(topic: str, queue: str) -> str:

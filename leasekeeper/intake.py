@@ -46,6 +46,7 @@ class Intake:
         self._counters = ctx.counters
         self._config = ctx.config
         self._clock = ctx.clock
+        self._resolved = ctx.resolved
         self._monotonic = ctx.monotonic
         self._awaiting_claim: dict[str, tuple[Pending, int]] = {}
         self._notes_pruned_at = float("-inf")
@@ -98,11 +99,12 @@ class Intake:
 
     def skipped(self, state: PartitionState, pending: Pending) -> bool:
         """Resolve without running a job that was cancelled, or duplicates a dedupe key
-        (noted by id, so that ``inspect job`` can name the original)."""
+        (noted by id, so that ``inspect job`` can name the original), or is a copy of a
+        job already acked here (``ResolvedIds``)."""
         job = pending.job
         control = self._control
         if not control.cancelled and (job.dedupe_key is None or not control.claims):
-            return False  # the hot path: nothing to look up, no batch to build
+            return self._acked_before(state, pending)  # the hot path: one look-up
         batch = self._store.batch()
         at = now_ms(self._clock)
         if self._control.is_cancelled(job.job_id):
@@ -119,7 +121,20 @@ class Intake:
             )
             batch.note(note)
         else:
+            # After the dedupe key's check: a user's key keeps its own window.
+            return self._acked_before(state, pending)
+        batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
+        self._store.write(batch)
+        state.tracker.resolve(pending.offset)
+        return True
+
+    def _acked_before(self, state: PartitionState, pending: Pending) -> bool:
+        """Skip a copy of a job acked here within the resolved-id window: no batch is
+        built unless it is one."""
+        if not self._resolved.already_ended(pending.job.job_id, now_ms(self._clock)):
             return False
+        self._counters.resolved_again += 1
+        batch = self._store.batch()
         batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
         self._store.write(batch)
         state.tracker.resolve(pending.offset)

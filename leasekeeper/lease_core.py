@@ -81,6 +81,7 @@ class LeaseCore:
         self._counters = ctx.counters
         self._config = ctx.config
         self._clock = ctx.clock
+        self._resolved = ctx.resolved
         self._monotonic = ctx.monotonic
         self.settle_in = SettleIn(until=ctx.monotonic() + ctx.config.settle_in_max_s)
         self._started_only = StartedOnly()
@@ -338,6 +339,7 @@ class LeaseCore:
             self._counters.acked += 1
             self._breakers.acked(lease)
             batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
+            self._resolved.ended(pending.job.job_id, now_ms(self._clock))
             if self._config.status_records:  # the hot path: not even built when off
                 self._copies.add_status(
                     records.succeeded(

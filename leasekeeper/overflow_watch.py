@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from jobcore.kafka import Consumer, KafkaException, TopicPartition
 from leasekeeper.engine import LeaseEngine
+from leasekeeper.family_consumer import FamilyConsumer
 from leasekeeper.leases import TopicPart
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class OverflowWatch:
         """Partitions to pause while their copies are on the way."""
         return self._engine.copying(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES) & assignment
 
-    def poll(self, consumer: Consumer) -> None:
+    def poll(self, consumer: Consumer | FamilyConsumer) -> None:
         """Read the overflow partitions' committed offsets when due; the engine clears
         the tenants whose overflow is done."""
         now = self._clock()

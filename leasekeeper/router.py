@@ -11,12 +11,12 @@ builds records; the outbox sends them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jobcore.control import JobStatus
 from jobcore.delay_tiers import DelayTiers
-from jobcore.topics import QueueTopics
+from jobcore.topics import DEFAULT_CLASS, QueueTopics
 from leasekeeper.copies import (
     SHORT_HISTORY,
     CopyKind,
@@ -44,7 +44,8 @@ class OutRecord:
 
 
 class KafkaRouter:
-    """Builds the record for a copy: a retry or hop to ``jobs.Q.retry.<tier>``, dead
+    """Builds the record for a copy: a retry or hop to its class's delay tier
+    (``jobs.Q.retry.<tier>``, ``jobs.Q.<class>.retry.<tier>``), dead
     letters to ``jobs.Q.dlq``, dedupe claims to ``jobs.Q.dedupe``; the job never
     exists only in local state. A copy that was too large is rebuilt smaller
     (``Shrink``): a dead letter with a short history, then without the payload."""
@@ -56,17 +57,23 @@ class KafkaRouter:
         topics: QueueTopics,
         tiers: DelayTiers,
         clock: Callable[[], float] = time.time,
+        classes: Sequence[str] = (DEFAULT_CLASS,),
     ) -> None:
         self._codec = codec
         self._topics = topics
         self._tiers = tiers
         self._clock = clock
+        self._classes = frozenset(classes)
 
     def tier_topic(self, request: CopyRequest) -> str:
         """A retry or a parked job goes to the largest tier not longer than its delay; a
-        hop to its tier."""
+        hop to its tier; both among the tiers of the job's priority class, so it waits
+        behind its own class's retries only. A class this leasekeeper does not know
+        (a producer configured with more classes) has no tier topics of its own here:
+        its jobs wait in the default class's tiers, as they are dispatched in it."""
         tier = request.tier or self._tiers.tier_for(request.delay_s)
-        return self._topics.retry(tier)
+        klass = request.job.priority_class if request.job is not None else DEFAULT_CLASS
+        return self._topics.retry(tier, klass if klass in self._classes else DEFAULT_CLASS)
 
     def status_copy(self, status: JobStatus) -> CopyRequest:
         """A status record as a copy, for an outbox without a status sender of its own

@@ -43,6 +43,7 @@ from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.engine_config import now_ms
+from leasekeeper.family_consumer import FamilyConsumer, family_instance_id, topic_families
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
@@ -131,7 +132,8 @@ class LeaseKeeperService:
         self._store = LeaseStore(config.state_dir)
         codec = EnvelopeCodec(self._schemas())
         self._producer = make_producer(config.kafka)
-        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers)
+        classes = tuple(config.engine.class_weights)
+        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers, classes=classes)
         self.engine = LeaseEngine(
             store=self._store,
             config=config.engine,
@@ -163,19 +165,26 @@ class LeaseKeeperService:
                               on_operator=self.engine.lane_operator)  # fmt: skip
         self.failure: Failure | None = None
         self.connected = threading.Event()
-        self.gate = TierGate(config.tiers, self.topics)
+        self.gate = TierGate(config.tiers, self.topics, classes=classes)
         overrides: dict[str, object] = {
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": config.session_timeout_ms,
             "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
         }
-        if config.instance_id:
-            overrides["group.instance.id"] = config.instance_id
         # Answers to the loop's asynchronous commits, served on the loop's thread.
         overrides["on_commit"] = self._on_commit
+        ready_topics = self.topics.classes(classes)
+        family_of = topic_families(self.topics, classes, self.gate.topics)
 
-        def new_consumer() -> Consumer:
-            return make_consumer(config.kafka, self._group_id, **overrides)
+        def family_consumer(family: str) -> Consumer:
+            """One family's member of the queue's group (see ``family_consumer``)."""
+            member = dict(overrides)
+            if config.instance_id:
+                member["group.instance.id"] = family_instance_id(config.instance_id, family)
+            return make_consumer(config.kafka, self._group_id, **member)
+
+        def new_consumer() -> FamilyConsumer:
+            return FamilyConsumer(make=family_consumer, family_of=family_of)
 
         consumer = new_consumer()
         self.loop = ConsumerLoop(
@@ -186,10 +195,7 @@ class LeaseKeeperService:
             outbox=self.outbox,
             topics=self.topics,
             gate=self.gate,
-            ready_topics=(
-                *self.topics.classes(tuple(config.engine.class_weights)),
-                self.topics.overflow,
-            ),
+            ready_topics=(*ready_topics, self.topics.overflow),
             config=config.loop,
             watch=config.kafka.watch,
             consumer_factory=new_consumer,
@@ -317,7 +323,7 @@ class LeaseKeeperService:
         consumed = (
             *self.topics.classes(tuple(self.config.engine.class_weights)),
             self.topics.overflow,
-            *self.config.tiers.topics(self.topics),
+            *self.gate.topics,
         )
         self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
         ensure_queue_topics(
@@ -351,7 +357,9 @@ class LeaseKeeperService:
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
 
     def _check_state_identity(self) -> None:
-        """Before any partition's state is loaded: is the state dir this queue's?"""
+        """Before any partition's state is loaded: is the state dir this queue's? (The
+        default class's topics identify it, as before classes had tiers of their own,
+        so the state dir of an existing queue still matches.)"""
         consumed = [self.topics.ready, *self.config.tiers.topics(self.topics)]
         found = StateIdentity(
             cluster_id=cluster_id(self.config.kafka),

@@ -1,6 +1,7 @@
 """Holds each delay-tier partition until its head record is due.
 
-A tier topic ``jobs.Q.retry.<tier>`` releases a record at
+A tier topic ``jobs.Q.retry.<tier>`` (``jobs.Q.<class>.retry.<tier>`` for the
+classes other than the default) releases a record at
 ``min(run_at, produced_at + tier)`` (see ``jobcore.delay_tiers``), which grows
 along a partition, so only the head matters: when it is not due the loop seeks
 back to it and pauses the partition until then. No busy polling, and the job
@@ -10,10 +11,10 @@ stays in Kafka (not in local state) while it waits.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from jobcore.delay_tiers import DelayTiers
-from jobcore.topics import QueueTopics
+from jobcore.topics import DEFAULT_CLASS, QueueTopics
 from leasekeeper.leases import TopicPart
 
 
@@ -23,10 +24,17 @@ def wall_ms() -> int:
 
 class TierGate:
     def __init__(
-        self, tiers: DelayTiers, topics: QueueTopics, clock_ms: Callable[[], int] = wall_ms
+        self,
+        tiers: DelayTiers,
+        topics: QueueTopics,
+        clock_ms: Callable[[], int] = wall_ms,
+        classes: Sequence[str] = (DEFAULT_CLASS,),
     ) -> None:
         self.tiers = tiers
-        self._tier_of = {topics.retry(name): name for name in tiers.names}
+        # Every class's tiers: each is consumed, and held by its own head.
+        found = tiers.class_topics(topics, classes)
+        self._tier_of = {topic: name for _, name, topic in found}
+        self._class_of = {topic: klass for klass, _, topic in found}
         self._clock_ms = clock_ms
         self._held: dict[TopicPart, int] = {}
 
@@ -36,6 +44,14 @@ class TierGate:
 
     def tier_of(self, topic: str) -> str | None:
         return self._tier_of.get(topic)
+
+    def share_unit(self, tp: TopicPart) -> object:
+        """What shares one share of a full window with ``tp``: the tier partitions of
+        one class and partition number share one (there are several tiers per class,
+        mostly idle, and counting each would shrink every partition's share by that
+        many); any other partition is a unit of its own."""
+        klass = self._class_of.get(tp.topic)
+        return tp if klass is None else ("tiers", klass, tp.partition)
 
     def release_at_ms(self, tier: str, produced_ms: int, run_at_ms: int) -> int:
         return self.tiers.release_at_ms(tier=tier, produced_at_ms=produced_ms, run_at_ms=run_at_ms)

@@ -192,29 +192,38 @@ class ReadyWindow:
         """Jobs of ``tp`` in the window per tenant, ready or delayed."""
         return self._tenants_held.get(tp, Counter())
 
-    def over_share(self, fetching: Iterable[TopicPart]) -> tuple[set[TopicPart], int]:
+    def over_share(
+        self, fetching: Iterable[TopicPart], unit: Callable[[TopicPart], object] | None = None
+    ) -> tuple[set[TopicPart], int]:
         """Which of the ``fetching`` partitions hold their share of a full window or
         more, and how many records one fetch may take from the others.
 
-        The share is the window's records split evenly; a partition under it keeps
-        fetching up to it, however full the window is with another partition's jobs.
-        One fetch may take all its records from one partition, so it takes no more
-        than the smallest headroom: no partition passes its share, and the window
-        holds at most twice its records. Memory stays bounded.
+        The share is the window's records split evenly among the sharing units: each
+        partition is a unit of its own, unless ``unit`` maps several to one (the
+        delay tiers of one class and partition number share one share, so that a
+        class's several tiers do not shrink every other partition's share). A unit
+        under its share keeps fetching up to it, however full the window is with
+        another unit's jobs. One fetch may take all its records from one unit, so it
+        takes no more than the smallest headroom: no unit passes its share, and the
+        window holds at most twice its records. Memory stays bounded.
         """
-        parts = set(fetching)
-        share = max(1, self.records // max(1, len(parts)))
-        held = self._held
-        # Hysteresis per partition: one paused at its share stays paused until half
-        # of it is free. Resumed at share - 1, a flooded partition would fetch one
-        # record, pause again, and repeat for every job a worker took (a fifth of the
+        members: dict[object, list[TopicPart]] = {}
+        for tp in set(fetching):
+            members.setdefault(tp if unit is None else unit(tp), []).append(tp)
+        share = max(1, self.records // max(1, len(members)))
+        held = {key: sum(self._held.get(tp, 0) for tp in tps) for key, tps in members.items()}
+        # Hysteresis per unit: one paused at its share stays paused until half of it
+        # is free. Resumed at share - 1, a flooded partition would fetch one record,
+        # pause again, and repeat for every job a worker took (a fifth of the
         # leasekeeper's time in a drain profile), and its headroom of one record
         # would cap every other partition's fetch as well.
-        over = {tp for tp in parts if held.get(tp, 0) >= share} | {
-            tp for tp in self._over & parts if held.get(tp, 0) > share // 2
+        paused = {key for key, tps in members.items() if not self._over.isdisjoint(tps)}
+        over_units = {
+            key for key, n in held.items() if n >= share or (key in paused and n > share // 2)
         }
+        over = {tp for key in over_units for tp in members[key]}
         self._over = over
-        headroom = min((share - self._held.get(tp, 0) for tp in parts - over), default=0)
+        headroom = min((share - n for key, n in held.items() if key not in over_units), default=0)
         return over, headroom
 
     def ready(self) -> Iterator[Pending]:

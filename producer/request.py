@@ -180,8 +180,10 @@ def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: 
 
 def destination(job: Job, topics: QueueTopics, tiers: DelayTiers) -> str:
     """The topic ``job`` is written to: its priority class's topic when it is due, else
-    the delay tier for its wait (the largest tier not longer than it); it comes back
-    into its own class from there (the class travels in the envelope).
+    its class's delay tier for its wait (the largest tier not longer than it): each
+    class has tiers of its own, so a critical delayed job never waits behind bulk
+    ones; it comes back into its own class from there (the class travels in the
+    envelope).
 
     A wait longer than the largest tier is fine: the leasekeeper re-produces
     ("hops") the job through the tiers until it is due. ``tiers`` must be the
@@ -190,4 +192,4 @@ def destination(job: Job, topics: QueueTopics, tiers: DelayTiers) -> str:
     wait_ms = job.run_at_ms - job.created_at_ms
     if wait_ms <= 0:
         return topics.of_class(job.priority_class)
-    return topics.retry(tiers.tier_for(wait_ms / 1000))
+    return topics.retry(tiers.tier_for(wait_ms / 1000), job.priority_class)

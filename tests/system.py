@@ -75,10 +75,18 @@ class Leasekeeper:
             return None
 
     def wait_assigned(self, partitions: int, timeout: float = 60) -> None:
+        """Until it owns ``partitions`` partitions, some of each topic family among them:
+        each family has a consumer of its own (``leasekeeper.family_consumer``), and
+        they may be assigned one after another."""
+
         def ready() -> bool:
             self.assert_alive()
             snap = self.snapshot()
-            return snap is not None and len(snap["partitions"]) >= partitions
+            return (
+                snap is not None
+                and len(snap["partitions"]) >= partitions
+                and owns_every_family(snap)
+            )
 
         wait_until(ready, timeout, f"leasekeeper to own {partitions} partitions")
 
@@ -100,6 +108,14 @@ class Leasekeeper:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def owns_every_family(snapshot: dict[str, Any]) -> bool:
+    """A partition of each priority class's ready topic, and one of the delay tiers."""
+    topics = snapshot["topics"]
+    wanted = {t for name, t in topics.items() if name == "ready" or name.startswith("class ")}
+    owned = {p["topic"] for p in snapshot["partitions"]}
+    return wanted <= owned and any(".retry." in topic for topic in owned)
 
 
 @dataclass(kw_only=True)

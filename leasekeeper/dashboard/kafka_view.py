@@ -221,9 +221,9 @@ class KafkaView:
 
 
 def _own_topics(topics: QueueTopics, counts: dict[str, int]) -> list[str]:
-    """The ready topic, its delay tiers and its DLQ, as they exist in the cluster."""
-    tier = f"{topics.ready}.retry."
-    return [name for name in counts if name in (topics.ready, topics.dlq) or name.startswith(tier)]
+    """The ready topic, its delay tiers (every class's) and its DLQ, as they exist in
+    the cluster."""
+    return [name for name in counts if name in (topics.ready, topics.dlq) or topics.is_tier(name)]
 
 
 def _lags(

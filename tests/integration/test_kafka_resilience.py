@@ -26,6 +26,7 @@ from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import REJOINS
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
+from leasekeeper.family_consumer import family_instance_id
 from producer import ensure_queue_topics
 from tests.system import PARTITIONS, Leasekeeper, System, wait_until
 
@@ -206,7 +207,8 @@ def test_a_leasekeeper_fenced_again_and_again_rejoins_then_exits_non_zero(
             system.kafka,
             system.topics.consumer_group,
             **{
-                "group.instance.id": f"lk-{system.queue}",
+                # the static id of the leasekeeper's consumer of the default class
+                "group.instance.id": family_instance_id(f"lk-{system.queue}", "default"),
                 "session.timeout.ms": 10_000,
                 "partition.assignment.strategy": "cooperative-sticky",
             },

@@ -194,8 +194,15 @@ def test_a_custom_prefix_selects_the_topics(kafka: KafkaSettings, unique: str) -
         topics.ready,
         "staging." + topics.queue + ".critical",  # the priority classes honour the prefix
         "staging." + topics.queue + ".bulk",
+        topics.overflow,
         topics.dlq,
         *(topics.retry(t) for t in DEFAULT_TIERS),
+        # each class's own delay tiers, under the prefix too
+        *(
+            f"staging.{topics.queue}.{c}.retry.{t}"
+            for c in ("critical", "bulk")
+            for t in DEFAULT_TIERS
+        ),
     ]
     with JobProducer(kafka, prefix="staging") as producer:
         producer.enqueue(topics.queue, "noop", {}, tenant_id="acme")
@@ -218,8 +225,10 @@ def test_ensure_queue_topics_is_idempotent(kafka: KafkaSettings, unique: str) ->
             f"jobs.{queue}",
             f"jobs.{queue}.critical",
             f"jobs.{queue}.bulk",
+            f"jobs.{queue}.overflow",
             f"jobs.{queue}.dlq",
             *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
+            *(f"jobs.{queue}.{c}.retry.{t}" for c in ("critical", "bulk") for t in DEFAULT_TIERS),
         ]
     )
     metadata = make_admin(kafka).list_topics(timeout=10)

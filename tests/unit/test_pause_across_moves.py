@@ -44,7 +44,9 @@ class Engine:
     def overflow_watched(self) -> set[int]:
         return set()
 
-    def over_share(self, fetching: set[TopicPart]) -> tuple[set[TopicPart], int]:
+    def over_share(
+        self, fetching: set[TopicPart], unit: object = None
+    ) -> tuple[set[TopicPart], int]:
         return set(fetching), 0
 
     def assign(self, tp: TopicPart, committed: int, metadata: str | None) -> None:

@@ -1,0 +1,75 @@
+"""The resolved-job-id window: skip a copy of a job that already ended here.
+
+A job can reach Kafka twice with the same id: a relay killed between producing a
+row and deleting it sends the row again; a leasekeeper that died after a retry
+copy was durable but before its commit passed the original runs the original
+again, which makes a second retry copy. Once one copy of the job succeeded, the
+others are waste, or worse, a second run. So the leasekeeper remembers the ids of
+the jobs acked here for a while, and skips a later copy of one of them at intake,
+resolving its offset as skipped.
+
+- **Only success counts.** A retry, a hop or a parked job is the same job going
+  on under the same id; its copies are never skipped. A dead-lettered job is not
+  remembered: a replay from the DLQ keeps its id, and the fields the leasekeeper
+  reads of a record (its headers) cannot tell a replay from a copy.
+- **A user's dedupe key is not touched.** Dedupe keys are checked first and keep
+  their own window (``--dedupe-window``); this window only answers "did this very
+  job already end here?".
+- **Bounded memory.** At most ``max_ids`` ids (50,000 by default, about 10 MB), each
+  for ``window_s`` (10 minutes); the oldest go first.
+- **Where it lives.** In the leasekeeper's memory. It does not survive a restart,
+  and a partition's next owner does not know what the last one resolved: a copy
+  arriving after a restart or a move runs again, as any duplicate did before.
+  A copy fetched while the first is still waiting or running is not skipped
+  either: only an end that happened is known.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+__all__ = ["DEFAULT_MAX_IDS", "DEFAULT_WINDOW_S", "ResolvedIds"]
+
+DEFAULT_MAX_IDS = 50_000
+DEFAULT_WINDOW_S = 600.0
+
+
+class ResolvedIds:
+    """Job id → when it was acked here (epoch ms), oldest first. Not thread-safe: the
+    engine calls it under its lock. Times are passed in."""
+
+    def __init__(
+        self, *, max_ids: int = DEFAULT_MAX_IDS, window_s: float = DEFAULT_WINDOW_S
+    ) -> None:
+        if max_ids < 0 or window_s < 0:
+            raise ValueError(f"max_ids and window_s must be >= 0, got {max_ids}, {window_s}")
+        self._max_ids = max_ids
+        self._window_ms = round(window_s * 1000)
+        self._ended: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ended)
+
+    def ended(self, job_id: str, at_ms: int) -> None:
+        """Job ``job_id`` succeeded here at ``at_ms``."""
+        if self._max_ids == 0:
+            return
+        self._ended[job_id] = at_ms
+        self._ended.move_to_end(job_id)
+        while len(self._ended) > self._max_ids:
+            self._ended.popitem(last=False)
+
+    def already_ended(self, job_id: str, now_ms: int) -> bool:
+        """Whether job ``job_id`` succeeded here within the window."""
+        if not self._ended:
+            return False
+        self._forget_before(now_ms - self._window_ms)
+        return job_id in self._ended
+
+    def _forget_before(self, cutoff_ms: int) -> None:
+        """Drop the ids that ended before ``cutoff_ms``: kept in the order they ended,
+        so only the oldest are looked at."""
+        while self._ended:
+            if next(iter(self._ended.values())) >= cutoff_ms:
+                return
+            self._ended.popitem(last=False)
