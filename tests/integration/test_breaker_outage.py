@@ -45,7 +45,7 @@ OUTAGE_S = 20.0
 BUCKET_S = 0.5
 MIN_CALLS = 20
 SLOTS = 32  # the worker's concurrency
-PREFETCH = 2  # the default: the worker holds SLOTS x PREFETCH leases, all may run
+PREFETCH = 2  # as passed below (the default): the worker holds SLOTS x PREFETCH leases
 PROBES = 3
 COOLDOWN_S = 8.0
 COOLDOWN_MAX_S = 60.0
@@ -188,8 +188,7 @@ def _start(system: System, dependency: Dependency, tmp: Path) -> None:
         log=tmp / "worker.log",
         env={"RECORDING_DIR": str(system.recordings), "STORM_URL": dependency.url},
         concurrency=SLOTS,
-        extra_args=["--schema-path", str(SCHEMAS), "--log-level", "ERROR",
-                    "--prefetch", str(PREFETCH)],
+        extra_args=["--schema-path", str(SCHEMAS), "--log-level", "ERROR", "--prefetch", "2"],
     )
     system.workers.append(worker.start())
     system.enqueue_requests(
