@@ -44,7 +44,8 @@ JOBS_B = 200
 OUTAGE_S = 20.0
 BUCKET_S = 0.5
 MIN_CALLS = 20
-SLOTS = 32  # the worker's concurrency: jobs it may hold leased at once
+SLOTS = 32  # the worker's concurrency
+PREFETCH = 2  # as passed below (the default): the worker holds SLOTS x PREFETCH leases
 PROBES = 3
 COOLDOWN_S = 8.0
 COOLDOWN_MAX_S = 60.0
@@ -134,10 +135,10 @@ def test_the_breaker_parks_a_failing_type_and_lets_the_others_run(
     curve = dependency.curve()
     during = sum(curve[: int(OUTAGE_S / BUCKET_S)])
     cycles = half_open_cycles_in(OUTAGE_S)
-    bound = MIN_CALLS + SLOTS + PROBES * cycles
+    bound = MIN_CALLS + SLOTS * PREFETCH + PROBES * cycles
     print(
         f"\nbreaker outage: {JOBS_A} jobs, outage {OUTAGE_S:g}s: {during} calls during the "
-        f"outage (bound {MIN_CALLS} + {SLOTS} + {PROBES} x {cycles} = {bound}); "
+        f"outage (bound {MIN_CALLS} + {SLOTS} x {PREFETCH} + {PROBES} x {cycles} = {bound}); "
         f"{sum(curve)} calls in all; parked {snapshot.get('counters', {}).get('parked')}; "
         f"breaker {opened.get('reason')!r}; last noop start "
         f"{max(b_starts) - opened['earliest_probe']:+.2f}s from the earliest probe"
@@ -187,7 +188,7 @@ def _start(system: System, dependency: Dependency, tmp: Path) -> None:
         log=tmp / "worker.log",
         env={"RECORDING_DIR": str(system.recordings), "STORM_URL": dependency.url},
         concurrency=SLOTS,
-        extra_args=["--schema-path", str(SCHEMAS), "--log-level", "ERROR"],
+        extra_args=["--schema-path", str(SCHEMAS), "--log-level", "ERROR", "--prefetch", "2"],
     )
     system.workers.append(worker.start())
     system.enqueue_requests(
