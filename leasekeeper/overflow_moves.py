@@ -81,7 +81,9 @@ class OverflowMoves:
     def _enter(self, tp: TopicPart, tenant: str) -> int:
         self.lane.enter(tp, tenant)
         self._persist(tp)
-        taken = self._window.remove_ready(lambda p: p.tp == tp and p.job.tenant_id == tenant)
+        taken = self._window.remove_ready(
+            lambda p: p.tp == tp and p.job.tenant_id == tenant and p.job.ordering_key is None
+        )
         taken.sort(key=lambda p: p.offset)  # copies leave in enqueue order
         self._copies.add([self._copy(p) for p in taken])
         log.info(
@@ -92,7 +94,11 @@ class OverflowMoves:
 
     def follow(self, pending: Pending) -> bool:
         """Copy ``pending`` to the overflow lane if its tenant is in overflow on its
-        partition (its newer jobs follow the older ones there); False otherwise."""
+        partition (its newer jobs follow the older ones there); False otherwise. A job
+        with an ordering key never moves: its key's line lives on its own partition,
+        and a copy in the lane would be a second line of the same key."""
+        if pending.job.ordering_key is not None:
+            return False
         if not self.lane.follows(pending.tp, pending.job.tenant_id):
             return False
         self._copies.add([self._copy(pending)])

@@ -3,6 +3,7 @@ what survives a restart (the store) and a move (the commit metadata)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from leasekeeper.copies import CopyKind, CopyRequest
@@ -252,3 +253,20 @@ def test_copies_wait_for_a_commit_apart_from_finished_jobs(tmp_path: Path) -> No
     assert ready_ids(engine) == ["small-30"], "leasing goes on: copies are not finished jobs"
     engine.committed(engine.commit_positions())
     assert engine.copying(limit=1_000, unsaved=10) == set()
+
+
+def test_a_job_with_an_ordering_key_never_moves_to_the_lane(tmp_path: Path) -> None:
+    """Its key's line lives on its own partition: a copy in the lane would be a second
+    line of the same key, free to run beside the first."""
+    engine = engine_at(tmp_path)
+    engine.assign(TP, 0)
+    ordered = replace(job(0, "big"), job_id="big-ordered-0", ordering_key="k", ordering_seq=0)
+    engine.offer(TP, 0, ordered, b"big-ordered-0")
+    offer(engine, "big", range(1, 31))
+    engine.overflow_floods({TP}, SLICE)
+    assert [c.offset for c in moved(engine)] == list(range(1, 31)), "the ordered job stays"
+    later = replace(job(31, "big"), job_id="big-ordered-31", ordering_key="k2", ordering_seq=31)
+    engine.offer(TP, 31, later, b"big-ordered-31")
+    offer(engine, "big", range(32, 33))
+    assert [c.offset for c in moved(engine)] == [32], "newer unordered jobs follow, ordered not"
+    assert sorted(ready_ids(engine)) == ["big-ordered-0", "big-ordered-31"]
