@@ -94,6 +94,7 @@ def queue_page(base: str, queue: str, fleet: FleetState, kafka: KafkaView, now_m
         + "<h2>Tenants</h2>"
         + _tenants(records)
         + _classes(records)
+        + _blocked_keys(records, now_ms)
         + "<h2>Retry tiers</h2>"
         + table(("tier topic", "backlog"), sorted(offsets.tiers.items()), numeric=(1,))
         + f"<p>{link(base, f'dlq/{queue}', 'Dead letters')}: {offsets.dlq_depth}</p>",
@@ -170,6 +171,28 @@ def _classes(records: list[Snapshot]) -> str:
     if not rows:
         return ""
     return "<h2>Classes</h2>" + table(("leasekeeper", "name", "state"), rows)
+
+
+def _blocked_keys(records: list[Snapshot], now_ms: int) -> str:
+    """Ordering keys whose head is out (retrying, parked or dead), as ``inspect``
+    shows them: a blocked key holds back only its own jobs, so it is easy to miss."""
+    rows = []
+    for record in records:
+        for b in record["snapshot"].get("blocked_keys") or []:
+            if b.get("state") == "dead":
+                when = "until replayed or skipped"
+            elif int(b.get("due_ms", 0)) > now_ms:
+                when = f"in {(int(b['due_ms']) - now_ms) / 1000:.0f}s"
+            else:
+                when = "coming back"
+            rows.append((record.get("instance"), b.get("tenant"), b.get("key"),
+                         b.get("job_id"), b.get("state"), when, b.get("held"),
+                         b.get("reason")))  # fmt: skip
+    if not rows:
+        return ""
+    headers = ("leasekeeper", "tenant", "ordering key", "head job", "state", "back",
+               "held behind", "why")  # fmt: skip
+    return "<h2>Blocked ordering keys</h2>" + table(headers, rows, numeric=(6,))
 
 
 def leasekeepers_page(fleet: FleetState, now_ms: int) -> str:

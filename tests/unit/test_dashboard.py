@@ -191,3 +191,22 @@ def test_scheduler_groups_are_found_by_their_topics() -> None:
     topics = {"jobs._scheduler.a.state", "jobs._scheduler.b.entries", "jobs._scheduler.c.leader",
               "jobs.q", "other._scheduler.d.state"}  # fmt: skip
     assert scheduler_names(topics, "jobs") == ["a", "b"]
+
+
+def test_the_queue_page_lists_blocked_ordering_keys_and_why() -> None:
+    from leasekeeper.dashboard.pages import _blocked_keys
+
+    now = 1_000_000
+    blocked = [
+        {"topic": "jobs.q", "partition": 0, "tenant": "acme", "key": "user-42", "head_seq": 7,
+         "job_id": "j7", "state": "retrying", "due_ms": now + 12_000,
+         "reason": "retrying: <smtp down>", "held": 3},
+        {"topic": "jobs.q", "partition": 1, "tenant": "beta", "key": "user-9", "head_seq": 2,
+         "job_id": "j2", "state": "dead", "due_ms": 0, "reason": "dead: bad payload", "held": 1},
+    ]  # fmt: skip
+    records = [{"instance": "lk-1", "snapshot": {"blocked_keys": blocked}}]
+    html = _blocked_keys(records, now)  # type: ignore[arg-type]
+    assert "Blocked ordering keys" in html
+    assert "user-42" in html and "in 12s" in html and "&lt;smtp down&gt;" in html
+    assert "user-9" in html and "until replayed or skipped" in html
+    assert _blocked_keys([{"instance": "lk-1", "snapshot": {}}], now) == ""  # type: ignore[list-item]
