@@ -57,6 +57,8 @@ def queue(kafka: KafkaSettings, unique: str) -> str:
         f"jobs.{name}.overflow",
         f"jobs.{name}.dlq",
         *(f"jobs.{name}.retry.{t}" for t in DEFAULT_TIERS),
+        *(f"jobs.{name}.critical.retry.{t}" for t in DEFAULT_TIERS),
+        *(f"jobs.{name}.bulk.retry.{t}" for t in DEFAULT_TIERS),
     ]
     return name
 
@@ -94,6 +96,8 @@ def test_create_queue_twice_is_a_no_op(kafka: KafkaSettings, queue: str) -> None
         f"jobs.{queue}.overflow",
         f"jobs.{queue}.dlq",
         *(f"jobs.{queue}.retry.{t}" for t in DEFAULT_TIERS),
+        *(f"jobs.{queue}.critical.retry.{t}" for t in DEFAULT_TIERS),
+        *(f"jobs.{queue}.bulk.retry.{t}" for t in DEFAULT_TIERS),
     ]
 
     resized = run("create-queue", queue, "--partitions", "5", "--bootstrap", kafka.bootstrap)
