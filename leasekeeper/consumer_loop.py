@@ -133,6 +133,8 @@ class ConsumerLoop:
         self._paused: set[TopicPart] = set()
         # Assigned since the last step: resumed explicitly (see ``_set_paused``).
         self._fresh: set[TopicPart] = set()
+        # The family consumers (see family_consumer.py) that applied an assignment.
+        self._assigned_once: set[int] = set()
         # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
         self._assignment: set[TopicPart] = set()
         self._full = False
@@ -540,9 +542,21 @@ class ConsumerLoop:
             self._assignment.add(TopicPart(tp.topic, tp.partition))
             self._fresh.add(TopicPart(tp.topic, tp.partition))
         self._assign_lines(consumer, committed)
-        self._engine.assignment_received()
+        self._assigned_once.add(id(consumer))
+        if self._every_family_assigned():
+            self._engine.assignment_received()
         log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
         log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
+
+    def _every_family_assigned(self) -> bool:
+        """Whether every consumer of this leasekeeper applied its first assignment.
+        Each family's consumer gets its own, one after another: settling in ends
+        only after the last, or the held acks of a class whose partitions come
+        later are refused as unknown and their jobs run again."""
+        families = getattr(self._consumer, "families", None)
+        if families is None:  # one plain consumer
+            return True
+        return all(id(c) in self._assigned_once for c in families.values())
 
     def _assign_lines(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Per-key ordering: the lane read to its end, then each class partition's lines
