@@ -13,6 +13,7 @@ from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
 from leasekeeper.ordering import LaneState, OnDead
+from leasekeeper.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.store import LeaseStore
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
@@ -35,7 +36,10 @@ def ordered(i: int, key: str | None = "user-42", max_attempts: int = 3) -> Job:
 
 
 def make(tmp_path: Path, clock: Clock, on_dead: OnDead = OnDead.CONTINUE) -> LeaseEngine:
-    config = EngineConfig(lease_s=10, on_dead=on_dead)
+    # No jitter: a full-jitter delay under 1 ms would make a retry due at once on the
+    # fixed clock, and nothing would be held behind it (1 run in about 1,000).
+    retries = RetryPolicies(default=RetryPolicy(jitter=Jitter.NONE))
+    config = EngineConfig(lease_s=10, on_dead=on_dead, retries=retries)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
     engine.assign(TP, 0)
     return engine
