@@ -78,6 +78,7 @@ __all__ = [
     "produce_once",
     "produce_reliably",
     "reachable",
+    "read_to_end",
     "set_group_config",
     "set_topic_config",
     "topic_config",
@@ -561,6 +562,24 @@ def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int])
     """The group's committed offset per partition (-1001 when none)."""
     tps = [TopicPartition(topic, p) for p in partitions]
     return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
+
+
+def read_to_end(
+    consumer: Consumer, tp: TopicPartition, apply: Callable[[Message], None], timeout_s: float
+) -> None:
+    """Feed ``apply`` every record of the assigned ``tp`` up to the end it has now:
+    how a compacted state topic is caught up before its state is trusted.
+    TimeoutError if that takes longer than ``timeout_s``."""
+    low, high = consumer.get_watermark_offsets(tp, timeout=10)
+    deadline = time.monotonic() + timeout_s
+    while high > low:
+        position = consumer.position([tp])[0].offset
+        if position >= high:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{tp.topic} not read within {timeout_s}s")
+        for message in consumer.consume(500, timeout=0.2):
+            apply(message)
 
 
 def is_retriable(error: KafkaError) -> bool:

@@ -38,6 +38,7 @@ from jobcore.kafka import (
     make_admin,
     make_consumer,
     produce_once,
+    read_to_end,
 )
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker import BreakerState
@@ -145,17 +146,8 @@ class BreakerFeed:
                         "to add it", self._topic)  # fmt: skip
             return
         self._assign()
-        tp = TopicPartition(self._topic, 0)
-        low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
-        deadline = time.monotonic() + timeout_s
-        while high > low:
-            position = self._consumer.position([tp])[0].offset
-            if position >= high:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self._topic} not read within {timeout_s}s")
-            for message in self._consumer.consume(500, timeout=0.2):
-                self._apply(message, own_too=True)
+        read_to_end(self._consumer, TopicPartition(self._topic, 0),
+                    lambda message: self._apply(message, own_too=True), timeout_s)  # fmt: skip
 
     def poll(self) -> None:
         """Apply what others wrote since the last call, then publish this engine's

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -35,6 +34,7 @@ from jobcore.kafka import (
     TopicPartition,
     make_admin,
     make_consumer,
+    read_to_end,
 )
 from leasekeeper.leases import TopicPart
 from leasekeeper.ordering import LaneEntry, LaneState, LineId
@@ -119,17 +119,7 @@ class LaneFeed:
         if not self._assigned:
             self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
             self._assigned = True
-        tp = TopicPartition(self._topic, 0)
-        low, high = self._consumer.get_watermark_offsets(tp, timeout=10)
-        deadline = time.monotonic() + timeout_s
-        while high > low:
-            position = self._consumer.position([tp])[0].offset
-            if position >= high:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self._topic} not read within {timeout_s}s")
-            for message in self._consumer.consume(500, timeout=0.2):
-                self._apply(message)
+        read_to_end(self._consumer, TopicPartition(self._topic, 0), self._apply, timeout_s)
 
     def _exists(self) -> bool:
         topics = make_admin(self._settings).list_topics(self._topic, timeout=10).topics
