@@ -180,8 +180,10 @@ class ConsumerLoop:
         room = self._apply_backpressure()
         # Never fetch more than the window takes: the bound holds in records, and
         # in bytes up to one batch. A paused consumer still serves callbacks.
+        due: list[tuple[TopicPart, int, JobHead, bytes]] = []
         for message in self._fetch(max(1, min(self._config.batch_size, room))):
-            self._handle(message)
+            self._handle(message, due)
+        self._offer(due)
         self._engine.park_excess()  # a rate-limited backlog must not fill the window
         self._outbox.pump()
         self._producer.poll(0)
@@ -221,7 +223,37 @@ class ConsumerLoop:
             return first
         return first + self._consumer.consume(num_messages=limit - 1, timeout=0)
 
-    def _handle(self, message: Message) -> None:
+    def _offer(self, due: list[tuple[TopicPart, int, JobHead, bytes]]) -> None:
+        """Hand the engine the records gathered so far, in fetch order."""
+        if due:
+            self._engine.offer_many(due)
+            due.clear()
+
+    def _handle(
+        self, message: Message, due: list[tuple[TopicPart, int, JobHead, bytes]] | None = None
+    ) -> None:
+        """A fetched record. A ready job read from its headers joins ``due`` (offered
+        with the rest of the fetch under one lock; at once without ``due``); anything
+        else first offers what ``due`` holds, so the engine sees every partition's
+        records in offset order."""
+        if due is None:
+            due = []
+            self._handle(message, due)
+            self._offer(due)
+            return
+        value = message.value() if message.error() is None else None
+        if value is not None:
+            topic = message.topic()
+            head = read_head(message.key(), message.headers(), value)
+            if head is not None and topic is not None and self._gate.tier_of(topic) is None:
+                tp = TopicPart(topic, message.partition())  # type: ignore[arg-type]
+                if not self._gate.is_held(tp):
+                    due.append((tp, message.offset(), head, value))  # type: ignore[arg-type]
+                    return
+        self._offer(due)
+        self._handle_one(message)
+
+    def _handle_one(self, message: Message) -> None:
         error = message.error()
         if error is not None:
             if error.fatal() or error.code() == KafkaError._FATAL:

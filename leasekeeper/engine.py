@@ -28,7 +28,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from jobcore.control import JobStatus
 from leasekeeper import engine_view
@@ -221,6 +221,14 @@ class LeaseEngine:
         head = job if isinstance(job, JobHead) else JobHead.of(job)
         with self._cond:
             self._intake.offer(tp, offset, head, envelope, not_before_ms)
+
+    def offer_many(self, records: Sequence[tuple[TopicPart, int, JobHead, bytes]]) -> None:
+        """Records due now, in fetch order, under one hold of the lock: taking it once
+        per record was the leasekeeper's largest single cost at high rates."""
+        with self._cond:
+            offer = self._intake.offer
+            for tp, offset, head, envelope in records:
+                offer(tp, offset, head, envelope, 0)
 
     def cancellations_arrived(self) -> None:
         """Answer at once for cancelled jobs that wait here (in the window, the timer or

@@ -270,8 +270,15 @@ class _Engine:
     def __init__(self) -> None:
         self.offered: list[tuple[int, JobHead]] = []
 
+        self.batches: list[list[int]] = []  # offsets per call, one call per lock hold
+
     def offer(self, tp: TopicPart, offset: int, job: JobHead, envelope: bytes) -> None:
         self.offered.append((offset, job))
+        self.batches.append([offset])
+
+    def offer_many(self, records: list[tuple[TopicPart, int, JobHead, bytes]]) -> None:
+        self.offered.extend((offset, head) for _, offset, head, _ in records)
+        self.batches.append([offset for _, offset, _, _ in records])
 
 
 def _loop(codec: EnvelopeCodec, engine: _Engine, consumer: _Consumer) -> ConsumerLoop:
@@ -316,3 +323,20 @@ def test_the_loop_decodes_records_without_usable_headers() -> None:
     loop._handle(_Message(3, value, job_headers(job, value)))  # type: ignore[arg-type]
     assert [h.full is not None for _, h in engine.offered] == [True, True, False]
     assert all(h.job_id == "j-1" and h.payload(value) == job.payload for _, h in engine.offered)
+
+
+def test_a_fetch_is_offered_under_one_lock_hold_and_in_offset_order() -> None:
+    """Records read from their headers are offered together; a record that needs the
+    slow path offers those before it first, so the engine never sees a later offset of
+    a partition before an earlier one (it would drop the earlier one as fetched)."""
+    engine = _Engine()
+    loop = _loop(CODEC, engine, _Consumer())
+    job = _job(tenant_id="t")
+    value = CODEC.encode(job)
+    due: list[tuple[TopicPart, int, JobHead, bytes]] = []
+    for offset, headers in [(1, True), (2, True), (3, False), (4, True), (5, True)]:
+        message = _Message(offset, value, job_headers(job, value) if headers else None)
+        loop._handle(message, due)  # type: ignore[arg-type]
+    loop._offer(due)
+    assert [o for o, _ in engine.offered] == [1, 2, 3, 4, 5]
+    assert engine.batches == [[1, 2], [3], [4, 5]]
