@@ -8,6 +8,7 @@ that needs it fails with the reason; locally such tests are skipped loudly.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,12 +129,27 @@ def unique() -> str:
     return uuid.uuid4().hex[:10]
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keep each phase's report on the test, so a fixture can tell a failed test."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"report_{report.when}", report)
+
+
 @pytest.fixture
-def system(kafka: KafkaSettings, unique: str, tmp_path: Path) -> Iterator[System]:
-    """A queue with its leasekeeper(s) and worker processes, stopped after the test."""
+def system(
+    kafka: KafkaSettings, unique: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[System]:
+    """A queue with its leasekeeper(s) and worker processes, stopped after the test.
+    When the test failed, the tail of every process's log goes to the report: a
+    failure seen once in CI explains itself."""
     sut = System(kafka, unique, tmp_path)
     yield sut
     sut.stop()
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        sys.stderr.write(sut.log_tails())
 
 
 @pytest.fixture(scope="session")

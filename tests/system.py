@@ -351,3 +351,13 @@ class System:
             worker.stop()
         for leasekeeper in self.leasekeepers:
             leasekeeper.stop()
+
+    def log_tails(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of each leasekeeper's and worker's log."""
+        logs = [lk.log for lk in self.leasekeepers] + [w.log for w in self.workers]
+        parts = []
+        for path in dict.fromkeys(logs):  # a restart in place appends to the same log
+            text = path.read_text(errors="replace") if path.exists() else "(no log)"
+            tail = "\n".join(text.splitlines()[-lines:])
+            parts.append(f"----- {path.name} (last {lines} lines) -----\n{tail}\n")
+        return "".join(parts)

@@ -63,6 +63,24 @@ def in_order(started: list[str], expected: list[str]) -> bool:
     )
 
 
+def not_run(system: System, jobs: list[str]) -> dict[str, object]:
+    """What explains jobs that never ran: which, whether they reached the lane, and
+    what the leasekeeper holds."""
+    missing = set(jobs) - set(system.acks())
+    snapshot = system.leasekeeper.snapshot() or {}
+    return {
+        "not run": len(missing),
+        "first of them (enqueue order)": sorted(jobs.index(j) for j in missing)[:10],
+        "of them in the overflow lane": len(missing & set(overflow_copies(system))),
+        "committed": system.committed(),
+        "end offsets": system.end_offsets(),
+        "tenants": snapshot.get("tenants"),
+        "partitions": [
+            {k: v for k, v in p.items() if k != "leases"} for p in snapshot.get("partitions", [])
+        ],
+    }
+
+
 @pytest.fixture(autouse=True)
 def quick_noop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Noop jobs without their random sleep: the flood drains in seconds."""
@@ -106,7 +124,8 @@ def test_kill_9_in_the_middle_of_the_overflow_loses_nothing(system: System) -> N
     wait_until(moving, 60, "the flood to move to the overflow lane", step=0.05)
     system.leasekeeper.kill()
     system.restart_leasekeeper()
-    wait_until(lambda: set(system.acks()) >= set(flood), 120, "every flood job to run")
+    wait_until(lambda: set(system.acks()) >= set(flood), 120, "every flood job to run",
+               describe=lambda: not_run(system, flood))  # fmt: skip
     system.wait_caught_up()
 
     copies = overflow_copies(system)
