@@ -2,7 +2,8 @@
 
 ``FleetState`` is the pure part (apply records, age them out, derive rates);
 ``FleetReader`` is the thread that feeds it from Kafka, the way a Kafka Streams
-table is materialised from a compacted topic.
+table is materialised from a compacted topic. The same thread feeds the outbox
+relays' reports (``jobs._outbox_relays``) to ``relays_view.RelayState``.
 """
 
 from __future__ import annotations
