@@ -91,54 +91,59 @@ def start_relay(dsn: str, kafka: KafkaSettings, prefix: str, log: Path) -> subpr
 def test_the_dashboard_shows_rows_waiting_and_the_lag_until_they_are_relayed(
     pg_dsn: str, kafka: KafkaSettings, prefix: str, site: Site, unique: str, tmp_path: Path
 ) -> None:
-    """Rows for a queue whose topics do not exist stay in job_outbox (the relay
-    keeps them and tries again); once the topics exist they go, and the
-    dashboard's figures follow. A clean stop removes the relay from the page."""
+    """Rows for a queue whose topics do not exist stay in job_outbox (the active
+    relay keeps them and tries again); once the topics exist they go, and the
+    dashboard's figures follow, for the active relay and the standby alike. A
+    clean stop removes a relay from the page."""
     init_schema(pg_dsn)
     queue = f"q{unique}"
     with psycopg.connect(pg_dsn) as conn:
-        Outbox().stage_many(
-            conn,
-            [
-                JobRequest(queue=queue, type="send_receipt", payload=RECEIPT, tenant_id="acme")
-                for _ in range(3)
-            ],
-        )
-    log = tmp_path / "relay.log"
-    relay = start_relay(pg_dsn, kafka, prefix, log)
+        requests = [
+            JobRequest(queue=queue, type="send_receipt", payload=RECEIPT, tenant_id="acme")
+            for _ in range(3)
+        ]
+        Outbox().stage_many(conn, requests)
+    logs = [tmp_path / "relay-0.log", tmp_path / "relay-1.log"]
+    relays = [start_relay(pg_dsn, kafka, prefix, log) for log in logs]
     try:
-        mine = wait_for_report(site, lambda r: r["waiting"] == 3 and r["lag_s"] > 0, log)
-        assert mine["active"] is True and mine["error"] is None
-        assert mine["database"].endswith(f"/{pg_dsn.rsplit('dbname=', 1)[1]}")
+        waiting = wait_for_reports(site, lambda r: r["waiting"] == 3 and r["lag_s"] > 0, logs)
+        assert all(r["error"] is None for r in waiting)
+        assert {r["database"] for r in waiting} == {f"127.0.0.1:{pg_port(pg_dsn)}/t{unique}"}
         page = get(f"{site.url}/")
-        assert "Outbox relays" in page and '<td class="n">3</td>' in page
+        assert "Outbox relays" in page and page.count('<td class="n">3</td>') == 2
+        assert "<td>active</td>" in page and "<td>standby</td>" in page
 
         ensure_queue_topics(kafka, queue, partitions=1, prefix=prefix)
-        done = wait_for_report(site, lambda r: r["waiting"] == 0, log)
-        assert done["relayed"] == 3 and done["error"] is None
+        done = wait_for_reports(site, lambda r: r["waiting"] == 0, logs)
+        assert sorted(r["relayed"] for r in done) == [0, 3]
 
-        relay.send_signal(signal.SIGTERM)
-        assert relay.wait(60) == 0
-        wait_until(lambda: relays_shown(site) == [], 60, "the relay's tombstone")
+        for relay in relays:
+            relay.send_signal(signal.SIGTERM)
+            assert relay.wait(60) == 0
+        wait_until(lambda: relays_shown(site) == [], 60, "the relays' tombstones")
         assert "Outbox relays" not in get(f"{site.url}/")
     finally:
-        if relay.poll() is None:
-            relay.kill()
-            relay.wait()
+        for relay in relays:
+            if relay.poll() is None:
+                relay.kill()
+                relay.wait()
 
 
-def wait_for_report(site: Site, holds: Any, log: Path) -> dict[str, Any]:
-    """The one relay's report, once ``holds`` of it (the relay's log explains a timeout)."""
+def pg_port(dsn: str) -> str:
+    return dsn.split("port=", 1)[1].split()[0]
+
+
+def wait_for_reports(site: Site, holds: Any, logs: list[Path]) -> list[dict[str, Any]]:
+    """Both relays' reports, once ``holds`` of each and one of them is active (the
+    relays' logs explain a timeout)."""
     found: list[dict[str, Any]] = []
 
     def shown() -> bool:
         found[:] = [r for r in relays_shown(site) if holds(r)]
-        return bool(found)
+        return len(found) == 2 and sorted(r["active"] for r in found) == [False, True]
 
-    wait_until(
-        shown,
-        90,
-        "the relay's report",
-        describe=lambda: (relays_shown(site), log.read_text()[-2000:]),
-    )
-    return found[0]
+    def state() -> object:
+        return relays_shown(site), [log.read_text()[-1500:] for log in logs]
+
+    wait_until(shown, 90, "both relays' reports", describe=state)
+    return found
