@@ -20,7 +20,7 @@ from datetime import timedelta
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin, set_topic_config
 from jobcore.priority import PriorityClasses
-from jobcore.topics import DEFAULT_PREFIX, QueueTopics, leasekeepers_topic
+from jobcore.topics import DEFAULT_PREFIX, QueueTopics, leasekeepers_topic, outbox_relays_topic
 
 __all__ = [
     "CONTROL_RETENTION_MS",
@@ -28,6 +28,7 @@ __all__ = [
     "STATUS_RETENTION_HELP",
     "STATUS_RETENTION_MS",
     "ensure_leasekeepers_topic",
+    "ensure_outbox_relays_topic",
     "ensure_queue_topics",
     "retention_ms",
 ]
@@ -39,8 +40,8 @@ CONTROL_RETENTION_MS = (MAX_DELAY + timedelta(days=5)) // timedelta(milliseconds
 # How each job ended: a week answers "did it already run?" for a cancel; compaction
 # keeps one record per job meanwhile.
 STATUS_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
-# Leasekeeper snapshots are live data: a day keeps a stopped one's last words for a
-# look after an incident; compaction keeps one record per instance meanwhile.
+# Leasekeeper snapshots and outbox relay reports are live data: a day keeps a stopped
+# one's last words for a look after an incident; compaction keeps one record per instance meanwhile.
 LEASEKEEPERS_RETENTION_MS = 24 * 60 * 60 * 1000
 # What ``--status-retention`` says, on every command that creates a queue's topics.
 STATUS_RETENTION_HELP = (
@@ -58,7 +59,18 @@ def ensure_leasekeepers_topic(
     settings: KafkaSettings, prefix: str = DEFAULT_PREFIX, replication: int = -1
 ) -> str:
     """Create ``jobs._leasekeepers`` if missing (one partition: a dashboard reads it whole)."""
-    name = leasekeepers_topic(prefix)
+    return _ensure_live_topic(settings, leasekeepers_topic(prefix), replication)
+
+
+def ensure_outbox_relays_topic(
+    settings: KafkaSettings, prefix: str = DEFAULT_PREFIX, replication: int = -1
+) -> str:
+    """Create ``jobs._outbox_relays`` if missing (one partition: a dashboard reads it whole)."""
+    return _ensure_live_topic(settings, outbox_relays_topic(prefix), replication)
+
+
+def _ensure_live_topic(settings: KafkaSettings, name: str, replication: int) -> str:
+    """A compacted one-partition topic of live reports, one record per instance."""
     config = {
         "cleanup.policy": "compact,delete",
         "retention.ms": str(LEASEKEEPERS_RETENTION_MS),

@@ -32,6 +32,12 @@ def leasekeepers_topic(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}._leasekeepers"
 
 
+def outbox_relays_topic(prefix: str = DEFAULT_PREFIX) -> str:
+    """Every outbox relay's latest backlog report (compacted, keyed by instance):
+    ``jobs._outbox_relays``, read by the dashboard like ``jobs._leasekeepers``."""
+    return f"{prefix}._outbox_relays"
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueueTopics:
     """Names of every topic and group that belong to queue ``queue``."""

@@ -11,16 +11,12 @@ that died ages out by its ``published_at_ms``.
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobcore.kafka import KafkaException, KafkaSettings, make_producer
+from jobcore.kafka import KafkaSettings
+from jobcore.live_topic import LivePublisher, LiveTopic, default_instance
 from jobcore.topic_admin import ensure_leasekeepers_topic
 
 __all__ = [
@@ -32,15 +28,8 @@ __all__ = [
     "fleet_record",
 ]
 
-log = logging.getLogger(__name__)
-
 FLEET_VERSION = 1
 DEFAULT_MAX_LEASES = 200
-
-
-def default_instance() -> str:
-    """Host and process id: unique among the leasekeepers running now."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def cap_leases(snapshot: dict[str, object], max_leases: int) -> dict[str, object]:
@@ -95,47 +84,30 @@ class FleetPublisher:
     ) -> None:
         self._config = config
         self._snapshot = snapshot
-        self._wall = wall
-        self._stop = threading.Event()
-        self._producer = make_producer(config.kafka, **{"linger.ms": 50})
-        self._topic = ""
-        self._thread = threading.Thread(target=self._run, name="fleet-publisher", daemon=True)
+        topic = LiveTopic(
+            kafka=config.kafka,
+            ensure=lambda: ensure_leasekeepers_topic(config.kafka, config.prefix),
+            instance=config.instance,
+            interval_s=config.interval_s,
+            what="the snapshot",
+        )
+        self._publisher = LivePublisher(topic, self._record, wall, name="fleet-publisher")
 
     @property
     def key(self) -> bytes:
-        return self._config.instance.encode()
+        return self._publisher.key
 
     def start(self) -> None:
-        self._thread.start()
+        self._publisher.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._publish_once()
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("publishing the snapshot to the dashboard topic failed: %s", exc)
-            self._stop.wait(self._config.interval_s)
-
-    def _publish_once(self) -> None:
-        if not self._topic:
-            self._topic = ensure_leasekeepers_topic(self._config.kafka, self._config.prefix)
-        record = fleet_record(
+    def _record(self, now_ms: int) -> dict[str, object]:
+        return fleet_record(
             self._snapshot(),
             instance=self._config.instance,
-            now_ms=round(self._wall() * 1000),
+            now_ms=now_ms,
             max_leases=self._config.max_leases,
         )
-        self._producer.produce(self._topic, key=self.key, value=json.dumps(record).encode())
-        self._producer.poll(0)
 
     def stop(self) -> None:
         """Stop publishing and write a tombstone: this instance is gone."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        if self._topic:
-            try:
-                self._producer.produce(self._topic, key=self.key, value=None)
-            except KafkaException as exc:
-                log.warning("could not withdraw the snapshot: %s", exc)
-        self._producer.flush(5)
+        self._publisher.stop()

@@ -145,7 +145,7 @@ def _serve(d: Dashboard, host: str, port: int) -> None:
         raise click.ClickException(
             f"cannot listen on {host}:{port}: {exc.strerror}; choose another --listen"
         ) from None
-    reader = FleetReader(d.actions.kafka, d.actions.prefix, d.fleet)
+    reader = FleetReader(d.actions.kafka, d.actions.prefix, d.fleet, relays=d.relays)
     reader.start()
     if d.actions.index is not None:
         d.actions.index.start()

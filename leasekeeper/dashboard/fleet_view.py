@@ -2,7 +2,8 @@
 
 ``FleetState`` is the pure part (apply records, age them out, derive rates);
 ``FleetReader`` is the thread that feeds it from Kafka, the way a Kafka Streams
-table is materialised from a compacted topic.
+table is materialised from a compacted topic. The same thread feeds the outbox
+relays' reports (``jobs._outbox_relays``) to ``relays_view.RelayState``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from jobcore.kafka import OFFSET_BEGINNING, KafkaError, KafkaSettings, TopicPartition, make_consumer
-from jobcore.topics import leasekeepers_topic
+from jobcore.topics import leasekeepers_topic, outbox_relays_topic
 
 __all__ = ["FleetReader", "FleetState", "RatePoint"]
 
@@ -106,8 +107,16 @@ class FleetState:
         return list(self._history.get(queue, ()))
 
 
+class _Table(Protocol):
+    def apply(self, key: str, value: bytes | None) -> None: ...
+
+
 class FleetReader:
-    """Consumes ``jobs._leasekeepers`` from the beginning into a ``FleetState``."""
+    """Consumes ``jobs._leasekeepers`` from the beginning into a ``FleetState``, and
+    ``jobs._outbox_relays`` into ``relays`` when given.
+
+    Both topics are assigned even when they do not exist yet: the first relay or
+    leasekeeper creates its topic, and the consumer picks it up from its start."""
 
     def __init__(
         self,
@@ -116,9 +125,13 @@ class FleetReader:
         state: FleetState,
         wall: Callable[[], float] = time.time,
         sample_every_s: float = 3.0,
+        relays: _Table | None = None,
     ) -> None:
         self._settings = settings
         self._topic = leasekeepers_topic(prefix)
+        self._tables: dict[str, _Table] = {self._topic: state}
+        if relays is not None:
+            self._tables[outbox_relays_topic(prefix)] = relays
         self.state = state
         self._wall = wall
         self._sample_every_s = sample_every_s
@@ -135,7 +148,7 @@ class FleetReader:
     def _run(self) -> None:
         consumer = make_consumer(self._settings, f"dashboard.{uuid.uuid4().hex}")
         try:
-            consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+            consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in self._tables])
             next_sample = 0.0
             while not self._stop.is_set():
                 for message in consumer.consume(num_messages=500, timeout=0.5):
@@ -150,8 +163,8 @@ class FleetReader:
         error = message.error()
         if error is not None:
             if error.code() not in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
-                log.debug("reading %s: %s", self._topic, error)
+                log.debug("reading %s: %s", message.topic(), error)
             return
-        key = message.key()
-        if key is not None:
-            self.state.apply(key.decode(errors="replace"), message.value())
+        key, table = message.key(), self._tables.get(message.topic())
+        if key is not None and table is not None:
+            table.apply(key.decode(errors="replace"), message.value())

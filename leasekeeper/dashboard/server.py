@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +24,7 @@ from jobcore.kafka import KafkaException
 from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict
 from leasekeeper.dashboard.actions import Actions, FilterError, selection_from_query
 from leasekeeper.dashboard.fleet_view import FleetState
-from leasekeeper.dashboard.html import e, layout, link
+from leasekeeper.dashboard.html import e, layout, link, live
 from leasekeeper.dashboard.job_lookup import job_page, lookup
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.pages import (
@@ -35,6 +35,7 @@ from leasekeeper.dashboard.pages import (
     queue_page,
     scheduled_page,
 )
+from leasekeeper.dashboard.relays_view import RelayState, relays_section
 from leasekeeper.dlq.reader import DlqError
 
 __all__ = ["Dashboard", "DashboardServer"]
@@ -56,6 +57,7 @@ class Dashboard:
     policy: AccessPolicy
     base: str = ""
     wall: Callable[[], float] = time.time
+    relays: RelayState = field(default_factory=RelayState)
 
     def now_ms(self) -> int:
         return round(self.wall() * 1000)
@@ -99,6 +101,7 @@ def get(d: Dashboard, path: str, query: str) -> Response:
     if path in ("", "/"):
         shown, others = d.shown_queues()
         body = overview_page(d.base, d.fleet, d.kafka, shown, now) + _others(d, others)
+        body += live("relays", relays_section(d.relays.current(now), now))
         return _page(d, "Overview", "", body)
     if path == "/leasekeepers":
         return _page(d, "Leasekeepers and workers", "leasekeepers", leasekeepers_page(d.fleet, now))
@@ -171,7 +174,11 @@ def _overview_json(d: Dashboard) -> dict[str, object]:
             "processed_per_s": history[-1].processed if history else None,
             "failed_per_s": history[-1].failed if history else None,
         }
-    return {"queues": queues, "leasekeepers": d.fleet.current(now)}
+    return {
+        "queues": queues,
+        "leasekeepers": d.fleet.current(now),
+        "outbox_relays": [r.to_dict() for r in d.relays.current(now)],
+    }
 
 
 def _cancel(d: Dashboard, query: str, who: str) -> Response:

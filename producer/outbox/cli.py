@@ -11,17 +11,18 @@ from types import FrameType
 
 import click
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
 from jobcore.cli_env import environment, schema_path_option, topic_prefix_option
 from jobcore.cli_errors import log_level_option
 from jobcore.cli_kafka import bootstrap_option, kafka_config_option, kafka_failure, kafka_settings
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.durations import POSITIVE_DURATION, shown
-from jobcore.kafka import KafkaException, KafkaSetupError
+from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
+from jobcore.live_topic import LivePublisher, default_instance
 from producer.api import EnqueueError, JobProducer
 from producer.outbox.metrics import serve_metrics
 from producer.outbox.relay import OutboxRelay, RelayConfig
+from producer.outbox.report import RelayReporter, database_of, report_publisher
 from producer.outbox.schema import init_schema
 from schemas.codec import SchemaRegistry
 
@@ -68,6 +69,14 @@ def init(dsn: str) -> None:
     help="Delay tiers; must be the leasekeeper's --retry-tiers.",
 )
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
+@click.option(
+    "--publish-interval",
+    type=POSITIVE_DURATION,
+    default=shown(3.0),
+    show_default=True,
+    help="How often to report rows waiting and the lag to the dashboard's "
+    "PREFIX._outbox_relays topic (3s, 500ms).",
+)
 @schema_path_option()
 @log_level_option()
 @bootstrap_option
@@ -79,6 +88,7 @@ def relay(
     poll_interval: float,
     tiers: str,
     metrics_port: int | None,
+    publish_interval: float,
     schema_paths: Sequence[str],
     log_level: str,
     bootstrap: str | None,
@@ -103,12 +113,25 @@ def relay(
         with JobProducer(
             settings, registry=registry, prefix=env.topic_prefix, tiers=delay_tiers
         ) as producer:
-            _serve(OutboxRelay(config, producer, settings, registry=registry), dsn, metrics_port)
+            relay = OutboxRelay(config, producer, settings, registry=registry)
+            report = _report(relay, dsn, settings, env.topic_prefix, publish_interval)
+            _serve(relay, dsn, metrics_port, report)
     except (EnqueueError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None
 
 
-def _serve(relay: OutboxRelay, dsn: str, metrics_port: int | None) -> None:
+def _report(
+    relay: OutboxRelay, dsn: str, settings: KafkaSettings, prefix: str, interval_s: float
+) -> LivePublisher:
+    """The thread reporting this relay's backlog to the dashboard's topic."""
+    instance = default_instance()
+    reporter = RelayReporter(relay, dsn, instance)
+    return report_publisher(
+        reporter, settings, prefix=prefix, instance=instance, interval_s=interval_s
+    )
+
+
+def _serve(relay: OutboxRelay, dsn: str, metrics_port: int | None, report: LivePublisher) -> None:
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -118,7 +141,11 @@ def _serve(relay: OutboxRelay, dsn: str, metrics_port: int | None) -> None:
     signal.signal(signal.SIGINT, on_signal)
     if metrics_port is not None:
         serve_metrics(relay, dsn, metrics_port)
-    relay.run(stop)
+    report.start()
+    try:
+        relay.run(stop)
+    finally:
+        report.stop()  # a tombstone: the dashboard drops this relay at once
 
 
 def _check_database(dsn: str) -> None:
@@ -128,23 +155,17 @@ def _check_database(dsn: str) -> None:
             conn.execute("SELECT 1 FROM job_outbox_relay")
     except psycopg.errors.UndefinedTable:
         raise click.ClickException(
-            f"{_where(dsn)} (from --dsn) has no job_outbox table; create it: "
+            f"{database_of(dsn)} (from --dsn) has no job_outbox table; create it: "
             "producer outbox init --dsn ... (or apply producer/outbox/schema.sql)"
         ) from None
     except psycopg.Error as exc:
         raise click.ClickException(_db_problem(dsn, exc)) from None
 
 
-def _where(dsn: str) -> str:
-    """host:port/dbname of ``dsn``, never its password."""
-    parts = conninfo_to_dict(dsn)
-    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
-
-
 def _db_problem(dsn: str, exc: psycopg.Error) -> str:
     """One line naming the database (never its password), the reason and the fix."""
     try:
-        where = _where(dsn)
+        where = database_of(dsn)
     except psycopg.Error:
         return f"--dsn is not a valid PostgreSQL connection string: {exc}"
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
