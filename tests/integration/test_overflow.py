@@ -81,6 +81,20 @@ def not_run(system: System, jobs: list[str]) -> dict[str, object]:
     }
 
 
+def held_and_fetched(system: System) -> dict[str, object]:
+    """Where each partition stands and what the window holds (a stalled read says why)."""
+    snapshot = system.leasekeeper.snapshot() or {}
+    return {
+        "ready": snapshot.get("ready"),
+        "tenants": snapshot.get("tenants"),
+        "partitions": [
+            {k: v for k, v in p.items() if k != "leases"}
+            for p in snapshot.get("partitions", [])
+            if ".retry." not in p["topic"]
+        ],
+    }
+
+
 @pytest.fixture(autouse=True)
 def quick_noop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Noop jobs without their random sleep: the flood drains in seconds."""
@@ -185,7 +199,8 @@ def test_the_window_stays_bounded_while_backlogs_move_aside(system: System) -> N
         )
         return fetched >= len(ids)
 
-    wait_until(moved_aside, 60, "every backlog to be read past")
+    wait_until(moved_aside, 60, "every backlog to be read past",
+               describe=lambda: held_and_fetched(system))  # fmt: skip
     held = [(system.leasekeeper.snapshot() or {}).get("ready", 0) for _ in range(5)]
     assert max(held) <= 200, held
     system.start(workers=1)
