@@ -408,7 +408,7 @@ class ConsumerLoop:
         wanted = self._engine.over_span() & assignment
         if self._full:
             over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
-            if self._overflow.move_floods(over, assignment):
+            if self._overflow.move_floods(over, assignment, self._gate.share_unit):
                 over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
             wanted |= over
             room = headroom

@@ -39,7 +39,8 @@ MAX_TENANTS = 16
 # A tenant holding more than this share of its partition's slice of a full window
 # goes to overflow (half: a tenant can only dominate when it holds the majority).
 DEFAULT_SHARE = 0.5
-# Fewer ready jobs than this never count as a flood, however small the slice.
+# Fewer ready jobs than this never count as a flood, unless the slice itself is
+# no larger (then a tenant holding the whole slice of a paused partition floods it).
 MIN_FLOOD = 4
 
 
@@ -83,7 +84,9 @@ class OverflowLane:
         there is room for them in the entries and in the metadata."""
         if not self.enabled:
             return []
-        limit = max(MIN_FLOOD, int(slice_ * self.share))
+        # Below the slice in any case: a partition is paused holding its slice, and a
+        # tenant holding all of it must be able to flood it however small the slice.
+        limit = min(max(MIN_FLOOD, int(slice_ * self.share)), max(0, slice_ - 1))
         found = sorted((t for t, n in held.items() if n > limit), key=lambda t: -held[t])
         return [t for t in found if not self.follows(tp, t) and self._fits(tp, t)]
 

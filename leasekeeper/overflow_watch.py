@@ -55,14 +55,24 @@ class OverflowWatch:
         self._clock = clock
         self._next = 0.0
 
-    def move_floods(self, over: set[TopicPart], assignment: set[TopicPart]) -> int:
+    def move_floods(
+        self,
+        over: set[TopicPart],
+        assignment: set[TopicPart],
+        unit: Callable[[TopicPart], object] | None = None,
+    ) -> int:
         """A full window pauses ``over``: move the tenants flooding the ready ones aside.
-        Each partition's slice of the window is its records split evenly, as for the
-        pause itself."""
+        Each partition's slice of the window is the share the pause itself gives it:
+        the records split evenly among the sharing units (``unit``, as for
+        ``LeaseEngine.over_share``). Split among the partitions instead (the delay
+        tiers count many times over), the slice was smaller than the share, and with
+        a small window no tenant of a paused partition ever held enough to flood it:
+        the partition stayed paused behind the window's other jobs."""
         flooded = {tp for tp in over if tp.topic in self._sources}
         if not flooded:
             return 0
-        slice_ = self._engine.window_records // max(1, len(assignment))
+        units = {tp if unit is None else unit(tp) for tp in assignment}
+        slice_ = self._engine.window_records // max(1, len(units))
         return self._engine.overflow_floods(flooded, slice_)
 
     def copying(self, assignment: set[TopicPart]) -> set[TopicPart]:

@@ -63,6 +63,16 @@ def test_only_a_tenant_holding_more_than_its_share_of_the_slice_floods() -> None
     assert OverflowLane(share=0).flooders(TP, {"big": 1_000}, SLICE) == []  # the lane is off
 
 
+def test_with_a_tiny_slice_a_tenant_holding_all_of_it_floods() -> None:
+    """A partition pauses holding its slice: were the flood limit at or above the slice
+    (``MIN_FLOOD`` with a small window), no tenant would ever flood it."""
+    lane = OverflowLane()
+    assert lane.flooders(TP, {"big": 3}, 3) == ["big"]
+    assert lane.flooders(TP, {"big": 2, "small": 1}, 3) == []
+    assert lane.flooders(TP, {"big": 1}, 1) == ["big"]
+    assert lane.flooders(TP, {"big": 4}, 20) == []  # MIN_FLOOD still holds for a real slice
+
+
 def test_a_tenant_already_in_overflow_does_not_enter_again() -> None:
     lane = OverflowLane()
     lane.enter(TP, "big")

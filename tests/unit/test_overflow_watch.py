@@ -70,6 +70,20 @@ def test_only_ready_partitions_move_a_flood_with_the_slice_of_the_pause() -> Non
     assert watch(engine, Clock()).move_floods({TopicPart("jobs.q.overflow", 1)}, assignment) == 0
 
 
+def test_the_slice_counts_the_sharing_units_of_the_pause_not_the_partitions() -> None:
+    """The delay tiers of a class and partition share one share of the window (the
+    pause's ``unit``); the flood's slice must be that same share."""
+    engine = Engine()
+    ready = TopicPart("jobs.q", 0)
+    tiers = {TopicPart(f"jobs.q.retry.{t}", 0) for t in ("1s", "10s", "1m", "10m", "1h")}
+
+    def unit(tp: TopicPart) -> object:
+        return "tiers" if tp in tiers else tp
+
+    assert watch(engine, Clock()).move_floods({ready}, {ready} | tiers, unit) == 1
+    assert engine.floods == [({ready}, 100 // 2)]
+
+
 def test_partitions_with_too_many_copies_on_their_way_pause() -> None:
     engine = Engine()
     assert watch(engine, Clock()).copying({TopicPart("jobs.q", 0)}) == {TopicPart("jobs.q", 0)}
