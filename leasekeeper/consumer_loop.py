@@ -121,6 +121,11 @@ class ConsumerLoop:
         self._gate = gate
         # The priority classes' topics (the default class's is ``topics.ready``).
         self._ready_topics = ready_topics or (topics.ready,)
+        # The ready topics' partitions by number, made once: the fetch's fast path
+        # looks a record's TopicPart up here rather than building one per record.
+        self._ready_parts: dict[str, dict[int, TopicPart]] = {
+            t: {} for t in self._ready_topics if self._gate.tier_of(t) is None
+        }
         # The overflow lane: a flooded class partition's excess moves there.
         self._overflow = OverflowWatch(
             engine=engine,
@@ -243,11 +248,14 @@ class ConsumerLoop:
             return
         value = message.value() if message.error() is None else None
         if value is not None:
-            topic = message.topic()
-            head = read_head(message.key(), message.headers(), value)
-            if head is not None and topic is not None and self._gate.tier_of(topic) is None:
-                tp = TopicPart(topic, message.partition())  # type: ignore[arg-type]
-                if not self._gate.is_held(tp):
+            parts = self._ready_parts.get(message.topic())  # type: ignore[arg-type]
+            if parts is not None:
+                partition: int = message.partition()  # type: ignore[assignment]
+                tp = parts.get(partition)
+                if tp is None:
+                    tp = parts[partition] = TopicPart(message.topic(), partition)  # type: ignore[arg-type]
+                head = read_head(message.key(), message.headers(), value)
+                if head is not None and not self._gate.is_held(tp):
                     due.append((tp, message.offset(), head, value))  # type: ignore[arg-type]
                     return
         self._offer(due)
