@@ -61,6 +61,13 @@ class InFlight:
         self.concurrency = concurrency
         self._cond = threading.Condition()
         self._held: dict[LeaseRef, Held] = {}
+        # Who waits, so a change wakes only those it concerns: waking the monitor for
+        # every job added, started and freed cost a thread switch each, a fifth of a
+        # no-op job's worker time. The monitor sleeps until ``_monitor_until`` (-inf
+        # while it is awake: it reads the table again before it sleeps).
+        self._monitor_until = float("-inf")
+        self._start_report_s: float | None = None
+        self._slot_waiters = 0  # wait_free and wait_until callers
 
     def __len__(self) -> int:
         with self._cond:
@@ -73,9 +80,13 @@ class InFlight:
     def wait_free(self, stop: threading.Event, timeout: float) -> int:
         """Block until a slot is free or ``stop`` is set (``wake()`` is called on stop)."""
         with self._cond:
-            self._cond.wait_for(
-                lambda: stop.is_set() or len(self._held) < self.concurrency, timeout
-            )
+            self._slot_waiters += 1
+            try:
+                self._cond.wait_for(
+                    lambda: stop.is_set() or len(self._held) < self.concurrency, timeout
+                )
+            finally:
+                self._slot_waiters -= 1
             return max(0, self.concurrency - len(self._held))
 
     def wake(self) -> None:
@@ -92,7 +103,7 @@ class InFlight:
         )
         with self._cond:
             self._held[lease.ref] = held
-            self._cond.notify_all()
+            self._wake_for(held.next_beat_at)
         return held
 
     def start(self, held: Held, *, now: float, timeout_s: float | None) -> bool:
@@ -104,8 +115,18 @@ class InFlight:
             held.timeout_s = timeout_s
             held.started_at = now
             held.deadline = None if timeout_s is None else now + timeout_s
-            self._cond.notify_all()
+            report = self._start_report_s
+            self._wake_for(min(
+                float("inf") if held.deadline is None else held.deadline,
+                float("inf") if report is None else now + report,
+            ))  # fmt: skip
             return True
+
+    def _wake_for(self, due: float) -> None:
+        """A job needs the monitor at ``due``: wake it if it sleeps past that, and
+        whoever waits for the table to change."""
+        if due < self._monitor_until or self._slot_waiters:
+            self._cond.notify_all()
 
     def decide(self, held: Held) -> bool:
         """Claim the one right to settle this lease; False when already settled or lost."""
@@ -144,7 +165,11 @@ class InFlight:
     def wait_until(self, predicate: Callable[[list[Held]], bool], timeout: float) -> bool:
         """Wait until ``predicate(held jobs)`` holds; False when ``timeout`` ran out first."""
         with self._cond:
-            return self._cond.wait_for(lambda: predicate(list(self._held.values())), timeout)
+            self._slot_waiters += 1
+            try:
+                return self._cond.wait_for(lambda: predicate(list(self._held.values())), timeout)
+            finally:
+                self._slot_waiters -= 1
 
     def beats_due(self, now: float) -> list[Held]:
         """All jobs worth heartbeating, when at least one of them is due; else nothing.
@@ -191,6 +216,7 @@ class InFlight:
         """When the monitor next has something to do: a heartbeat, a deadline, or (with
         ``start_report_s``) a start to report."""
         with self._cond:
+            self._start_report_s = start_report_s
             times = [h.next_beat_at for h in self._held.values() if h.beating]
             if start_report_s is not None:
                 times += [
@@ -205,10 +231,15 @@ class InFlight:
             ]
             return min(times, default=None)
 
-    def wait_change(self, timeout: float) -> None:
-        """Sleep until a job is added, started or freed, or ``timeout`` passes."""
+    def wait_change(self, timeout: float, *, until: float) -> None:
+        """The monitor's sleep: until a job needs it before ``until`` (the monitor's
+        clock ``timeout`` seconds from now), or ``timeout`` passes."""
         with self._cond:
-            self._cond.wait(timeout)
+            self._monitor_until = until
+            try:
+                self._cond.wait(timeout)
+            finally:
+                self._monitor_until = float("-inf")
 
     def reschedule(self, held: list[Held], *, now: float, retry_s: float | None = None) -> None:
         """Set the next heartbeat: a full interval on, or sooner (``retry_s``) after a failure."""
@@ -230,7 +261,8 @@ class InFlight:
         if held.phase is Phase.DONE and held.answered:
             if self._held.get(held.ref) is held:
                 del self._held[held.ref]
-            self._cond.notify_all()
+            if self._slot_waiters:
+                self._cond.notify_all()
 
 
 def _start_unreported(held: Held) -> bool:

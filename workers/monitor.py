@@ -100,7 +100,7 @@ class LeaseMonitor:
             due = self._table.next_due(self._start_report_s)
             timeout = self._idle_s if due is None else min(self._idle_s, due - self._clock())
             if timeout > 0:
-                self._table.wait_change(timeout)
+                self._table.wait_change(timeout, until=self._clock() + timeout)
 
     def _beat(self, beats: list[Held]) -> None:
         started = self._started(beats)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+
+from devtools.waiting import wait_until
 from workers.context import JobContext
 from workers.inflight import InFlight, Phase
 from workers.messages import Lease, LeaseRef
@@ -82,3 +85,29 @@ def test_deadlines_are_due_only_for_running_unsettled_jobs() -> None:
     assert table.timeouts_due(5.0) == [held]
     table.decide(held)
     assert table.timeouts_due(5.0) == []
+
+
+def test_the_monitor_is_woken_only_by_a_job_it_must_see_before_it_would_wake() -> None:
+    """Waking the monitor for every job added, started and freed cost a thread switch
+    each; it is woken only when a job's heartbeat or deadline comes before its own
+    wake-up, and then at once."""
+    table = InFlight(concurrency=4)
+    wakes: list[str] = []
+    notify_all = table._cond.notify_all
+
+    def counted() -> None:
+        wakes.append("wake")
+        notify_all()
+
+    table._cond.notify_all = counted  # type: ignore[method-assign]
+    monitor = threading.Thread(target=table.wait_change, args=(30.0,), kwargs={"until": 5.0})
+    monitor.start()
+    wait_until(lambda: table._monitor_until == 5.0, what="the monitor asleep until 5.0")
+    later = table.add(_lease(1), _ctx(1), now=0.0, beat_interval_s=10.0)  # beat at 10.0
+    assert table.start(later, now=0.0, timeout_s=60.0)  # deadline at 60.0
+    table.finish(later)
+    assert wakes == [] and monitor.is_alive()
+    sooner = table.add(_lease(2), _ctx(2), now=0.0, beat_interval_s=10.0)
+    assert table.start(sooner, now=0.0, timeout_s=1.0)  # deadline at 1.0: before 5.0
+    monitor.join(10)
+    assert wakes == ["wake"] and not monitor.is_alive()
