@@ -62,6 +62,10 @@ from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
 
+# Records librdkafka reads ahead per partition (``queued.min.messages``): a few
+# fetches' worth, so a flood cannot queue far ahead of the other partitions.
+PREFETCH_RECORDS = 2_000
+
 
 @dataclass(frozen=True, kw_only=True)
 class Failure:
@@ -170,6 +174,10 @@ class LeaseKeeperService:
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": config.session_timeout_ms,
             "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
+            # How far librdkafka reads ahead per partition. Its default (100,000
+            # records) lets a flooded partition fill the consumer's one queue, and the
+            # other partitions' records then wait behind the whole read-ahead.
+            "queued.min.messages": PREFETCH_RECORDS,
         }
         # Answers to the loop's asynchronous commits, served on the loop's thread.
         overrides["on_commit"] = self._on_commit
