@@ -80,13 +80,23 @@ class OverflowLane:
 
     def flooders(self, tp: TopicPart, held: Mapping[str, int], slice_: int) -> list[str]:
         """The tenants of ``tp`` (jobs held per tenant) that enter overflow now: those
-        holding more than their share of the partition's slice of the window, while
-        there is room for them in the entries and in the metadata."""
+        holding more than their share of the partition's slice of the window (or of
+        what the paused partition holds), while there is room for them in the entries
+        and in the metadata."""
         if not self.enabled:
             return []
         # Below the slice in any case: a partition is paused holding its slice, and a
         # tenant holding all of it must be able to flood it however small the slice.
-        limit = min(max(MIN_FLOOD, int(slice_ * self.share)), max(0, slice_ - 1))
+        # And below the share of what the partition holds: two tenants splitting a
+        # small slice (2 and 1 of 3) would otherwise both stay under the limit, and
+        # the partition paused.
+        floor = MIN_FLOOD if slice_ > MIN_FLOOD else 0
+        total = sum(held.values())
+        limit = min(
+            max(floor, int(slice_ * self.share)),
+            max(0, slice_ - 1),
+            max(floor, int(total * self.share)),
+        )
         found = sorted((t for t, n in held.items() if n > limit), key=lambda t: -held[t])
         return [t for t in found if not self.follows(tp, t) and self._fits(tp, t)]
 

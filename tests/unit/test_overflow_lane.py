@@ -68,9 +68,17 @@ def test_with_a_tiny_slice_a_tenant_holding_all_of_it_floods() -> None:
     (``MIN_FLOOD`` with a small window), no tenant would ever flood it."""
     lane = OverflowLane()
     assert lane.flooders(TP, {"big": 3}, 3) == ["big"]
-    assert lane.flooders(TP, {"big": 2, "small": 1}, 3) == []
     assert lane.flooders(TP, {"big": 1}, 1) == ["big"]
     assert lane.flooders(TP, {"big": 4}, 20) == []  # MIN_FLOOD still holds for a real slice
+
+
+def test_of_two_tenants_splitting_a_tiny_slice_the_majority_floods() -> None:
+    """A paused partition holding 2 jobs of one tenant and 1 of another (a slice of
+    3): the one holding the majority floods, or the partition would stay paused."""
+    lane = OverflowLane()
+    assert lane.flooders(TP, {"a": 2, "b": 1}, 3) == ["a"]
+    assert lane.flooders(TP, {"a": 1, "b": 1}, 3) == []  # no majority: no flood
+    assert lane.flooders(TP, {"big": 11, "small": 9}, SLICE) == ["big"]  # as before
 
 
 def test_a_tenant_already_in_overflow_does_not_enter_again() -> None:
