@@ -254,10 +254,11 @@ class ConsumerLoop:
                 tp = parts.get(partition)
                 if tp is None:
                     tp = parts[partition] = TopicPart(message.topic(), partition)  # type: ignore[arg-type]
-                head = read_head(message.key(), message.headers(), value)
-                if head is not None and not self._gate.is_held(tp):
-                    due.append((tp, message.offset(), head, value))  # type: ignore[arg-type]
-                    return
+                if not self._gate.is_held(tp):
+                    head = read_head(message.key(), message.headers(), value)
+                    if head is not None:
+                        due.append((tp, message.offset(), head, value))  # type: ignore[arg-type]
+                        return
         self._offer(due)
         self._handle_one(message)
 

@@ -11,28 +11,15 @@ from click.testing import CliRunner
 
 from producer.cli import main as producer_cli
 from producer.ordering_keys import KeyClasses
-from producer.request import MAX_ORDERING_KEY, JobRequest, build_job
-from schemas.codec import EnvelopeCodec, SchemaRegistry
+from producer.request import MAX_ORDERING_KEY, build_job
+from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 from schemas.job_headers import job_headers, read_head
+from tests.unit.test_producer_request import codec, request
+
+__all__ = ["codec"]  # the module-scoped fixture, shared with the producer's tests
 
 NOW = 1_700_000_000.0
-PAYLOAD = {"order_id": 1, "email": "a@example.com", "amount_cents": 250}
-
-
-@pytest.fixture(scope="module")
-def codec() -> EnvelopeCodec:
-    return EnvelopeCodec(SchemaRegistry())
-
-
-def request(**overrides: Any) -> JobRequest:
-    fields: dict[str, Any] = {
-        "queue": "emails",
-        "type": "send_receipt",
-        "payload": PAYLOAD,
-        "tenant_id": "acme",
-    }
-    return JobRequest(**{**fields, **overrides})
 
 
 def test_the_key_travels_in_the_envelope(codec: EnvelopeCodec) -> None:
