@@ -199,8 +199,17 @@ def coordinator_index(cluster: LocalKafka, system: System) -> int:
 
 
 def replication(system: System) -> set[int]:
-    topic = system.topics.ready
-    metadata = make_admin(system.kafka).list_topics(topic, timeout=10).topics[topic]
+    """The replica counts of the ready topic's partitions, once the broker that answers
+    knows all of them: a broker learns a new topic's partitions from the controller
+    a moment after the topic is created, and until then lists none of them."""
+    topic, admin = system.topics.ready, make_admin(system.kafka)
+
+    def partitions() -> dict[int, object]:
+        metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
+        return {} if metadata is None or metadata.error else dict(metadata.partitions)
+
+    wait_until(lambda: len(partitions()) == PARTITIONS, 30, f"the metadata of {topic}")
+    metadata = admin.list_topics(topic, timeout=10).topics[topic]
     return {len(p.replicas) for p in metadata.partitions.values()}
 
 
