@@ -17,6 +17,7 @@ from jobcore.control import DedupeClaim, JobStatus
 from leasekeeper.leases import TopicPart
 from leasekeeper.ordering import LaneEntry
 from schemas.job import AttemptError, Job
+from schemas.job_headers import JobHead
 from schemas.vocabulary import DeadLetterReason
 
 # Caps on one error in a job's history: a handler's message or traceback must not
@@ -69,6 +70,11 @@ class CopyRequest:
     detail: str = ""  # DEAD, DEAD_RAW; PARK: why
     raw_key: bytes | None = None  # DEAD_RAW
     raw_value: bytes | None = None  # DEAD_RAW; OVERFLOW: the envelope, when unchanged
+    # OVERFLOW of a record read from its headers, unchanged: its head, and ``job`` is
+    # None. Moving a flood aside must not decode every job of it (the copy's pace is
+    # how soon the tenants behind the flood are reached): the fetched bytes and
+    # headers made from the head go as they are.
+    head: JobHead | None = None
     claim: DedupeClaim | None = None  # DEDUPE_CLAIM
     lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
     status: JobStatus | None = None  # STATUS
@@ -84,8 +90,15 @@ class CopyRequest:
     def describe(self) -> str:
         """For logs and alerts: which copy of which record."""
         what = f"{self.kind.value} copy of {self.source.topic}/{self.source.partition}"
-        job = f" (job {self.job.job_id})" if self.job is not None else ""
+        named = self.job if self.job is not None else self.head
+        job = f" (job {named.job_id})" if named is not None else ""
         return f"{what}/{self.offset}{job}"
+
+    @property
+    def tenant_id(self) -> str | None:
+        """The copied job's tenant, from the job or from its head."""
+        named = self.job if self.job is not None else self.head
+        return named.tenant_id if named is not None else None
 
 
 def cap_error(error: AttemptError) -> AttemptError:

@@ -36,6 +36,18 @@ class JobReader:
             raise DecodeError("this engine has no envelope decoder (LeaseEngine(decode=...))")
         return self._decode(pending.envelope)
 
+    def copied(self, request: CopyRequest) -> Job | None:
+        """The job of a copy sent byte for byte (``request.head`` and ``raw_value``),
+        decoded; None when it does not decode (or there is nothing to decode)."""
+        if request.job is not None:
+            return request.job
+        if request.raw_value is None or self._decode is None:
+            return None
+        try:
+            return self._decode(request.raw_value)
+        except Exception:  # DecodeError, or the registry's SchemaUnavailable
+            return None
+
     @staticmethod
     def unreadable(pending: Pending, error: Exception, *, why: str) -> CopyRequest:
         """A job whose headers were fine but whose envelope cannot be decoded when it

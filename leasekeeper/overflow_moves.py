@@ -109,6 +109,17 @@ class OverflowMoves:
         that killed its workers must not escape ``max_attempts`` by moving)."""
         state = self._book.parts.get(pending.tp)
         claims = state.claims.get(pending.offset, 0) if state is not None else 0
+        if claims == 0 and pending.job.full is None:
+            # Read from its headers and unchanged: copied byte for byte, not decoded.
+            self.lane.decided(pending.tp, pending.job.tenant_id, 1)
+            return CopyRequest(
+                kind=CopyKind.OVERFLOW,
+                source=pending.tp,
+                offset=pending.offset,
+                generation=pending.generation,
+                head=pending.job,
+                raw_value=pending.envelope,
+            )
         try:
             full = self._reader.full(pending)
         except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
@@ -142,11 +153,12 @@ class OverflowMoves:
 
     def delivered(self, request: CopyRequest, offset: int) -> None:
         """The copy is durable at ``offset`` of the overflow partition."""
-        if request.job is None or self._book.current(request.source, request.generation) is None:
+        tenant = request.tenant_id
+        if tenant is None or self._book.current(request.source, request.generation) is None:
             return
         self.moved += 1
         self._copied[request.source] += 1
-        self.lane.delivered(request.source, request.job.tenant_id, offset)
+        self.lane.delivered(request.source, tenant, offset)
         # Written with the next commit (``refresh``), not once per copy: a ``last`` a
         # little behind after a crash only orders re-copied jobs behind their first
         # copies, which run first (see docs/fairness.md).
@@ -179,8 +191,8 @@ class OverflowMoves:
         return sum(self._copied[p] - self._durable.get(p, 0) for p in parts if p in self._copied)
 
     def dropped(self, request: CopyRequest) -> None:
-        if request.job is not None:
-            self.lane.decided(request.source, request.job.tenant_id, -1)
+        if (tenant := request.tenant_id) is not None:
+            self.lane.decided(request.source, tenant, -1)
 
     def overflow_committed(self, committed: Mapping[int, int]) -> None:
         """The group's committed offsets of overflow partitions (read from Kafka): clear

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jobcore.control import JobStatus
 from jobcore.delay_tiers import DelayTiers
@@ -98,17 +98,23 @@ class KafkaRouter:
             shrink is Shrink.FULL or kind is not CopyKind.LANE
         ):
             return self._lane(request)
-        assert request.job is not None
         if shrink is Shrink.FULL and kind is CopyKind.OVERFLOW:
-            job = request.job
-            value = request.raw_value or self._codec.encode(job)
+            moved = request.job if request.job is not None else request.head
+            assert moved is not None
+            value = request.raw_value
+            if value is None:
+                assert request.job is not None
+                value = self._codec.encode(request.job)
             return OutRecord(
                 topic=self._topics.overflow,
-                key=job.tenant_id.encode(),
+                key=moved.tenant_id.encode(),
                 value=value,
-                headers=tuple(job_headers(job, value)),
+                headers=tuple(job_headers(moved, value)),
                 partition=request.source.partition,
             )
+        if request.job is None and request.head is not None:
+            return self._dead_undecoded(request, shrink)
+        assert request.job is not None
         if shrink is Shrink.FULL and kind in (CopyKind.RETRY, CopyKind.HOP, CopyKind.PARK):
             job = request.job
             value = self._codec.encode(job)
@@ -159,6 +165,24 @@ class KafkaRouter:
             request, envelope=self._codec.encode(job), reason=reason, detail=detail
         )
         return self._to_dlq(job.tenant_id.encode(), letter, job.job_id)
+
+    def _dead_undecoded(self, request: CopyRequest, shrink: Shrink) -> OutRecord:
+        """An overflow copy sent byte for byte (never decoded) was too large for the
+        overflow topic: it dies as a dead letter of its decoded job, or byte for byte
+        when its envelope does not decode."""
+        assert request.head is not None and request.raw_value is not None
+        try:
+            job = self._codec.decode(request.raw_value)
+        except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+            detail = (
+                f"job {request.head.job_id}: its overflow copy was too large for "
+                f"{self._topics.overflow}, and its envelope could not be decoded: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            raw = replace(request, kind=CopyKind.DEAD_RAW, detail=detail,
+                          raw_key=request.head.tenant_id.encode())  # fmt: skip
+            return self._dead_raw(raw, shrink)
+        return self._dead(request, job, shrink)
 
     def _dead_raw(self, request: CopyRequest, shrink: Shrink) -> OutRecord:
         """A record that cannot be decoded: kept byte for byte with the reason (without

@@ -173,14 +173,23 @@ class JobHead:
         return f"JobHead(job_id={self.job_id!r}, type={self.type!r}, tenant={self.tenant_id!r})"
 
 
-def job_headers(job: Job, value: bytes) -> list[tuple[str, bytes]]:
-    """The headers of a record whose value is ``value``, the encoded ``job``.
+def job_headers(job: Job | JobHead, value: bytes) -> list[tuple[str, bytes]]:
+    """The headers of a record whose value is ``value``, the encoded ``job``, or the
+    record a head was read from (a copy of it byte for byte: its payload span is
+    known, nothing is decoded).
 
     Only ``job_id`` when the payload cannot be found in ``value`` (a framing this
     module does not know): such a record is read through the envelope, as before.
     """
     headers: list[tuple[str, bytes]] = [(H_JOB_ID, job.job_id.encode())]
-    span = _payload_span(job, value)
+    if isinstance(job, JobHead):
+        span: tuple[int, int] | None = (
+            (job.payload_start, job.payload_end - job.payload_start)
+            if job.full is None
+            else _payload_span(job.full, value)
+        )
+    else:
+        span = _payload_span(job, value)
     if span is None:
         return headers
     headers += [

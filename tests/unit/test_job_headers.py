@@ -11,7 +11,7 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.copies import CopyKind
+from leasekeeper.copies import CopyKind, Shrink
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Outcome, Pending, Settlement, TopicPart
@@ -22,6 +22,7 @@ from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry
 from schemas.confluent import ConfluentSchemaRegistry, schema_text
 from schemas.job import AttemptError, Job
 from schemas.job_headers import H_ATTEMPT, H_VERSION, JobHead, job_headers, read_head
+from schemas.vocabulary import DeadLetterReason
 from tests.unit.test_registry_mode import FakeRegistry, _Consumer, _Message, _registered
 
 TP = TopicPart("jobs.q", 0)
@@ -250,6 +251,84 @@ def test_the_slow_path_decodes_once_for_good(tmp_path: Path) -> None:
     engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
     assert [c.kind for c in engine.take_copies()] == [CopyKind.RETRY]
     assert decode.calls == 0
+
+
+# -- the overflow lane moves records byte for byte ------------------------------
+
+
+def _flooded(
+    path: Path, decode: _Decodes, value_of: object = None
+) -> tuple[LeaseEngine, list[bytes]]:
+    """An engine with the lane on whose partition holds 30 jobs of one tenant, read
+    from their headers, moved aside; returns it and the values fetched."""
+    config = EngineConfig(lease_s=10, window_records=100, overflow_share=0.5)
+    engine = LeaseEngine(store=LeaseStore(path), config=config, decode=decode)
+    engine.assign(TP, 0)
+    values = [_offer(engine, n, _job(job_id=f"big-{n}", tenant_id="big")) for n in range(30)]
+    assert engine.overflow_floods({TP}, 20) == 30
+    return engine, values
+
+
+def _router() -> KafkaRouter:
+    return KafkaRouter(codec=CODEC, topics=QueueTopics(queue="q"), tiers=DelayTiers())
+
+
+def test_an_overflow_move_copies_the_fetched_record_without_decoding_it(tmp_path: Path) -> None:
+    """Moving a flood aside decodes nothing: the copy is the fetched value, its headers
+    made from the head (the same fields), into the same partition of the lane."""
+    decode = _Decodes(CODEC)
+    engine, values = _flooded(tmp_path, decode)
+    copies = [c for c in engine.take_copies() if c.kind is CopyKind.OVERFLOW]
+    assert [c.offset for c in copies] == list(range(30))
+    assert all(c.job is None and c.head is not None for c in copies)
+    record = _router().record(copies[7])
+    assert (record.topic, record.partition) == ("jobs.q.overflow", TP.partition)
+    assert record.value == values[7] and record.key == b"big"
+    head = read_head(record.key, list(record.headers), record.value)
+    assert head is not None
+    _same(head, CODEC.decode(values[7]), record.value)
+    for n, copy in enumerate(copies[:10]):
+        engine.copy_delivered(copy, at=100 + n)
+    assert engine.commit_positions()[TP][0] == 10
+    assert decode.calls == 0
+
+
+def test_an_overflow_copy_too_large_for_the_lane_dies_as_its_decoded_job(tmp_path: Path) -> None:
+    """Too large for the overflow topic (a topic configured smaller than the queue's):
+    the copy sent byte for byte is decoded only then, dead-lettered, and its status
+    record says so."""
+    engine, _ = _flooded(tmp_path, _Decodes(CODEC))
+    copy = next(c for c in engine.take_copies() if c.kind is CopyKind.OVERFLOW)
+    record = _router().record(copy, Shrink.SHORT_HISTORY)
+    assert record.topic == "jobs.q.dlq"
+    letter = CODEC.decode_dead_letter(record.value)
+    assert (
+        letter.reason == DeadLetterReason.TOO_LARGE.value
+        and "overflow copy was too large" in letter.detail
+    )
+    assert CODEC.decode(letter.envelope).job_id == "big-0"
+    engine.copy_delivered(copy, dead=True)
+    (status,) = engine.take_statuses()
+    assert (status.job_id, status.reason) == ("big-0", DeadLetterReason.TOO_LARGE.value)
+
+
+def test_an_undecodable_overflow_copy_too_large_for_the_lane_is_dead_lettered_raw(
+    tmp_path: Path,
+) -> None:
+    config = EngineConfig(lease_s=10, window_records=100, overflow_share=0.5)
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, decode=_Decodes(CODEC))
+    engine.assign(TP, 0)
+    for n in range(30):
+        job = _job(job_id=f"big-{n}", tenant_id="big")
+        value = CODEC.encode(job)
+        head = read_head(b"big", job_headers(job, value), value[:-3])  # tail cut off
+        assert head is not None
+        engine.offer(TP, n, head, value[:-3])
+    engine.overflow_floods({TP}, 20)
+    copy = next(c for c in engine.take_copies() if c.kind is CopyKind.OVERFLOW)
+    letter = CODEC.decode_dead_letter(_router().record(copy, Shrink.SHORT_HISTORY).value)
+    assert letter.reason == DeadLetterReason.UNDECODABLE.value and letter.envelope is None
+    assert "could not be decoded" in letter.detail and "big-0" in letter.detail
 
 
 def test_a_reader_without_a_decoder_says_so() -> None:
