@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from jobcore.control import JobStatus
+from jobcore.topics import DEFAULT_CLASS
 from leasekeeper import engine_view
 from leasekeeper.breaker import BreakerBoard, BreakerState, BreakerView, Transition
 from leasekeeper.breaker_gate import BreakerGate
@@ -275,6 +276,15 @@ class LeaseEngine:
     @property
     def window_records(self) -> int:
         return self._config.window_records
+
+    @property
+    def run_first_classes(self) -> frozenset[str]:
+        """The classes dispatched at a higher weight than the default class (critical,
+        by default): a worker runs their jobs before those it claimed earlier and has
+        not started, or a prefetched batch of bulk work would delay them."""
+        weights = self._config.class_weights
+        default = weights.get(DEFAULT_CLASS, 0)
+        return frozenset(name for name, weight in weights.items() if weight > default)
 
     def window_room(self) -> int:
         """How many more records the window takes (0 when full by records or bytes)."""

@@ -94,6 +94,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         self._engine = engine
         self._snapshot = snapshot
         self._counters = counters or RpcCounters()
+        self._run_first = engine.run_first_classes
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
         wait_s = min(max(request.wait_ms, 0) / 1000, MAX_CLAIM_WAIT_S)
@@ -105,7 +106,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             reports_started=request.reports_started,
             start_now=max(0, request.start_now),
         )
-        return pb.ClaimResponse(jobs=[_claimed(g) for g in grants])
+        return pb.ClaimResponse(jobs=[_claimed(g, self._run_first) for g in grants])
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -235,9 +236,10 @@ def _bind_tcp(server: grpc.Server, listen: str, security: ChannelSecurity) -> No
         raise ListenError(f"cannot listen on {listen}: the address is in use or not local")
 
 
-def _claimed(grant: Grant) -> pb.ClaimedJob:
+def _claimed(grant: Grant, run_first: frozenset[str] = frozenset()) -> pb.ClaimedJob:
     """One claimed job on the wire: the lease, the envelope (for workers that decode
-    it), and the job's fields and payload (for those that decode only the payload)."""
+    it), the job's fields and payload (for those that decode only the payload), and
+    whether its class (in ``run_first``) runs before the worker's prefetched jobs."""
     job = grant.job
     if job is None:
         return pb.ClaimedJob(lease_id=grant.lease_id, lease_token=grant.token,
@@ -251,4 +253,5 @@ def _claimed(grant: Grant) -> pb.ClaimedJob:
                          queue=job.queue, payload=grant.payload,
                          max_attempts=job.max_attempts, timeout_s=job.timeout_s,
                          created_at_ms=job.created_at_ms,
-                         trace=job.trace or None)  # fmt: skip
+                         trace=job.trace or None,
+                         run_first=job.priority_class in run_first)  # fmt: skip

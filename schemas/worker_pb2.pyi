@@ -135,6 +135,7 @@ class ClaimedJob(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _builtins.int
     CREATED_AT_MS_FIELD_NUMBER: _builtins.int
     TRACE_FIELD_NUMBER: _builtins.int
+    RUN_FIRST_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     """where the job sits: "topic/partition/offset" """
     lease_token: _builtins.str
@@ -161,6 +162,11 @@ class ClaimedJob(_message.Message):
     max_attempts: _builtins.int
     timeout_s: _builtins.float
     created_at_ms: _builtins.int
+    run_first: _builtins.bool
+    """Its class is dispatched at a higher weight than the default class (critical):
+    the worker runs it before the jobs it claimed earlier and has not started.
+    A leasekeeper from before this field leaves it false: claim order, as before.
+    """
     @_builtins.property
     def trace(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """W3C trace context of the enqueuing code"""
@@ -183,10 +189,11 @@ class ClaimedJob(_message.Message):
         timeout_s: _builtins.float = ...,
         created_at_ms: _builtins.int = ...,
         trace: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        run_first: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "envelope", b"envelope", "job_id", b"job_id", "lease_id", b"lease_id", "lease_s", b"lease_s", "lease_token", b"lease_token", "lease_until_ms", b"lease_until_ms", "max_attempts", b"max_attempts", "payload", b"payload", "queue", b"queue", "tenant_id", b"tenant_id", "timeout_s", b"timeout_s", "trace", b"trace", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at_ms", b"created_at_ms", "envelope", b"envelope", "job_id", b"job_id", "lease_id", b"lease_id", "lease_s", b"lease_s", "lease_token", b"lease_token", "lease_until_ms", b"lease_until_ms", "max_attempts", b"max_attempts", "payload", b"payload", "queue", b"queue", "run_first", b"run_first", "tenant_id", b"tenant_id", "timeout_s", b"timeout_s", "trace", b"trace", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

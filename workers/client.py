@@ -322,13 +322,15 @@ def _lease(job: worker_pb2.ClaimedJob) -> Lease:
     ref = LeaseRef(lease_id=job.lease_id, token=job.lease_token)
     if not job.job_id:  # a leasekeeper that sends only the envelope
         return Lease(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
-                     envelope=job.envelope, lease_s=job.lease_s)  # fmt: skip
+                     envelope=job.envelope, lease_s=job.lease_s,
+                     run_first=job.run_first)  # fmt: skip
     return Lease(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
                  envelope=job.envelope, lease_s=job.lease_s, job_id=job.job_id,
                  type=job.type, tenant_id=job.tenant_id, queue=job.queue,
                  payload=job.payload, max_attempts=job.max_attempts,
                  timeout_s=job.timeout_s, created_at_ms=job.created_at_ms,
-                 trace=dict(job.trace) if job.trace else {})  # fmt: skip
+                 trace=dict(job.trace) if job.trace else {},
+                 run_first=job.run_first)  # fmt: skip
 
 
 def _result(result: worker_pb2.LeaseResult) -> LeaseResult:

@@ -46,6 +46,8 @@ class Lease:
     timeout_s: float = 0.0
     created_at_ms: int = 0
     trace: Mapping[str, str] = field(default_factory=dict)
+    # Its class outranks the default class: run before the jobs claimed earlier.
+    run_first: bool = False
 
     @property
     def has_fields(self) -> bool:

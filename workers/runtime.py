@@ -231,6 +231,7 @@ class Worker:
         if len(leases) > free:
             log.warning("leasekeeper sent %d jobs for %d free slots", len(leases), free)
         sync: list[tuple[Held, Runnable]] = []
+        first: list[tuple[Held, Runnable]] = []
         for index, lease in enumerate(leases):
             prepared = prepare(self.app, self._decoder, lease)
             interval = (lease.lease_s if lease.lease_s > 0 else DEFAULT_LEASE_S) / 3
@@ -255,11 +256,13 @@ class Worker:
                 )
                 self._settle_now(held, Settlement.nack(lease.ref, prepared.failure))
             elif not prepared.handler.is_async:
-                sync.append((held, prepared))
+                (first if lease.run_first else sync).append((held, prepared))
             else:
                 self._dispatch_async(held, prepared)
-        if sync:
-            self._pool.submit(sync)  # the claimed batch at once, one tuple a job
+        if sync or first:
+            # The claimed batch at once, one tuple a job; a critical job ahead of the
+            # jobs claimed earlier that wait for a handler thread.
+            self._pool.submit(sync, first=first)
 
     def _dispatch_async(self, held: Held, job: Runnable) -> None:
         try:

@@ -3,14 +3,17 @@ payload; a claim from a leasekeeper without those fields still works."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Grant
 from leasekeeper.rpc import _claimed
+from leasekeeper.store import LeaseStore
 from schemas import worker_pb2 as pb
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
-from schemas.job_headers import job_headers, read_head
+from schemas.job_headers import JobHead, job_headers, read_head
 from workers import App
 from workers.client import _lease
 from workers.decoding import Runnable, Unrunnable, prepare
@@ -98,3 +101,21 @@ def test_an_undecodable_claimed_payload_is_a_permanent_failure() -> None:
     prepared = prepare(_app(), CODEC, _over_the_wire(grant))
     assert isinstance(prepared, Unrunnable) and prepared.failure.permanent
     assert "noop payload" in prepared.failure.message
+
+
+def test_a_class_weighted_above_the_default_is_claimed_to_run_first(tmp_path: Path) -> None:
+    """Critical (6 against default's 3) runs before a worker's prefetched jobs; the
+    default and bulk classes keep their claim order, and with other weights so does
+    every class that does not outrank the default."""
+    engine = LeaseEngine(store=LeaseStore(tmp_path / "a"), config=EngineConfig())
+    assert engine.run_first_classes == frozenset({"critical"})
+    flat = EngineConfig(class_weights={"urgent": 3, "default": 3, "bulk": 1})
+    assert LeaseEngine(store=LeaseStore(tmp_path / "b"), config=flat).run_first_classes == set()
+    grant = Grant(lease_id="q/0/1", token="t", until_ms=1, attempt=1, lease_s=30.0,
+                  envelope=b"", job=JobHead("j", "q", "t", "noop", "critical", 0, 3, 0, 30.0,
+                                            None, 1, {}), payload=b"p")  # fmt: skip
+    assert _claimed(grant, engine.run_first_classes).run_first
+    assert grant.job is not None
+    grant.job.priority_class = "bulk"
+    assert not _claimed(grant, engine.run_first_classes).run_first
+    assert _lease(_claimed(grant, frozenset({"bulk"}))).run_first  # the worker reads it

@@ -86,6 +86,8 @@ def test_a_handler_refuses_a_duration_that_is_not_finite_and_positive(
 class RecordingEngine:
     """Stands in for the engine: keeps what the servicer hands it."""
 
+    run_first_classes: frozenset[str] = frozenset()
+
     def __init__(self) -> None:
         self.settled: list[Settlement] = []
 

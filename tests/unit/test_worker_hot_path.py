@@ -127,3 +127,25 @@ def test_shutdown_drops_items_that_have_not_started() -> None:
     assert ran == [1]
     with pytest.raises(RuntimeError, match="shut down"):
         threads.submit([4])
+
+
+def test_an_item_submitted_first_runs_before_the_items_waiting_and_wakes_an_idle_thread() -> None:
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def run(n: int) -> None:
+        ran.append(n)
+        if n == 0:
+            gate.wait(10)
+
+    threads: HandlerThreads[int] = HandlerThreads(1, run, name="t")
+    threads.start()
+    threads.submit([0, 1, 2])
+    _wait(lambda: ran == [0], "the first item runs")
+    threads.submit([4], first=[3])
+    gate.set()
+    _wait(lambda: len(ran) == 5, "every item")
+    assert ran == [0, 3, 1, 2, 4]
+    threads.submit([], first=[5])  # the thread is idle, blocked on the main queue
+    _wait(lambda: ran[-1:] == [5], "the item submitted first to an idle pool")
+    threads.shutdown(wait=True)

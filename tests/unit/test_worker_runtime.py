@@ -562,3 +562,33 @@ def test_stop_releases_prefetched_jobs_that_have_not_started(
         gate.set()
         wait_until(lambda: len(fake.outcomes("ack")) == 1, what="the running job acked")
     assert len(started) == 1
+
+
+def test_a_run_first_job_runs_before_the_prefetched_jobs_claimed_earlier(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    """One handler thread, busy; a default job prefetched behind it; then a critical
+    job (``run_first``) is claimed: it runs next, not after the prefetched one."""
+    app = App()
+    gate = threading.Event()
+    order: list[int] = []
+
+    @app.job("noop")
+    def record(ctx: JobContext, payload: dict[str, Any]) -> None:
+        order.append(payload["n"])
+        if payload["n"] == 1:
+            gate.wait(10)
+
+    fake = FakeLeaseKeeper([envelopes(payload={"n": 1}), envelopes(payload={"n": 2})])
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=1, prefetch=3) as rw,
+    ):
+        wait_until(lambda: order == [1] and rw.worker.in_hand == 2, what="1 runs, 2 waits")
+        critical = envelopes(payload={"n": 3})
+        fake.run_first.add(critical)
+        fake.add(critical)
+        wait_until(lambda: rw.worker.in_hand == 3, what="the critical job claimed")
+        gate.set()
+        wait_until(lambda: len(fake.outcomes("ack")) == 3, what="3 acks")
+    assert order == [1, 3, 2]

@@ -80,6 +80,7 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         self.worker_ids: set[str] = set()
         self.job_types: list[list[str]] = []  # job_types of each Claim
         self.tokens_seen: list[str | None] = []
+        self.run_first: set[bytes] = set()  # envelopes handed out marked run_first
         self._next = 0
 
     def add(self, *envelopes: bytes) -> None:
@@ -130,6 +131,7 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
             attempt=1,
             envelope=envelope,
             lease_s=self.lease_s,
+            run_first=envelope in self.run_first,
         )
 
     def Heartbeat(
