@@ -30,7 +30,6 @@ With ``prefetch=1`` no job waits here and every claim counts as started.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import threading
@@ -40,6 +39,7 @@ from functools import partial
 
 from jobcore.config import DEFAULT_LEASE_S
 from workers.app import App
+from workers.async_slots import AsyncSlots
 from workers.batcher import SettleBatcher
 from workers.client import (
     LeaseKeeperClient,
@@ -109,7 +109,7 @@ class Worker:
         self._reports_started = prefetch > 1 and heartbeats
         # The table's slots are leases in hand; handler threads bound what runs.
         self._table = InFlight(concurrency=concurrency * prefetch)
-        self._async_slots = asyncio.Semaphore(concurrency)
+        self._async_slots = AsyncSlots(concurrency)
         self._pool: HandlerThreads[tuple[Held, Runnable]] = HandlerThreads(
             concurrency, self._run_sync_item, name="worker-handler"
         )
@@ -258,15 +258,15 @@ class Worker:
             elif not prepared.handler.is_async:
                 (first if lease.run_first else sync).append((held, prepared))
             else:
-                self._dispatch_async(held, prepared)
+                self._dispatch_async(held, prepared, first=lease.run_first)
         if sync or first:
             # The claimed batch at once, one tuple a job; a critical job ahead of the
             # jobs claimed earlier that wait for a handler thread.
             self._pool.submit(sync, first=first)
 
-    def _dispatch_async(self, held: Held, job: Runnable) -> None:
+    def _dispatch_async(self, held: Held, job: Runnable, *, first: bool = False) -> None:
         try:
-            future = self._loop.submit(self._run_async(held, job))
+            future = self._loop.submit(self._run_async(held, job, first))
         except RuntimeError:
             self._settle_now(held, Settlement.release(held.ref))
             return
@@ -281,12 +281,15 @@ class Worker:
         call = partial(call_sync, job.handler, job.ctx, job.payload)
         self._finish(held, self._middleware.run_sync(job.ctx, call))
 
-    async def _run_async(self, held: Held, job: Runnable) -> None:
-        async with self._async_slots:  # prefetched jobs wait here for a slot
+    async def _run_async(self, held: Held, job: Runnable, first: bool = False) -> None:
+        await self._async_slots.acquire(first=first)  # prefetched jobs wait here for a slot
+        try:
             if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
                 return
             call = partial(call_async, job.handler, job.ctx, job.payload)
             self._finish(held, await self._middleware.run_async(job.ctx, call))
+        finally:
+            self._async_slots.release()
 
     def _finish(self, held: Held, failure: Failure | None) -> None:
         """Settle a job whose handler returned, unless its lease is gone or it was settled."""

@@ -564,20 +564,30 @@ def test_stop_releases_prefetched_jobs_that_have_not_started(
     assert len(started) == 1
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_run_first_job_runs_before_the_prefetched_jobs_claimed_earlier(
-    envelopes: Envelopes, sock: Path
+    envelopes: Envelopes, sock: Path, kind: str
 ) -> None:
-    """One handler thread, busy; a default job prefetched behind it; then a critical
-    job (``run_first``) is claimed: it runs next, not after the prefetched one."""
+    """One slot, busy; a default job prefetched behind it; then a critical job
+    (``run_first``) is claimed: it runs next, not after the prefetched one."""
     app = App()
     gate = threading.Event()
     order: list[int] = []
 
-    @app.job("noop")
-    def record(ctx: JobContext, payload: dict[str, Any]) -> None:
-        order.append(payload["n"])
-        if payload["n"] == 1:
-            gate.wait(10)
+    if kind == "sync":
+
+        @app.job("noop")
+        def record(ctx: JobContext, payload: dict[str, Any]) -> None:
+            order.append(payload["n"])
+            if payload["n"] == 1:
+                gate.wait(10)
+    else:
+
+        @app.job("noop")
+        async def record_async(ctx: JobContext, payload: dict[str, Any]) -> None:
+            order.append(payload["n"])
+            while payload["n"] == 1 and not gate.is_set():
+                await asyncio.sleep(0.005)
 
     fake = FakeLeaseKeeper([envelopes(payload={"n": 1}), envelopes(payload={"n": 2})])
     with (
