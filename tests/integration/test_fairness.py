@@ -72,3 +72,26 @@ def test_a_critical_job_behind_a_bulk_backlog_starts_before_the_next_200_bulk_jo
 def test_an_unknown_priority_class_is_refused_with_the_known_names(system: System) -> None:
     with pytest.raises(ValueError, match="unknown priority class 'urgent': use one of critical"):
         system.enqueue_requests(flood_requests(system, 1, "urgent"))
+
+
+def test_a_critical_job_claimed_behind_prefetched_jobs_runs_before_them(system: System) -> None:
+    """One handler and four jobs in hand (prefetch 4): a critical job claimed after
+    them runs at the latest right after the one that was running when it came, not
+    after the three prefetched jobs waiting before it."""
+    system.leasekeeper.start().wait_assigned(PARTITIONS)
+    system.add_worker(system.leasekeeper, concurrency=1, extra=["--prefetch", "4"])
+    system.enqueue_requests(system.task_request(n, tenant="backfill", sleep_ms=1_000)
+                            for n in range(8))  # fmt: skip
+
+    def in_hand() -> int:
+        snap = system.leasekeeper.snapshot()
+        return 0 if snap is None else sum(len(p["leases"]) for p in snap["partitions"])
+
+    wait_until(lambda: in_hand() == 4 and len(system.starts()) >= 1, 60, "four jobs in hand")
+    urgent = JobRequest(queue=system.queue, type="task", payload={"n": 99, "sleep_ms": 0},
+                        tenant_id="reset", priority="critical")  # fmt: skip
+    (critical,) = system.enqueue_requests([urgent])
+    wait_until(lambda: critical in {e.job_id for e in system.starts()}, 60, "the critical job")
+    order = [e.job_id for e in system.starts()]  # one worker process: its file is in order
+    # Claim order would start it fifth at the earliest (index 4), after the jobs in hand.
+    assert order.index(critical) <= 2, order
