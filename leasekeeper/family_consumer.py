@@ -75,8 +75,10 @@ class FamilyConsumer:
         family_of: Callable[[str], str],
         clock: Callable[[], float] = time.monotonic,
         slice_s: float = SLICE_S,
+        first: frozenset[str] = frozenset(),
     ) -> None:
         self._make = make
+        self._first = first
         self._family_of = family_of
         self._clock = clock
         self._slice_s = slice_s
@@ -105,11 +107,24 @@ class FamilyConsumer:
             consumer.subscribe(names, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        """Up to ``num_messages`` records from the families, in turn; when none has any,
-        wait up to ``timeout`` asking each for a short slice at a time (every consumer
-        is polled often, so each serves its rebalance callbacks)."""
+        """Up to ``num_messages`` records from the families: the ``first`` families
+        (the classes weighted above the default) take up to their even share of them,
+        then the families, in turn, fill what is left. When none has any, wait up to
+        ``timeout`` asking each for a short slice at a time (every consumer is polled
+        often, so each serves its rebalance callbacks).
+
+        The share first: a flood in the default family filled every call that began
+        its turn there, and a critical record waited up to one call per family, each
+        a whole batch of the loop's work (behind a flood, critical p99 about 500 ms;
+        210 ms with the share first). Only a share: a critical flood still leaves the
+        other families the rest of each call."""
         order = self._in_turn()
         found: list[Message] = []
+        if len(order) > 1 and num_messages >= len(order):
+            share = num_messages // len(order)
+            for family in self._first:
+                if (consumer := self._consumers.get(family)) is not None:
+                    found += consumer.consume(num_messages=share, timeout=0)
         for consumer in order:
             if len(found) >= num_messages:
                 break

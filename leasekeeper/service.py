@@ -192,7 +192,8 @@ class LeaseKeeperService:
             return make_consumer(config.kafka, self._group_id, **member)
 
         def new_consumer() -> FamilyConsumer:
-            return FamilyConsumer(make=family_consumer, family_of=family_of)
+            return FamilyConsumer(make=family_consumer, family_of=family_of,
+                                  first=self.engine.run_first_classes)  # fmt: skip
 
         consumer = new_consumer()
         self.loop = ConsumerLoop(

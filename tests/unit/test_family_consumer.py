@@ -205,3 +205,23 @@ def test_an_asynchronous_commit_answered_per_family_is_done_once_every_part_is(
     assert engine.accepted[-1] == {CRITICAL: (9, "")} and loop.commits == 1
     loop._commit_async()
     assert len(made["critical"].calls) == sent + 1, "answered in full: the next one goes"
+
+
+def test_a_run_first_family_gets_its_share_of_each_call_first(
+    made: dict[str, FakeConsumer],
+) -> None:
+    """A flood in one family must not hold a critical record back for a call per
+    family: wherever the turn begins, the critical record comes with the first call."""
+
+    def make(family: str) -> Consumer:
+        made[family] = FakeConsumer(family)
+        return cast(Consumer, made[family])
+
+    fc = FamilyConsumer(make=make, family_of=topic_families(TOPICS, CLASSES, TIER_TOPICS),
+                        first=frozenset({"critical"}))  # fmt: skip
+    fc.subscribe([*TOPICS.classes(CLASSES), *TIER_TOPICS, TOPICS.overflow])
+    for start in range(len(made)):
+        made["default"].records = [f"d{n}" for n in range(1_000)]
+        made["critical"].records = ["c1"]
+        taken = cast(list[str], fc.consume(num_messages=500, timeout=0))
+        assert "c1" in taken and len(taken) == 500, start
