@@ -109,3 +109,5 @@ def record_group_start(ctx: JobContext, payload: dict[str, Any]) -> None:
     group = int(payload["n"]) // NOISY_GROUP_SCALE
     latency = min(NOISY_GROUP_SCALE - 1.0, max(0.0, now_ms - ctx.created_at_ms))
     progress.hit(group * NOISY_GROUP_SCALE + latency)
+    if delay_ms := float(os.environ.get(ENV_DELAY_MS, "0")):
+        time.sleep(delay_ms / 1000)  # an I/O job: waits, without CPU, after its start
