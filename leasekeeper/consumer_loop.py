@@ -502,33 +502,57 @@ class ConsumerLoop:
         if failure is not None:
             self._commit_failed(KafkaException(failure))
 
-    def commit(self, only: set[TopicPart] | None = None, patience_s: float = 0.0) -> None:
+    def commit(
+        self, only: set[TopicPart] | None = None, patience_s: float = 0.0, serve_group: bool = False
+    ) -> None:
         """Commit each partition at its lowest unresolved offset, with the progress
         beyond it in the metadata, when either changed. Synchronous: for a revoke and
         for shutdown, which must not let go before the commit is known. A failure
         worth waiting out (the coordinator moving after a broker failure) is retried
         for ``patience_s``: a revoke that gives up hands the next owner a stale commit,
-        and it runs again every job finished since."""
+        and it runs again every job finished since.
+
+        ``serve_group`` (shutdown, outside any rebalance callback): a rebalance in
+        progress (another member joining) is waited out too, answering it meanwhile,
+        because it cannot end until this consumer does. Giving up handed over every
+        job finished since the last commit (106 ran twice in one CI run)."""
         positions = self._engine.commit_positions(only)
         if not positions:
             return
-        offsets = [
-            TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)
-            for tp, (offset, metadata) in positions.items()
-        ]
         deadline = self._clock() + patience_s
+        rebalancing = False
         while True:
+            offsets = [
+                TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)
+                for tp, (offset, metadata) in positions.items()
+            ]
             try:
                 self._consumer.commit(offsets=offsets, asynchronous=False)
                 break
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
-                if error.code() == KafkaError.OFFSET_METADATA_TOO_LARGE:
+                code = error.code()
+                if code == KafkaError.OFFSET_METADATA_TOO_LARGE:
                     self._commit_each(positions)
                     return
                 if _worth_waiting(error) and self._clock() < deadline:
                     log.warning("commit failed (%s); retrying", error)
                     self._producer.poll(COMMIT_RETRY_S)  # serves delivery reports meanwhile
+                    continue
+                rebalancing |= code == KafkaError.REBALANCE_IN_PROGRESS
+                if (
+                    serve_group
+                    and rebalancing
+                    and self._clock() < deadline
+                    and code in (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION)
+                ):
+                    log.warning("commit failed (%s); answering the rebalance first", error)
+                    # Paused: nothing is fetched; a revoke served here commits its own.
+                    self._consumer.consume(num_messages=1, timeout=COMMIT_RETRY_S)
+                    self._producer.poll(0)
+                    positions = self._engine.commit_positions(only)
+                    if not positions:
+                        return
                     continue
                 self._commit_failed(exc)
                 return
@@ -714,7 +738,7 @@ class ConsumerLoop:
             self._drain_keeping_membership()
             self._producer.flush(10)
             self._outbox.flush_status(10)
-            self.commit(patience_s=HANDOVER_COMMIT_PATIENCE_S)
+            self.commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
         finally:
             self._consumer.close()  # revokes (nothing left in flight) and leaves the group
 

@@ -58,9 +58,10 @@ class Engine:
 class Consumer:
     """Refuses commits with ``error`` until ``refusals`` run out."""
 
-    def __init__(self, error: int, refusals: int) -> None:
-        self.error, self.refusals = error, refusals
+    def __init__(self, error: int, refusals: int, clock: Clock | None = None) -> None:
+        self.error, self.refusals, self.clock = error, refusals, clock
         self.commits: list[list[TopicPartition]] = []
+        self.polls = 0  # consume calls: each answers the group (a rebalance's callbacks)
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
         assert not asynchronous
@@ -68,6 +69,12 @@ class Consumer:
         if self.refusals > 0:
             self.refusals -= 1
             raise KafkaException(KafkaError(self.error))
+
+    def consume(self, num_messages: int, timeout: float) -> list[object]:
+        self.polls += 1
+        if self.clock is not None:
+            self.clock.now += timeout
+        return []
 
 
 class Producer:
@@ -84,8 +91,8 @@ class Outbox:
         pass
 
 
-def _revoke(consumer: Consumer, clock: Clock, engine: Engine) -> None:
-    loop = ConsumerLoop(
+def _loop(consumer: Consumer, clock: Clock, engine: Engine) -> ConsumerLoop:
+    return ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=Producer(clock),  # type: ignore[arg-type]
         engine=engine,  # type: ignore[arg-type]
@@ -96,6 +103,10 @@ def _revoke(consumer: Consumer, clock: Clock, engine: Engine) -> None:
         config=LoopConfig(),
         clock=clock,
     )
+
+
+def _revoke(consumer: Consumer, clock: Clock, engine: Engine) -> None:
+    loop = _loop(consumer, clock, engine)
     loop._on_revoke(consumer, [TopicPartition(TP.topic, TP.partition)])  # type: ignore[arg-type]
 
 
@@ -126,3 +137,31 @@ def test_a_revoke_does_not_wait_when_the_generation_is_over() -> None:
     _revoke(consumer, clock, engine)
     assert len(consumer.commits) == 1
     assert engine.revoked == [TP]
+
+
+def test_a_revoke_does_not_wait_for_the_rebalance_it_is_part_of() -> None:
+    """Inside the revoke callback the rebalance waits for this very callback."""
+    clock, engine = Clock(), Engine()
+    consumer = Consumer(KafkaError.REBALANCE_IN_PROGRESS, refusals=10_000, clock=clock)
+    _revoke(consumer, clock, engine)
+    assert len(consumer.commits) == 1 and consumer.polls == 0
+    assert engine.revoked == [TP]
+
+
+def test_the_shutdown_commit_answers_a_rebalance_in_progress_and_commits_after_it() -> None:
+    """Another member joining as this one stops: the rebalance ends only once this
+    consumer answers it (it polls, paused), then the commit is taken."""
+    clock, engine = Clock(), Engine()
+    consumer = Consumer(KafkaError.REBALANCE_IN_PROGRESS, refusals=3, clock=clock)
+    _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
+    assert consumer.polls == 3 and len(consumer.commits) == 4
+    assert engine.accepted == [{TP: POSITION}]
+
+
+def test_the_shutdown_commit_gives_up_on_a_rebalance_after_its_patience() -> None:
+    clock, engine = Clock(), Engine()
+    start = clock.now
+    consumer = Consumer(KafkaError.REBALANCE_IN_PROGRESS, refusals=10_000, clock=clock)
+    _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
+    assert engine.accepted == []
+    assert HANDOVER_COMMIT_PATIENCE_S <= clock.now - start < HANDOVER_COMMIT_PATIENCE_S + 1
