@@ -560,10 +560,8 @@ class LeaseEngine:
                 return
             how = Resolution.DEAD if dead else resolution_of(request)
             self._book.resolve(request.source, request.offset, request.generation, how)
-            if how is Resolution.DEAD:
-                job = request.job if request.job is not None else self._reader.copied(request)
-                if job is not None:
-                    self._copies.add([dead_status(request, job, now_ms(self._clock))])
+            if how is Resolution.DEAD and (job := self._reader.copied(request)) is not None:
+                self._copies.add([dead_status(request, job, now_ms(self._clock))])
 
     def copy_dropped(self, request: CopyRequest) -> None:
         """The outbox gave up a copy whose partition moved: no longer in flight here."""

@@ -109,28 +109,21 @@ class OverflowMoves:
         that killed its workers must not escape ``max_attempts`` by moving)."""
         state = self._book.parts.get(pending.tp)
         claims = state.claims.get(pending.offset, 0) if state is not None else 0
-        if claims == 0 and pending.job.full is None:
-            # Read from its headers and unchanged: copied byte for byte, not decoded.
-            self.lane.decided(pending.tp, pending.job.tenant_id, 1)
-            return CopyRequest(
-                kind=CopyKind.OVERFLOW,
-                source=pending.tp,
-                offset=pending.offset,
-                generation=pending.generation,
-                head=pending.job,
-                raw_value=pending.envelope,
-            )
-        try:
-            full = self._reader.full(pending)
-        except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
-            return self._reader.unreadable(pending, exc, why="move to the overflow lane")
+        job = None  # read from its headers and unchanged: copied byte for byte, not decoded
+        if claims or pending.job.full is not None:
+            try:
+                full = self._reader.full(pending)
+            except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+                return self._reader.unreadable(pending, exc, why="move to the overflow lane")
+            job = replace(full, attempt=full.attempt + claims)
         self.lane.decided(pending.tp, pending.job.tenant_id, 1)
         return CopyRequest(
             kind=CopyKind.OVERFLOW,
             source=pending.tp,
             offset=pending.offset,
             generation=pending.generation,
-            job=replace(full, attempt=full.attempt + claims),
+            job=job,
+            head=pending.job if job is None else None,
             # Unchanged (no attempt counted here): the fetched bytes are sent as they are.
             raw_value=pending.envelope if claims == 0 else None,
         )

@@ -15,6 +15,7 @@ marker after the job was taken by another just goes on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -81,16 +82,17 @@ class HandlerThreads(Generic[T]):
             for thread in self._threads:
                 thread.join()
 
-    def _next(self) -> T | object | None:
-        if not self._first.empty():
-            try:
-                return self._first.get_nowait()
-            except queue.Empty:  # another thread took it
-                pass
-        return self._items.get()
-
     def _serve(self) -> None:
-        while (item := self._next()) is not None:
+        first, items = self._first, self._items
+        while True:
+            item: T | object | None = _WAKE
+            if not first.empty():
+                with contextlib.suppress(queue.Empty):  # another thread took it
+                    item = first.get_nowait()
+            if item is _WAKE:
+                item = items.get()
+            if item is None:
+                break
             if item is _WAKE:
                 continue
             try:
