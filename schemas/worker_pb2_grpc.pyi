@@ -40,7 +40,9 @@ class LeaseKeeperStub:
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]
     """Extends each lease whose token is current; a stale token is refused and counted."""
     Settle: _grpc.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]
-    """Acks and nacks; a stale token is refused and counted."""
+    """Acks and nacks; a stale token is refused and counted. With ``claim`` it also
+    hands out the jobs that take the settled jobs' places, without waiting.
+    """
     Inspect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.InspectRequest, _worker_pb2.InspectResponse]
     """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
     or of one job for `leasekeeper inspect job ID`.
@@ -54,7 +56,9 @@ class LeaseKeeperAsyncStub(LeaseKeeperStub):
     Heartbeat: _aio.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Extends each lease whose token is current; a stale token is refused and counted."""
     Settle: _aio.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]  # type: ignore[assignment]
-    """Acks and nacks; a stale token is refused and counted."""
+    """Acks and nacks; a stale token is refused and counted. With ``claim`` it also
+    hands out the jobs that take the settled jobs' places, without waiting.
+    """
     Inspect: _aio.UnaryUnaryMultiCallable[_worker_pb2.InspectRequest, _worker_pb2.InspectResponse]  # type: ignore[assignment]
     """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
     or of one job for `leasekeeper inspect job ID`.
@@ -83,7 +87,9 @@ class LeaseKeeperServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.SettleRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.SettleResponse, _abc.Awaitable[_worker_pb2.SettleResponse]]:
-        """Acks and nacks; a stale token is refused and counted."""
+        """Acks and nacks; a stale token is refused and counted. With ``claim`` it also
+        hands out the jobs that take the settled jobs' places, without waiting.
+        """
 
     @_abc_1.abstractmethod
     def Inspect(
