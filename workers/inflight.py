@@ -67,11 +67,7 @@ class InFlight:
         # while it is awake: it reads the table again before it sleeps).
         self._monitor_until = float("-inf")
         self._start_report_s: float | None = None
-        # The claim loop (wait_free) needs a wake-up only when a slot frees; the drain
-        # (wait_until) on any change. Waking the claim loop for every job started and
-        # answered was a thread switch each: a sixth of a 10 ms job's worker time.
-        self._free_waiters = 0
-        self._change_waiters = 0
+        self._slot_waiters = 0  # wait_free and wait_until callers
         # Slots promised to a claim riding on a settle: the settled jobs' slots pass
         # to the jobs it brings, so the claim loop must not claim for them too.
         self._reserved = 0
@@ -90,11 +86,11 @@ class InFlight:
     def wait_free(self, stop: threading.Event, timeout: float) -> int:
         """Block until a slot is free or ``stop`` is set (``wake()`` is called on stop)."""
         with self._cond:
-            self._free_waiters += 1
+            self._slot_waiters += 1
             try:
                 self._cond.wait_for(lambda: stop.is_set() or self._free() > 0, timeout)
             finally:
-                self._free_waiters -= 1
+                self._slot_waiters -= 1
             return self._free()
 
     def reserve_for(self, settled: Iterable[Held]) -> int:
@@ -108,7 +104,8 @@ class InFlight:
     def unreserve(self, count: int) -> None:
         with self._cond:
             self._reserved = max(0, self._reserved - count)
-            self._slot_freed()
+            if self._slot_waiters:
+                self._cond.notify_all()
 
     def wake(self) -> None:
         with self._cond:
@@ -146,7 +143,7 @@ class InFlight:
     def _wake_for(self, due: float) -> None:
         """A job needs the monitor at ``due``: wake it if it sleeps past that, and
         whoever waits for the table to change."""
-        if due < self._monitor_until or self._change_waiters:
+        if due < self._monitor_until or self._slot_waiters:
             self._cond.notify_all()
 
     def decide(self, held: Held) -> bool:
@@ -186,11 +183,11 @@ class InFlight:
     def wait_until(self, predicate: Callable[[list[Held]], bool], timeout: float) -> bool:
         """Wait until ``predicate(held jobs)`` holds; False when ``timeout`` ran out first."""
         with self._cond:
-            self._change_waiters += 1
+            self._slot_waiters += 1
             try:
                 return self._cond.wait_for(lambda: predicate(list(self._held.values())), timeout)
             finally:
-                self._change_waiters -= 1
+                self._slot_waiters -= 1
 
     def beats_due(self, now: float) -> list[Held]:
         """All jobs worth heartbeating, when at least one of them is due; else nothing.
@@ -282,13 +279,8 @@ class InFlight:
         if held.phase is Phase.DONE and held.answered:
             if self._held.get(held.ref) is held:
                 del self._held[held.ref]
-            self._slot_freed()
-
-    def _slot_freed(self) -> None:
-        """Wake the claim loop only when a slot is free for it (a settle's claim may
-        have reserved the slot), and the drain for any change."""
-        if self._change_waiters or (self._free_waiters and self._free() > 0):
-            self._cond.notify_all()
+            if self._slot_waiters:
+                self._cond.notify_all()
 
 
 def _start_unreported(held: Held) -> bool:

@@ -114,14 +114,13 @@ class Worker:
             concurrency, self._run_sync_item, name="worker-handler"
         )
         self._loop = EventLoopThread()
-        self._refill = _Refill(self)
         self._batcher: SettleBatcher[Held] = SettleBatcher(
             client,
             self._answered,
             interval_s=settle_interval_s,
             max_batch=settle_batch,
             clock=clock,
-            claim=self._refill,
+            claim=_Refill(self),
         )
         self._monitor = LeaseMonitor(
             table=self._table,
@@ -222,7 +221,6 @@ class Worker:
                 self.stop()
                 return
             failures = 0
-            self._refill.answered(free, len(leases))
             self._accept(leases, free)
 
     def _idle_handlers(self) -> int:
@@ -416,24 +414,14 @@ class Worker:
 
 class _Refill:
     """The claims that ride on settles: a settled batch's slots go to the jobs its
-    settle call brings back (``SettleBatcher``'s claim hook).
-
-    Only while the queue has a backlog, as the last claim's answer tells (it was
-    full): on a queue that keeps up, a settle's claim would come back empty and
-    cost both processes CPU for nothing, which raised start latency on a busy core.
-    """
+    settle call brings back (``SettleBatcher``'s claim hook)."""
 
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
-        self._backlog = False  # the last claim got all it asked for
-
-    def answered(self, asked: int, got: int) -> None:
-        """A claim (of the claim loop or a settle) asked for ``asked`` and got ``got``."""
-        self._backlog = got >= asked > 0
 
     def ask(self, batch: Sequence[tuple[Settlement, Held]]) -> ClaimAsk | None:
         worker = self._worker
-        if worker._stopping.is_set() or not self._backlog:
+        if worker._stopping.is_set():
             return None
         count = worker._table.reserve_for(held for _, held in batch)
         if count == 0:
@@ -446,7 +434,6 @@ class _Refill:
         )
 
     def claimed(self, ask: ClaimAsk, leases: list[Lease]) -> None:
-        self.answered(ask.max_jobs, len(leases))
         try:
             if leases:
                 self._worker._accept(leases, ask.max_jobs)

@@ -132,39 +132,8 @@ def test_a_settles_claim_reserves_the_slots_of_the_finished_jobs_it_settles() ->
 
     waiter = threading.Thread(target=table.wait_free, args=(threading.Event(), 10.0))
     waiter.start()
-    wait_until(lambda: table._free_waiters == 1, timeout=5, what="the claim loop to wait")
+    wait_until(lambda: table._slot_waiters == 1, timeout=5, what="the claim loop to wait")
     table.unreserve(2)  # the settle's claim brought nothing: the slots are the loop's again
     waiter.join(timeout=5)
     assert not waiter.is_alive()
     assert table.free() == 2
-
-
-def test_the_claim_loop_is_woken_only_when_a_slot_is_free_for_it() -> None:
-    table = InFlight(concurrency=2)
-    first, second = (table.add(_lease(i), _ctx(i), now=0.0, beat_interval_s=10.0) for i in (1, 2))
-    wakes: list[int] = []
-    notify_all = table._cond.notify_all
-
-    def counting_notify_all() -> None:
-        wakes.append(1)
-        notify_all()
-
-    table._cond.notify_all = counting_notify_all  # type: ignore[method-assign]
-    stop = threading.Event()
-    waiter = threading.Thread(target=table.wait_free, args=(stop, 10.0))
-    waiter.start()
-    wait_until(lambda: table._free_waiters == 1, timeout=5, what="the claim loop to wait")
-
-    for held in (first, second):
-        assert table.start(held, now=0.0, timeout_s=None)  # a start frees nothing
-        assert table.decide(held)
-        table.finish(held)
-    assert table.reserve_for([first]) == 1
-    table.answer(first)  # its slot passes to the settle's claim: still nothing free
-    assert wakes == []
-    assert waiter.is_alive()
-
-    table.answer(second)  # a slot free for the claim loop
-    waiter.join(timeout=5)
-    assert not waiter.is_alive()
-    assert wakes == [1]
