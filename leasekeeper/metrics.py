@@ -23,7 +23,6 @@ from leasekeeper.engine_config import counter_help
 COUNTERS = {
     **counter_help(),
     "invalid_retry_after": "nacks whose retry_after_s was NaN, negative or too long (clamped)",
-    "claimed_with_settle": "jobs handed out in a settle's answer (a busy worker's refill)",
 }
 
 _log = logging.getLogger(__name__)

@@ -59,20 +59,14 @@ def _results(answers: list[LeaseAnswer]) -> list[pb.LeaseResult]:
 
 @dataclass(kw_only=True)
 class RpcCounters:
-    """What workers sent that the engine cannot use as is, and the jobs handed out in
-    settles' answers, counted at the RPC edge."""
+    """What workers sent that the engine cannot use as is, counted at the RPC edge."""
 
     invalid_retry_after: int = 0
-    claimed_with_settle: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count_invalid_retry_after(self, n: int) -> None:
         with self._lock:
             self.invalid_retry_after += n
-
-    def count_claimed_with_settle(self, n: int) -> None:
-        with self._lock:
-            self.claimed_with_settle += n
 
 
 def clamp_retry_after(value: float) -> float | None:
@@ -104,20 +98,15 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
         wait_s = min(max(request.wait_ms, 0) / 1000, MAX_CLAIM_WAIT_S)
-        return pb.ClaimResponse(jobs=self._claim(request, request.worker_id, wait_s, context))
-
-    def _claim(
-        self, request: pb.ClaimRequest, worker_id: str, wait_s: float, context: grpc.ServicerContext
-    ) -> list[pb.ClaimedJob]:
         grants = self._engine.claim(
-            worker_id or context.peer(),
+            request.worker_id or context.peer(),
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
             frozenset(request.job_types),
             reports_started=request.reports_started,
             start_now=max(0, request.start_now),
         )
-        return [_claimed(g, self._run_first) for g in grants]
+        return pb.ClaimResponse(jobs=[_claimed(g, self._run_first) for g in grants])
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -143,15 +132,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             )
             for s in request.settlements
         ]
-        results = _results(self._engine.settle(settlements))
-        if request.claim.max_jobs <= 0:
-            return pb.SettleResponse(results=results)
-        # The settled jobs' places, filled in the same round trip: never a long poll,
-        # so the settle's answer is not held back by an empty queue.
-        jobs = self._claim(request.claim, request.worker_id, 0.0, context)
-        if jobs:
-            self._counters.count_claimed_with_settle(len(jobs))
-        return pb.SettleResponse(results=results, jobs=jobs)
+        return pb.SettleResponse(results=_results(self._engine.settle(settlements)))
 
     def _retry_after(self, value: float, lease_id: str) -> float:
         clamped = clamp_retry_after(value)

@@ -420,7 +420,6 @@ class LeaseKeeperService:
             kafka="connected" if self.connected.is_set() else "connecting",
             kafka_last_error=self.config.kafka.watch.last_reason(),
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
-            claimed_with_settle=self._rpc_counters.claimed_with_settle,
             control=self._feed.snapshot() if self._feed is not None else None,
             fairness=self.engine.fairness(),
             limits=self.engine.limits(),

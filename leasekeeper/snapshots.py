@@ -106,7 +106,6 @@ class LeaseKeeperSnapshot:
     kafka_last_error: str | None = None
     # Counted by the RPC layer, shown among the engine's counters.
     invalid_retry_after: int = 0
-    claimed_with_settle: int = 0
     control: ControlSnapshot | None = None
     # Per priority class and per tenant (see fairness_view).
     fairness: FairnessSnapshot | None = None
@@ -123,7 +122,6 @@ class LeaseKeeperSnapshot:
         view = self.engine.to_dict()
         counters = asdict(self.engine.counters)
         counters["invalid_retry_after"] = self.invalid_retry_after
-        counters["claimed_with_settle"] = self.claimed_with_settle
         view.update(
             counters=counters,
             queue=self.queue,

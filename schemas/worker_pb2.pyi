@@ -376,29 +376,18 @@ class SettleRequest(_message.Message):
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
     SETTLEMENTS_FIELD_NUMBER: _builtins.int
-    CLAIM_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     @_builtins.property
     def settlements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Settlement]: ...
-    @_builtins.property
-    def claim(self) -> Global___ClaimRequest:
-        """Also claim up to claim.max_jobs jobs once the settlements are applied, in the
-        same round trip (claim.wait_ms is ignored: a settle never waits for work). A
-        busy worker refills the slots its settled jobs free with one call instead of
-        two. Absent or max_jobs 0: no claim, as workers sent before the field existed;
-        a leasekeeper from before it ignores it and the worker claims as before.
-        """
-
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
         settlements: _abc.Iterable[Global___Settlement] | None = ...,
-        claim: Global___ClaimRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim", b"claim", "settlements", b"settlements", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settlements", b"settlements", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -409,22 +398,16 @@ class SettleResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
-    JOBS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaseResult]: ...
-    @_builtins.property
-    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimedJob]:
-        """what the request's claim got: possibly none"""
-
     def __init__(
         self,
         *,
         results: _abc.Iterable[Global___LeaseResult] | None = ...,
-        jobs: _abc.Iterable[Global___ClaimedJob] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

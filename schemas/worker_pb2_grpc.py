@@ -74,8 +74,7 @@ class LeaseKeeperServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Settle(self, request, context):
-        """Acks and nacks; a stale token is refused and counted. With ``claim`` it also
-        hands out the jobs that take the settled jobs' places, without waiting.
+        """Acks and nacks; a stale token is refused and counted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -40,9 +40,7 @@ class LeaseKeeperStub:
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]
     """Extends each lease whose token is current; a stale token is refused and counted."""
     Settle: _grpc.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]
-    """Acks and nacks; a stale token is refused and counted. With ``claim`` it also
-    hands out the jobs that take the settled jobs' places, without waiting.
-    """
+    """Acks and nacks; a stale token is refused and counted."""
     Inspect: _grpc.UnaryUnaryMultiCallable[_worker_pb2.InspectRequest, _worker_pb2.InspectResponse]
     """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
     or of one job for `leasekeeper inspect job ID`.
@@ -56,9 +54,7 @@ class LeaseKeeperAsyncStub(LeaseKeeperStub):
     Heartbeat: _aio.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Extends each lease whose token is current; a stale token is refused and counted."""
     Settle: _aio.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]  # type: ignore[assignment]
-    """Acks and nacks; a stale token is refused and counted. With ``claim`` it also
-    hands out the jobs that take the settled jobs' places, without waiting.
-    """
+    """Acks and nacks; a stale token is refused and counted."""
     Inspect: _aio.UnaryUnaryMultiCallable[_worker_pb2.InspectRequest, _worker_pb2.InspectResponse]  # type: ignore[assignment]
     """A JSON snapshot of partitions, gaps and leases for `leasekeeper inspect`,
     or of one job for `leasekeeper inspect job ID`.
@@ -87,9 +83,7 @@ class LeaseKeeperServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.SettleRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.SettleResponse, _abc.Awaitable[_worker_pb2.SettleResponse]]:
-        """Acks and nacks; a stale token is refused and counted. With ``claim`` it also
-        hands out the jobs that take the settled jobs' places, without waiting.
-        """
+        """Acks and nacks; a stale token is refused and counted."""
 
     @_abc_1.abstractmethod
     def Inspect(

@@ -3,11 +3,6 @@
 Batching is what lets one leasekeeper serve thousands of jobs a second (one
 round trip per job caps out near a thousand). The delay it adds is a few
 milliseconds on a job's settle, never on its run.
-
-With a ``ClaimHook`` each batch also claims the jobs that take the settled
-jobs' places, in the same call: a busy worker makes one round trip per batch
-instead of a settle and a claim, and a round trip costs both processes more
-CPU than the jobs' bookkeeping (the 10 ms I/O benchmark's profile).
 """
 
 from __future__ import annotations
@@ -16,15 +11,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Generic, Protocol, TypeVar
 
 from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
-from workers.messages import ClaimAsk, Lease, LeaseResult, Settlement
+from workers.messages import LeaseResult, Settlement
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-T_contra = TypeVar("T_contra", contravariant=True)
 
 # Called once per item batch: the items and the leasekeeper's results, or None
 # when the call failed and the batch was dropped.
@@ -35,27 +29,6 @@ class SettleClient(Protocol):
     """The one call the batcher needs (``LeaseKeeperClient`` has it)."""
 
     def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]: ...
-
-
-class SettleClaimClient(SettleClient, Protocol):
-    """A client that can claim in the settle's round trip (with a ``ClaimHook``)."""
-
-    def settle_and_claim(
-        self, settlements: Sequence[Settlement], ask: ClaimAsk | None, /
-    ) -> tuple[list[LeaseResult], list[Lease]]: ...
-
-
-class ClaimHook(Protocol[T_contra]):
-    """Who decides what a batch claims, and takes what it got."""
-
-    def ask(self, batch: Sequence[tuple[Settlement, T_contra]], /) -> ClaimAsk | None:
-        """The claim to send with ``batch`` (its slots reserved), or None."""
-        ...
-
-    def claimed(self, ask: ClaimAsk, leases: list[Lease], /) -> None:
-        """The claim's jobs, after the batch's answer was taken; ``[]`` when the
-        call failed. Called once for every ask, to give its reservation back."""
-        ...
 
 
 class SettleBatcher(Generic[T]):
@@ -72,10 +45,8 @@ class SettleBatcher(Generic[T]):
         retry_later_s: float = 0.2,
         retry_later_window_s: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
-        claim: ClaimHook[T] | None = None,
     ) -> None:
         self._client = client
-        self._claim = claim
         self._retry_window_s = retry_window_s
         self._retry_later_s = retry_later_s
         self._retry_later_window_s = retry_later_window_s
@@ -114,23 +85,15 @@ class SettleBatcher(Generic[T]):
                 return
             self._send(batch)
 
-    def _settle_with_retries(
-        self, settlements: list[Settlement], ask: ClaimAsk | None
-    ) -> tuple[list[LeaseResult], list[Lease]]:
+    def _settle_with_retries(self, settlements: list[Settlement]) -> list[LeaseResult]:
         """Keep trying while the leasekeeper is away (a restart on the same disk keeps
         its leases, so an ack that arrives once it is back still counts and the job
-        does not run twice); give up after ``retry_window_s``. Only the first try
-        claims: a failed call may have handed out jobs whose answer was lost (their
-        leases expire), and a retry must not hand out more."""
+        does not run twice); give up after ``retry_window_s``."""
         give_up_at = self._clock() + self._retry_window_s
         while True:
             try:
-                if ask is None:
-                    return self._client.settle(settlements), []
-                client = cast("SettleClaimClient", self._client)
-                return client.settle_and_claim(settlements, ask)
+                return self._client.settle(settlements)
             except LeaseKeeperUnavailable:
-                ask = None
                 if self._clock() >= give_up_at:
                     raise
                 with self._cond:
@@ -158,56 +121,32 @@ class SettleBatcher(Generic[T]):
         together with whatever was queued meanwhile, so they never hold other acks
         back. Closing does not cut this short, since dropping such an ack runs the
         job twice; each gives up after ``retry_later_window_s`` with its last answer."""
-        ask = None
-        if self._claim is not None and not self._closing:
-            ask = self._claim.ask(batch)
         first_later: dict[str, float] = {}
         pending = batch
-        try:
-            while pending:
-                try:
-                    results, leases = self._settle_with_retries(
-                        [settlement for settlement, _ in pending], ask
-                    )
-                except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
-                    log.warning(
-                        "dropped %d settlement(s); the leasekeeper will redeliver those jobs: %s",
-                        len(pending),
-                        exc,
-                    )
-                    self._answer(pending, None)
-                    return
-                except Exception:
-                    log.exception(
-                        "dropped %d settlement(s) after an unexpected error", len(pending)
-                    )
-                    self._answer(pending, None)
-                    return
-                later = self._to_send_again(pending, results, first_later)
-                self._answer([item for item in pending if item not in later], results)
-                if ask is not None:
-                    # After the answer, so the settled jobs' slots are free for them;
-                    # before any resend, so their leases do not wait on "retry later".
-                    asked, ask = ask, None
-                    self._claimed(asked, leases)
-                if not later:
-                    return
-                with self._cond:
-                    self._cond.wait_for(lambda: False, timeout=self._retry_later_s)
-                    fresh = self._items[: self._max_batch]
-                    del self._items[: self._max_batch]
-                pending = later + fresh
-        finally:
-            if ask is not None:
-                self._claimed(ask, [])
-
-    def _claimed(self, ask: ClaimAsk, leases: list[Lease]) -> None:
-        if self._claim is None:
-            return
-        try:
-            self._claim.claimed(ask, leases)
-        except Exception:
-            log.exception("taking %d claimed job(s) failed", len(leases))
+        while pending:
+            try:
+                results = self._settle_with_retries([settlement for settlement, _ in pending])
+            except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
+                log.warning(
+                    "dropped %d settlement(s); the leasekeeper will redeliver those jobs: %s",
+                    len(pending),
+                    exc,
+                )
+                self._answer(pending, None)
+                return
+            except Exception:
+                log.exception("dropped %d settlement(s) after an unexpected error", len(pending))
+                self._answer(pending, None)
+                return
+            later = self._to_send_again(pending, results, first_later)
+            self._answer([item for item in pending if item not in later], results)
+            if not later:
+                return
+            with self._cond:
+                self._cond.wait_for(lambda: False, timeout=self._retry_later_s)
+                fresh = self._items[: self._max_batch]
+                del self._items[: self._max_batch]
+            pending = later + fresh
 
     def _to_send_again(
         self,

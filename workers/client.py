@@ -27,7 +27,7 @@ import grpc
 from jobcore.config import AUTH_METADATA_KEY
 from schemas import worker_pb2
 from schemas.worker_pb2_grpc import LeaseKeeperStub
-from workers.messages import ClaimAsk, Lease, LeaseRef, LeaseResult, Outcome, Settlement
+from workers.messages import Lease, LeaseRef, LeaseResult, Outcome, Settlement
 
 log = logging.getLogger(__name__)
 
@@ -194,27 +194,14 @@ class LeaseKeeperClient:
 
     def settle(self, settlements: Sequence[Settlement]) -> list[LeaseResult]:
         """Ack, nack or release many leases in one call."""
-        return self.settle_and_claim(settlements, None)[0]
-
-    def settle_and_claim(
-        self, settlements: Sequence[Settlement], ask: ClaimAsk | None
-    ) -> tuple[list[LeaseResult], list[Lease]]:
-        """Settle, and with ``ask`` claim up to ``ask.max_jobs`` jobs in the same round
-        trip without waiting for any. A leasekeeper from before the field answers
-        no jobs, and the claim loop claims them as before."""
         request = worker_pb2.SettleRequest(
             worker_id=self.worker_id, settlements=[_settlement(s) for s in settlements]
         )
-        if ask is not None and ask.max_jobs > 0:
-            request.claim.max_jobs = ask.max_jobs
-            request.claim.job_types.extend(ask.job_types)
-            request.claim.reports_started = ask.reports_started
-            request.claim.start_now = ask.start_now
         response = self._call(
             "Settle",
             lambda stub: stub.Settle(request, timeout=self._rpc_timeout_s, metadata=self._metadata),
         )
-        return [_result(r) for r in response.results], [_lease(job) for job in response.jobs]
+        return [_result(r) for r in response.results]
 
     def close(self) -> None:
         """Close the channel; calls after this (or waiting to reconnect) fail at once."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from workers.context import JobContext
@@ -68,9 +68,6 @@ class InFlight:
         self._monitor_until = float("-inf")
         self._start_report_s: float | None = None
         self._slot_waiters = 0  # wait_free and wait_until callers
-        # Slots promised to a claim riding on a settle: the settled jobs' slots pass
-        # to the jobs it brings, so the claim loop must not claim for them too.
-        self._reserved = 0
 
     def __len__(self) -> int:
         with self._cond:
@@ -78,34 +75,19 @@ class InFlight:
 
     def free(self) -> int:
         with self._cond:
-            return self._free()
-
-    def _free(self) -> int:
-        return max(0, self.concurrency - len(self._held) - self._reserved)
+            return max(0, self.concurrency - len(self._held))
 
     def wait_free(self, stop: threading.Event, timeout: float) -> int:
         """Block until a slot is free or ``stop`` is set (``wake()`` is called on stop)."""
         with self._cond:
             self._slot_waiters += 1
             try:
-                self._cond.wait_for(lambda: stop.is_set() or self._free() > 0, timeout)
+                self._cond.wait_for(
+                    lambda: stop.is_set() or len(self._held) < self.concurrency, timeout
+                )
             finally:
                 self._slot_waiters -= 1
-            return self._free()
-
-    def reserve_for(self, settled: Iterable[Held]) -> int:
-        """Reserve the slots that ``settled`` (a settle batch) frees once answered: the
-        jobs whose handler is done. Returns how many; give them back with ``unreserve``."""
-        with self._cond:
-            count = sum(1 for held in settled if held.phase is Phase.DONE)
-            self._reserved += count
-            return count
-
-    def unreserve(self, count: int) -> None:
-        with self._cond:
-            self._reserved = max(0, self._reserved - count)
-            if self._slot_waiters:
-                self._cond.notify_all()
+            return max(0, self.concurrency - len(self._held))
 
     def wake(self) -> None:
         with self._cond:

@@ -56,20 +56,6 @@ class Lease:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClaimAsk:
-    """A claim riding on a settle: the jobs to take the settled jobs' places.
-
-    ``max_jobs`` slots are reserved for it until its answer is taken, so the
-    claim loop does not claim for the same slots meanwhile.
-    """
-
-    max_jobs: int
-    job_types: tuple[str, ...] = ()
-    reports_started: bool = False
-    start_now: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
 class LeaseResult:
     """The leasekeeper's answer for one lease in a heartbeat or settle batch."""
 

@@ -52,7 +52,7 @@ from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import EventLoopThread, call_async, call_sync
 from workers.handler_threads import HandlerThreads
 from workers.inflight import Held, InFlight, Phase
-from workers.messages import ClaimAsk, Lease, LeaseResult, Settlement
+from workers.messages import Lease, LeaseResult, Settlement
 from workers.middleware import MiddlewareChain
 from workers.monitor import LeaseMonitor
 from workers.tracing import default_middleware
@@ -120,7 +120,6 @@ class Worker:
             interval_s=settle_interval_s,
             max_batch=settle_batch,
             clock=clock,
-            claim=_Refill(self),
         )
         self._monitor = LeaseMonitor(
             table=self._table,
@@ -410,35 +409,6 @@ class Worker:
                 held.cancel()
             log.warning("job %s still running at shutdown; releasing it", held.ctx.job_id)
             self._batcher.put(Settlement.release(held.ref), held)
-
-
-class _Refill:
-    """The claims that ride on settles: a settled batch's slots go to the jobs its
-    settle call brings back (``SettleBatcher``'s claim hook)."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    def ask(self, batch: Sequence[tuple[Settlement, Held]]) -> ClaimAsk | None:
-        worker = self._worker
-        if worker._stopping.is_set():
-            return None
-        count = worker._table.reserve_for(held for _, held in batch)
-        if count == 0:
-            return None
-        return ClaimAsk(
-            max_jobs=count,
-            job_types=tuple(worker._types.runnable),
-            reports_started=worker._reports_started,
-            start_now=worker._idle_handlers(),
-        )
-
-    def claimed(self, ask: ClaimAsk, leases: list[Lease]) -> None:
-        try:
-            if leases:
-                self._worker._accept(leases, ask.max_jobs)
-        finally:
-            self._worker._table.unreserve(ask.max_jobs)
 
 
 def _none_running(held: list[Held]) -> bool:

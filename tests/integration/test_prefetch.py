@@ -129,21 +129,3 @@ def test_sigterm_releases_prefetched_jobs_and_they_run_elsewhere_at_once(system:
     assert max(e.at for e in elsewhere) < min(finished_here)
     attempts = {job: [e.attempt for e in system.starts() if e.job_id == job] for job in ids}
     assert all(runs == [1] for runs in attempts.values()), attempts
-
-
-def test_a_busy_worker_refills_its_slots_in_its_settle_calls(system: System) -> None:
-    """Each settle of a worker with a backlog brings back the jobs that take the
-    settled jobs' places: one round trip a batch instead of a settle and a claim.
-    The leasekeeper counts the jobs it handed out that way."""
-    system.start(workers=0)
-    ids = system.enqueue_tasks(120, sleep_ms=20)
-    system.add_worker(system.leasekeeper, concurrency=4, extra=["--prefetch", "2"])
-    wait_until(lambda: system.acks() >= set(ids), 60, "all 120 jobs acked", step=0.1)
-
-    starts = [e.job_id for e in system.starts()]
-    assert sorted(starts) == sorted(ids)  # each ran once: no slot was claimed twice
-    snapshot = system.leasekeeper.snapshot()
-    assert snapshot is not None
-    # The first claim takes 8 (4 slots x prefetch 2); nearly all later jobs come with
-    # a settle (a plain claim only where a settle's answer came back short).
-    assert snapshot["counters"]["claimed_with_settle"] >= 60

@@ -111,29 +111,3 @@ def test_the_monitor_is_woken_only_by_a_job_it_must_see_before_it_would_wake() -
     assert table.start(sooner, now=0.0, timeout_s=1.0)  # deadline at 1.0: before 5.0
     monitor.join(10)
     assert wakes == ["wake"] and not monitor.is_alive()
-
-
-def test_a_settles_claim_reserves_the_slots_of_the_finished_jobs_it_settles() -> None:
-    table = InFlight(concurrency=3)
-    done = [table.add(_lease(i), _ctx(i), now=0.0, beat_interval_s=10.0) for i in (1, 2)]
-    running = table.add(_lease(3), _ctx(3), now=0.0, beat_interval_s=10.0)
-    for held in done:
-        assert table.start(held, now=0.0, timeout_s=None)
-        assert table.decide(held)
-        table.finish(held)
-    assert table.start(running, now=0.0, timeout_s=None)
-
-    # A settle batch with the two finished jobs and one still running (timed out, say):
-    # only the finished ones free a slot when answered, so only theirs are reserved.
-    assert table.reserve_for([*done, running]) == 2
-    for held in done:
-        table.answer(held)
-    assert table.free() == 0  # the claim loop does not claim for the reserved slots
-
-    waiter = threading.Thread(target=table.wait_free, args=(threading.Event(), 10.0))
-    waiter.start()
-    wait_until(lambda: table._slot_waiters == 1, timeout=5, what="the claim loop to wait")
-    table.unreserve(2)  # the settle's claim brought nothing: the slots are the loop's again
-    waiter.join(timeout=5)
-    assert not waiter.is_alive()
-    assert table.free() == 2
