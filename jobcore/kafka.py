@@ -558,10 +558,12 @@ def group_offsets(
     return result
 
 
-def committed_offsets(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+def committed_offsets(
+    consumer: Consumer, topic: str, partitions: Iterable[int], timeout: float = 10.0
+) -> dict[int, int]:
     """The group's committed offset per partition (-1001 when none)."""
     tps = [TopicPartition(topic, p) for p in partitions]
-    return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
+    return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=timeout)}
 
 
 def read_to_end(

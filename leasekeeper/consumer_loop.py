@@ -39,11 +39,12 @@ from leasekeeper.log_lines import partitions_line
 from leasekeeper.ordering_lane import LaneFeed
 from leasekeeper.outbox import Outbox
 from leasekeeper.overflow_watch import OverflowWatch
+from leasekeeper.switch_hold import RECHECK_MS, SwitchHolds
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
-from schemas.job_headers import JobHead, read_head
+from schemas.job_headers import JobHead, read_head, read_switch
 from schemas.vocabulary import DeadLetterReason
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,9 @@ class ConsumerLoop:
             sources=frozenset(self._ready_topics) - {topics.overflow},
             clock=clock,
         )
+        # Jobs a producer diverted to the overflow lane wait for their switch.
+        self.switches = SwitchHolds(clock=clock)
+        self._overflow_topic = topics.overflow  # a property builds it: not per record
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
@@ -202,6 +206,7 @@ class ConsumerLoop:
         if self.lane is not None:
             self.lane.poll()
         self._overflow.poll(self._consumer)
+        self.switches.poll(self._consumer)
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
@@ -255,12 +260,30 @@ class ConsumerLoop:
                 if tp is None:
                     tp = parts[partition] = TopicPart(message.topic(), partition)  # type: ignore[arg-type]
                 if not self._gate.is_held(tp):
+                    if tp.topic == self._overflow_topic and not self._switch_passed(tp, message):
+                        self._offer(due)
+                        return
                     head = read_head(message.key(), message.headers(), value)
                     if head is not None:
                         due.append((tp, message.offset(), head, value))  # type: ignore[arg-type]
                         return
         self._offer(due)
         self._handle_one(message)
+
+    def _switch_passed(self, tp: TopicPart, message: Message) -> bool:
+        """Whether an overflow record may be handed out: one a producer diverted waits
+        until the ready partition's commit passed its switch (``switch_hold``). When
+        it must wait, its partition is held at it (seek back, pause) and fetched
+        again a moment later; the records fetched behind it are dropped meanwhile."""
+        switch = read_switch(message.headers())
+        if switch is None or self.switches.passed(switch):
+            return True
+        offset: int = message.offset()  # type: ignore[assignment]
+        self._gate.hold(tp, wall_ms() + RECHECK_MS)
+        self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
+        self._paused.add(tp)
+        return False
 
     def _handle_one(self, message: Message) -> None:
         error = message.error()

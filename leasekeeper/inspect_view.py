@@ -211,6 +211,11 @@ def retry_lines(snapshot: dict[str, Any], now_ms: int) -> list[str]:
         if len(soonest) > HELD_SHOWN:
             listed += f" … ({len(soonest)})"
         lines.append(f"[bold]held tier partitions[/] {len(held)}" + (f": {listed}" if held else ""))
+    if snapshot.get("switch_holds"):
+        lines.append(
+            f"[bold]diverted floods[/] held at their switch {snapshot['switch_holds']} times "
+            "(waiting for their tenant's older ready jobs)"
+        )
     budget = snapshot.get("retry_budget")
     if budget:
         lines.append(

@@ -426,6 +426,7 @@ class LeaseKeeperService:
             dead_letters=self._dlq.view() if self._dlq is not None else None,
             breakers=tuple(self.engine.breakers()),
             blocked_keys=tuple(self.engine.blocked_keys()),
+            switch_holds=self.loop.switches.held,
         )
 
     def snapshot_dict(self) -> dict[str, object]:

@@ -117,6 +117,8 @@ class LeaseKeeperSnapshot:
     breakers: tuple[BreakerView, ...] = ()
     # Ordering keys whose head is out of its partition (see docs/ordering.md).
     blocked_keys: tuple[BlockedLine, ...] = ()
+    # Times an overflow record diverted by its producer waited at its switch.
+    switch_holds: int = 0
 
     def to_dict(self) -> dict[str, object]:
         view = self.engine.to_dict()
@@ -130,6 +132,7 @@ class LeaseKeeperSnapshot:
             uptime_s=self.uptime_s,
             commits=self.commits,
             held_tiers=dict(self.held_tiers),
+            switch_holds=self.switch_holds,
             outbox=self.outbox.to_dict(),
             kafka=self.kafka,
             kafka_last_error=self.kafka_last_error,

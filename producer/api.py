@@ -38,6 +38,8 @@ from jobcore.kafka import (
 )
 from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+from producer.diversion import Diverter, Route
+from producer.flood import FloodGate, FloodPolicy
 from producer.lookup import JobLookup, lookup
 from producer.ordering_keys import KeyClasses
 from producer.request import JobRequest, build_job, destination
@@ -104,6 +106,12 @@ class JobProducer:
     leasekeeper's ``--retry-tiers`` (default: both use ``DelayTiers()``), since a
     leasekeeper reads only the tier topics of its own tiers. ``clock`` (epoch
     seconds) stamps ``created_at`` and turns a ``delay`` into a due time.
+
+    ``flood`` (default: ``FloodPolicy.from_env()``, ``JOBS_FLOOD_BURST`` and
+    ``JOBS_FLOOD_RATE``) says when one tenant's due-now jobs from this producer are a
+    flood, written to the queue's overflow lane instead of its ready partition, so
+    that the other tenants of that partition are not read behind it
+    (``producer.flood``; ``FloodPolicy.off()`` never diverts).
     """
 
     def __init__(
@@ -115,6 +123,7 @@ class JobProducer:
         tiers: DelayTiers | None = None,
         classes: PriorityClasses | None = None,
         clock: Callable[[], float] = time.time,
+        flood: FloodPolicy | None = None,
     ) -> None:
         # Without a registry, the schemas a CLI would load: the package's own and
         # JOBS_SCHEMA_PATH's, so a caller following the README finds its types.
@@ -130,6 +139,18 @@ class JobProducer:
         self._settings = settings
         self._watch = settings.watch
         self._known_topics: set[str] = set()
+        self._no_overflow: set[str] = set()
+        policy = flood if flood is not None else FloodPolicy.from_env()
+        self._diverter = (
+            Diverter(
+                settings=settings,
+                gate=FloodGate(policy=policy),
+                prefix=prefix,
+                overflow_exists=self._overflow_exists,
+            )
+            if policy.enabled
+            else None
+        )
         self._closed = threading.Event()
         self._poller = threading.Thread(
             target=self._serve_delivery_reports, name="job-producer-delivery", daemon=True
@@ -349,6 +370,8 @@ class JobProducer:
         finally:
             self._closed.set()
             self._poller.join()
+            if self._diverter is not None:
+                self._diverter.close()
         if remaining:
             raise EnqueueError(f"closed with {remaining} jobs undelivered after {timeout:g}s")
 
@@ -380,16 +403,47 @@ class JobProducer:
 
     def _send(self, job: Job, topic: str) -> Future[str]:
         """Produce ``job`` keyed by its tenant (a tier keeps the tenant's partition), with
-        the headers the leasekeeper reads it by (``schemas.job_headers``)."""
+        the headers the leasekeeper reads it by (``schemas.job_headers``). A due-now job
+        without an ordering key may be diverted to the overflow lane (``producer.flood``;
+        a keyed job's line lives in its class topic)."""
         value = self._codec.encode(job)
-        return self._produce(
-            topic,
+        headers = job_headers(job, value)
+        diverter = self._diverter
+        if diverter is None or job.ordering_key is not None or job.run_at_ms > job.created_at_ms:
+            return self._produce(
+                topic,
+                key=job.tenant_id.encode(),
+                value=value,
+                headers=headers,
+                record_id=job.job_id,
+                result=lambda _msg: job.job_id,
+            )
+        route = diverter.route(job, topic)
+        future = self._produce(
+            route.topic,
             key=job.tenant_id.encode(),
             value=value,
-            headers=job_headers(job, value),
+            headers=[*headers, *route.headers],
             record_id=job.job_id,
-            result=lambda _msg: job.job_id,
+            result=lambda msg: _routed(route, msg, job.job_id),
         )
+        future.add_done_callback(lambda done: route.failed() if done.exception() else None)
+        diverter.sent(job, route, future)
+        return future
+
+    def _overflow_exists(self, topic: str) -> bool:
+        """Whether the queue has its overflow lane (queues made by an older
+        ``create-queue`` may not): without it, a flood stays in its ready topic. Asked
+        once per topic: a flood must not ask the broker for every job."""
+        if topic in self._no_overflow:
+            return False
+        try:
+            self._check_topic(topic, f"no overflow topic {topic}")
+        except EnqueueError as exc:
+            log.warning("%s: floods are not diverted (producer create-queue adds it)", exc)
+            self._no_overflow.add(topic)
+            return False
+        return True
 
     def _produce(
         self,
@@ -477,6 +531,13 @@ class JobProducer:
                 self._producer.poll(0.1)
             except Exception:
                 log.exception("serving delivery reports")
+
+
+def _routed(route: Route, message: Message, job_id: str) -> str:
+    partition, offset = message.partition(), message.offset()
+    assert partition is not None and offset is not None
+    route.delivered(partition, offset)
+    return job_id
 
 
 def _reporter(

@@ -30,6 +30,7 @@ decimal, strings UTF-8; a field at its envelope default is left out.
 | ``lq.tr`` | trace context, a JSON object of strings | ``{}`` |
 | ``lq.ok`` | ordering key | none |
 | ``lq.os`` | ordering seq (its place in its key's line) | -1 |
+| ``lq.sw`` | a diverted job's switch (``producer.flood``): ``topic,p,offset,until_ms`` | none |
 
 A copy whose attempt or run_at changes is written with new headers
 (``job_headers`` of the rewritten job), never with the old ones.
@@ -44,7 +45,15 @@ from typing import cast
 
 from schemas.job import Job
 
-__all__ = ["VERSION", "JobHead", "job_headers", "read_head"]
+__all__ = [
+    "VERSION",
+    "JobHead",
+    "Switch",
+    "job_headers",
+    "read_head",
+    "read_switch",
+    "switch_header",
+]
 
 VERSION = b"1"
 H_JOB_ID = "job_id"
@@ -62,6 +71,7 @@ H_PAYLOAD = "lq.p"
 H_TRACE = "lq.tr"
 H_ORDERING_KEY = "lq.ok"
 H_ORDERING_SEQ = "lq.os"
+H_SWITCH = "lq.sw"
 
 _SINGLE_OBJECT = b"\xc3\x01"  # + 8-byte fingerprint: schemas.codec
 _CONFLUENT = b"\x00"  # + 4-byte schema id: schemas.confluent
@@ -320,3 +330,44 @@ def _varint_size(length: int) -> int:
         zigzag >>= 7
         size += 1
     return size
+
+
+class Switch:
+    """Where a producer began writing a tenant's flood to the overflow lane: the ready
+    partition and the offset of its last record of the tenant there, and until when
+    (epoch ms) the diverted records wait for that partition's commit to pass it."""
+
+    __slots__ = ("deadline_ms", "offset", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int, offset: int, deadline_ms: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.deadline_ms = deadline_ms
+
+    def __repr__(self) -> str:
+        return f"Switch({self.topic}/{self.partition}@{self.offset}, until {self.deadline_ms})"
+
+
+def switch_header(switch: Switch) -> tuple[str, bytes]:
+    return (
+        H_SWITCH,
+        b"%s,%d,%d,%d"
+        % (switch.topic.encode(), switch.partition, switch.offset, switch.deadline_ms),
+    )
+
+
+def read_switch(headers: Headers | None) -> Switch | None:
+    """The record's switch, or None (none, or one that does not parse: the record is
+    then handed out at once, as every record was before switches)."""
+    if not headers:
+        return None
+    raw = dict(headers).get(H_SWITCH)
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        # A topic name has no comma (Kafka allows letters, digits, '.', '_', '-').
+        topic, partition, offset, deadline = raw.split(b",")
+        return Switch(topic.decode(), int(partition), int(offset), int(deadline))
+    except ValueError:
+        return None

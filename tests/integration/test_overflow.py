@@ -97,8 +97,11 @@ def held_and_fetched(system: System) -> dict[str, object]:
 
 @pytest.fixture(autouse=True)
 def quick_noop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Noop jobs without their random sleep: the flood drains in seconds."""
+    """Noop jobs without their random sleep: the flood drains in seconds. These tests
+    are of the leasekeeper's lane, so the producer writes every flood to the ready
+    topic (``test_flood_diversion.py`` tests the producer's diversion)."""
     monkeypatch.setitem(os.environ, "RECORDING_MAX_MS", "0")
+    monkeypatch.setitem(os.environ, "JOBS_FLOOD_BURST", "0")
 
 
 def test_the_other_tenants_of_a_flooded_partition_start_before_the_flood_drains(

@@ -1,0 +1,191 @@
+"""The producer's side of flood diversion: where each due-now job is written.
+
+``producer.flood`` decides; this module waits for the deliveries a switch needs,
+looks up the group's commit of the overflow lane before a tenant comes back, and
+hands :class:`JobProducer` a :class:`Route` per job (the topic, the extra header,
+what to note when the record is delivered).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from jobcore.kafka import Consumer, KafkaException, KafkaSettings, committed_offsets, make_consumer
+from jobcore.topics import QueueTopics
+from producer.flood import MAX_BUCKETS, Diversion, FloodGate
+from schemas.job import Job
+from schemas.job_headers import Switch, switch_header
+
+log = logging.getLogger(__name__)
+
+# How long a switch waits for the tenant's last ready record to be delivered.
+SWITCH_WAIT_S = 30.0
+# How long one look-up of the overflow lane's commit may take (it blocks an enqueue).
+COMMIT_LOOKUP_S = 2.0
+
+
+class Route:
+    """Where one job goes and what its delivery tells the diverter."""
+
+    __slots__ = ("_diversion", "_lock", "headers", "mark", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        *,
+        lock: threading.Lock,
+        diversion: Diversion | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> None:
+        self.topic = topic
+        self.headers = headers
+        self.mark: tuple[int, int] | None = None  # (partition, offset) once delivered
+        self._diversion = diversion
+        self._lock = lock
+
+    def delivered(self, partition: int, offset: int) -> None:
+        """On the delivery thread, before the job's future resolves."""
+        self.mark = (partition, offset)
+        if self._diversion is not None:
+            with self._lock:
+                self._diversion.delivered(partition, offset)
+
+    def failed(self) -> None:
+        if self._diversion is not None:
+            with self._lock:
+                self._diversion.failed()
+
+
+class Diverter:
+    """Routes due-now jobs of a class topic (see ``producer.flood``). Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        settings: KafkaSettings,
+        gate: FloodGate,
+        prefix: str,
+        overflow_exists: Callable[[str], bool],
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._settings = settings
+        self._gate = gate
+        self._prefix = prefix
+        self._overflow_exists = overflow_exists
+        self._wall_ms = wall_ms
+        self._lock = threading.Lock()
+        # (topic, tenant) → the future and route of the producer's last ready record.
+        self._last_ready: dict[tuple[str, str], tuple[Future[str], Route]] = {}
+        self._consumers: dict[str, Consumer] = {}
+        self._consumer_lock = threading.Lock()
+
+    def route(self, job: Job, topic: str) -> Route:
+        """The route of ``job``, due now, bound for class topic ``topic``."""
+        key = (topic, job.tenant_id)
+        with self._lock:
+            diversion = self._gate.diversions.get(key)
+            over = self._gate.over(key)
+            check = diversion is not None and self._gate.due_check(key)
+        overflow = QueueTopics(queue=job.queue, prefix=self._prefix).overflow
+        if diversion is not None:
+            if check and self._ended(key, job.queue, overflow, diversion):
+                return Route(topic, lock=self._lock)
+            return self._diverted(diversion, overflow, topic)
+        if not over:
+            return Route(topic, lock=self._lock)
+        if not self._overflow_exists(overflow):
+            return Route(topic, lock=self._lock)
+        switch = self._switch_point(key)
+        with self._lock:
+            diversion = self._gate.diversions.get(key)
+            if diversion is None:
+                diversion = self._gate.begin(key, switch, self._wall_ms())
+                log.info(
+                    "tenant %r floods %s: its further jobs from this producer go to %s",
+                    job.tenant_id,
+                    topic,
+                    overflow,
+                )
+        return self._diverted(diversion, overflow, topic)
+
+    def sent(self, job: Job, route: Route, future: Future[str]) -> None:
+        """Remember the last ready record of each tenant (a switch waits for it)."""
+        if route.topic == QueueTopics(queue=job.queue, prefix=self._prefix).overflow:
+            return
+        key = (route.topic, job.tenant_id)
+        with self._lock:
+            self._last_ready[key] = (future, route)
+            if len(self._last_ready) > MAX_BUCKETS:
+                self._prune()
+
+    def close(self) -> None:
+        with self._consumer_lock:
+            for consumer in self._consumers.values():
+                consumer.close()
+            self._consumers.clear()
+
+    def _diverted(self, diversion: Diversion, overflow: str, topic: str) -> Route:
+        """Every diverted record carries the switch: one sent again after a failed
+        delivery may land behind the first ones, and must wait as they do."""
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if diversion.switch is not None:
+            partition, offset = diversion.switch
+            headers = (switch_header(Switch(topic, partition, offset, diversion.deadline_ms)),)
+        with self._lock:
+            diversion.in_flight += 1
+        return Route(overflow, lock=self._lock, diversion=diversion, headers=headers)
+
+    def _switch_point(self, key: tuple[str, str]) -> tuple[int, int] | None:
+        """(partition, offset) of this producer's last ready record of the tenant, once
+        delivered; None when it has none (or none was delivered)."""
+        with self._lock:
+            last = self._last_ready.get(key)
+        if last is None:
+            return None
+        future, route = last
+        try:
+            future.exception(timeout=SWITCH_WAIT_S)
+        except FutureTimeout:
+            log.warning("the last ready job of %s was not delivered in %.0fs", key, SWITCH_WAIT_S)
+        return route.mark
+
+    def _ended(self, key: tuple[str, str], queue: str, overflow: str, diversion: Diversion) -> bool:
+        """Whether the group's commit of the overflow partition passed the last diverted
+        record: then the diversion ends and the job goes to the ready topic."""
+        if diversion.partition < 0:
+            return False
+        try:
+            consumer = self._consumer(queue)
+            committed = committed_offsets(
+                consumer, overflow, [diversion.partition], timeout=COMMIT_LOOKUP_S
+            ).get(diversion.partition, -1)
+        except KafkaException as exc:
+            log.debug("looking up the commit of %s: %s", overflow, exc)
+            return False  # stays diverted; looked up again later
+        with self._lock:
+            ended = self._gate.may_end(key, committed)
+        if ended:
+            log.info("tenant %r is back on %s", key[1], key[0])
+        return ended
+
+    def _consumer(self, queue: str) -> Consumer:
+        """A member of the queue's group that never joins it: it only reads commits."""
+        with self._consumer_lock:
+            consumer = self._consumers.get(queue)
+            if consumer is None:
+                group = QueueTopics(queue=queue, prefix=self._prefix).consumer_group
+                consumer = self._consumers[queue] = make_consumer(self._settings, group)
+            return consumer
+
+    def _prune(self) -> None:
+        """Forget delivered last records of tenants not being diverted, oldest first
+        (the dict keeps insertion order): a tenant quiet that long has had them run."""
+        for key in list(self._last_ready)[: MAX_BUCKETS // 2]:
+            future, _ = self._last_ready[key]
+            if future.done() and key not in self._gate.diversions:
+                del self._last_ready[key]
