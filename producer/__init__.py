@@ -2,6 +2,7 @@
 
 from jobcore.topic_admin import ensure_queue_topics
 from producer.api import CancelError, EnqueueError, JobProducer
+from producer.flood import FloodPolicy
 from producer.request import MAX_DELAY, JobRequest
 from schemas.codec import PayloadError
 
@@ -9,6 +10,7 @@ __all__ = [
     "MAX_DELAY",
     "CancelError",
     "EnqueueError",
+    "FloodPolicy",
     "JobProducer",
     "JobRequest",
     "PayloadError",

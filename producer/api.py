@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+# How long a producer that found no overflow topic (or could not look it up) keeps its
+# floods in the ready topic before it looks again.
+OVERFLOW_RECHECK_S = 60.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class Delivered:
@@ -139,7 +143,7 @@ class JobProducer:
         self._settings = settings
         self._watch = settings.watch
         self._known_topics: set[str] = set()
-        self._no_overflow: set[str] = set()
+        self._no_overflow: dict[str, float] = {}  # topic → when to look again
         policy = flood if flood is not None else FloodPolicy.from_env()
         self._diverter = (
             Diverter(
@@ -435,13 +439,14 @@ class JobProducer:
         """Whether the queue has its overflow lane (queues made by an older
         ``create-queue`` may not): without it, a flood stays in its ready topic. Asked
         once per topic: a flood must not ask the broker for every job."""
-        if topic in self._no_overflow:
+        if time.monotonic() < self._no_overflow.get(topic, 0.0):
             return False
         try:
             self._check_topic(topic, f"no overflow topic {topic}")
         except EnqueueError as exc:
             log.warning("%s: floods are not diverted (producer create-queue adds it)", exc)
-            self._no_overflow.add(topic)
+            # Asked again later: the topic may be added, or the broker come back.
+            self._no_overflow[topic] = time.monotonic() + OVERFLOW_RECHECK_S
             return False
         return True
 

@@ -23,8 +23,10 @@ from schemas.job_headers import Switch, switch_header
 
 log = logging.getLogger(__name__)
 
-# How long a switch waits for the tenant's last ready record to be delivered.
-SWITCH_WAIT_S = 30.0
+# How long a switch waits for the tenant's last ready record to be delivered, and how
+# long a flood stays in the ready topic when it was not (the broker is in trouble).
+SWITCH_WAIT_S = 2.0
+POSTPONE_S = 5.0
 # How long one look-up of the overflow lane's commit may take (it blocks an enqueue).
 COMMIT_LOOKUP_S = 2.0
 
@@ -72,13 +74,20 @@ class Diverter:
         prefix: str,
         overflow_exists: Callable[[str], bool],
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], float] = time.monotonic,
+        switch_wait_s: float = SWITCH_WAIT_S,
     ) -> None:
         self._settings = settings
         self._gate = gate
         self._prefix = prefix
         self._overflow_exists = overflow_exists
         self._wall_ms = wall_ms
+        self._clock = clock
+        self._switch_wait_s = switch_wait_s
         self._lock = threading.Lock()
+        # (topic, tenant) → until when its flood stays in the ready topic (a switch
+        # could not be had: its last ready record was not delivered in time).
+        self._postponed: dict[tuple[str, str], float] = {}
         # (topic, tenant) → the future and route of the producer's last ready record.
         self._last_ready: dict[tuple[str, str], tuple[Future[str], Route]] = {}
         self._consumers: dict[str, Consumer] = {}
@@ -98,9 +107,14 @@ class Diverter:
             return self._diverted(diversion, overflow, topic)
         if not over:
             return Route(topic, lock=self._lock)
-        if not self._overflow_exists(overflow):
+        if self._clock() < self._postponed.get(key, 0.0) or not self._overflow_exists(overflow):
             return Route(topic, lock=self._lock)
-        switch = self._switch_point(key)
+        delivered, switch = self._switch_point(key)
+        if not delivered:
+            # Without its switch a diverted job could overtake the tenant's older ones.
+            self._postponed[key] = self._clock() + POSTPONE_S
+            return Route(topic, lock=self._lock)
+        self._postponed.pop(key, None)
         with self._lock:
             diversion = self._gate.diversions.get(key)
             if diversion is None:
@@ -140,19 +154,28 @@ class Diverter:
             diversion.in_flight += 1
         return Route(overflow, lock=self._lock, diversion=diversion, headers=headers)
 
-    def _switch_point(self, key: tuple[str, str]) -> tuple[int, int] | None:
-        """(partition, offset) of this producer's last ready record of the tenant, once
-        delivered; None when it has none (or none was delivered)."""
+    def _switch_point(self, key: tuple[str, str]) -> tuple[bool, tuple[int, int] | None]:
+        """(whether this producer's last ready record of the tenant is settled, and its
+        (partition, offset) when it was delivered: None when it has none, or it
+        failed, so nothing of the tenant waits there)."""
         with self._lock:
             last = self._last_ready.get(key)
         if last is None:
-            return None
+            return True, None
         future, route = last
         try:
-            future.exception(timeout=SWITCH_WAIT_S)
+            future.exception(timeout=self._switch_wait_s)
         except FutureTimeout:
-            log.warning("the last ready job of %s was not delivered in %.0fs", key, SWITCH_WAIT_S)
-        return route.mark
+            log.warning(
+                "the last ready job of tenant %r on %s was not delivered within %.0fs: "
+                "its flood stays there for %.0fs",
+                key[1],
+                key[0],
+                self._switch_wait_s,
+                POSTPONE_S,
+            )
+            return False, None
+        return True, route.mark
 
     def _ended(self, key: tuple[str, str], queue: str, overflow: str, diversion: Diversion) -> bool:
         """Whether the group's commit of the overflow partition passed the last diverted

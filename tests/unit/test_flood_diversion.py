@@ -1,0 +1,233 @@
+"""The producer's flood diversion and the leasekeeper's switch holds, on fake clocks."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobcore.kafka import KafkaSettings, TopicPartition
+from leasekeeper.switch_hold import SwitchHolds
+from producer.diversion import POSTPONE_S, Diverter
+from producer.flood import CHECK_INTERVAL_S, MAX_BUCKETS, FloodGate, FloodPolicy
+from schemas.job import Job
+from schemas.job_headers import Switch, read_switch, switch_header
+
+KEY = ("jobs.q", "acme")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gate(burst: int = 10, rate: float = 5.0) -> tuple[FloodGate, Clock]:
+    clock = Clock()
+    return FloodGate(policy=FloodPolicy(burst=burst, rate=rate), clock=clock), clock
+
+
+def test_a_tenant_is_a_flood_once_its_burst_is_spent_and_not_after_it_refills() -> None:
+    flood, clock = gate(burst=10, rate=5.0)
+    assert [flood.over(KEY) for _ in range(11)] == [False] * 10 + [True]
+    clock.now += 1.0  # five tokens back
+    assert [flood.over(KEY) for _ in range(6)] == [False] * 5 + [True]
+    assert not flood.over(("jobs.q", "other")), "each tenant has its own bucket"
+
+
+@given(steps=st.lists(st.floats(min_value=0, max_value=0.5), min_size=1, max_size=300))
+def test_no_more_jobs_pass_than_the_burst_plus_the_rate_over_the_time(steps: list[float]) -> None:
+    flood, clock = gate(burst=20, rate=50.0)
+    passed, start = 0, clock.now
+    for dt in steps:
+        clock.now += dt
+        passed += not flood.over(KEY)
+    assert passed <= 20 + 50.0 * (clock.now - start) + 1e-6
+
+
+def test_the_way_back_is_looked_up_only_when_calm_delivered_and_due() -> None:
+    flood, clock = gate(burst=10, rate=5.0)
+    for _ in range(11):
+        flood.over(KEY)
+    diversion = flood.begin(KEY, (2, 41), now_ms=1_000)
+    assert diversion.deadline_ms == 1_000 + 30_000
+    diversion.in_flight = 1
+    clock.now += 10  # calm again
+    assert not flood.due_check(KEY), "a diverted record is still on its way"
+    diversion.delivered(3, 7)
+    assert flood.due_check(KEY)
+    assert not flood.due_check(KEY), "once per interval"
+    clock.now += CHECK_INTERVAL_S
+    assert flood.due_check(KEY)
+    clock.now += CHECK_INTERVAL_S
+    for _ in range(20):
+        flood.over(KEY)
+    assert not flood.due_check(KEY), "still flooding: its bucket is empty"
+
+
+def test_a_diversion_ends_only_past_its_last_delivered_record() -> None:
+    flood, _ = gate()
+    diversion = flood.begin(KEY, None, now_ms=0)
+    diversion.in_flight = 2
+    diversion.delivered(1, 10)
+    diversion.delivered(1, 12)
+    assert (diversion.partition, diversion.last, diversion.in_flight) == (1, 12, 0)
+    assert not flood.may_end(KEY, 12), "the commit has not passed offset 12"
+    assert flood.may_end(KEY, 13)
+    assert KEY not in flood.diversions
+
+
+def test_a_failed_diverted_record_no_longer_counts_as_on_its_way() -> None:
+    flood, _ = gate()
+    diversion = flood.begin(KEY, None, now_ms=0)
+    diversion.in_flight = 1
+    diversion.failed()
+    assert diversion.in_flight == 0
+    assert flood.may_end(KEY, 0)
+
+
+def test_pruning_keeps_the_buckets_of_diverted_tenants() -> None:
+    flood, clock = gate(burst=2, rate=0.001)
+    for _ in range(3):
+        flood.over(KEY)
+    flood.begin(KEY, None, now_ms=0)
+    for n in range(MAX_BUCKETS + 5):
+        flood.over(("jobs.q", f"t{n}"))
+        flood.over(("jobs.q", f"t{n}"))  # empty: nothing to prune as full
+        clock.now += 0.0001
+    assert len(flood._buckets) <= MAX_BUCKETS
+    assert flood.over(KEY), "the diverted tenant's empty bucket was kept"
+
+
+def test_the_policy_reads_the_environment_and_names_a_bad_value() -> None:
+    assert FloodPolicy.from_env({}) == FloodPolicy()
+    policy = FloodPolicy.from_env({"JOBS_FLOOD_BURST": "50", "JOBS_FLOOD_RATE": "2.5"})
+    assert (policy.burst, policy.rate, policy.enabled) == (50, 2.5, True)
+    assert not FloodPolicy.from_env({"JOBS_FLOOD_BURST": "0"}).enabled
+    assert not FloodPolicy.off().enabled
+    with pytest.raises(ValueError, match="JOBS_FLOOD_BURST='lots'"):
+        FloodPolicy.from_env({"JOBS_FLOOD_BURST": "lots"})
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        FloodPolicy(rate=0)
+
+
+def test_a_switch_header_reads_back_and_a_malformed_one_is_no_switch() -> None:
+    header = switch_header(Switch("jobs.q.critical", 3, 1234, 99))
+    switch = read_switch([("job_id", b"x"), header])
+    assert switch is not None
+    assert (switch.topic, switch.partition, switch.offset, switch.deadline_ms) == (
+        "jobs.q.critical", 3, 1234, 99,
+    )  # fmt: skip
+    assert read_switch([("lq.sw", b"jobs.q,3,x,9")]) is None
+    assert read_switch([("lq.sw", None)]) is None
+    assert read_switch(None) is None
+
+
+@dataclass
+class FakeConsumer:
+    committed_at: dict[tuple[str, int], int]
+    asked: int = 0
+
+    def committed(self, parts: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        self.asked += 1
+        return [
+            TopicPartition(p.topic, p.partition, self.committed_at.get((p.topic, p.partition), -1))
+            for p in parts
+        ]
+
+
+def test_a_held_record_passes_once_the_ready_partitions_commit_is_past_its_switch() -> None:
+    clock, wall = Clock(), [1_000]
+    holds = SwitchHolds(interval_s=0.2, clock=clock, clock_ms=lambda: wall[0])
+    switch = Switch("jobs.q", 1, 50, deadline_ms=5_000)
+    consumer = FakeConsumer({("jobs.q", 1): 50})
+    assert not holds.passed(switch)
+    holds.poll(consumer)  # type: ignore[arg-type]
+    assert not holds.passed(switch), "committed 50 has not passed offset 50"
+    holds.poll(consumer)  # type: ignore[arg-type]
+    assert consumer.asked == 1, "asked at most once per interval"
+    consumer.committed_at[("jobs.q", 1)] = 51
+    clock.now += 0.2
+    holds.poll(consumer)  # type: ignore[arg-type]
+    assert holds.passed(switch)
+    assert holds.held == 2
+    holds.poll(consumer)  # type: ignore[arg-type]
+    assert consumer.asked == 2, "nothing waits: nothing asked"
+
+
+def test_a_switch_stops_holding_at_its_deadline() -> None:
+    wall = [1_000]
+    holds = SwitchHolds(clock=Clock(), clock_ms=lambda: wall[0])
+    switch = Switch("jobs.q", 0, 10, deadline_ms=2_000)
+    assert not holds.passed(switch)
+    wall[0] = 2_000
+    assert holds.passed(switch)
+
+
+def job(tenant: str = "acme") -> Job:
+    return Job(job_id="j", queue="q", tenant_id=tenant, type="noop", payload=b"", created_at_ms=0,
+               run_at_ms=0, attempt=0, max_attempts=3, timeout_s=30.0)  # fmt: skip
+
+
+def test_the_diverter_sends_the_burst_to_the_ready_topic_then_the_rest_with_its_switch() -> None:
+    clock = Clock()
+    diverter = Diverter(
+        settings=KafkaSettings(bootstrap="127.0.0.1:1"),
+        gate=FloodGate(policy=FloodPolicy(burst=3, rate=0.001), clock=clock),
+        prefix="jobs",
+        overflow_exists=lambda topic: topic == "jobs.q.overflow",
+        wall_ms=lambda: 7_000,
+    )
+    for _ in range(3):
+        route = diverter.route(job(), "jobs.q")
+        assert (route.topic, route.headers) == ("jobs.q", ())
+        future: Future[str] = Future()
+        diverter.sent(job(), route, future)
+    route.delivered(2, 99)  # the last ready record of the tenant landed at 2/99
+    future.set_result("j")
+    diverted = diverter.route(job(), "jobs.q")
+    assert diverted.topic == "jobs.q.overflow"
+    switch = read_switch(list(diverted.headers))
+    assert switch is not None
+    assert (switch.topic, switch.partition, switch.offset) == ("jobs.q", 2, 99)
+    assert switch.deadline_ms == 7_000 + 30_000
+    assert diverter.route(job("other"), "jobs.q").topic == "jobs.q", "other tenants stay"
+
+
+def test_without_an_overflow_topic_a_flood_stays_in_its_ready_topic() -> None:
+    diverter = Diverter(
+        settings=KafkaSettings(bootstrap="127.0.0.1:1"),
+        gate=FloodGate(policy=FloodPolicy(burst=1, rate=0.001), clock=Clock()),
+        prefix="jobs",
+        overflow_exists=lambda topic: False,
+    )
+    assert [diverter.route(job(), "jobs.q").topic for _ in range(3)] == ["jobs.q"] * 3
+
+
+def test_a_flood_whose_last_ready_job_is_undelivered_stays_in_the_ready_topic_for_a_while() -> None:
+    """Without its switch a diverted job could overtake the tenant's older ones."""
+    clock = Clock()
+    diverter = Diverter(
+        settings=KafkaSettings(bootstrap="127.0.0.1:1"),
+        gate=FloodGate(policy=FloodPolicy(burst=1, rate=0.001), clock=clock),
+        prefix="jobs",
+        overflow_exists=lambda topic: True,
+        clock=clock,
+        switch_wait_s=0.01,
+    )
+    route = diverter.route(job(), "jobs.q")
+    pending: Future[str] = Future()  # the broker never answers
+    diverter.sent(job(), route, pending)
+    assert diverter.route(job(), "jobs.q").topic == "jobs.q"
+    clock.now += POSTPONE_S - 0.1
+    assert diverter.route(job(), "jobs.q").topic == "jobs.q", "postponed, not asked again"
+    route.delivered(0, 5)
+    pending.set_result("j")
+    clock.now += 0.2
+    diverted = diverter.route(job(), "jobs.q")
+    assert diverted.topic == "jobs.q.overflow"
