@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmarks.apps import JOB_TYPE
 from jobcore.kafka import KafkaSettings
 from jobcore.schema_registry import RegistrySettings, open_registry
-from producer import JobProducer, JobRequest, ensure_queue_topics
+from producer import FloodPolicy, JobProducer, JobRequest, ensure_queue_topics
 from producer.request import build_job
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
@@ -56,7 +56,9 @@ class Preloader:
             else SchemaRegistry(extra_dirs=[schema_dir])
         )
         ensure_queue_topics(settings, queue, partitions=partitions)
-        self.producer = JobProducer(settings, registry=self.registry)
+        # A preloaded backlog is a drain's load, not a flood to divert: it stays in the
+        # ready topic, whose committed offsets the drains' clocks stop at.
+        self.producer = JobProducer(settings, registry=self.registry, flood=FloodPolicy.off())
         self.loaded = 0
 
     def requests(self, start: int, count: int) -> Iterator[JobRequest]:

@@ -299,6 +299,8 @@ class ConsumerLoop:
         if self._gate.is_held(tp):
             self._note_behind_head(tp, offset, message)
             return  # behind a held head: fetched again once the head is due
+        if topic == self._overflow_topic and not self._switch_passed(tp, message):
+            return  # a diverted job read through its envelope waits as on the fast path
         head = self._read(tp, offset, message)
         if head is None:
             return  # held for its schema, or dead-lettered
