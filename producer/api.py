@@ -431,7 +431,8 @@ class JobProducer:
             record_id=job.job_id,
             result=lambda msg: _routed(route, msg, job.job_id),
         )
-        future.add_done_callback(lambda done: route.failed() if done.exception() else None)
+        if route.diverted:
+            future.add_done_callback(lambda done: route.failed() if done.exception() else None)
         diverter.sent(job, route, future)
         return future
 

@@ -50,6 +50,10 @@ class Route:
         self._diversion = diversion
         self._lock = lock
 
+    @property
+    def diverted(self) -> bool:
+        return self._diversion is not None
+
     def delivered(self, partition: int, offset: int) -> None:
         """On the delivery thread, before the job's future resolves."""
         self.mark = (partition, offset)
@@ -91,6 +95,7 @@ class Diverter:
         # (topic, tenant) → the future and route of the producer's last ready record.
         self._last_ready: dict[tuple[str, str], tuple[Future[str], Route]] = {}
         self._consumers: dict[str, Consumer] = {}
+        self._overflow_topics: dict[str, str] = {}
         self._consumer_lock = threading.Lock()
 
     def route(self, job: Job, topic: str) -> Route:
@@ -100,7 +105,7 @@ class Diverter:
             diversion = self._gate.diversions.get(key)
             over = self._gate.over(key)
             check = diversion is not None and self._gate.due_check(key)
-        overflow = QueueTopics(queue=job.queue, prefix=self._prefix).overflow
+        overflow = self._overflow_of(job.queue)
         if diversion is not None:
             if check and self._ended(key, job.queue, overflow, diversion):
                 return Route(topic, lock=self._lock)
@@ -129,13 +134,22 @@ class Diverter:
 
     def sent(self, job: Job, route: Route, future: Future[str]) -> None:
         """Remember the last ready record of each tenant (a switch waits for it)."""
-        if route.topic == QueueTopics(queue=job.queue, prefix=self._prefix).overflow:
+        if route.diverted:
             return
         key = (route.topic, job.tenant_id)
         with self._lock:
             self._last_ready[key] = (future, route)
             if len(self._last_ready) > MAX_BUCKETS:
                 self._prune()
+
+    def _overflow_of(self, queue: str) -> str:
+        """The queue's overflow topic, named once per queue (not per job)."""
+        topic = self._overflow_topics.get(queue)
+        if topic is None:
+            topic = self._overflow_topics[queue] = QueueTopics(
+                queue=queue, prefix=self._prefix
+            ).overflow
+        return topic
 
     def close(self) -> None:
         with self._consumer_lock:
