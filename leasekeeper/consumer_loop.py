@@ -39,7 +39,7 @@ from leasekeeper.log_lines import partitions_line
 from leasekeeper.ordering_lane import LaneFeed
 from leasekeeper.outbox import Outbox
 from leasekeeper.overflow_watch import OverflowWatch
-from leasekeeper.switch_hold import RECHECK_MS, SwitchHolds
+from leasekeeper.switch_hold import RECHECK_MS, CommitReader, SwitchHolds
 from leasekeeper.tier_gate import TierGate, wall_ms
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.confluent import SchemaUnavailable
@@ -100,7 +100,10 @@ class ConsumerLoop:
         watch: ErrorWatch | None = None,
         backoff: Backoff = COMMIT_BACKOFF,
         consumer_factory: Callable[[], Consumer | FamilyConsumer] | None = None,
+        commits: CommitReader | None = None,
     ) -> None:
+        """``commits`` reads the group's commits that diverted jobs wait for
+        (``switch_hold``); without it, they do not wait."""
         self._consumer = consumer
         # A fatal consumer error is answered by rejoining with a new consumer from here.
         self._consumer_factory = consumer_factory
@@ -135,7 +138,7 @@ class ConsumerLoop:
             clock=clock,
         )
         # Jobs a producer diverted to the overflow lane wait for their switch.
-        self.switches = SwitchHolds(clock=clock)
+        self.switches = SwitchHolds(commits)
         self._overflow_topic = topics.overflow  # a property builds it: not per record
         self._config = config
         self._clock = clock
@@ -206,7 +209,6 @@ class ConsumerLoop:
         if self.lane is not None:
             self.lane.poll()
         self._overflow.poll(self._consumer)
-        self.switches.poll(self._consumer)
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
@@ -753,6 +755,7 @@ class ConsumerLoop:
 
     def _shutdown(self) -> None:
         """Stop fetching, drain the jobs in flight, commit, leave the group."""
+        self.switches.close()
         if self._fatal:
             self._consumer.close()  # nothing to drain or commit: the partitions are gone
             return

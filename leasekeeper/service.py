@@ -57,6 +57,7 @@ from leasekeeper.snapshots import LeaseKeeperSnapshot
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
 from leasekeeper.status_sender import StatusSender
 from leasekeeper.store import LeaseStore
+from leasekeeper.switch_hold import CommitReader
 from leasekeeper.tier_gate import TierGate
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
@@ -208,6 +209,8 @@ class LeaseKeeperService:
             config=config.loop,
             watch=config.kafka.watch,
             consumer_factory=new_consumer,
+            # A member of the group that never joins it: it only reads commits.
+            commits=CommitReader(lambda: make_consumer(config.kafka, self._group_id)),
         )
         self._thread = threading.Thread(target=self._run, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None

@@ -16,11 +16,11 @@ the group's, so a restart or a partition move finds the same answer.
 from __future__ import annotations
 
 import logging
-import time
+import threading
 from collections.abc import Callable
+from typing import Protocol
 
-from jobcore.kafka import Consumer, KafkaException, TopicPartition
-from leasekeeper.family_consumer import FamilyConsumer
+from jobcore.kafka import KafkaException, TopicPartition
 from leasekeeper.leases import TopicPart
 from leasekeeper.tier_gate import wall_ms
 from schemas.job_headers import Switch
@@ -30,56 +30,120 @@ log = logging.getLogger(__name__)
 # How long an overflow partition waits at an unpassed switch before it is fetched
 # again, and how often the ready partitions' commits are asked for meanwhile.
 RECHECK_MS = 200
-# How long one look-up may block the loop.
-TIMEOUT_S = 2.0
+# How long one look-up may take (on the reader's own thread, never the loop's).
+TIMEOUT_S = 5.0
+
+
+class CommitSource(Protocol):
+    """What the reader needs of a consumer of the queue's group."""
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = ...
+    ) -> list[TopicPartition]: ...
+
+    def close(self) -> None: ...
+
+
+class CommitReader:
+    """The group's committed offsets of the partitions someone waits for, read on a
+    thread of its own with a consumer of its own (it never joins the group): a look-up
+    is a broker round trip, and the loop must not stop fetching for everyone while it
+    waits for one. Started with the first partition wanted."""
+
+    def __init__(
+        self, make: Callable[[], CommitSource], *, interval_s: float = RECHECK_MS / 1000
+    ) -> None:
+        self._make = make
+        self._interval_s = interval_s
+        self._lock = threading.Lock()
+        self._wanted: set[TopicPart] = set()
+        self._known: dict[TopicPart, int] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lookups = 0
+
+    def want(self, tp: TopicPart) -> None:
+        with self._lock:
+            self._wanted.add(tp)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(
+                    target=self._run, name="switch-commits", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def known(self, tp: TopicPart) -> int:
+        """The committed offset last read for ``tp`` (-1: none yet)."""
+        with self._lock:
+            return self._known.get(tp, -1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(TIMEOUT_S + 1)
+
+    def _run(self) -> None:
+        source = self._make()
+        try:
+            while not self._stop.is_set():
+                self._wake.wait()
+                self._wake.clear()
+                with self._lock:
+                    asked, self._wanted = sorted(self._wanted, key=str), set()
+                if asked:
+                    self._read(source, asked)
+                    self._stop.wait(self._interval_s)  # at most one look-up an interval
+        finally:
+            source.close()
+
+    def _read(self, source: CommitSource, asked: list[TopicPart]) -> None:
+        try:
+            answer = source.committed(
+                [TopicPartition(tp.topic, tp.partition) for tp in asked], timeout=TIMEOUT_S
+            )
+        except KafkaException as exc:
+            log.debug("reading the commits diverted jobs wait for: %s", exc)
+            with self._lock:  # asked again: the records stay held meanwhile
+                self._wanted.update(asked)
+            self._wake.set()
+            return
+        with self._lock:
+            self.lookups += 1
+            for part in answer:
+                if part.error is None and part.offset >= 0:
+                    tp = TopicPart(part.topic, part.partition)
+                    self._known[tp] = max(part.offset, self._known.get(tp, -1))
 
 
 class SwitchHolds:
+    """Whether each diverted record may go out. Without a ``reader`` (a loop built
+    without Kafka, in unit tests) every switch passes at once."""
+
     def __init__(
         self,
+        reader: CommitReader | None,
         *,
-        interval_s: float = RECHECK_MS / 1000,
-        clock: Callable[[], float] = time.monotonic,
         clock_ms: Callable[[], int] = wall_ms,
     ) -> None:
-        self._interval_s = interval_s
-        self._clock = clock
+        self._reader = reader
         self._clock_ms = clock_ms
-        self._next = 0.0
-        # Ready partition → the group's committed offset there, as last read.
-        self._committed: dict[TopicPart, int] = {}
-        # Ready partitions a held record waits for.
-        self._waiting: set[TopicPart] = set()
         self.held = 0  # records found waiting, counted for inspect and tests
 
     def passed(self, switch: Switch) -> bool:
         """Whether a record with ``switch`` may be handed out now; when not, its ready
-        partition's commit is asked for on the next ``poll``."""
-        if self._clock_ms() >= switch.deadline_ms:
+        partition's commit is asked for (on the reader's thread)."""
+        if self._reader is None or self._clock_ms() >= switch.deadline_ms:
             return True
         ready = TopicPart(switch.topic, switch.partition)
-        if self._committed.get(ready, -1) > switch.offset:
+        if self._reader.known(ready) > switch.offset:
             return True
-        self._waiting.add(ready)
+        self._reader.want(ready)
         self.held += 1
         return False
 
-    def poll(self, consumer: Consumer | FamilyConsumer) -> None:
-        """Read the awaited ready partitions' committed offsets, when due."""
-        if not self._waiting:
-            return
-        now = self._clock()
-        if now < self._next:
-            return
-        self._next = now + self._interval_s
-        asked = [TopicPartition(tp.topic, tp.partition) for tp in sorted(self._waiting, key=str)]
-        try:
-            answer = consumer.committed(asked, timeout=TIMEOUT_S)
-        except KafkaException as exc:
-            log.debug("reading the commits diverted jobs wait for: %s", exc)
-            return  # asked again next time; the records stay held meanwhile
-        for part in answer:
-            if part.error is None and part.offset >= 0:
-                tp = TopicPart(part.topic, part.partition)
-                self._committed[tp] = max(part.offset, self._committed.get(tp, -1))
-        self._waiting.clear()
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()

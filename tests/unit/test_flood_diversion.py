@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -10,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobcore.kafka import KafkaSettings, TopicPartition
-from leasekeeper.switch_hold import SwitchHolds
+from leasekeeper.leases import TopicPart
+from leasekeeper.switch_hold import CommitReader, SwitchHolds
 from producer.diversion import POSTPONE_S, Diverter
 from producer.flood import CHECK_INTERVAL_S, MAX_BUCKETS, FloodGate, FloodPolicy
 from schemas.job import Job
@@ -129,9 +132,10 @@ def test_a_switch_header_reads_back_and_a_malformed_one_is_no_switch() -> None:
 
 
 @dataclass
-class FakeConsumer:
+class FakeSource:
     committed_at: dict[tuple[str, int], int]
     asked: int = 0
+    closed: bool = False
 
     def committed(self, parts: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
         self.asked += 1
@@ -140,33 +144,63 @@ class FakeConsumer:
             for p in parts
         ]
 
+    def close(self) -> None:
+        self.closed = True
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Await the reader's thread: a condition polled with a deadline, not a sleep."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
 
 def test_a_held_record_passes_once_the_ready_partitions_commit_is_past_its_switch() -> None:
-    clock, wall = Clock(), [1_000]
-    holds = SwitchHolds(interval_s=0.2, clock=clock, clock_ms=lambda: wall[0])
-    switch = Switch("jobs.q", 1, 50, deadline_ms=5_000)
-    consumer = FakeConsumer({("jobs.q", 1): 50})
-    assert not holds.passed(switch)
-    holds.poll(consumer)  # type: ignore[arg-type]
-    assert not holds.passed(switch), "committed 50 has not passed offset 50"
-    holds.poll(consumer)  # type: ignore[arg-type]
-    assert consumer.asked == 1, "asked at most once per interval"
-    consumer.committed_at[("jobs.q", 1)] = 51
-    clock.now += 0.2
-    holds.poll(consumer)  # type: ignore[arg-type]
-    assert holds.passed(switch)
-    assert holds.held == 2
-    holds.poll(consumer)  # type: ignore[arg-type]
-    assert consumer.asked == 2, "nothing waits: nothing asked"
-
-
-def test_a_switch_stops_holding_at_its_deadline() -> None:
+    source = FakeSource({("jobs.q", 1): 50})
+    reader = CommitReader(lambda: source, interval_s=0.0)
     wall = [1_000]
-    holds = SwitchHolds(clock=Clock(), clock_ms=lambda: wall[0])
+    holds = SwitchHolds(reader, clock_ms=lambda: wall[0])
+    switch = Switch("jobs.q", 1, 50, deadline_ms=5_000)
+    try:
+        assert not holds.passed(switch)
+        assert eventually(lambda: reader.known(TopicPart("jobs.q", 1)) == 50)
+        assert not holds.passed(switch), "committed 50 has not passed offset 50"
+        source.committed_at[("jobs.q", 1)] = 51
+        assert eventually(lambda: reader.known(TopicPart("jobs.q", 1)) == 51)
+        assert holds.passed(switch)
+        assert holds.held == 2
+    finally:
+        holds.close()
+    assert source.closed, "the reader's consumer is closed with it"
+
+
+def test_the_reader_asks_only_while_something_waits() -> None:
+    source = FakeSource({})
+    reader = CommitReader(lambda: source, interval_s=0.0)
+    try:
+        reader.want(TopicPart("jobs.q", 0))
+        assert eventually(lambda: reader.lookups == 1)
+        asked = source.asked
+        assert not eventually(lambda: source.asked > asked, timeout=0.05), "nothing waits"
+    finally:
+        reader.close()
+
+
+def test_a_switch_stops_holding_at_its_deadline_and_passes_without_a_reader() -> None:
+    wall = [1_000]
+    reader = CommitReader(lambda: FakeSource({}))
+    holds = SwitchHolds(reader, clock_ms=lambda: wall[0])
     switch = Switch("jobs.q", 0, 10, deadline_ms=2_000)
-    assert not holds.passed(switch)
-    wall[0] = 2_000
-    assert holds.passed(switch)
+    try:
+        assert not holds.passed(switch)
+        wall[0] = 2_000
+        assert holds.passed(switch)
+    finally:
+        holds.close()
+    assert SwitchHolds(None).passed(Switch("jobs.q", 0, 10, deadline_ms=2**60))
 
 
 def job(tenant: str = "acme") -> Job:
