@@ -231,7 +231,9 @@ class JobProducer:
         """Like :meth:`enqueue`, but returns at once; the future resolves on delivery.
 
         Validation errors are still raised here, before anything is sent; a
-        delivery failure is the future's EnqueueError.
+        delivery failure is the future's EnqueueError. One exception to "at once": the
+        first job of a tenant diverted as a flood waits for the delivery of the
+        tenant's last ready job, usually milliseconds, at most 2 s (``producer.flood``).
         """
         job = self._build(as_request(queue, type, payload, options))
         return self._send(job, self._destination(job))
