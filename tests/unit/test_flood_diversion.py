@@ -208,60 +208,54 @@ def job(tenant: str = "acme") -> Job:
                run_at_ms=0, attempt=0, max_attempts=3, timeout_s=30.0)  # fmt: skip
 
 
-def test_the_diverter_sends_the_burst_to_the_ready_topic_then_the_rest_with_its_switch() -> None:
-    clock = Clock()
-    diverter = Diverter(
+def diverter(burst: int, clock: Clock, overflow: bool = True) -> Diverter:
+    """A diverter whose tenants refill (almost) never; no broker is ever asked."""
+    return Diverter(
         settings=KafkaSettings(bootstrap="127.0.0.1:1"),
-        gate=FloodGate(policy=FloodPolicy(burst=3, rate=0.001), clock=clock),
+        gate=FloodGate(policy=FloodPolicy(burst=burst, rate=0.001), clock=clock),
         prefix="jobs",
-        overflow_exists=lambda topic: topic == "jobs.q.overflow",
+        overflow_exists=lambda topic: overflow and topic == "jobs.q.overflow",
         wall_ms=lambda: 7_000,
+        clock=clock,
+        switch_wait_s=0.01,
     )
+
+
+def test_the_diverter_sends_the_burst_to_the_ready_topic_then_the_rest_with_its_switch() -> None:
+    router = diverter(3, Clock())
     for _ in range(3):
-        route = diverter.route(job(), "jobs.q")
+        route = router.route(job(), "jobs.q")
         assert (route.topic, route.headers) == ("jobs.q", ())
         future: Future[str] = Future()
-        diverter.sent(job(), route, future)
+        router.sent(job(), route, future)
     route.delivered(2, 99)  # the last ready record of the tenant landed at 2/99
     future.set_result("j")
-    diverted = diverter.route(job(), "jobs.q")
+    diverted = router.route(job(), "jobs.q")
     assert diverted.topic == "jobs.q.overflow"
     switch = read_switch(list(diverted.headers))
     assert switch is not None
     assert (switch.topic, switch.partition, switch.offset) == ("jobs.q", 2, 99)
     assert switch.deadline_ms == 7_000 + 30_000
-    assert diverter.route(job("other"), "jobs.q").topic == "jobs.q", "other tenants stay"
+    assert router.route(job("other"), "jobs.q").topic == "jobs.q", "other tenants stay"
 
 
 def test_without_an_overflow_topic_a_flood_stays_in_its_ready_topic() -> None:
-    diverter = Diverter(
-        settings=KafkaSettings(bootstrap="127.0.0.1:1"),
-        gate=FloodGate(policy=FloodPolicy(burst=1, rate=0.001), clock=Clock()),
-        prefix="jobs",
-        overflow_exists=lambda topic: False,
-    )
-    assert [diverter.route(job(), "jobs.q").topic for _ in range(3)] == ["jobs.q"] * 3
+    router = diverter(1, Clock(), overflow=False)
+    assert [router.route(job(), "jobs.q").topic for _ in range(3)] == ["jobs.q"] * 3
 
 
 def test_a_flood_whose_last_ready_job_is_undelivered_stays_in_the_ready_topic_for_a_while() -> None:
     """Without its switch a diverted job could overtake the tenant's older ones."""
     clock = Clock()
-    diverter = Diverter(
-        settings=KafkaSettings(bootstrap="127.0.0.1:1"),
-        gate=FloodGate(policy=FloodPolicy(burst=1, rate=0.001), clock=clock),
-        prefix="jobs",
-        overflow_exists=lambda topic: True,
-        clock=clock,
-        switch_wait_s=0.01,
-    )
-    route = diverter.route(job(), "jobs.q")
+    router = diverter(1, clock)
+    route = router.route(job(), "jobs.q")
     pending: Future[str] = Future()  # the broker never answers
-    diverter.sent(job(), route, pending)
-    assert diverter.route(job(), "jobs.q").topic == "jobs.q"
+    router.sent(job(), route, pending)
+    assert router.route(job(), "jobs.q").topic == "jobs.q"
     clock.now += POSTPONE_S - 0.1
-    assert diverter.route(job(), "jobs.q").topic == "jobs.q", "postponed, not asked again"
+    assert router.route(job(), "jobs.q").topic == "jobs.q", "postponed, not asked again"
     route.delivered(0, 5)
     pending.set_result("j")
     clock.now += 0.2
-    diverted = diverter.route(job(), "jobs.q")
+    diverted = router.route(job(), "jobs.q")
     assert diverted.topic == "jobs.q.overflow"
