@@ -243,6 +243,15 @@ class EngineCollector(Collector):
                 "delay-tier partitions paused until their head record is due",
                 len(snap["held_tiers"]),
             )
+        if "switch_holds" in snap:
+            holds = CounterMetricFamily(
+                "leasekeeper_switch_holds",
+                "times a job its producer diverted to the overflow lane waited for its "
+                "tenant's older ready jobs (its switch)",
+                labels=["queue"],
+            )
+            holds.add_metric([self._queue], snap["switch_holds"])
+            yield holds
 
     def _outbox(self, outbox: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         """The durable copies on their way to Kafka. Alert on ``copies_blocked`` above

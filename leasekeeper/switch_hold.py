@@ -86,7 +86,12 @@ class CommitReader:
             thread.join(TIMEOUT_S + 1)
 
     def _run(self) -> None:
-        source = self._make()
+        try:
+            source = self._make()
+        except KafkaException as exc:  # e.g. a client setting librdkafka refuses
+            log.warning("cannot read the group's commits (diverted jobs wait out their "
+                        "switch's deadline): %s", exc)  # fmt: skip
+            return
         try:
             while not self._stop.is_set():
                 self._wake.wait()
@@ -104,7 +109,7 @@ class CommitReader:
             answer = source.committed(
                 [TopicPartition(tp.topic, tp.partition) for tp in asked], timeout=TIMEOUT_S
             )
-        except KafkaException as exc:
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: a closed consumer
             log.debug("reading the commits diverted jobs wait for: %s", exc)
             with self._lock:  # asked again: the records stay held meanwhile
                 self._wanted.update(asked)

@@ -179,3 +179,10 @@ def test_finished_jobs_waiting_for_a_commit_are_exported_per_partition() -> None
     text = scrape(snapshot(partitions=[partition]))
     labels = '{partition="2",queue="emails",topic="jobs.emails"}'
     assert f"leasekeeper_uncommitted_jobs{labels} 17.0" in text
+
+
+def test_the_switch_holds_of_diverted_floods_are_counted() -> None:
+    text = scrape(snapshot(switch_holds=17))
+    assert "# TYPE leasekeeper_switch_holds_total counter" in text
+    assert 'leasekeeper_switch_holds_total{queue="emails"} 17.0' in text
+    assert "leasekeeper_switch_holds" not in scrape(snapshot())
