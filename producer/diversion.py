@@ -34,7 +34,7 @@ COMMIT_LOOKUP_S = 2.0
 class Route:
     """Where one job goes and what its delivery tells the diverter."""
 
-    __slots__ = ("_diversion", "_lock", "headers", "mark", "topic")
+    __slots__ = ("_diversion", "_key", "_lock", "_marks", "headers", "topic")
 
     def __init__(
         self,
@@ -43,20 +43,27 @@ class Route:
         lock: threading.Lock,
         diversion: Diversion | None = None,
         headers: tuple[tuple[str, bytes], ...] = (),
+        marks: dict[tuple[str, str], tuple[int, int]] | None = None,
+        key: tuple[str, str] = ("", ""),
     ) -> None:
         self.topic = topic
         self.headers = headers
-        self.mark: tuple[int, int] | None = None  # (partition, offset) once delivered
         self._diversion = diversion
         self._lock = lock
+        # A ready record's delivery is noted in ``marks`` under ``key``: the switch is
+        # the last record of the tenant that landed, even when a later one failed.
+        self._marks = marks
+        self._key = key
 
     @property
     def diverted(self) -> bool:
         return self._diversion is not None
 
     def delivered(self, partition: int, offset: int) -> None:
-        """On the delivery thread, before the job's future resolves."""
-        self.mark = (partition, offset)
+        """On the delivery thread, before the job's future resolves (deliveries of one
+        partition come in offset order, so the last noted is the highest)."""
+        if self._marks is not None:
+            self._marks[self._key] = (partition, offset)
         if self._diversion is not None:
             with self._lock:
                 self._diversion.delivered(partition, offset)
@@ -94,6 +101,8 @@ class Diverter:
         self._postponed: dict[tuple[str, str], float] = {}
         # (topic, tenant) → the future and route of the producer's last ready record.
         self._last_ready: dict[tuple[str, str], tuple[Future[str], Route]] = {}
+        # (topic, tenant) → (partition, offset) of its last ready record delivered.
+        self._marks: dict[tuple[str, str], tuple[int, int]] = {}
         self._consumers: dict[str, Consumer] = {}
         self._overflow_topics: dict[str, str] = {}
         self._consumer_lock = threading.Lock()
@@ -108,17 +117,17 @@ class Diverter:
         overflow = self._overflow_of(job.queue)
         if diversion is not None:
             if check and self._ended(key, job.queue, overflow, diversion):
-                return Route(topic, lock=self._lock)
+                return self._ready(key)
             return self._diverted(diversion, overflow, topic)
         if not over:
-            return Route(topic, lock=self._lock)
+            return self._ready(key)
         if self._clock() < self._postponed.get(key, 0.0) or not self._overflow_exists(overflow):
-            return Route(topic, lock=self._lock)
+            return self._ready(key)
         delivered, switch = self._switch_point(key)
         if not delivered:
             # Without its switch a diverted job could overtake the tenant's older ones.
             self._postponed[key] = self._clock() + POSTPONE_S
-            return Route(topic, lock=self._lock)
+            return self._ready(key)
         self._postponed.pop(key, None)
         with self._lock:
             diversion = self._gate.diversions.get(key)
@@ -157,6 +166,9 @@ class Diverter:
                 consumer.close()
             self._consumers.clear()
 
+    def _ready(self, key: tuple[str, str]) -> Route:
+        return Route(key[0], lock=self._lock, marks=self._marks, key=key)
+
     def _diverted(self, diversion: Diversion, overflow: str, topic: str) -> Route:
         """Every diverted record carries the switch: one sent again after a failed
         delivery may land behind the first ones, and must wait as they do."""
@@ -169,14 +181,14 @@ class Diverter:
         return Route(overflow, lock=self._lock, diversion=diversion, headers=headers)
 
     def _switch_point(self, key: tuple[str, str]) -> tuple[bool, tuple[int, int] | None]:
-        """(whether this producer's last ready record of the tenant is settled, and its
-        (partition, offset) when it was delivered: None when it has none, or it
-        failed, so nothing of the tenant waits there)."""
+        """(whether this producer's last ready record of the tenant is settled, and the
+        (partition, offset) of the last of them that was delivered: None when none
+        was, so nothing of the tenant waits there)."""
         with self._lock:
             last = self._last_ready.get(key)
         if last is None:
             return True, None
-        future, route = last
+        future, _ = last
         try:
             future.exception(timeout=self._switch_wait_s)
         except FutureTimeout:
@@ -189,7 +201,7 @@ class Diverter:
                 POSTPONE_S,
             )
             return False, None
-        return True, route.mark
+        return True, self._marks.get(key)
 
     def _ended(self, key: tuple[str, str], queue: str, overflow: str, diversion: Diversion) -> bool:
         """Whether the group's commit of the overflow partition passed the last diverted
@@ -220,9 +232,11 @@ class Diverter:
             return consumer
 
     def _prune(self) -> None:
-        """Forget delivered last records of tenants not being diverted, oldest first
-        (the dict keeps insertion order): a tenant quiet that long has had them run."""
+        """Forget the settled last records of tenants not being diverted, in the order
+        the tenants first came (the dict's order), half of them at most: a tenant of
+        10,000 others that has been quiet since has had its jobs run."""
         for key in list(self._last_ready)[: MAX_BUCKETS // 2]:
             future, _ = self._last_ready[key]
             if future.done() and key not in self._gate.diversions:
                 del self._last_ready[key]
+                self._marks.pop(key, None)

@@ -259,3 +259,18 @@ def test_a_flood_whose_last_ready_job_is_undelivered_stays_in_the_ready_topic_fo
     clock.now += 0.2
     diverted = router.route(job(), "jobs.q")
     assert diverted.topic == "jobs.q.overflow"
+
+
+def test_the_switch_is_the_last_ready_job_that_landed_when_a_later_one_failed() -> None:
+    router = diverter(2, Clock())
+    landed, lost = router.route(job(), "jobs.q"), router.route(job(), "jobs.q")
+    first: Future[str] = Future()
+    second: Future[str] = Future()
+    router.sent(job(), landed, first)
+    router.sent(job(), lost, second)
+    landed.delivered(1, 10)
+    first.set_result("j")
+    second.set_exception(RuntimeError("message timed out"))
+    switch = read_switch(list(router.route(job(), "jobs.q").headers))
+    assert switch is not None
+    assert (switch.partition, switch.offset) == (1, 10)
