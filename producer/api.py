@@ -415,7 +415,12 @@ class JobProducer:
         value = self._codec.encode(job)
         headers = job_headers(job, value)
         diverter = self._diverter
-        if diverter is None or job.ordering_key is not None or job.run_at_ms > job.created_at_ms:
+        route = (
+            None
+            if diverter is None or job.ordering_key is not None or job.run_at_ms > job.created_at_ms
+            else diverter.route(job, topic)
+        )
+        if route is None:
             return self._produce(
                 topic,
                 key=job.tenant_id.encode(),
@@ -424,18 +429,16 @@ class JobProducer:
                 record_id=job.job_id,
                 result=lambda _msg: job.job_id,
             )
-        route = diverter.route(job, topic)
-        future = self._produce(
+        future = route.future = self._produce(
             route.topic,
             key=job.tenant_id.encode(),
             value=value,
-            headers=[*headers, *route.headers],
+            headers=[*headers, *route.headers] if route.headers else headers,
             record_id=job.job_id,
             result=lambda msg: _routed(route, msg, job.job_id),
         )
         if route.diverted:
             future.add_done_callback(lambda done: route.failed() if done.exception() else None)
-        diverter.sent(job, route, future)
         return future
 
     def _overflow_exists(self, topic: str) -> bool:

@@ -34,7 +34,7 @@ COMMIT_LOOKUP_S = 2.0
 class Route:
     """Where one job goes and what its delivery tells the diverter."""
 
-    __slots__ = ("_diversion", "_key", "_lock", "_marks", "headers", "topic")
+    __slots__ = ("_diversion", "_key", "_lock", "_marks", "future", "headers", "topic")
 
     def __init__(
         self,
@@ -48,6 +48,8 @@ class Route:
     ) -> None:
         self.topic = topic
         self.headers = headers
+        # The record's future, once produced (a switch waits for the last ready one).
+        self.future: Future[str] | None = None
         self._diversion = diversion
         self._lock = lock
         # A ready record's delivery is noted in ``marks`` under ``key``: the switch is
@@ -99,35 +101,36 @@ class Diverter:
         # (topic, tenant) → until when its flood stays in the ready topic (a switch
         # could not be had: its last ready record was not delivered in time).
         self._postponed: dict[tuple[str, str], float] = {}
-        # (topic, tenant) → the future and route of the producer's last ready record.
-        self._last_ready: dict[tuple[str, str], tuple[Future[str], Route]] = {}
+        # (topic, tenant) → the route of the producer's last ready record.
+        self._last_ready: dict[tuple[str, str], Route] = {}
         # (topic, tenant) → (partition, offset) of its last ready record delivered.
         self._marks: dict[tuple[str, str], tuple[int, int]] = {}
         self._consumers: dict[str, Consumer] = {}
         self._overflow_topics: dict[str, str] = {}
         self._consumer_lock = threading.Lock()
 
-    def route(self, job: Job, topic: str) -> Route:
-        """The route of ``job``, due now, bound for class topic ``topic``."""
+    def route(self, job: Job, topic: str) -> Route | None:
+        """The route of ``job``, due now, bound for class topic ``topic``; None: the
+        ready topic, nothing to note (a calm tenant: the common case, kept cheap)."""
         key = (topic, job.tenant_id)
         with self._lock:
             diversion = self._gate.diversions.get(key)
-            over = self._gate.over(key)
+            left = self._gate.take(key)
+            if diversion is None and left >= 0:
+                return self._ready(key) if self._gate.watched(left) else None
             check = diversion is not None and self._gate.due_check(key)
         overflow = self._overflow_of(job.queue)
         if diversion is not None:
             if check and self._ended(key, job.queue, overflow, diversion):
-                return self._ready(key)
+                return self._locked_ready(key)
             return self._diverted(diversion, overflow, topic)
-        if not over:
-            return self._ready(key)
         if self._clock() < self._postponed.get(key, 0.0) or not self._overflow_exists(overflow):
-            return self._ready(key)
+            return self._locked_ready(key)
         delivered, switch = self._switch_point(key)
         if not delivered:
             # Without its switch a diverted job could overtake the tenant's older ones.
             self._postponed[key] = self._clock() + POSTPONE_S
-            return self._ready(key)
+            return self._locked_ready(key)
         self._postponed.pop(key, None)
         with self._lock:
             diversion = self._gate.diversions.get(key)
@@ -140,16 +143,6 @@ class Diverter:
                     overflow,
                 )
         return self._diverted(diversion, overflow, topic)
-
-    def sent(self, job: Job, route: Route, future: Future[str]) -> None:
-        """Remember the last ready record of each tenant (a switch waits for it)."""
-        if route.diverted:
-            return
-        key = (route.topic, job.tenant_id)
-        with self._lock:
-            self._last_ready[key] = (future, route)
-            if len(self._last_ready) > MAX_BUCKETS:
-                self._prune()
 
     def _overflow_of(self, queue: str) -> str:
         """The queue's overflow topic, named once per queue (not per job)."""
@@ -167,7 +160,16 @@ class Diverter:
             self._consumers.clear()
 
     def _ready(self, key: tuple[str, str]) -> Route:
-        return Route(key[0], lock=self._lock, marks=self._marks, key=key)
+        """A route to the ready topic, remembered as the tenant's last (the lock held)."""
+        route = Route(key[0], lock=self._lock, marks=self._marks, key=key)
+        self._last_ready[key] = route
+        if len(self._last_ready) > MAX_BUCKETS:
+            self._prune()
+        return route
+
+    def _locked_ready(self, key: tuple[str, str]) -> Route:
+        with self._lock:
+            return self._ready(key)
 
     def _diverted(self, diversion: Diversion, overflow: str, topic: str) -> Route:
         """Every diverted record carries the switch: one sent again after a failed
@@ -188,7 +190,9 @@ class Diverter:
             last = self._last_ready.get(key)
         if last is None:
             return True, None
-        future, _ = last
+        future = last.future
+        if future is None:  # another thread is producing it right now
+            return False, None
         try:
             future.exception(timeout=self._switch_wait_s)
         except FutureTimeout:
@@ -236,7 +240,7 @@ class Diverter:
         the tenants first came (the dict's order), half of them at most: a tenant of
         10,000 others that has been quiet since has had its jobs run."""
         for key in list(self._last_ready)[: MAX_BUCKETS // 2]:
-            future, _ = self._last_ready[key]
-            if future.done() and key not in self._gate.diversions:
+            future = self._last_ready[key].future
+            if future is not None and future.done() and key not in self._gate.diversions:
                 del self._last_ready[key]
                 self._marks.pop(key, None)

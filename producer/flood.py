@@ -137,11 +137,22 @@ class FloodGate:
     def over(self, key: tuple[str, str]) -> bool:
         """Take one job's token from ``key``'s bucket; True when there was none (the
         job is part of a flood)."""
+        return self.take(key) < 0
+
+    def take(self, key: tuple[str, str]) -> float:
+        """Take one job's token from ``key``'s bucket: the tokens left, or -1 when there
+        was none (the job is part of a flood)."""
         bucket = self._refill(key)
         if bucket.tokens >= 1:
             bucket.tokens -= 1
-            return False
-        return True
+            return bucket.tokens
+        return -1.0
+
+    def watched(self, left: float) -> bool:
+        """Whether a tenant with ``left`` tokens may be about to flood: past half its
+        burst. Only such a tenant's ready records are tracked for a switch (the last
+        one before a switch always is); a calm tenant's cost nothing more."""
+        return left < self.policy.burst / 2
 
     def calm(self, key: tuple[str, str]) -> bool:
         """Whether ``key``'s bucket is at least half full again (the tenant slowed)."""

@@ -223,54 +223,75 @@ def diverter(burst: int, clock: Clock, overflow: bool = True) -> Diverter:
 
 def test_the_diverter_sends_the_burst_to_the_ready_topic_then_the_rest_with_its_switch() -> None:
     router = diverter(3, Clock())
-    for _ in range(3):
-        route = router.route(job(), "jobs.q")
-        assert (route.topic, route.headers) == ("jobs.q", ())
-        future: Future[str] = Future()
-        router.sent(job(), route, future)
-    route.delivered(2, 99)  # the last ready record of the tenant landed at 2/99
-    future.set_result("j")
+    routes = [router.route(job(), "jobs.q") for _ in range(3)]
+    assert routes[0] is None, "a calm tenant's job goes to the ready topic, nothing noted"
+    for route in routes[1:]:
+        assert route is not None and (route.topic, route.headers) == ("jobs.q", ())
+    last = routes[-1]
+    assert last is not None
+    last.future = Future()
+    last.delivered(2, 99)  # the last ready record of the tenant landed at 2/99
+    last.future.set_result("j")
     diverted = router.route(job(), "jobs.q")
+    assert diverted is not None
     assert diverted.topic == "jobs.q.overflow"
     switch = read_switch(list(diverted.headers))
     assert switch is not None
     assert (switch.topic, switch.partition, switch.offset) == ("jobs.q", 2, 99)
     assert switch.deadline_ms == 7_000 + 30_000
-    assert router.route(job("other"), "jobs.q").topic == "jobs.q", "other tenants stay"
+    assert router.route(job("other"), "jobs.q") is None, "other tenants stay, untracked"
 
 
 def test_without_an_overflow_topic_a_flood_stays_in_its_ready_topic() -> None:
     router = diverter(1, Clock(), overflow=False)
-    assert [router.route(job(), "jobs.q").topic for _ in range(3)] == ["jobs.q"] * 3
+    routes = [router.route(job(), "jobs.q") for _ in range(3)]
+    assert [r.topic for r in routes if r is not None] == ["jobs.q"] * 3
 
 
 def test_a_flood_whose_last_ready_job_is_undelivered_stays_in_the_ready_topic_for_a_while() -> None:
     """Without its switch a diverted job could overtake the tenant's older ones."""
     clock = Clock()
     router = diverter(1, clock)
-    route = router.route(job(), "jobs.q")
-    pending: Future[str] = Future()  # the broker never answers
-    router.sent(job(), route, pending)
-    assert router.route(job(), "jobs.q").topic == "jobs.q"
+    pending: Future[str] = Future()  # the broker does not answer (yet)
+    routes = [router.route(job(), "jobs.q")]
+    first = routes[0]
+    assert first is not None
+    first.future = pending
+    routes.append(router.route(job(), "jobs.q"))
     clock.now += POSTPONE_S - 0.1
-    assert router.route(job(), "jobs.q").topic == "jobs.q", "postponed, not asked again"
-    route.delivered(0, 5)
+    routes.append(router.route(job(), "jobs.q"))
+    tracked = [r for r in routes if r is not None]
+    assert [r.topic for r in tracked] == ["jobs.q"] * 3, "postponed, not asked again"
+    for route in tracked:
+        route.future = pending  # one answer for all three, for brevity
+        route.delivered(0, 5)
     pending.set_result("j")
     clock.now += 0.2
     diverted = router.route(job(), "jobs.q")
-    assert diverted.topic == "jobs.q.overflow"
+    assert diverted is not None and diverted.topic == "jobs.q.overflow"
 
 
 def test_the_switch_is_the_last_ready_job_that_landed_when_a_later_one_failed() -> None:
-    router = diverter(2, Clock())
+    router = diverter(3, Clock())
+    assert router.route(job(), "jobs.q") is None  # a full bucket: not tracked
     landed, lost = router.route(job(), "jobs.q"), router.route(job(), "jobs.q")
+    assert landed is not None and lost is not None
     first: Future[str] = Future()
     second: Future[str] = Future()
-    router.sent(job(), landed, first)
-    router.sent(job(), lost, second)
+    landed.future = first
+    lost.future = second
     landed.delivered(1, 10)
     first.set_result("j")
     second.set_exception(RuntimeError("message timed out"))
-    switch = read_switch(list(router.route(job(), "jobs.q").headers))
+    diverted = router.route(job(), "jobs.q")
+    assert diverted is not None
+    switch = read_switch(list(diverted.headers))
     assert switch is not None
     assert (switch.partition, switch.offset) == (1, 10)
+
+
+def test_only_a_tenant_past_half_its_burst_is_tracked() -> None:
+    flood, _ = gate(burst=10, rate=0.001)
+    lefts = [flood.take(KEY) for _ in range(11)]
+    assert lefts[-1] == -1
+    assert [flood.watched(left) for left in lefts[:-1]] == [False] * 5 + [True] * 5
