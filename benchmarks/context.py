@@ -7,10 +7,13 @@ own consumer group, so every system sees the very same records.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,3 +138,24 @@ class BenchContext:
         if self.schema_registry is not None:
             self.schema_registry.stop()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@contextmanager
+def standalone(
+    config: BenchConfig, out_dir: Path, *, pin: bool, bootstrap: str | None
+) -> Iterator[BenchContext]:
+    """A started context for a benchmark run on its own (``python -m benchmarks.X``):
+    the repository on the children's PYTHONPATH (they import the benchmark apps), the
+    results directory made, and everything the context started stopped after."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = BenchContext(
+        config=config, out_dir=out_dir, pinning=procs.Pinning.plan(pin), bootstrap=bootstrap
+    )
+    try:
+        ctx.start()
+        yield ctx
+    finally:
+        ctx.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import resource
 import statistics
 import time
@@ -21,10 +20,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks import procs
 from benchmarks.apps import JOB_TYPE
 from benchmarks.config import BenchConfig
-from benchmarks.context import REPO, SCHEMA_DIR, BenchContext
+from benchmarks.context import REPO, SCHEMA_DIR, BenchContext, standalone
 from producer import FloodPolicy, JobProducer, JobRequest, ensure_queue_topics
 from schemas.codec import SchemaRegistry
 
@@ -91,22 +89,9 @@ def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
     args = parse(argv)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
-    )
     out_dir = args.out or DEFAULT_OUT
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = BenchContext(
-        config=BenchConfig.full(),
-        out_dir=out_dir,
-        pinning=procs.Pinning.plan(False),
-        bootstrap=args.bootstrap,
-    )
-    try:
-        ctx.start()
+    with standalone(BenchConfig.full(), out_dir, pin=False, bootstrap=args.bootstrap) as ctx:
         result = run(ctx, args)
-    finally:
-        ctx.close()
     (out_dir / "enqueue_cost.json").write_text(json.dumps(result, indent=2) + "\n")
     for label, median in result["medians"].items():
         print(f"median, diversion {label}: {median['jobs_per_s']:,} jobs/s, "

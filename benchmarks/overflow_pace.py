@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import time
 import uuid
 from pathlib import Path
@@ -25,10 +24,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from benchmarks import procs
 from benchmarks.apps import ENV_DELAY_MS, JOB_TYPE, NOISY_GROUP_SCALE
 from benchmarks.config import BenchConfig
-from benchmarks.context import REPO, SCHEMA_DIR, BenchContext
+from benchmarks.context import REPO, SCHEMA_DIR, BenchContext, standalone
 from benchmarks.ours import OurSystem
 from benchmarks.scenarios.latency import percentile
 from benchmarks.scenarios.noisy import FLOOD, OTHERS, _groups
@@ -126,22 +124,9 @@ def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args = parse(argv)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
-    )
     out_dir = args.out or DEFAULT_OUT
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = BenchContext(
-        config=BenchConfig.full(),
-        out_dir=out_dir,
-        pinning=procs.Pinning.plan(False),
-        bootstrap=args.bootstrap,
-    )
-    try:
-        ctx.start()
+    with standalone(BenchConfig.full(), out_dir, pin=False, bootstrap=args.bootstrap) as ctx:
         result = run(ctx, args)
-    finally:
-        ctx.close()
     (out_dir / "overflow_pace.json").write_text(json.dumps(result, indent=2) + "\n")
     for row in result["timeline"]:
         print(f"{row['s']:6.1f}s copies {row['copies']:>8,} flood started "

@@ -20,9 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import procs
 from benchmarks.config import BenchConfig
-from benchmarks.context import REPO, BenchContext
+from benchmarks.context import REPO, BenchContext, standalone
 from benchmarks.scenarios.drain import drain_ours
 
 DEFAULT_OUT = REPO / "benchmarks" / "results"
@@ -87,25 +86,12 @@ def main(argv: list[str] | None = None) -> None:
     config = BenchConfig.quick_mode() if args.quick else BenchConfig.full()
     if args.jobs:
         config = replace(config, io_jobs=args.jobs)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
-    )
     out_dir = args.out or (DEFAULT_OUT / "quick" if config.quick else DEFAULT_OUT)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = BenchContext(
-        config=config,
-        out_dir=out_dir,
-        pinning=procs.Pinning.plan(not args.no_pin),
-        bootstrap=args.bootstrap,
-    )
     rows: list[dict[str, Any]] = []
-    try:
-        ctx.start()
+    with standalone(config, out_dir, pin=not args.no_pin, bootstrap=args.bootstrap) as ctx:
         queue = ctx.backlog(config.io_jobs, "io")
         for _ in range(args.rounds):
             rows.extend(drain_at(ctx, queue, value) for value in values)
-    finally:
-        ctx.close()
     per_value = medians(rows)
     result = {"pinning": ctx.pinning.describe(), "rows": rows, "medians": per_value}
     (out_dir / "prefetch_io.json").write_text(json.dumps(result, indent=2) + "\n")
