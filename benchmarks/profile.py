@@ -64,6 +64,8 @@ def profile_drain(
         for name in targets:
             folded = system.workdir / f"{name}.folded"
             found[name] = summarize(folded) if folded.exists() else {"status": "no samples"}
+            if folded.exists():  # kept beside the report: the input of a flame graph
+                shutil.copyfile(folded, ctx.out_dir / f"profile-{name}.folded")
         return {"status": "ok", "seconds": config.profile_s, "workers": workers, **found}
     finally:
         system.stop()

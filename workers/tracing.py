@@ -4,7 +4,8 @@ The worker adds this middleware first whenever ``opentelemetry-api`` is
 installed; without it there is no middleware and no cost. The span is current
 while the handler runs (on its thread or in its task), so spans the handler
 starts nest under it. Attributes: job id, type, tenant, queue, attempt, and the
-outcome with the handler's run time.
+outcome with the handler's run time. A job without a trace, in a process with no
+tracer provider set, gets no span: it would record nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class TracingMiddleware(Middleware):
     def before_job(self, ctx: JobContext) -> None:
         from opentelemetry import context, propagate, trace
 
+        if not ctx.trace and isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
+            # No trace to continue and no SDK to record a span: the span would be a
+            # non-recording one that nothing can see (and a fifteenth of a no-op job's
+            # cost). A provider set later is seen at the next job.
+            return
         parent = propagate.extract(dict(ctx.trace))
         span = self._tracer.start_span(
             f"job {ctx.type}",
@@ -57,6 +63,15 @@ class TracingMiddleware(Middleware):
             span.set_status(trace.Status(trace.StatusCode.ERROR, result.error.error_class))
         span.end()
         context.detach(token)  # type: ignore[arg-type]
+
+
+def _unset_providers() -> tuple[type, ...]:
+    from opentelemetry import trace
+
+    return (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+_UNSET_PROVIDERS: tuple[type, ...] = _unset_providers() if tracing_available() else ()
 
 
 def default_middleware() -> tuple[Middleware, ...]:

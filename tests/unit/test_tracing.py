@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -68,3 +69,27 @@ def test_without_opentelemetry_the_envelope_has_no_trace(monkeypatch: pytest.Mon
     codec = EnvelopeCodec(SchemaRegistry())
     with trace.get_tracer("web").start_as_current_span("POST /orders"):
         assert codec.decode(_job(codec)).trace == {}
+
+
+def test_no_span_is_made_when_there_is_neither_a_trace_nor_a_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's per-job span costs nothing when it could record nothing; a job that
+    carries a trace still runs in a span that continues it."""
+    from workers.tracing import TracingMiddleware
+
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: trace.ProxyTracerProvider())
+    middleware = TracingMiddleware()
+    bare = JobContext(job_id="j1", attempt=1, tenant_id="t", queue="q", type="noop",
+                      created_at_ms=1, lease_id="l1")  # fmt: skip
+    middleware.before_job(bare)
+    assert middleware._open == {}
+    traced = JobContext(job_id="j2", attempt=1, tenant_id="t", queue="q", type="noop",
+                        created_at_ms=1, lease_id="l2",
+                        trace={"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"})  # fmt: skip
+    middleware.before_job(traced)
+    assert list(middleware._open) == ["l2"]
+    span, token = middleware._open.pop("l2")
+    assert f"{span.get_span_context().trace_id:032x}" == "1" * 32
+    span.end()
+    otel_context.detach(token)
