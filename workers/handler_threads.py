@@ -2,37 +2,32 @@
 
 A ``ThreadPoolExecutor`` makes a ``Future`` (a ``Condition`` and its locks) and a
 work item for every call, and tries to grow its pool on each submit; the runtime
-never reads the future. Here a job is one tuple on a deque, taken by whichever of
-the fixed threads is free: a no-op job's cost is the handler, not the dispatch.
-
-Waking threads is what costs. A claimed batch of forty jobs put on a plain queue
-wakes forty sleeping threads at once, and each then waits for the GIL behind the
-others (a critical job's start waits behind all of them). So a batch wakes at
-most ``WAKE_AHEAD`` threads, and each thread that takes a job wakes the next one
-only while jobs remain and no woken thread is still on its way: short jobs are
-run by the few threads already awake, long (I/O) jobs spread over more threads
-one hop at a time, as fast as each hop takes a job.
+never reads the future. Here a job is one tuple put on a ``SimpleQueue`` (a C
+queue) and taken by whichever of the fixed threads is free: a no-op job's cost
+is the handler, not the dispatch.
 
 A worker claims more jobs than it has threads (prefetch), so jobs wait here. A
 job submitted ``first`` (a critical one) must not wait behind them: it goes on a
-second deque that every thread reads before the main one.
+second queue that every thread reads before the main one, and a wake-up marker
+on the main queue reaches a thread that was idle. A thread that finds the
+marker after the job was taken by another just goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Threads woken and not yet running a job, at most: enough that a burst of long jobs
-# fans out in a few hops, few enough that short jobs do not wake the whole pool.
-WAKE_AHEAD = 2
+# On the main queue: "a job is waiting on the first queue" (wakes an idle thread).
+_WAKE = object()
 
 
 class HandlerThreads(Generic[T]):
@@ -46,24 +41,14 @@ class HandlerThreads(Generic[T]):
         if count < 1:
             raise ValueError(f"handler threads must be at least 1, got {count}")
         self._run = run
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._items: deque[T] = deque()
-        self._first: deque[T] = deque()
-        self._sleeping = 0  # threads waiting for an item
-        self._woken = 0  # of those, notified and not yet back with an item
+        self._items: queue.SimpleQueue[T | object | None] = queue.SimpleQueue()
+        self._first: queue.SimpleQueue[T] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}_{n}", daemon=True)
             for n in range(count)
         ]
         self._started = False
         self._closed = False
-
-    @property
-    def waiting(self) -> int:
-        """Items submitted that no thread has taken yet."""
-        with self._lock:
-            return len(self._items) + len(self._first)
 
     def start(self) -> None:
         if not self._started:
@@ -74,55 +59,44 @@ class HandlerThreads(Generic[T]):
     def submit(self, items: Iterable[T], *, first: Iterable[T] = ()) -> None:
         """Queue items for the threads; one call for a claimed batch. ``first`` run
         before every item queued earlier that has not started."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("handler threads are shut down")
-            self._first.extend(first)
-            self._items.extend(items)
-            self._wake_more()
+        if self._closed:
+            raise RuntimeError("handler threads are shut down")
+        for item in first:
+            self._first.put(item)
+            self._items.put(_WAKE)
+        for item in items:
+            self._items.put(item)
 
     def shutdown(self, *, wait: bool) -> None:
         """Drop what has not started, stop the threads, join them when ``wait``."""
-        with self._lock:
-            self._closed = True
-            self._first.clear()
-            self._items.clear()
-            self._cond.notify_all()
+        self._closed = True
+        for waiting in (self._first, self._items):
+            while True:
+                try:
+                    waiting.get_nowait()
+                except queue.Empty:
+                    break
+        for _ in self._threads:
+            self._items.put(None)
         if wait and self._started:
             for thread in self._threads:
                 thread.join()
 
-    def _wake_more(self) -> None:
-        """With the lock held: wake sleeping threads for the items left, keeping at most
-        ``WAKE_AHEAD`` on their way."""
-        left = len(self._items) + len(self._first)
-        while self._woken < min(left, WAKE_AHEAD) and self._sleeping > self._woken:
-            self._cond.notify()
-            self._woken += 1
-
-    def _take(self) -> T | None:
-        """The next item (a ``first`` one before the rest), sleeping until there is one;
-        None once shut down."""
-        with self._lock:
-            while not self._closed and not self._first and not self._items:
-                self._sleeping += 1
-                self._cond.wait()
-                self._sleeping -= 1
-                if self._woken:
-                    self._woken -= 1
-            if self._closed:
-                return None
-            item = self._first.popleft() if self._first else self._items.popleft()
-            self._wake_more()
-            return item
-
     def _serve(self) -> None:
+        first, items = self._first, self._items
         while True:
-            item = self._take()
+            item: T | object | None = _WAKE
+            if not first.empty():
+                with contextlib.suppress(queue.Empty):  # another thread took it
+                    item = first.get_nowait()
+            if item is _WAKE:
+                item = items.get()
             if item is None:
                 break
+            if item is _WAKE:
+                continue
             try:
-                self._run(item)
+                self._run(cast("T", item))
             except BaseException:
                 # The runtime settles every job it runs; an error here is its own bug,
                 # and must not cost the pool a thread.

@@ -10,7 +10,7 @@ import pytest
 
 from workers import context
 from workers.context import JobContext
-from workers.handler_threads import WAKE_AHEAD, HandlerThreads
+from workers.handler_threads import HandlerThreads
 
 
 def _ctx() -> JobContext:
@@ -119,7 +119,7 @@ def test_shutdown_drops_items_that_have_not_started() -> None:
     threads: HandlerThreads[int] = HandlerThreads(1, run, name="t")
     threads.start()
     threads.submit([1])
-    _wait(lambda: threads.waiting == 0, "the first item to start")
+    _wait(lambda: threads._items.qsize() == 0, "the first item to start")
     threads.submit([2, 3])
     threads.shutdown(wait=False)  # while 1 still runs: 2 and 3 are dropped
     gate.set()
@@ -149,41 +149,3 @@ def test_an_item_submitted_first_runs_before_the_items_waiting_and_wakes_an_idle
     threads.submit([], first=[5])  # the thread is idle, blocked on the main queue
     _wait(lambda: ran[-1:] == [5], "the item submitted first to an idle pool")
     threads.shutdown(wait=True)
-
-
-def test_a_batch_wakes_a_few_threads_not_the_whole_pool() -> None:
-    """Forty jobs on a pool of sixteen sleeping threads wake WAKE_AHEAD of them; the
-    rest are woken one hop at a time, only while jobs are left."""
-    gate = threading.Event()
-    ran: list[int] = []
-    threads: HandlerThreads[int] = HandlerThreads(
-        16, lambda n: (gate.wait(10), ran.append(n)), name="t"
-    )
-    threads.start()
-    _wait(lambda: threads._sleeping == 16, "every thread asleep")
-    with threads._lock:  # submit and look before any woken thread runs
-        threads._items.extend(range(40))
-        threads._wake_more()
-        assert threads._woken == WAKE_AHEAD
-    gate.set()
-    _wait(lambda: len(ran) == 40, "every item")
-    threads.shutdown(wait=True)
-
-
-def test_long_jobs_fan_out_to_every_thread() -> None:
-    """Woken a hop at a time, every thread still gets a job when the jobs block: eight
-    jobs that each wait for all eight to run pass only if eight threads run them."""
-    all_running = threading.Barrier(8, timeout=10)
-    ran: list[int] = []
-
-    def run(n: int) -> None:
-        if n < 8:
-            all_running.wait()
-        ran.append(n)
-
-    threads: HandlerThreads[int] = HandlerThreads(8, run, name="t")
-    threads.start()
-    threads.submit(range(16))
-    _wait(lambda: len(ran) == 16, "every item")
-    threads.shutdown(wait=True)
-    assert not all_running.broken
