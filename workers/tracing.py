@@ -27,13 +27,15 @@ class TracingMiddleware(Middleware):
         self._open: dict[str, tuple[Any, object]] = {}
 
     def before_job(self, ctx: JobContext) -> None:
-        from opentelemetry import context, propagate, trace
+        from opentelemetry import trace
 
         if not ctx.trace and isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
             # No trace to continue and no SDK to record a span: the span would be a
             # non-recording one that nothing can see (and a fifteenth of a no-op job's
             # cost). A provider set later is seen at the next job.
             return
+        from opentelemetry import context, propagate
+
         parent = propagate.extract(dict(ctx.trace))
         span = self._tracer.start_span(
             f"job {ctx.type}",
@@ -65,13 +67,12 @@ class TracingMiddleware(Middleware):
         context.detach(token)  # type: ignore[arg-type]
 
 
-def _unset_providers() -> tuple[type, ...]:
-    from opentelemetry import trace
+# The providers in place until an SDK's is set (the API's defaults).
+_UNSET_PROVIDERS: tuple[type, ...] = ()
+if tracing_available():
+    from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 
-    return (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-
-
-_UNSET_PROVIDERS: tuple[type, ...] = _unset_providers() if tracing_available() else ()
+    _UNSET_PROVIDERS = (ProxyTracerProvider, NoOpTracerProvider)
 
 
 def default_middleware() -> tuple[Middleware, ...]:
