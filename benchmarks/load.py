@@ -7,6 +7,7 @@ reads are byte for byte what production would write.
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import time
@@ -93,8 +94,28 @@ class Preloader:
         ``delay``: every job is due that many seconds after it is enqueued.
         """
         tick = 0.01
-        started = time.monotonic()
         futures: list[Future[str]] = []
+        # The load generator's own full collections (its futures pile up: hundreds of ms
+        # each here) would stall the pacing, then send a second's jobs at once: a burst
+        # measured as the system's latency. No collection while pacing; one after.
+        gc.disable()
+        try:
+            self._pace(rate, seconds, delay, tick, futures)
+        finally:
+            gc.enable()
+        self.producer.flush(60)
+        self.loaded += len(futures)
+        return [future.result() for future in futures]
+
+    def _pace(
+        self,
+        rate: float,
+        seconds: float,
+        delay: float | None,
+        tick: float,
+        futures: list[Future[str]],
+    ) -> None:
+        started = time.monotonic()
         while (elapsed := time.monotonic() - started) < seconds:
             due = max(0, int(rate * elapsed) - len(futures))
             for request in self.requests(self.loaded + len(futures), due):
@@ -108,9 +129,6 @@ class Preloader:
                     )
                 )
             time.sleep(max(0.0, started + (elapsed // tick + 1) * tick - time.monotonic()))
-        self.producer.flush(60)
-        self.loaded += len(futures)
-        return [future.result() for future in futures]
 
     def sample_record(self) -> tuple[bytes, bytes]:
         """(key, value) of one encoded job: what the raw Kafka loop produces over and over."""

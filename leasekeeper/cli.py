@@ -16,6 +16,7 @@ import click
 import grpc
 from click.core import ParameterSource
 
+from jobcore import gc_tuning
 from jobcore.cli_env import (
     environment,
     from_environment,
@@ -475,6 +476,7 @@ def _run_service(config: ServeConfig) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     _start(service)
+    gc_tuning.settle_after_startup()  # start-up's objects out of the collector's scans
     click.echo(f"leasekeeper serving queue {config.queue} on {config.listen}", err=True)
     while not stopper.wait(0.5):
         if service.wait(0):

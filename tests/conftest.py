@@ -18,11 +18,25 @@ import pytest
 
 from devtools.localkafka import KafkaUnavailable, LocalKafka, obtain
 from devtools.localregistry import LocalRegistry, RegistryUnavailable
+from jobcore import gc_tuning
 from jobcore.kafka import KafkaSettings
 from tests.system import System
 
 if TYPE_CHECKING:
     from benchmarks.peers.servers import PostgresServer
+
+
+@pytest.fixture(autouse=True)
+def _test_interpreter_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI run in the test process (``CliRunner``) leaves the collector alone:
+    ``gc.freeze`` would hide the suite's objects from ``gc.get_referrers`` (which
+    Hypothesis's PRNG registration relies on). Services started as processes are
+    tuned as they are for users; ``tests/unit/test_gc_tuning.py`` covers the settings."""
+    monkeypatch.setattr(gc_tuning, "settle_after_startup", _untuned)
+
+
+def _untuned(environ: object = None) -> gc_tuning.GcSetting:
+    return gc_tuning.GcSetting(tuned=False, frozen=0, thresholds=(0, 0, 0))
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from jobcore import gc_tuning
 from jobcore.cli_env import (
     environment,
     leasekeeper_client_options,
@@ -248,6 +249,7 @@ def _run_one(
             shutdown_grace_s=options.grace_s,
             heartbeats=options.heartbeats,
         )
+        gc_tuning.settle_after_startup()  # the app and clients out of the collector's scans
         try:
             run_in_foreground(worker, parent_pid=parent_pid)
         except LeaseKeeperRejected as exc:

@@ -1,0 +1,139 @@
+"""The collector settings of ``leasekeeper serve`` and ``workers run``: start-up's
+objects frozen out of full collections, a larger young generation, cycles still
+collected; ``JOBS_GC=default`` keeps Python's settings; library callers untouched.
+
+Each case runs in a fresh interpreter: freezing would change the test process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jobcore import gc_tuning
+from leasekeeper import cli as leasekeeper_cli
+from tests.unit.test_leasekeeper_exit import _FailedService
+from tests.unit.test_worker_cli import module  # noqa: F401  (a fixture)
+from tests.unit.test_worker_support import Envelopes, FakeLeaseKeeper, serving, wait_until
+from workers import cli as workers_cli
+
+PROBE = """
+import gc, json, os, sys, weakref
+from jobcore.gc_tuning import settle_after_startup
+before = gc.get_threshold()
+setting = settle_after_startup()
+
+class Node:
+    pass
+
+a, b = Node(), Node()
+a.other, b.other = b, a  # a cycle made after start-up
+gone = weakref.ref(a)
+del a, b
+gc.collect()
+print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": gc.get_freeze_count(),
+                  "tuned": setting.tuned, "cycle_collected": gone() is None}))
+"""
+
+
+def _probe(**env: str) -> dict[str, object]:
+    environ = {k: v for k, v in os.environ.items() if k != gc_tuning.ENV_GC}
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env={**environ, **env, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def test_start_up_objects_are_frozen_and_the_young_threshold_raised() -> None:
+    found = _probe()
+    assert found["tuned"] is True
+    assert tuple(found["after"]) == gc_tuning.THRESHOLDS  # type: ignore[arg-type]
+    assert found["frozen"] > 1_000  # type: ignore[operator]  # the modules imported so far
+    assert found["cycle_collected"] is True, "cycles made after start-up are still collected"
+
+
+@pytest.mark.parametrize("value", ["default", " Default "])
+def test_jobs_gc_default_keeps_pythons_settings(value: str) -> None:
+    found = _probe(JOBS_GC=value)
+    assert found["tuned"] is False
+    assert found["after"] == found["before"]
+    assert found["frozen"] == 0
+    assert found["cycle_collected"] is True
+
+
+def test_importing_the_library_tunes_nothing() -> None:
+    code = (
+        "import gc, json; import producer, workers, leasekeeper.engine; "
+        "print(json.dumps([gc.get_threshold(), gc.get_freeze_count()]))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    thresholds, frozen = json.loads(out.stdout)
+    assert tuple(thresholds) != gc_tuning.THRESHOLDS
+    assert frozen == 0
+
+
+def test_leasekeeper_serve_settles_the_collector_once_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    class Started(_FailedService):
+        def start(self) -> None:
+            calls.append("start")
+
+    monkeypatch.setattr(leasekeeper_cli, "LeaseKeeperService", Started)
+    monkeypatch.setattr(gc_tuning, "settle_after_startup", lambda environ=None: calls.append("gc"))
+    args = ["serve", "--queue", "q", "--state-dir", str(tmp_path), "--bootstrap", "x:1"]
+    CliRunner().invoke(leasekeeper_cli.main, args)
+    assert calls == ["start", "gc"]
+
+
+def test_workers_run_settles_the_collector_before_the_first_claim(
+    module: str,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeLeaseKeeper([Envelopes()()])
+    settled_at_gc: list[int] = []
+    monkeypatch.setattr(
+        gc_tuning,
+        "settle_after_startup",
+        lambda environ=None: settled_at_gc.append(len(fake.settled)),
+    )
+    with serving(fake, tmp_path / "lk.sock") as target:
+        stopper = threading.Thread(target=_sigterm_after_first_ack, args=(fake,))
+        stopper.start()
+        result = CliRunner().invoke(
+            workers_cli.main, ["run", f"{module}:app", "--target", target, "--worker-id", "gc-w"]
+        )
+        stopper.join(10)
+    assert result.exit_code == 0, result.output
+    assert settled_at_gc == [0], "tuned once, before any job ran"
+
+
+def _sigterm_after_first_ack(fake: FakeLeaseKeeper) -> None:
+    import signal
+
+    wait_until(lambda: len(fake.outcomes("ack")) == 1)
+    os.kill(os.getpid(), signal.SIGTERM)
