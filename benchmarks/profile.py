@@ -14,16 +14,17 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks import procs
+from benchmarks import procs, progress
 from benchmarks.context import BenchContext
 from benchmarks.ours import OurSystem
 
 TOP = 12
+# Jobs the profiled worker runs before sampling starts: it is serving by then.
+WARM_JOBS = 500
 IDLE_FRAMES = ("wait (threading.py", "select (selectors.py", "_wait_once", "sleep")
 
 
@@ -51,9 +52,15 @@ def profile_drain(
     try:
         system.start_leasekeeper()
         system.start_workers("noop_app", workers, config.concurrency)
-        time.sleep(2.0)  # past worker start-up: profile the steady drain
         assert system.leasekeeper is not None
         targets = {"leasekeeper": system.leasekeeper.pid, "worker": system.workers[0].pid}
+        # Past the profiled worker's start-up (imports, the collector's one collection
+        # before serving): a fixed 2 s sleep caught it on a slow machine.
+        procs.wait_until(
+            lambda: progress.count_of(system.progress_dir, targets["worker"]) >= WARM_JOBS,
+            120,
+            "the profiled worker's first jobs",
+        )
         recorders = {
             name: _record(spy, pid, config.profile_s, system.workdir / f"{name}.folded")
             for name, pid in targets.items()

@@ -94,6 +94,14 @@ def read(directory: Path) -> Snapshot:
     return Snapshot(count=count, first=min(firsts) if firsts else None)
 
 
+def count_of(directory: Path, pid: int) -> int:
+    """Jobs run so far by the one process ``pid`` (0 before its first flush)."""
+    try:
+        return int((directory / f"{pid}.progress").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def samples(directory: Path) -> list[float]:
     found: list[float] = []
     for path in directory.glob("*.samples"):
