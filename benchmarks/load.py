@@ -97,38 +97,28 @@ class Preloader:
         futures: list[Future[str]] = []
         # The load generator's own full collections (its futures pile up: hundreds of ms
         # each here) would stall the pacing, then send a second's jobs at once: a burst
-        # measured as the system's latency. No collection while pacing; one after.
+        # measured as the system's latency. No collection while pacing.
         gc.disable()
         try:
-            self._pace(rate, seconds, delay, tick, futures)
+            started = time.monotonic()
+            while (elapsed := time.monotonic() - started) < seconds:
+                due = max(0, int(rate * elapsed) - len(futures))
+                for request in self.requests(self.loaded + len(futures), due):
+                    futures.append(
+                        self.producer.enqueue_nowait(
+                            request.queue,
+                            request.type,
+                            request.payload,
+                            tenant_id=request.tenant_id,
+                            delay=delay,
+                        )
+                    )
+                time.sleep(max(0.0, started + (elapsed // tick + 1) * tick - time.monotonic()))
         finally:
             gc.enable()
         self.producer.flush(60)
         self.loaded += len(futures)
         return [future.result() for future in futures]
-
-    def _pace(
-        self,
-        rate: float,
-        seconds: float,
-        delay: float | None,
-        tick: float,
-        futures: list[Future[str]],
-    ) -> None:
-        started = time.monotonic()
-        while (elapsed := time.monotonic() - started) < seconds:
-            due = max(0, int(rate * elapsed) - len(futures))
-            for request in self.requests(self.loaded + len(futures), due):
-                futures.append(
-                    self.producer.enqueue_nowait(
-                        request.queue,
-                        request.type,
-                        request.payload,
-                        tenant_id=request.tenant_id,
-                        delay=delay,
-                    )
-                )
-            time.sleep(max(0.0, started + (elapsed // tick + 1) * tick - time.monotonic()))
 
     def sample_record(self) -> tuple[bytes, bytes]:
         """(key, value) of one encoded job: what the raw Kafka loop produces over and over."""

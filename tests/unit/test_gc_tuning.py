@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -19,8 +20,11 @@ from click.testing import CliRunner
 from jobcore import gc_tuning
 from leasekeeper import cli as leasekeeper_cli
 from tests.unit.test_leasekeeper_exit import _FailedService
-from tests.unit.test_worker_cli import module  # noqa: F401  (a fixture)
-from tests.unit.test_worker_support import Envelopes, FakeLeaseKeeper, serving, wait_until
+from tests.unit.test_worker_cli import (
+    _sigterm_after_first_ack,
+    module,  # noqa: F401  (a fixture)
+)
+from tests.unit.test_worker_support import Envelopes, FakeLeaseKeeper, serving
 from workers import cli as workers_cli
 
 PROBE = """
@@ -42,26 +46,31 @@ print(json.dumps({"before": before, "after": gc.get_threshold(), "frozen": gc.ge
 """
 
 
-def _probe(**env: str) -> dict[str, object]:
+def _run(code: str, **env: str) -> Any:
+    """What ``code`` prints as JSON, run in a fresh interpreter of this source tree."""
     environ = {k: v for k, v in os.environ.items() if k != gc_tuning.ENV_GC}
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", code],
         env={**environ, **env, "PYTHONPATH": str(root)},
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     )
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
+    return json.loads(out.stdout)
+
+
+def _probe(**env: str) -> dict[str, Any]:
+    found: dict[str, Any] = _run(PROBE, **env)
+    return found
 
 
 def test_start_up_objects_are_frozen_and_the_young_threshold_raised() -> None:
     found = _probe()
     assert found["tuned"] is True
-    assert tuple(found["after"]) == gc_tuning.THRESHOLDS  # type: ignore[arg-type]
-    assert found["frozen"] > 1_000  # type: ignore[operator]  # the modules imported so far
+    assert tuple(found["after"]) == gc_tuning.THRESHOLDS
+    assert found["frozen"] > 1_000  # the modules imported so far
     assert found["cycle_collected"] is True, "cycles made after start-up are still collected"
 
 
@@ -79,16 +88,7 @@ def test_importing_the_library_tunes_nothing() -> None:
         "import gc, json; import producer, workers, leasekeeper.engine; "
         "print(json.dumps([gc.get_threshold(), gc.get_freeze_count()]))"
     )
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    thresholds, frozen = json.loads(out.stdout)
+    thresholds, frozen = _run(code)
     assert tuple(thresholds) != gc_tuning.THRESHOLDS
     assert frozen == 0
 
@@ -130,10 +130,3 @@ def test_workers_run_settles_the_collector_before_the_first_claim(
         stopper.join(10)
     assert result.exit_code == 0, result.output
     assert settled_at_gc == [0], "tuned once, before any job ran"
-
-
-def _sigterm_after_first_ack(fake: FakeLeaseKeeper) -> None:
-    import signal
-
-    wait_until(lambda: len(fake.outcomes("ack")) == 1)
-    os.kill(os.getpid(), signal.SIGTERM)
