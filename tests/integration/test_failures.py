@@ -105,7 +105,8 @@ def test_without_heartbeats_the_job_is_redelivered_and_the_late_ack_rejected(
     assert snapshot is not None
     assert snapshot["counters"]["stale_rejected"] >= 1
     assert snapshot["counters"]["expired"] == 1
-    metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
+        metrics = reply.read().decode()
     rejected = re.search(
         r'^leasekeeper_stale_rejected_total\{queue="[^"]+"\} (\S+)$', metrics, re.M
     )
