@@ -542,12 +542,16 @@ class ConsumerLoop:
         ``serve_group`` (shutdown, outside any rebalance callback): a rebalance in
         progress (another member joining) is waited out too, answering it meanwhile,
         because it cannot end until this consumer does. Giving up handed over every
-        job finished since the last commit (106 ran twice in one CI run)."""
+        job finished since the last commit (106 ran twice in one CI run). The broker
+        refuses such a commit as ``REBALANCE_IN_PROGRESS``, or as ``ILLEGAL_GENERATION``
+        when the group's generation moved on while the commit was on its way (88 ran
+        twice in a CI run that gave up on it); both are answered. A member whose
+        partitions were lost for good has no positions left once answered: it stops
+        at once."""
         positions = self._engine.commit_positions(only)
         if not positions:
             return
         deadline = self._clock() + patience_s
-        rebalancing = False
         while True:
             offsets = [
                 TopicPartition(tp.topic, tp.partition, offset, metadata=metadata)
@@ -566,10 +570,8 @@ class ConsumerLoop:
                     log.warning("commit failed (%s); retrying", error)
                     self._producer.poll(COMMIT_RETRY_S)  # serves delivery reports meanwhile
                     continue
-                rebalancing |= code == KafkaError.REBALANCE_IN_PROGRESS
                 if (
                     serve_group
-                    and rebalancing
                     and self._clock() < deadline
                     and code in (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION)
                 ):

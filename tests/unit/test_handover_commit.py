@@ -165,3 +165,44 @@ def test_the_shutdown_commit_gives_up_on_a_rebalance_after_its_patience() -> Non
     _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
     assert engine.accepted == []
     assert HANDOVER_COMMIT_PATIENCE_S <= clock.now - start < HANDOVER_COMMIT_PATIENCE_S + 1
+
+
+def test_the_shutdown_commit_answers_a_generation_that_moved_on_and_commits_after_it() -> None:
+    """Another member joined and this one rejoined while its commit was on the way:
+    the commit carried the old generation. Answering the group gets the new one."""
+    clock, engine = Clock(), Engine()
+    consumer = Consumer(KafkaError.ILLEGAL_GENERATION, refusals=2, clock=clock)
+    _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
+    assert consumer.polls == 2 and len(consumer.commits) == 3
+    assert engine.accepted == [{TP: POSITION}]
+
+
+@dataclass
+class LosingEngine(Engine):
+    """Answering the group ends in the partitions being lost (a fenced member)."""
+
+    consumer: Consumer | None = None
+
+    def commit_positions(
+        self, only: set[TopicPart] | None = None
+    ) -> dict[TopicPart, tuple[int, str]]:
+        lost = self.consumer is not None and self.consumer.polls > 0
+        return {} if lost else super().commit_positions(only)
+
+
+def test_a_fenced_member_stops_once_its_partitions_are_lost() -> None:
+    clock = Clock()
+    consumer = Consumer(KafkaError.ILLEGAL_GENERATION, refusals=10_000, clock=clock)
+    engine = LosingEngine(consumer=consumer)
+    _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
+    assert consumer.polls == 1 and len(consumer.commits) == 1
+    assert engine.accepted == []
+
+
+def test_the_shutdown_commit_gives_up_on_an_old_generation_after_its_patience() -> None:
+    clock, engine = Clock(), Engine()
+    start = clock.now
+    consumer = Consumer(KafkaError.ILLEGAL_GENERATION, refusals=10_000, clock=clock)
+    _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
+    assert engine.accepted == []
+    assert HANDOVER_COMMIT_PATIENCE_S <= clock.now - start < HANDOVER_COMMIT_PATIENCE_S + 1
