@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from jobcore.delay_tiers import DelayTiers
@@ -158,10 +159,11 @@ def test_the_shutdown_commit_answers_a_rebalance_in_progress_and_commits_after_i
     assert engine.accepted == [{TP: POSITION}]
 
 
-def test_the_shutdown_commit_gives_up_on_a_rebalance_after_its_patience() -> None:
+@pytest.mark.parametrize("error", [KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION])
+def test_the_shutdown_commit_gives_up_on_a_rebalance_after_its_patience(error: int) -> None:
     clock, engine = Clock(), Engine()
     start = clock.now
-    consumer = Consumer(KafkaError.REBALANCE_IN_PROGRESS, refusals=10_000, clock=clock)
+    consumer = Consumer(error, refusals=10_000, clock=clock)
     _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
     assert engine.accepted == []
     assert HANDOVER_COMMIT_PATIENCE_S <= clock.now - start < HANDOVER_COMMIT_PATIENCE_S + 1
@@ -197,12 +199,3 @@ def test_a_fenced_member_stops_once_its_partitions_are_lost() -> None:
     _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
     assert consumer.polls == 1 and len(consumer.commits) == 1
     assert engine.accepted == []
-
-
-def test_the_shutdown_commit_gives_up_on_an_old_generation_after_its_patience() -> None:
-    clock, engine = Clock(), Engine()
-    start = clock.now
-    consumer = Consumer(KafkaError.ILLEGAL_GENERATION, refusals=10_000, clock=clock)
-    _loop(consumer, clock, engine).commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
-    assert engine.accepted == []
-    assert HANDOVER_COMMIT_PATIENCE_S <= clock.now - start < HANDOVER_COMMIT_PATIENCE_S + 1
