@@ -20,6 +20,8 @@ state and its invariants, in its own module:
 
 One lock (a condition, so claimers can long-poll) guards all parts; every public
 method is short, so contention stays low at batches of tens to hundreds of jobs.
+Arriving work wakes one waiting claimer that runs its type, not all of them (see
+``_work_arrived``).
 """
 
 from __future__ import annotations
@@ -97,9 +99,12 @@ class LeaseEngine:
         self._config = config
         self._clock = clock
         self._monotonic = monotonic
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._holding = False  # leasing held back until a commit lands
+        self._claimers: list[_Claimer] = []  # waiting for work, longest first
+        self._claim_wakeups = 0
         reader = self._reader = JobReader(decode)
         self._resolved = ResolvedIds(max_ids=config.resolved_ids,
                                      window_s=config.resolved_window_s)  # fmt: skip
@@ -108,7 +113,7 @@ class LeaseEngine:
                             reader=reader, resolved=self._resolved)  # fmt: skip
         self._book = PartitionBook(store=store, counters=self.counters, max_span=config.max_span)
         self._window = ReadyWindow(records=config.window_records, max_bytes=config.window_bytes,
-                                   wake=self._cond.notify_all, policy=policy,
+                                   wake=self._work_arrived, policy=policy,
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
         self._ordering = OrderingGate(keys=KeyBook(on_dead=config.on_dead, full=reader.full),
@@ -367,18 +372,21 @@ class LeaseEngine:
                     # poll so workers do not spin while their last acks come in.
                     remaining = deadline - self._monotonic()
                     if remaining > 0:
-                        self._cond.wait(remaining)
+                        self._wait(remaining, job_types)
                     return []
                 grants, actions = self._core.lease_ready(
                     worker, max_jobs, accept, reports_started=reports_started, start_now=start_now
                 )
                 self._copies.add(actions)
+                if grants:
+                    self._wake_next()  # what this claim left is another's
+                    break
                 # Only jobs over a rate limit wait: sleep until a token comes, not spin.
-                pause = 0.0 if grants else self._limits.wait_s(job_types)
+                pause = self._limits.wait_s(job_types)
                 remaining = deadline - self._monotonic()
                 if pause <= 0 or remaining <= 0:
                     break
-                self._cond.wait(min(pause, remaining))
+                self._wait(min(pause, remaining), job_types)
         return grants
 
     def _wait_for_work(self, job_types: frozenset[str], deadline: float) -> bool:
@@ -388,8 +396,68 @@ class LeaseEngine:
             remaining = deadline - self._monotonic()
             if remaining <= 0:
                 return False
-            self._cond.wait(remaining)
+            self._wait(remaining, job_types)
         return True
+
+    def _wait(self, timeout: float, job_types: frozenset[str]) -> None:
+        """Wait as a claimer, on a condition of its own over the engine's lock, so that
+        arriving work can wake one claimer of its type (see ``_work_arrived``)."""
+        claimer = _Claimer(threading.Condition(self._lock), job_types)
+        self._claimers.append(claimer)
+        try:
+            claimer.cond.wait(timeout)
+        finally:
+            self._claimers.remove(claimer)
+
+    def _work_arrived(self, job_type: str) -> None:
+        """A job of ``job_type`` became ready (under the lock): wake one claimer for it.
+
+        Waking every waiting claimer for every arrival (``notify_all``) cost the
+        leasekeeper 5% of its time at 1,200 jobs/s, in that call alone, and the
+        woken claims that found nothing then fought for the lock and the GIL.
+        The claimer woken is the one waiting longest among those that run the
+        type; while it has not taken the lock yet, it takes later arrivals of its
+        types too, and wakes nobody else. One that leaves jobs behind wakes the
+        next (``_wake_next``)."""
+        chosen: _Claimer | None = None
+        for claimer in self._claimers:
+            if claimer.types and job_type not in claimer.types:
+                continue
+            if claimer.woken:
+                return
+            if chosen is None:
+                chosen = claimer
+        if chosen is not None:
+            self._wake(chosen)
+
+    def _wake_next(self) -> None:
+        """Wake the longest-waiting claimer for which a ready job is left."""
+        for claimer in self._claimers:
+            if not claimer.woken and self._window.has_any(claimer.types):
+                self._wake(claimer)
+                return
+
+    def _wake_all(self) -> None:
+        for claimer in self._claimers:
+            if not claimer.woken:
+                self._wake(claimer)
+
+    def _wake(self, claimer: _Claimer) -> None:
+        claimer.woken = True
+        self._claim_wakeups += 1
+        claimer.cond.notify()
+
+    @property
+    def waiting_claims(self) -> int:
+        """Claims long-polling for work right now (one per idle worker, at most)."""
+        with self._cond:
+            return len(self._claimers)
+
+    @property
+    def claim_wakeups(self) -> int:
+        """Waiting claims woken so far (for work, a commit that landed, or closing)."""
+        with self._cond:
+            return self._claim_wakeups
 
     def _commits_behind(self) -> bool:
         """Whether too many finished jobs wait for a commit Kafka accepts: hand out no
@@ -602,12 +670,12 @@ class LeaseEngine:
             self._book.committed(positions)
             self._overflow.accepted(positions)
             if self._holding:
-                self._cond.notify_all()
+                self._wake_all()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._wake_all()
 
     # -- inspection ---------------------------------------------------------
 
@@ -638,6 +706,17 @@ class LeaseEngine:
                                         control=self.control, store=self._store,
                                         now_ms=now_ms(self._clock),
                                         reader=self._reader)  # fmt: skip
+
+
+class _Claimer:
+    """A claim waiting for work: the types it runs (empty: any) and its condition."""
+
+    __slots__ = ("cond", "types", "woken")
+
+    def __init__(self, cond: threading.Condition, types: frozenset[str]) -> None:
+        self.cond = cond
+        self.types = types
+        self.woken = False
 
 
 def _of_types(job_types: frozenset[str]) -> Callable[[Pending], bool] | None:

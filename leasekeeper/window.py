@@ -9,7 +9,7 @@ them). The window bounds what the loop fetches (``room``) in records and bytes.
 It also counts its jobs per partition, so that a full window pauses only the
 partitions holding more than their share of it (``over_share``): one partition's
 backlog must not stop the fetch of the others (see docs/fairness.md).
-The engine's lock guards it; ``wake`` tells waiting claimers that work arrived.
+The engine's lock guards it; ``wake`` tells waiting claimers that a job of a type arrived.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ReadyWindow:
         *,
         records: int,
         max_bytes: int,
-        wake: Callable[[], None],
+        wake: Callable[[str], None],
         policy: DispatchPolicy[Pending] | None = None,
         class_weights: Mapping[str, int] | None = None,
         tenants: TenantPolicy | None = None,
@@ -108,8 +108,7 @@ class ReadyWindow:
         self.bytes += len(pending.envelope)
         self._hold(pending, 1)
         self._typed(pending, 1)
-        # Every claimer wakes: the one woken alone might not run this job's type.
-        self._wake()
+        self._wake(pending.job.type)  # a waiting claimer of its type
 
     def push_front(self, pending: Pending) -> None:
         """A released job: it was not run, so it goes back to the front of its tenant."""
@@ -117,7 +116,7 @@ class ReadyWindow:
         self.bytes += len(pending.envelope)
         self._hold(pending, 1)
         self._typed(pending, 1)
-        self._wake()
+        self._wake(pending.job.type)
 
     def pop(
         self, accept: Callable[[Pending], bool] | None, skip: Container[str] = frozenset()
@@ -173,9 +172,8 @@ class ReadyWindow:
             self._ready.push(pending.job.tenant_id, pending)
             self.bytes += len(pending.envelope)
             self._typed(pending, 1)
+            self._wake(pending.job.type)
             moved += 1
-        if moved:
-            self._wake()
         return moved
 
     def room(self) -> int:

@@ -62,12 +62,18 @@ def measure_rate(
         system.start_workers(app, config.processes, config.concurrency, env)
         loader.load(WARMUP_JOBS)  # n = 0 .. WARMUP_JOBS-1: run, not measured
         procs.wait_until(lambda: progress.read(directory).count >= WARMUP_JOBS, 120, "warm-up jobs")
+        # What our processes spend per job at this rate, where claims and settles carry
+        # a few jobs each (a drain's carry hundreds).
+        meter = procs.CpuMeter({"leasekeeper": system.leasekeeper_pids,
+                                "workers": system.worker_pids})  # fmt: skip
+        meter.start()
         sent = len(loader.paced(rate, config.latency_s, delay=delay_s))
         procs.wait_until(
             lambda: len(progress.samples(directory)) >= sent,
             120 + (delay_s or 0),
             "every paced job",
         )
+        meter.stop()
         values = progress.samples(directory)
     finally:
         system.stop()
@@ -83,6 +89,7 @@ def measure_rate(
         "max_ms": round(max(values), 2),
         "mean_ms": round(statistics.fmean(values), 2),
         "measures": "start minus due time" if delay_s else "start minus enqueue",
+        "cpu_s_per_1000_jobs": procs.per_thousand(meter.used, sent),
     }
 
 

@@ -146,7 +146,7 @@ def test_a_class_s_tiers_of_one_partition_share_one_share_of_a_full_window() -> 
     gate = TierGate(TIERS, TOPICS, clock_ms=lambda: 0, classes=CLASSES)
     ready = [TopicPart(t, p) for t in TOPICS.classes(CLASSES) for p in range(2)]
     tiers = [TopicPart(t, p) for t in TIERS.topics(TOPICS, CLASSES) for p in range(2)]
-    window = ReadyWindow(records=48, max_bytes=1 << 20, wake=lambda: None)
+    window = ReadyWindow(records=48, max_bytes=1 << 20, wake=lambda job_type: None)
     flood = ready[0]
     for i in range(48):
         window.push(pending(flood, i))

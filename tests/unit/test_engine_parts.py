@@ -36,9 +36,11 @@ def pending(i: int, generation: int = 1, size: int = 10) -> Pending:
 class Wakes:
     def __init__(self) -> None:
         self.count = 0
+        self.types: list[str] = []
 
-    def __call__(self) -> None:
+    def __call__(self, job_type: str) -> None:
         self.count += 1
+        self.types.append(job_type)
 
 
 def test_the_window_counts_delayed_jobs_and_bytes_in_its_room() -> None:
@@ -47,7 +49,7 @@ def test_the_window_counts_delayed_jobs_and_bytes_in_its_room() -> None:
     window.queue(pending(0), not_before_ms=0, now_ms=1000)
     window.queue(pending(1), not_before_ms=5000, now_ms=1000)  # delayed
     assert (window.ready_count, window.delayed_count, window.room()) == (1, 1, 1)
-    assert wakes.count == 1, "only a ready job wakes claimers"
+    assert wakes.types == ["noop"], "only a ready job wakes claimers, naming its type"
     window.queue(pending(2, size=20), not_before_ms=0, now_ms=1000)
     assert window.room() == 0, "30 bytes held: full by bytes before full by records"
 

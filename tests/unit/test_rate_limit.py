@@ -167,14 +167,14 @@ def test_a_claim_waits_for_the_next_token_instead_of_answering_empty(tmp_path: P
     engine.offer(TP, 1, job(1), b"x")
     assert len(engine.claim("w", 5, wait_s=0)) == 1
     waits: list[float] = []
-    real_wait = engine._cond.wait
+    real_wait = engine._wait
 
-    def fake_wait(timeout: float | None = None) -> bool:
-        waits.append(timeout or 0.0)
-        clock.now += timeout or 0.0  # the time passes as the claimer sleeps
-        return real_wait(0)
+    def fake_wait(timeout: float, job_types: frozenset[str]) -> None:
+        waits.append(timeout)
+        clock.now += timeout  # the time passes as the claimer sleeps
+        real_wait(0, job_types)
 
-    engine._cond.wait = fake_wait  # type: ignore[method-assign]
+    engine._wait = fake_wait  # type: ignore[method-assign]
     assert len(engine.claim("w", 5, wait_s=3)) == 1
     assert waits and max(waits) <= 1.0, "slept until the next token, not the whole poll"
 

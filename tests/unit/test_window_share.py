@@ -16,7 +16,7 @@ def pending(tp: TopicPart, i: int) -> Pending:
 
 
 def window_of(records: int) -> ReadyWindow:
-    return ReadyWindow(records=records, max_bytes=1 << 20, wake=lambda: None)
+    return ReadyWindow(records=records, max_bytes=1 << 20, wake=lambda job_type: None)
 
 
 def test_a_full_window_pauses_only_the_partition_over_its_share() -> None:
