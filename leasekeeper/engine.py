@@ -18,10 +18,10 @@ state and its invariants, in its own module:
 - ``copy_queue``: copies decided and not yet taken by the outbox;
 - ``engine_view``: ``snapshot`` and ``job_view``.
 
-One lock (a condition, so claimers can long-poll) guards all parts; every public
-method is short, so contention stays low at batches of tens to hundreds of jobs.
-Arriving work wakes one waiting claimer that runs its type, not all of them (see
-``_work_arrived``).
+One lock guards all parts; every public method is short, so contention stays low
+at batches of tens to hundreds of jobs. A claim long-polls on a condition of its
+own over that lock: arriving work wakes one waiting claimer that runs its type,
+not all of them (see ``_work_arrived``).
 """
 
 from __future__ import annotations
@@ -100,7 +100,6 @@ class LeaseEngine:
         self._clock = clock
         self._monotonic = monotonic
         self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
         self._closed = False
         self._holding = False  # leasing held back until a commit lands
         self._claimers: list[_Claimer] = []  # waiting for work, longest first
@@ -153,7 +152,7 @@ class LeaseEngine:
         what the previous owner left in the commit metadata (whichever knows more)."""
         known = self._book.recall(tp, committed, metadata)
         overflow = self._overflow.recall(tp, metadata)
-        with self._cond:
+        with self._lock:
             self._book.assign(tp, committed, metadata, known)
             self._overflow.assign(tp, overflow)
             self._limits.follow_partitions()
@@ -161,38 +160,38 @@ class LeaseEngine:
     def assign_lines(self, tp: TopicPart, end_offset: int, lane: Iterable[LaneEntry]) -> None:
         """A class partition assigned: what of its lines is in the ordering lane, and its
         end offset now (its lines run once it is fetched that far; see ``KeyBook``)."""
-        with self._cond:
+        with self._lock:
             self._ordering.keys.assign(tp, end_offset, lane)
 
     def lane_operator(self, tp: TopicPart, seq: int, entry: LaneEntry | None) -> None:
         """An operator replayed (``entry``) or skipped (None) a dead head in the lane."""
-        with self._cond:
+        with self._lock:
             self._ordering.keys.operator_at(tp, seq, entry)
             self._ordering.release()
 
     def blocked_keys(self) -> list[BlockedLine]:
-        with self._cond:
+        with self._lock:
             return self._ordering.blocked()
 
     def assignment_received(self) -> None:
         """The consumer applied the group's first assignment in full (possibly empty)."""
-        with self._cond:
+        with self._lock:
             self._core.settle_in.assignment_received()
 
     def settling_in(self) -> bool:
         """True while leases not known yet are answered "retry later" (see SettleIn)."""
-        with self._cond:
+        with self._lock:
             return self._core.settling()
 
     def begin_revoke(self, tps: set[TopicPart]) -> None:
         """Stop dispatching from partitions about to move; their leases may still settle."""
-        with self._cond:
+        with self._lock:
             self._book.begin_revoke(tps)
             self._window.drop(lambda p: p.tp in tps)
 
     def revoke(self, tp: TopicPart) -> None:
         """Forget a partition: its ready jobs leave the window, its leases become unknown."""
-        with self._cond:
+        with self._lock:
             if self._book.revoke(tp) is not None:
                 self._window.drop(lambda p: p.tp == tp)
                 self._overflow.revoke(tp)
@@ -201,14 +200,14 @@ class LeaseEngine:
 
     def assigned(self) -> list[TopicPart]:
         """The partitions this engine holds (a fatal consumer error lets go of them all)."""
-        with self._cond:
+        with self._lock:
             return list(self._book.parts)
 
     def in_flight(self, tps: set[TopicPart] | None = None) -> int:
         """Leases and copies not yet settled in ``tps`` (all partitions by default). Every
         copy counts from the moment it is decided until the outbox delivered or dropped
         it: retries, dead letters, hops, raw dead letters and dedupe claims alike."""
-        with self._cond:
+        with self._lock:
             return self._book.in_flight(tps)
 
     # -- fetching ---------------------------------------------------------
@@ -225,13 +224,13 @@ class LeaseEngine:
         skip it if already resolved, else queue it (for dispatch at once, or at
         ``not_before_ms``)."""
         head = job if isinstance(job, JobHead) else JobHead.of(job)
-        with self._cond:
+        with self._lock:
             self._intake.offer(tp, offset, head, envelope, not_before_ms)
 
     def offer_many(self, records: Sequence[tuple[TopicPart, int, JobHead, bytes]]) -> None:
         """Records due now, in fetch order, under one hold of the lock: taking it once
         per record was the leasekeeper's largest single cost at high rates."""
-        with self._cond:
+        with self._lock:
             offer = self._intake.offer
             for tp, offset, head, envelope in records:
                 offer(tp, offset, head, envelope, 0)
@@ -242,7 +241,7 @@ class LeaseEngine:
         ``producer cancel`` can say so. A running one is answered when its lease ends."""
         fresh = self.control.take_fresh()
         if fresh:
-            with self._cond:
+            with self._lock:
                 self._intake.cancelled_waiting(fresh)
 
     def note_delayed(self, tp: TopicPart, offset: int, job: JobHead) -> None:
@@ -250,7 +249,7 @@ class LeaseEngine:
         ``inspect job`` (the record itself stays the only copy of the job)."""
         status = self._intake.note_delayed(tp, offset, job)
         if status is not None:
-            with self._cond:
+            with self._lock:
                 self._copies.add([status])
 
     def prune_notes(self) -> int:
@@ -264,14 +263,14 @@ class LeaseEngine:
     def track_unoffered(self, tp: TopicPart, offset: int) -> int | None:
         """Track a record that will not be dispatched (undecodable, or hopping to another
         delay tier); returns its generation for the copy, None if it needs none."""
-        with self._cond:
+        with self._lock:
             return self._book.track_unoffered(tp, offset)
 
     def promote_due(self) -> int:
         """Move delayed jobs whose time came to the ready window; returns how many. Then
         park the ready jobs of types whose breaker is open, and take the ordered lines'
         turn (``OrderingGate.turn``) (called every loop turn)."""
-        with self._cond:
+        with self._lock:
             live = self._book.live
             moved = self._window.promote_due(now_ms(self._clock), lambda p: live(p) is not None)
             self._copies.add(self._breakers.sweep(self._window))
@@ -293,7 +292,7 @@ class LeaseEngine:
 
     def window_room(self) -> int:
         """How many more records the window takes (0 when full by records or bytes)."""
-        with self._cond:
+        with self._lock:
             return self._window.room()
 
     def window_full(self) -> bool:
@@ -304,31 +303,31 @@ class LeaseEngine:
     ) -> tuple[set[TopicPart], int]:
         """The partitions a full window pauses (those holding their share of it or
         more) and the records the others may still fetch: see ``ReadyWindow.over_share``."""
-        with self._cond:
+        with self._lock:
             return self._window.over_share(fetching, unit)
 
     # -- the overflow lane (see overflow_lane) --------------------------------
 
     def overflow_topic(self, topic: str) -> None:
         """The overflow lane's topic (its records are copies, a second one is skipped)."""
-        with self._cond:
+        with self._lock:
             self._overflow.topic = topic
 
     def overflow_floods(self, over: set[TopicPart], slice_: int) -> int:
         """Move to the overflow lane the tenants flooding ``over`` (ready partitions a
         full window pauses; ``slice_`` is each one's share of the window); returns how
         many ready jobs moved."""
-        with self._cond:
+        with self._lock:
             return self._overflow.floods(over, slice_)
 
     def overflow_watched(self) -> set[int]:
         """Overflow partitions whose committed offset decides whether a tenant is back."""
-        with self._cond:
+        with self._lock:
             return self._overflow.lane.watched()
 
     def overflow_committed(self, committed: Mapping[int, int]) -> None:
         """The group's committed offsets in the overflow topic, read from Kafka."""
-        with self._cond:
+        with self._lock:
             self._overflow.overflow_committed(committed)
 
     def copying(self, limit: int, unsaved: int) -> set[TopicPart]:
@@ -336,7 +335,7 @@ class LeaseEngine:
         decided and not delivered (fetching more would only queue more copies), and
         those with ``unsaved`` copies to the overflow lane in no accepted commit yet
         (what a move, after the group coordinator failed, would copy again)."""
-        with self._cond:
+        with self._lock:
             return {
                 tp
                 for tp, s in self._book.parts.items()
@@ -362,7 +361,7 @@ class LeaseEngine:
         which go to idle handlers and count as started at once."""
         deadline = self._monotonic() + wait_s
         accept = _of_types(job_types)
-        with self._cond:
+        with self._lock:
             self._unhandled.workers.saw(worker, job_types, now_ms(self._clock))
             while True:
                 if not self._wait_for_work(job_types, deadline):
@@ -450,13 +449,13 @@ class LeaseEngine:
     @property
     def waiting_claims(self) -> int:
         """Claims long-polling for work right now (one per idle worker, at most)."""
-        with self._cond:
+        with self._lock:
             return len(self._claimers)
 
     @property
     def claim_wakeups(self) -> int:
         """Waiting claims woken so far (for work, a commit that landed, or closing)."""
-        with self._cond:
+        with self._lock:
             return self._claim_wakeups
 
     def _commits_behind(self) -> bool:
@@ -480,12 +479,12 @@ class LeaseEngine:
         self, leases: list[tuple[str, str]], started: frozenset[str] = frozenset()
     ) -> list[LeaseAnswer]:
         """Extend leases; ``started`` names those whose handler has started."""
-        with self._cond:
+        with self._lock:
             return self._core.heartbeat(leases, started)
 
     def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
         """Acks are persisted before the answer; nacks are resolved once copied durably."""
-        with self._cond:
+        with self._lock:
             answers, actions = self._core.settle(settlements)
             self._copies.add(actions)
             self._copies.add(self._breakers.sweep(self._window))
@@ -495,7 +494,7 @@ class LeaseEngine:
         """The reaper: leases past ``until`` count as failed attempts (worker presumed dead),
         except a bounded number of never-started ones, which go back to the front with
         their attempt; returns the copies made."""
-        with self._cond:
+        with self._lock:
             actions = self._core.expire()
             self._copies.add(actions)
             self._copies.add(self._breakers.sweep(self._window))
@@ -506,7 +505,7 @@ class LeaseEngine:
         its share of the window (see ``LimitDispatch``); returns how many."""
         if not self._limits.active:
             return 0
-        with self._cond:
+        with self._lock:
             actions = self._limits.park_excess(now_ms(self._clock))
             self._copies.add(actions)
         return len(actions)
@@ -514,18 +513,18 @@ class LeaseEngine:
     def queue_partitions(self, topics: frozenset[str], partitions: int) -> None:
         """The topics the queue's leasekeepers consume and their partitions: each type's
         rate limit applies here in the share of them this leasekeeper owns."""
-        with self._cond:
+        with self._lock:
             self._limits.queue_partitions(topics, partitions)
 
     def limits(self) -> LimitsSnapshot | None:
         """Each rate limiter (rate, tokens, waiting) for ``inspect`` and metrics."""
-        with self._cond:
+        with self._lock:
             return self._limits.snapshot()
 
     def sweep_unhandled(self) -> int:
         """Ready jobs whose type no connected worker runs: note (durably) when that was
         first seen, and dead-letter those that waited past the grace; returns how many."""
-        with self._cond:
+        with self._lock:
             actions = self._unhandled.sweep(now_ms(self._clock))
             self._copies.add(actions)
         return len(actions)
@@ -540,17 +539,17 @@ class LeaseEngine:
         rate limit): held, it would stop its partition's commit. ``pending`` must have
         left the window (``ReadyWindow.pop`` / ``remove_ready``) and not be leased.
         ``reason`` is for logs (``describe``); ``Counters.parked`` counts the job."""
-        with self._cond:
+        with self._lock:
             self._copies.add([self._parking.park(pending, delay_s, reason)])
 
     def breaker_transitions(self) -> list[Transition]:
         """Breaker state changes since the last call, for the breaker topic."""
-        with self._cond:
+        with self._lock:
             return self._breakers.take_transitions()
 
     def force_breaker(self, job_type: str, *, open_: bool, reason: str) -> Transition:
         """An operator opens (held open, no probes) or closes ``job_type``'s breaker."""
-        with self._cond:
+        with self._lock:
             transition = self._breakers.force(job_type, open_=open_, reason=reason)
             self._copies.add(self._breakers.sweep(self._window))
             return transition
@@ -569,7 +568,7 @@ class LeaseEngine:
         """Take a breaker state published on the queue's breaker topic (by another
         leasekeeper, an operator, or this one before a restart). ``until_ms`` is wall
         time; the breaker runs on the monotonic clock."""
-        with self._cond:
+        with self._lock:
             until = self._monotonic() + (until_ms - now_ms(self._clock)) / 1000
             self._breakers.adopt(job_type, state=state, until=until, cooldown_s=cooldown_s,
                                  trips=trips, forced=forced, reason=reason)  # fmt: skip
@@ -582,7 +581,7 @@ class LeaseEngine:
         return now_ms(self._clock) + int((monotonic_s - self._monotonic()) * 1000)
 
     def breakers(self) -> list[BreakerView]:
-        with self._cond:
+        with self._lock:
             return self._breakers.views()
 
     # -- the outbox's side of copies ------------------------------------------
@@ -590,17 +589,17 @@ class LeaseEngine:
     def copy(self, request: CopyRequest) -> None:
         """Queue a copy decided outside the engine (a hop, an undecodable record's dead
         letter), counted in flight like the engine's own."""
-        with self._cond:
+        with self._lock:
             self._copies.add([request])
 
     def take_copies(self) -> list[CopyRequest]:
         """Copies queued since the last call, for the outbox to send."""
-        with self._cond:
+        with self._lock:
             return self._copies.take()
 
     def take_statuses(self) -> list[JobStatus]:
         """Status records (how jobs ended) queued since the last call, for the outbox."""
-        with self._cond:
+        with self._lock:
             return self._copies.take_statuses()
 
     def is_current(self, request: CopyRequest) -> bool:
@@ -608,7 +607,7 @@ class LeaseEngine:
         A status record is always current: the job ended here whoever owns it now."""
         if request.kind is CopyKind.STATUS:
             return True
-        with self._cond:
+        with self._lock:
             return self._book.current(request.source, request.generation) is not None
 
     def copy_delivered(self, request: CopyRequest, *, dead: bool = False, at: int = -1) -> None:
@@ -617,7 +616,7 @@ class LeaseEngine:
         dead letter instead (the copy was too large)."""
         if request.kind is CopyKind.STATUS:
             return
-        with self._cond:
+        with self._lock:
             self._copies.done(request)
             if request.kind is CopyKind.OVERFLOW:
                 self._overflow.delivered(request, -1 if dead else at)
@@ -633,7 +632,7 @@ class LeaseEngine:
 
     def copy_dropped(self, request: CopyRequest) -> None:
         """The outbox gave up a copy whose partition moved: no longer in flight here."""
-        with self._cond:
+        with self._lock:
             self._copies.done(request)
             self._intake.claim_dropped(request)
             self._ordering.dropped(request)
@@ -646,7 +645,7 @@ class LeaseEngine:
         self, only: set[TopicPart] | None = None
     ) -> dict[TopicPart, tuple[int, str]]:
         """Partitions whose commit (offset, or progress beyond it) changed since the last."""
-        with self._cond:
+        with self._lock:
             self._overflow.refresh()
             positions = self._book.commit_positions(only)
             self._overflow.sent(positions, only)
@@ -656,31 +655,31 @@ class LeaseEngine:
         """The broker refused ``tp``'s commit metadata as too large: the position to
         commit instead, with at most half as much metadata (none at the end). A move
         then re-runs more of the jobs finished beyond the commit, but the commit moves."""
-        with self._cond:
+        with self._lock:
             return self._book.shrink_metadata(tp)
 
     def over_span(self) -> set[TopicPart]:
         """Partitions fetched so far beyond their commit that metadata could not describe."""
-        with self._cond:
+        with self._lock:
             return self._book.over_span()
 
     def committed(self, positions: Mapping[TopicPart, tuple[int, str]]) -> None:
         """Kafka accepted these commits: the store can forget everything below them."""
-        with self._cond:
+        with self._lock:
             self._book.committed(positions)
             self._overflow.accepted(positions)
             if self._holding:
                 self._wake_all()
 
     def close(self) -> None:
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._wake_all()
 
     # -- inspection ---------------------------------------------------------
 
     def snapshot(self) -> EngineSnapshot:
-        with self._cond:
+        with self._lock:
             return engine_view.snapshot(
                 book=self._book,
                 window=self._window,
@@ -693,7 +692,7 @@ class LeaseEngine:
 
     def fairness(self) -> FairnessSnapshot:
         """Per priority class and per tenant: what ``inspect`` and the metrics show."""
-        with self._cond:
+        with self._lock:
             return fairness_snapshot(config=self._config, window=self._window,
                                      book=self._book, now_ms=now_ms(self._clock),
                                      overflow=self._overflow.lane.backlog())  # fmt: skip
@@ -701,7 +700,7 @@ class LeaseEngine:
     def job_view(self, given: str) -> dict[str, object]:
         """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a
         job id or a unique prefix of one (8+ characters)."""
-        with self._cond:
+        with self._lock:
             return engine_view.job_view(given, book=self._book, window=self._window,
                                         control=self.control, store=self._store,
                                         now_ms=now_ms(self._clock),

@@ -85,13 +85,20 @@ def test_one_arrival_wakes_one_of_three_waiting_claimers(
     assert engine.waiting_claims == 0
 
 
+def two_claims_then_a_batch(
+    engine: LeaseEngine, results: queue.Queue[Result], *, max_jobs: int, jobs: int
+) -> None:
+    """Two claims of any type wait; then ``jobs`` jobs arrive in one fetch."""
+    claim_in_thread(engine, results, "a", max_jobs=max_jobs)
+    claim_in_thread(engine, results, "b", max_jobs=max_jobs)
+    await_waiting(engine, 2)
+    engine.offer_many([(TP, i, JobHead.of(job(i)), b"x") for i in range(jobs)])
+
+
 def test_what_a_full_claim_leaves_wakes_the_next_claimer(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     results: queue.Queue[Result] = queue.Queue()
-    claim_in_thread(engine, results, "a", max_jobs=4)
-    claim_in_thread(engine, results, "b", max_jobs=4)
-    await_waiting(engine, 2)
-    engine.offer_many([(TP, i, JobHead.of(job(i)), b"x") for i in range(6)])
+    two_claims_then_a_batch(engine, results, max_jobs=4, jobs=6)
     sizes = sorted(len(results.get(timeout=ANSWER_WAIT_S)[1]) for _ in range(2))
     assert sizes == [2, 4]
 
@@ -114,10 +121,7 @@ def test_a_claimer_of_other_types_does_not_swallow_the_wake(tmp_path: Path) -> N
 def test_a_batch_wakes_one_claimer_which_takes_it_all(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     results: queue.Queue[Result] = queue.Queue()
-    claim_in_thread(engine, results, "a", max_jobs=100)
-    claim_in_thread(engine, results, "b", max_jobs=100)
-    await_waiting(engine, 2)
-    engine.offer_many([(TP, i, JobHead.of(job(i)), b"x") for i in range(20)])
+    two_claims_then_a_batch(engine, results, max_jobs=100, jobs=20)
     _, grants = results.get(timeout=ANSWER_WAIT_S)
     assert len(grants) == 20
     assert engine.claim_wakeups == 1
