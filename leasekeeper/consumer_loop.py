@@ -376,9 +376,7 @@ class ConsumerLoop:
             return
         hop = self._gate.tiers.next_hop(job.run_at_ms, now)
         assert hop is not None  # not due: checked above
-        full = job.full or self._decode(tp, offset, message)  # a hop rewrites the record
-        if full is not None:
-            self._hop(tp, offset, full, hop)
+        self._hop(tp, offset, job, value, hop)
 
     def _note_behind_head(self, tp: TopicPart, offset: int, message: Message) -> None:
         """A tier record fetched behind a held head: not dispatched now, but indexed by
@@ -394,21 +392,25 @@ class ConsumerLoop:
                 return  # dead-lettered (or held) when its turn comes
         self._engine.note_delayed(tp, offset, head)
 
-    def _hop(self, tp: TopicPart, offset: int, job: Job, hop: str) -> None:
-        """Copy the job to tier ``hop``; the original resolves on the copy's delivery."""
+    def _hop(self, tp: TopicPart, offset: int, head: JobHead, value: bytes, hop: str) -> None:
+        """Copy the job to tier ``hop``; the original resolves on the copy's delivery.
+
+        A hop changes nothing in the job (its attempt and due time stay), so a record
+        read from its headers goes byte for byte, never decoded: a job delayed by
+        minutes hops through the short tiers several times, and decoding and encoding
+        it at each hop cost more than the rest of its handling. A record read through
+        its envelope (an older producer's) is written anew with headers."""
         generation = self._engine.track_unoffered(tp, offset)
         if generation is None:
             return
-        self._engine.copy(
-            CopyRequest(
-                kind=CopyKind.HOP,
-                source=tp,
-                offset=offset,
-                generation=generation,
-                job=job,
-                tier=hop,
-            )
-        )
+        if head.full is not None:
+            request = CopyRequest(kind=CopyKind.HOP, source=tp, offset=offset,
+                                  generation=generation, job=head.full, tier=hop)  # fmt: skip
+        else:
+            request = CopyRequest(kind=CopyKind.HOP, source=tp, offset=offset,
+                                  generation=generation, head=head, raw_value=value,
+                                  tier=hop)  # fmt: skip
+        self._engine.copy(request)
 
     def _dead_letter_raw(
         self, tp: TopicPart, offset: int, key: bytes | None, value: bytes | None, reason: str

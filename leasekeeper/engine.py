@@ -336,10 +336,16 @@ class LeaseEngine:
         those with ``unsaved`` copies to the overflow lane in no accepted commit yet
         (what a move, after the group coordinator failed, would copy again)."""
         with self._lock:
+            parts = self._book.parts
+            if limit > 0 and unsaved > 0:  # only partitions with copies can qualify
+                candidates = self._book.with_copies | self._overflow.copied_parts()
+            else:
+                candidates = set(parts)
             return {
                 tp
-                for tp, s in self._book.parts.items()
-                if s.copies_in_flight >= limit or self._overflow.unsaved(tp) >= unsaved
+                for tp in candidates
+                if (s := parts.get(tp)) is not None
+                and (s.copies_in_flight >= limit or self._overflow.unsaved(tp) >= unsaved)
             }
 
     # -- workers ------------------------------------------------------------

@@ -57,7 +57,7 @@ class Intake:
         state = self._book.parts.get(tp)
         if state is None or offset <= state.tracker.highest_fetched:
             return  # not ours, or re-fetched after a pause: already in hand
-        state.tracker.fetched(offset)
+        self._book.fetched(state, offset)
         if offset in state.resolved_before:
             state.tracker.resolve(offset)
             state.stored_leases.pop(offset, None)

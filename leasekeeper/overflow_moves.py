@@ -180,8 +180,14 @@ class OverflowMoves:
     def unsaved(self, tp: TopicPart | None = None) -> int:
         """Copies delivered (their sources resolved) that no accepted commit describes:
         what a move now would copy again."""
-        parts = [tp] if tp is not None else list(self._copied)
-        return sum(self._copied[p] - self._durable.get(p, 0) for p in parts if p in self._copied)
+        if tp is not None:
+            copied = self._copied.get(tp)
+            return 0 if copied is None else copied - self._durable.get(tp, 0)
+        return sum(n - self._durable.get(p, 0) for p, n in self._copied.items())
+
+    def copied_parts(self) -> set[TopicPart]:
+        """The partitions that have copies to the lane this owner made."""
+        return set(self._copied)
 
     def dropped(self, request: CopyRequest) -> None:
         if (tenant := request.tenant_id) is not None:

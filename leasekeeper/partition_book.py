@@ -84,6 +84,12 @@ class PartitionBook:
         self._generation = 0
         # The smallest metadata limit a broker accepted so far: new partitions start there.
         self._metadata_limit = METADATA_LIMIT
+        # What the loop checks on every turn, kept as it changes rather than found by
+        # going over every partition (a queue has a hundred delay-tier partitions,
+        # nearly all idle): the partitions a fetch took to ``max_span`` beyond their
+        # commit (a span grows only by fetching), and those with copies on the way.
+        self._spanning: set[TopicPart] = set()
+        self.with_copies: set[TopicPart] = set()
 
     # -- assignment ---------------------------------------------------------
 
@@ -136,7 +142,16 @@ class PartitionBook:
                 state.draining = True
 
     def revoke(self, tp: TopicPart) -> PartitionState | None:
+        self._spanning.discard(tp)
+        self.with_copies.discard(tp)
         return self.parts.pop(tp, None)
+
+    def fetched(self, state: PartitionState, offset: int) -> None:
+        """Track a newly fetched offset of ``state``'s partition (above its highest)."""
+        tracker = state.tracker
+        tracker.fetched(offset)
+        if offset - tracker.committable >= self._max_span - 1:
+            self._spanning.add(state.tp)
 
     # -- generations --------------------------------------------------------
 
@@ -154,6 +169,10 @@ class PartitionBook:
         state = self.current(request.source, request.generation)
         if state is not None:
             state.copies_in_flight += delta
+            if state.copies_in_flight > 0:
+                self.with_copies.add(state.tp)
+            else:
+                self.with_copies.discard(state.tp)
 
     def in_flight(self, tps: set[TopicPart] | None) -> int:
         return sum(
@@ -170,7 +189,7 @@ class PartitionBook:
         state = self.parts.get(tp)
         if state is None or offset <= state.tracker.highest_fetched:
             return None
-        state.tracker.fetched(offset)
+        self.fetched(state, offset)
         state.stored_leases.pop(offset, None)
         if offset in state.resolved_before:
             state.tracker.resolve(offset)
@@ -236,11 +255,17 @@ class PartitionBook:
         return offset, _metadata(state, offset)
 
     def over_span(self) -> set[TopicPart]:
-        return {
+        """Partitions fetched ``max_span`` or more beyond their commit: of those a fetch
+        took there, the ones whose commit has not caught up since."""
+        if self._max_span <= 1:  # even an unfetched partition counts: ask every one
+            self._spanning = set(self.parts)
+        self._spanning = {
             tp
-            for tp, state in self.parts.items()
-            if state.tracker.highest_fetched - state.tracker.committable >= self._max_span - 1
+            for tp in self._spanning
+            if (state := self.parts.get(tp)) is not None
+            and state.tracker.highest_fetched - state.tracker.committable >= self._max_span - 1
         }
+        return set(self._spanning)
 
     def committed(self, positions: Mapping[TopicPart, tuple[int, str]]) -> None:
         """Kafka accepted these commits: forget everything below them, here and in the store."""

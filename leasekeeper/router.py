@@ -72,7 +72,8 @@ class KafkaRouter:
         (a producer configured with more classes) has no tier topics of its own here:
         its jobs wait in the default class's tiers, as they are dispatched in it."""
         tier = request.tier or self._tiers.tier_for(request.delay_s)
-        klass = request.job.priority_class if request.job is not None else DEFAULT_CLASS
+        named = request.job if request.job is not None else request.head
+        klass = named.priority_class if named is not None else DEFAULT_CLASS
         return self._topics.retry(tier, klass if klass in self._classes else DEFAULT_CLASS)
 
     def status_copy(self, status: JobStatus) -> CopyRequest:
@@ -111,6 +112,16 @@ class KafkaRouter:
                 value=value,
                 headers=tuple(job_headers(moved, value)),
                 partition=request.source.partition,
+            )
+        if shrink is Shrink.FULL and kind is CopyKind.HOP and request.job is None:
+            # A hop of a record read from its headers: the fetched bytes, unchanged.
+            head, value = request.head, request.raw_value
+            assert head is not None and value is not None
+            return OutRecord(
+                topic=self.tier_topic(request),
+                key=head.tenant_id.encode(),
+                value=value,
+                headers=tuple(job_headers(head, value)),
             )
         if request.job is None and request.head is not None:
             return self._dead_undecoded(request, shrink)
@@ -167,16 +178,21 @@ class KafkaRouter:
         return self._to_dlq(job.tenant_id.encode(), letter, job.job_id)
 
     def _dead_undecoded(self, request: CopyRequest, shrink: Shrink) -> OutRecord:
-        """An overflow copy sent byte for byte (never decoded) was too large for the
-        overflow topic: it dies as a dead letter of its decoded job, or byte for byte
-        when its envelope does not decode."""
+        """An overflow copy or a hop sent byte for byte (never decoded) was too large for
+        its topic: it dies as a dead letter of its decoded job, or byte for byte when
+        its envelope does not decode."""
         assert request.head is not None and request.raw_value is not None
         try:
             job = self._codec.decode(request.raw_value)
         except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+            where = (
+                self._topics.overflow
+                if request.kind is CopyKind.OVERFLOW
+                else self.tier_topic(request)
+            )
             detail = (
-                f"job {request.head.job_id}: its overflow copy was too large for "
-                f"{self._topics.overflow}, and its envelope could not be decoded: "
+                f"job {request.head.job_id}: its {request.kind.value} copy was too large for "
+                f"{where}, and its envelope could not be decoded: "
                 f"{type(exc).__name__}: {exc}"
             )
             raw = replace(request, kind=CopyKind.DEAD_RAW, detail=detail,

@@ -4,6 +4,7 @@ mode; and the slow path for records without them."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.copies import CopyKind, Shrink
+from leasekeeper.copies import CopyKind, CopyRequest, Shrink
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Outcome, Pending, Settlement, TopicPart
@@ -419,3 +420,111 @@ def test_a_fetch_is_offered_under_one_lock_hold_and_in_offset_order() -> None:
     loop._offer(due)
     assert [o for o, _ in engine.offered] == [1, 2, 3, 4, 5]
     assert engine.batches == [[1, 2], [3], [4, 5]]
+
+
+# -- hops between delay tiers: byte for byte --------------------------------------
+
+
+class _CountingCodec(EnvelopeCodec):
+    def __init__(self) -> None:
+        super().__init__(SchemaRegistry())
+        self.decodes = 0
+
+    def decode(self, data: bytes | None) -> Job:
+        self.decodes += 1
+        return super().decode(data)
+
+
+class _TierMessage(_Message):
+    """A record of the default class's 1h tier, produced ``produced_ms``."""
+
+    def __init__(
+        self, offset: int, value: bytes, headers: list[tuple[str, bytes]] | None, produced_ms: int
+    ) -> None:
+        super().__init__(offset, value, headers)
+        self._produced_ms = produced_ms
+
+    def topic(self) -> str:
+        return "jobs.q.retry.1h"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._produced_ms)
+
+
+class _HopEngine:
+    """Records the copies the loop asks for."""
+
+    def __init__(self) -> None:
+        self.copies: list[CopyRequest] = []
+
+    def track_unoffered(self, tp: TopicPart, offset: int) -> int:
+        return 1
+
+    def copy(self, request: CopyRequest) -> None:
+        self.copies.append(request)
+
+
+def _hop_of(codec: _CountingCodec, job: Job, *, headers: bool) -> tuple[CopyRequest, bytes]:
+    """The copy the loop makes of ``job`` released by the 1h tier 30 minutes early."""
+    engine = _HopEngine()
+    loop = ConsumerLoop(
+        consumer=_Consumer(),  # type: ignore[arg-type]
+        producer=None,  # type: ignore[arg-type]
+        engine=engine,  # type: ignore[arg-type]
+        codec=codec,
+        outbox=None,  # type: ignore[arg-type]
+        topics=QueueTopics(queue="q"),
+        gate=TierGate(DelayTiers(), QueueTopics(queue="q")),
+        config=LoopConfig(),
+    )
+    value = codec.encode(job)
+    produced = job.run_at_ms - 90 * 60_000  # its hour in the tier is over
+    message = _TierMessage(5, value, job_headers(job, value) if headers else None, produced)
+    loop._handle(message)  # type: ignore[arg-type]
+    (copy,) = engine.copies
+    return copy, value
+
+
+def test_a_hop_copies_the_fetched_record_without_decoding_it() -> None:
+    """A job delayed by an hour and more hops to a shorter tier when its hour in the
+    1h tier is over: the copy is the fetched value as it is (nothing about the job
+    changes), its headers made from the head, and nothing is decoded."""
+    codec = _CountingCodec()
+    run_at = int(time.time() * 1000) + 30 * 60_000
+    job = _job(tenant_id="t", attempt=2, run_at_ms=run_at, priority_class="critical")
+    copy, value = _hop_of(codec, job, headers=True)
+    assert (copy.kind, copy.tier, copy.job) == (CopyKind.HOP, "10m", None)
+    router = KafkaRouter(codec=CODEC, topics=QueueTopics(queue="q"), tiers=DelayTiers(),
+                         classes=("default", "critical"))  # fmt: skip
+    record = router.record(copy)
+    assert record.topic == "jobs.q.critical.retry.10m"  # its own class's tier
+    assert record.value == value and record.key == b"t"
+    head = read_head(record.key, list(record.headers), value)
+    assert head is not None
+    _same(head, job, record.value)
+    assert codec.decodes == 0
+
+
+def test_a_hop_of_a_record_without_headers_is_written_anew_with_headers() -> None:
+    """An older producer's record (no headers) was decoded to be read: its hop is
+    encoded from that job, once, and carries headers from then on."""
+    codec = _CountingCodec()
+    run_at = int(time.time() * 1000) + 30 * 60_000
+    job = _job(tenant_id="t", run_at_ms=run_at)
+    copy, _ = _hop_of(codec, job, headers=False)
+    assert copy.job == job and codec.decodes == 1
+    record = _router().record(copy)
+    assert record.topic == "jobs.q.retry.10m" and record.value is not None
+    head = read_head(record.key, list(record.headers), record.value)
+    assert head is not None and head.run_at_ms == run_at
+
+
+def test_a_byte_for_byte_hop_too_large_for_its_tier_dies_as_its_decoded_job() -> None:
+    codec = _CountingCodec()
+    run_at = int(time.time() * 1000) + 30 * 60_000
+    copy, _ = _hop_of(codec, _job(tenant_id="t", run_at_ms=run_at), headers=True)
+    assert copy.job is None and copy.raw_value is not None  # sent byte for byte
+    letter = CODEC.decode_dead_letter(_router().record(copy, Shrink.SHORT_HISTORY).value)
+    assert letter.reason == DeadLetterReason.TOO_LARGE.value
+    assert "hop copy was too large for jobs.q.retry.10m" in letter.detail
+    assert CODEC.decode(letter.envelope).job_id == "j-1"
