@@ -384,6 +384,8 @@ class ConsumerLoop:
         value = message.value()
         if value is None or self._gate.tier_of(tp.topic) is None:
             return
+        if self._engine.noted(tp, offset):
+            return  # fetched again behind the same head: noted the first time
         head = read_head(message.key(), message.headers(), value)
         if head is None:
             try:

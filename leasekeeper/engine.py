@@ -252,6 +252,10 @@ class LeaseEngine:
             with self._lock:
                 self._copies.add([status])
 
+    def noted(self, tp: TopicPart, offset: int) -> bool:
+        """Whether this delay-tier record is noted already (``note_delayed``)."""
+        return self._intake.noted(tp, offset)
+
     def prune_notes(self) -> int:
         """Forget old notes by job id (see ``Intake.prune_notes``); returns how many."""
         return self._intake.prune_notes()

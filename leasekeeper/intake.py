@@ -209,7 +209,18 @@ class Intake:
 
     def note_delayed(self, tp: TopicPart, offset: int, job: JobHead) -> CopyRequest | None:
         """Remember a delay-tier record by id; the status record to send if the job was
-        cancelled already (it will be skipped when due)."""
+        cancelled already (it will be skipped when due).
+
+        Once per record: a held tier's partition is fetched again from its head each
+        time the head's wait is checked, and every record behind the head comes back
+        each time. Noting them all again (a store write each) was half of what the
+        leasekeeper did for delayed jobs, and re-sent the status of a cancelled one.
+        A cancellation that arrives later finds the note (``cancelled_waiting``)."""
+        if self.noted(tp, offset):
+            return None
+        state = self._book.parts.get(tp)
+        if state is not None:
+            state.noted_through = offset
         note = records.delayed_note(tp, offset, job, seen_ms=now_ms(self._clock))
         batch = self._store.batch()
         batch.note(note)
@@ -217,6 +228,13 @@ class Intake:
         if not self._control.is_cancelled(job.job_id):
             return None
         return records.cancelled_in_tier(note, at_ms=now_ms(self._clock))
+
+    def noted(self, tp: TopicPart, offset: int) -> bool:
+        """Whether the record at ``offset`` of this delay-tier partition is noted (the
+        partition's records are noted in offset order, each the first time it is
+        fetched under this assignment)."""
+        state = self._book.parts.get(tp)
+        return state is not None and offset <= state.noted_through
 
     def prune_notes(self) -> int:
         """Forget, by id, skipped and cancelled jobs older than the dedupe window, and

@@ -58,6 +58,8 @@ class PartitionState:
     durable_resolutions: int = 0
     # (offset, metadata) sent in a commit → the resolutions it describes.
     commits_sent: dict[tuple[int, str], int] = field(default_factory=dict)
+    # A delay tier's records up to this offset are noted by id (``Intake.note_delayed``).
+    noted_through: int = -1
     # The tenants in overflow on this partition, as the commit metadata carries them
     # (see overflow_lane): appended to the progress, which gives it the room it takes.
     overflow_section: str = ""

@@ -196,3 +196,22 @@ def test_the_switch_record_reads_back_and_is_no_job_status() -> None:
     assert not STATUS_SWITCH_KEY.decode().isprintable()  # never a job id
     note = switched_off_note("q", 1_800_000_000_000)
     assert note.startswith("status records are off for queue q since 2027-01-15T08:00:00Z")
+
+
+def test_a_held_tier_record_fetched_again_is_noted_and_answered_once(tmp_path: Path) -> None:
+    """A held tier's records are fetched again each time its head is checked: a
+    cancelled one among them is answered once, not once per fetch; the partition's
+    next owner (a new assignment) notes it again."""
+    tier = TopicPart("jobs.q.retry.1m", 0)
+    engine = make_engine(tmp_path)
+    engine.assign(tier, 0)
+    engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
+    engine.cancellations_arrived()
+    delayed = job(0, run_at_ms=2_000_000_000_000)
+    for _ in range(3):  # the head's wait checked three times
+        engine.note_delayed(tier, 3, delayed)
+    assert [s.job_id for s in statuses(engine)] == ["job-0"]
+    engine.revoke(tier)
+    engine.assign(tier, 0)
+    engine.note_delayed(tier, 3, delayed)
+    assert [s.job_id for s in statuses(engine)] == ["job-0"]
