@@ -10,12 +10,15 @@ the job's run, however long it waited in Kafka.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 __all__ = ["current_trace", "tracing_available"]
 
 
+@functools.cache
 def tracing_available() -> bool:
+    """Whether ``opentelemetry`` can be imported; looked up once (every enqueue asks)."""
     return importlib.util.find_spec("opentelemetry") is not None
 
 
@@ -23,8 +26,10 @@ def current_trace() -> dict[str, str]:
     """The active trace context as W3C headers (``traceparent``); empty without one."""
     if not tracing_available():
         return {}
-    from opentelemetry import propagate
+    from opentelemetry import context, propagate
 
+    if not context.get_current():  # no span, no baggage: nothing to carry (most enqueues)
+        return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return carrier

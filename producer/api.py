@@ -135,6 +135,7 @@ class JobProducer:
             registry = SchemaRegistry(extra_dirs=schema_path_from_env())
         self._codec = EnvelopeCodec(registry)
         self._prefix = prefix
+        self._topics: dict[str, QueueTopics] = {}  # per queue name: built once
         self._tiers = tiers if tiers is not None else DelayTiers()
         self._classes = classes if classes is not None else PriorityClasses.from_env()
         self._key_classes = KeyClasses()
@@ -493,7 +494,9 @@ class JobProducer:
         The ready topic is checked even for a delayed job: a missing queue is the
         likelier mistake and has the clearer fix.
         """
-        topics = QueueTopics(queue=job.queue, prefix=self._prefix)
+        topics = self._topics.get(job.queue)
+        if topics is None:
+            topics = self._topics[job.queue] = QueueTopics(queue=job.queue, prefix=self._prefix)
         self._classes.check(job.priority_class)
         self._check_topic(
             topics.ready,

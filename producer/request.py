@@ -11,6 +11,7 @@ time, exactly as it releases a retry. Nothing of the delay lives in the producer
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ class JobRequest:
     ordering_key: str | None = None
 
     def __post_init__(self) -> None:
-        QueueTopics(queue=self.queue)  # raises ValueError for a name no topic can have
+        _check_queue_name(self.queue)
         if not self.type:
             raise ValueError("type must name a job type")
         if not self.tenant_id:
@@ -193,3 +194,10 @@ def destination(job: Job, topics: QueueTopics, tiers: DelayTiers) -> str:
     if wait_ms <= 0:
         return topics.of_class(job.priority_class)
     return topics.retry(tiers.tier_for(wait_ms / 1000), job.priority_class)
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_queue_name(queue: str) -> None:
+    """Raise ValueError for a name no topic can have; a name that passed is not checked
+    again (a request is built per enqueue, mostly for the same few queues)."""
+    QueueTopics(queue=queue)
