@@ -361,7 +361,8 @@ class _Engine:
         self.batches.append([offset for _, offset, _, _ in records])
 
 
-def _loop(codec: EnvelopeCodec, engine: _Engine, consumer: _Consumer) -> ConsumerLoop:
+def _loop(codec: EnvelopeCodec, engine: object, consumer: _Consumer) -> ConsumerLoop:
+    """A consumer loop over fakes: ``engine`` records what the loop hands it."""
     return ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=None,  # type: ignore[arg-type]
@@ -467,16 +468,7 @@ class _HopEngine:
 def _hop_of(codec: _CountingCodec, job: Job, *, headers: bool) -> tuple[CopyRequest, bytes]:
     """The copy the loop makes of ``job`` released by the 1h tier 30 minutes early."""
     engine = _HopEngine()
-    loop = ConsumerLoop(
-        consumer=_Consumer(),  # type: ignore[arg-type]
-        producer=None,  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
-        codec=codec,
-        outbox=None,  # type: ignore[arg-type]
-        topics=QueueTopics(queue="q"),
-        gate=TierGate(DelayTiers(), QueueTopics(queue="q")),
-        config=LoopConfig(),
-    )
+    loop = _loop(codec, engine, _Consumer())
     value = codec.encode(job)
     produced = job.run_at_ms - 90 * 60_000  # its hour in the tier is over
     message = _TierMessage(5, value, job_headers(job, value) if headers else None, produced)
