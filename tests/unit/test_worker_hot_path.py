@@ -93,6 +93,26 @@ def test_handler_threads_run_a_submitted_batch_concurrently() -> None:
     assert sorted(ran) == [1, 2]
 
 
+def test_a_batch_of_blocking_items_spreads_over_every_thread() -> None:
+    """One wake-up is under way at a time, and each woken thread wakes the next while
+    items wait: eight items that block until all eight run together reach all eight
+    threads (a chain that stopped early would leave the barrier short)."""
+    together = threading.Barrier(8, timeout=10)
+    ran: list[int] = []
+
+    def run(n: int) -> None:
+        together.wait()
+        ran.append(n)
+
+    threads: HandlerThreads[int] = HandlerThreads(8, run, name="t")
+    threads.start()
+    _wait(lambda: len(threads._parked) == 8, "every thread to park")
+    threads.submit(range(8))
+    _wait(lambda: len(ran) == 8, "all eight items")
+    threads.shutdown(wait=True)
+    assert sorted(ran) == list(range(8))
+
+
 def test_a_failing_item_does_not_cost_the_pool_its_thread() -> None:
     ran: list[int] = []
 
@@ -119,7 +139,7 @@ def test_shutdown_drops_items_that_have_not_started() -> None:
     threads: HandlerThreads[int] = HandlerThreads(1, run, name="t")
     threads.start()
     threads.submit([1])
-    _wait(lambda: threads._items.qsize() == 0, "the first item to start")
+    _wait(lambda: threads.waiting == 0, "the first item to start")
     threads.submit([2, 3])
     threads.shutdown(wait=False)  # while 1 still runs: 2 and 3 are dropped
     gate.set()
