@@ -602,3 +602,23 @@ def test_a_run_first_job_runs_before_the_prefetched_jobs_claimed_earlier(
         gate.set()
         wait_until(lambda: len(fake.outcomes("ack")) == 3, what="3 acks")
     assert order == [1, 3, 2]
+
+
+def test_a_settle_carries_every_lease_the_worker_can_hold(envelopes: Envelopes, sock: Path) -> None:
+    """The default settle batch is concurrency x prefetch: the 8 jobs a 4-slot worker
+    with prefetch 2 holds, all finished, go in one Settle (a smaller cap splits them
+    into two settles and two claims). The interval is long here, so only a full batch
+    is sent: with a cap below 8 the last jobs would wait out the interval."""
+    app = App("test")
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        pass
+
+    fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(8)])
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=4, prefetch=2, settle_interval_s=60.0),
+    ):
+        wait_until(lambda: len(fake.outcomes("ack")) == 8, what="8 acks")
+    assert fake.settle_batches == [8]
