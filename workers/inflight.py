@@ -67,7 +67,12 @@ class InFlight:
         # while it is awake: it reads the table again before it sleeps).
         self._monitor_until = float("-inf")
         self._start_report_s: float | None = None
-        self._slot_waiters = 0  # wait_free and wait_until callers
+        self._change_waiters = 0  # wait_until callers: woken by every change
+        self._free_waiters = 0  # the claim loop in wait_free: woken by what it waits for
+        # Held jobs that have a handler or wait for one (not DONE), and those that wait
+        # (CLAIMED), kept as they change: read on every wake-up of the claim loop.
+        self._active = 0
+        self._waiting = 0
 
     def __len__(self) -> int:
         with self._cond:
@@ -77,16 +82,42 @@ class InFlight:
         with self._cond:
             return max(0, self.concurrency - len(self._held))
 
-    def wait_free(self, stop: threading.Event, timeout: float) -> int:
-        """Block until a slot is free or ``stop`` is set (``wake()`` is called on stop)."""
+    def wait_free(
+        self,
+        stop: threading.Event,
+        timeout: float,
+        *,
+        enough: int = 1,
+        gather_s: float = 0.0,
+    ) -> int:
+        """Block until a slot is free or ``stop`` is set (``wake()`` is called on stop);
+        the free slots then.
+
+        With ``gather_s``, a free slot found while held jobs still wait for a handler
+        waits up to that long for ``enough`` free slots, or until the last waiting job
+        starts. Slots free when a settle is answered, so a claim after every answer
+        carried the few slots it freed; gathering makes one claim of several answers',
+        sent while the handlers still have work, so none goes idle for it.
+        """
+
+        def gathered() -> bool:
+            free = self.concurrency - len(self._held)
+            if free >= enough or stop.is_set():
+                return True
+            return free > 0 and self._waiting == 0
+
         with self._cond:
-            self._slot_waiters += 1
+            self._free_waiters += 1
             try:
-                self._cond.wait_for(
-                    lambda: stop.is_set() or len(self._held) < self.concurrency, timeout
-                )
+                if (
+                    self._cond.wait_for(
+                        lambda: stop.is_set() or len(self._held) < self.concurrency, timeout
+                    )
+                    and gather_s > 0
+                ):
+                    self._cond.wait_for(gathered, gather_s)
             finally:
-                self._slot_waiters -= 1
+                self._free_waiters -= 1
             return max(0, self.concurrency - len(self._held))
 
     def wake(self) -> None:
@@ -103,6 +134,8 @@ class InFlight:
         )
         with self._cond:
             self._held[lease.ref] = held
+            self._active += 1
+            self._waiting += 1
             self._wake_for(held.next_beat_at)
         return held
 
@@ -112,6 +145,9 @@ class InFlight:
             if held.phase is not Phase.CLAIMED or held.decided:
                 return False
             held.phase = Phase.RUNNING
+            self._waiting -= 1
+            if self._waiting == 0 and self._free_waiters:
+                self._cond.notify_all()  # a gathering claim need not wait any longer
             held.timeout_s = timeout_s
             held.started_at = now
             held.deadline = None if timeout_s is None else now + timeout_s
@@ -125,7 +161,7 @@ class InFlight:
     def _wake_for(self, due: float) -> None:
         """A job needs the monitor at ``due``: wake it if it sleeps past that, and
         whoever waits for the table to change."""
-        if due < self._monitor_until or self._slot_waiters:
+        if due < self._monitor_until or self._change_waiters:
             self._cond.notify_all()
 
     def decide(self, held: Held) -> bool:
@@ -139,7 +175,10 @@ class InFlight:
     def finish(self, held: Held) -> None:
         """The handler returned (or the job will never run): it no longer needs a thread."""
         with self._cond:
-            held.phase = Phase.DONE
+            if held.phase is not Phase.DONE:
+                self._waiting -= held.phase is Phase.CLAIMED
+                held.phase = Phase.DONE
+                self._active -= 1
             self._release_slot(held)
 
     def answer(self, held: Held) -> None:
@@ -156,6 +195,8 @@ class InFlight:
             for held in taken:
                 held.decided = True
                 held.phase = Phase.DONE
+            self._active -= len(taken)
+            self._waiting -= len(taken)
             return taken
 
     def running(self) -> list[Held]:
@@ -165,11 +206,11 @@ class InFlight:
     def wait_until(self, predicate: Callable[[list[Held]], bool], timeout: float) -> bool:
         """Wait until ``predicate(held jobs)`` holds; False when ``timeout`` ran out first."""
         with self._cond:
-            self._slot_waiters += 1
+            self._change_waiters += 1
             try:
                 return self._cond.wait_for(lambda: predicate(list(self._held.values())), timeout)
             finally:
-                self._slot_waiters -= 1
+                self._change_waiters -= 1
 
     def beats_due(self, now: float) -> list[Held]:
         """All jobs worth heartbeating, when at least one of them is due; else nothing.
@@ -187,7 +228,7 @@ class InFlight:
         """Jobs that have a handler or wait for one (``concurrency`` minus this is the
         number of handlers a claim would find idle)."""
         with self._cond:
-            return sum(1 for h in self._held.values() if h.phase is not Phase.DONE)
+            return self._active
 
     def starts_due(self, now: float, after_s: float) -> list[Held]:
         """Running jobs whose start the leasekeeper has not heard of, started at least
@@ -261,7 +302,7 @@ class InFlight:
         if held.phase is Phase.DONE and held.answered:
             if self._held.get(held.ref) is held:
                 del self._held[held.ref]
-            if self._slot_waiters:
+            if self._free_waiters or self._change_waiters:
                 self._cond.notify_all()
 
 

@@ -622,3 +622,87 @@ def test_a_settle_carries_every_lease_the_worker_can_hold(envelopes: Envelopes, 
     ):
         wait_until(lambda: len(fake.outcomes("ack")) == 8, what="8 acks")
     assert fake.settle_batches == [8]
+
+
+def _gated_app(gates: dict[int, threading.Event], started: list[int]) -> App:
+    """Jobs ``{"n": n}`` that record their start and wait for ``gates[n]`` (if any)."""
+    app = App("test")
+
+    @app.job("noop")
+    def gated(ctx: JobContext, payload: dict[str, Any]) -> None:
+        started.append(payload["n"])
+        gate = gates.get(payload["n"])
+        if gate is not None:
+            gate.wait(10)
+
+    return app
+
+
+def test_a_claim_gathers_freed_slots_while_jobs_wait_for_a_handler(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    """2 handlers, prefetch 3: 6 leases, 2 jobs running and 4 waiting. As jobs end one
+    by one, a waiting job takes each handler, so no freed slot is claimed alone: the
+    claim waits until half the leases (3) are free, and carries all 3. A claim after
+    every settle answer would have asked for 1, 1 and 1."""
+    gates = {n: threading.Event() for n in range(6)}
+    started: list[int] = []
+    app = _gated_app(gates, started)
+    fake = FakeLeaseKeeper([envelopes(payload={"n": n}) for n in range(12)])
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=2, prefetch=3, claim_gather_s=60.0),
+    ):
+        wait_until(lambda: sorted(started) == [0, 1], what="jobs 0 and 1 run")
+        for n in range(3):
+            gates[n].set()
+            expected = n + 3
+            wait_until(lambda: len(started) == expected, what=f"a waiting job after job {n}")  # noqa: B023
+        wait_until(lambda: len(fake.claims) == 2, what="the second claim")
+        assert fake.claims == [6, 3]
+        for gate in gates.values():
+            gate.set()
+        wait_until(lambda: len(fake.outcomes("ack")) == 12, what="12 acks")
+
+
+def test_a_slot_whose_handler_would_go_idle_is_claimed_at_once(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    """Without prefetch no job waits in the worker for a handler: the slot a finished
+    job frees is claimed at once however long a claim may gather (half would be 2)."""
+    gates = {n: threading.Event() for n in range(4)}
+    started: list[int] = []
+    app = _gated_app(gates, started)
+    fake = FakeLeaseKeeper([envelopes(payload={"n": n}) for n in range(6)])
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=4, prefetch=1, claim_gather_s=60.0),
+    ):
+        wait_until(lambda: sorted(started) == [0, 1, 2, 3], what="jobs 0-3 run")
+        gates[0].set()
+        wait_until(lambda: len(started) >= 5, what="a job claimed for the idle handler")
+        assert fake.claims[:2] == [4, 1]
+        for gate in gates.values():
+            gate.set()
+        wait_until(lambda: len(fake.outcomes("ack")) == 6, what="6 acks")
+
+
+def test_a_gathering_claim_waits_no_longer_than_its_bound(envelopes: Envelopes, sock: Path) -> None:
+    """A freed slot claimed alone once ``claim_gather_s`` passes, with a job still
+    waiting in the worker: a job waiting in the leasekeeper (say, a critical one) is
+    not held back until half the leases free."""
+    gates = {n: threading.Event() for n in range(4)}
+    started: list[int] = []
+    app = _gated_app(gates, started)
+    fake = FakeLeaseKeeper([envelopes(payload={"n": n}) for n in range(6)])
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=2, prefetch=2, claim_gather_s=0.05),
+    ):
+        wait_until(lambda: sorted(started) == [0, 1], what="jobs 0 and 1 run")
+        gates[0].set()
+        wait_until(lambda: len(fake.claims) == 2, what="the one freed slot claimed")
+        assert fake.claims == [4, 1]
+        for gate in gates.values():
+            gate.set()
+        wait_until(lambda: len(fake.outcomes("ack")) == 6, what="6 acks")
