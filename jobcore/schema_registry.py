@@ -17,10 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobcore.properties import PropertiesError, load_properties
 from jobcore.retrying import Backoff
@@ -29,6 +26,14 @@ from schemas.confluent import (
     RegistryUnavailable,
     SubjectStrategy,
 )
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import Schema
+
+# ``confluent_kafka.schema_registry`` (and the HTTP and auth libraries under it) is
+# imported when a registry is first used, not with this module: every command
+# imports this one, registry mode is opt-in, and the import costs a quarter of a
+# second of CPU, paid by each worker process and each CLI call in file mode.
 
 __all__ = [
     "ENV_SCHEMA_REGISTRY_CONFIG",
@@ -138,6 +143,8 @@ class ConfluentRegistryClient:
         if "timeout" in settings.client:
             conf["timeout"] = int(settings.client["timeout"])
         self.url = settings.url
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
         self._client = SchemaRegistryClient(conf)
 
     def close(self) -> None:
@@ -173,6 +180,8 @@ class ConfluentRegistryClient:
         return bool(self._call(lambda: self._client.test_compatibility(subject, _avro(schema))))
 
     def _call(self, action: Callable[[], Any], **fallback: Any) -> Any:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
             return action()
         except SchemaRegistryError as exc:
@@ -195,6 +204,8 @@ class ConfluentRegistryClient:
 
 
 def _avro(schema: str) -> Schema:
+    from confluent_kafka.schema_registry import Schema
+
     return Schema(json.dumps(json.loads(schema), separators=(",", ":")), "AVRO")
 
 

@@ -7,6 +7,7 @@
   (``leasekeeper dev kafka``) imports it when run.
 - Only ``jobcore/kafka.py`` imports the Kafka client (``confluent_kafka``), and only
   ``jobcore/schema_registry.py`` its Schema Registry client; both from public modules.
+- The commands load the Schema Registry client only in registry mode.
 """
 
 from __future__ import annotations
@@ -125,6 +126,20 @@ def test_the_runtime_loads_without_the_development_package() -> None:
         "import sys, leasekeeper.cli, producer.cli, workers.cli\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'devtools')\n"
         "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_the_commands_load_the_registry_client_only_in_registry_mode() -> None:
+    """The Schema Registry client (and the HTTP and auth libraries it brings) costs
+    a quarter of a second of CPU to import: every worker process and CLI call paid
+    it in file mode. It is imported when a registry is first used."""
+    code = (
+        "import sys, leasekeeper.cli, producer.cli, workers.cli\n"
+        "assert 'confluent_kafka.schema_registry' not in sys.modules\n"
+        "from jobcore.schema_registry import ConfluentRegistryClient, RegistrySettings\n"
+        "ConfluentRegistryClient(RegistrySettings(url='http://127.0.0.1:9')).close()\n"
+        "assert 'confluent_kafka.schema_registry' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
 
