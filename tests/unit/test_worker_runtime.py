@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -624,18 +627,38 @@ def test_a_settle_carries_every_lease_the_worker_can_hold(envelopes: Envelopes, 
     assert fake.settle_batches == [8]
 
 
-def _gated_app(gates: dict[int, threading.Event], started: list[int]) -> App:
-    """Jobs ``{"n": n}`` that record their start and wait for ``gates[n]`` (if any)."""
+@dataclass
+class GatedRun:
+    fake: FakeLeaseKeeper
+    gates: dict[int, threading.Event]
+    started: list[int]  # the ``n`` of each job, as its handler starts
+
+
+@contextmanager
+def gated_worker(
+    envelopes: Envelopes, sock: Path, *, jobs: int, gated: int, **options: Any
+) -> Iterator[GatedRun]:
+    """A worker over ``jobs`` jobs ``{"n": n}``; jobs below ``gated`` wait for their
+    gate. On the way out every gate opens and every job is acked."""
+    run = GatedRun(
+        fake=FakeLeaseKeeper([envelopes(payload={"n": n}) for n in range(jobs)]),
+        gates={n: threading.Event() for n in range(gated)},
+        started=[],
+    )
     app = App("test")
 
     @app.job("noop")
-    def gated(ctx: JobContext, payload: dict[str, Any]) -> None:
-        started.append(payload["n"])
-        gate = gates.get(payload["n"])
+    def gated_job(ctx: JobContext, payload: dict[str, Any]) -> None:
+        run.started.append(payload["n"])
+        gate = run.gates.get(payload["n"])
         if gate is not None:
             gate.wait(10)
 
-    return app
+    with serving(run.fake, sock) as target, running_worker(app, target, **options):
+        yield run
+        for gate in run.gates.values():
+            gate.set()
+        wait_until(lambda: len(run.fake.outcomes("ack")) == jobs, what=f"{jobs} acks")
 
 
 def test_a_claim_gathers_freed_slots_while_jobs_wait_for_a_handler(
@@ -645,24 +668,16 @@ def test_a_claim_gathers_freed_slots_while_jobs_wait_for_a_handler(
     by one, a waiting job takes each handler, so no freed slot is claimed alone: the
     claim waits until half the leases (3) are free, and carries all 3. A claim after
     every settle answer would have asked for 1, 1 and 1."""
-    gates = {n: threading.Event() for n in range(6)}
-    started: list[int] = []
-    app = _gated_app(gates, started)
-    fake = FakeLeaseKeeper([envelopes(payload={"n": n}) for n in range(12)])
-    with (
-        serving(fake, sock) as target,
-        running_worker(app, target, concurrency=2, prefetch=3, claim_gather_s=60.0),
-    ):
-        wait_until(lambda: sorted(started) == [0, 1], what="jobs 0 and 1 run")
+    with gated_worker(
+        envelopes, sock, jobs=12, gated=6, concurrency=2, prefetch=3, claim_gather_s=60.0
+    ) as run:
+        wait_until(lambda: sorted(run.started) == [0, 1], what="jobs 0 and 1 run")
         for n in range(3):
-            gates[n].set()
+            run.gates[n].set()
             expected = n + 3
-            wait_until(lambda: len(started) == expected, what=f"a waiting job after job {n}")  # noqa: B023
-        wait_until(lambda: len(fake.claims) == 2, what="the second claim")
-        assert fake.claims == [6, 3]
-        for gate in gates.values():
-            gate.set()
-        wait_until(lambda: len(fake.outcomes("ack")) == 12, what="12 acks")
+            wait_until(lambda: len(run.started) == expected, what=f"a waiting job after job {n}")  # noqa: B023
+        wait_until(lambda: len(run.fake.claims) == 2, what="the second claim")
+        assert run.fake.claims == [6, 3]
 
 
 def test_a_slot_whose_handler_would_go_idle_is_claimed_at_once(
@@ -670,39 +685,23 @@ def test_a_slot_whose_handler_would_go_idle_is_claimed_at_once(
 ) -> None:
     """Without prefetch no job waits in the worker for a handler: the slot a finished
     job frees is claimed at once however long a claim may gather (half would be 2)."""
-    gates = {n: threading.Event() for n in range(4)}
-    started: list[int] = []
-    app = _gated_app(gates, started)
-    fake = FakeLeaseKeeper([envelopes(payload={"n": n}) for n in range(6)])
-    with (
-        serving(fake, sock) as target,
-        running_worker(app, target, concurrency=4, prefetch=1, claim_gather_s=60.0),
-    ):
-        wait_until(lambda: sorted(started) == [0, 1, 2, 3], what="jobs 0-3 run")
-        gates[0].set()
-        wait_until(lambda: len(started) >= 5, what="a job claimed for the idle handler")
-        assert fake.claims[:2] == [4, 1]
-        for gate in gates.values():
-            gate.set()
-        wait_until(lambda: len(fake.outcomes("ack")) == 6, what="6 acks")
+    with gated_worker(
+        envelopes, sock, jobs=6, gated=4, concurrency=4, prefetch=1, claim_gather_s=60.0
+    ) as run:
+        wait_until(lambda: sorted(run.started) == [0, 1, 2, 3], what="jobs 0-3 run")
+        run.gates[0].set()
+        wait_until(lambda: len(run.started) >= 5, what="a job claimed for the idle handler")
+        assert run.fake.claims[:2] == [4, 1]
 
 
 def test_a_gathering_claim_waits_no_longer_than_its_bound(envelopes: Envelopes, sock: Path) -> None:
     """A freed slot claimed alone once ``claim_gather_s`` passes, with a job still
     waiting in the worker: a job waiting in the leasekeeper (say, a critical one) is
     not held back until half the leases free."""
-    gates = {n: threading.Event() for n in range(4)}
-    started: list[int] = []
-    app = _gated_app(gates, started)
-    fake = FakeLeaseKeeper([envelopes(payload={"n": n}) for n in range(6)])
-    with (
-        serving(fake, sock) as target,
-        running_worker(app, target, concurrency=2, prefetch=2, claim_gather_s=0.05),
-    ):
-        wait_until(lambda: sorted(started) == [0, 1], what="jobs 0 and 1 run")
-        gates[0].set()
-        wait_until(lambda: len(fake.claims) == 2, what="the one freed slot claimed")
-        assert fake.claims == [4, 1]
-        for gate in gates.values():
-            gate.set()
-        wait_until(lambda: len(fake.outcomes("ack")) == 6, what="6 acks")
+    with gated_worker(
+        envelopes, sock, jobs=6, gated=4, concurrency=2, prefetch=2, claim_gather_s=0.05
+    ) as run:
+        wait_until(lambda: sorted(run.started) == [0, 1], what="jobs 0 and 1 run")
+        run.gates[0].set()
+        wait_until(lambda: len(run.fake.claims) == 2, what="the one freed slot claimed")
+        assert run.fake.claims == [4, 1]
