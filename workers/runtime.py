@@ -40,7 +40,7 @@ from functools import partial
 from jobcore.config import DEFAULT_LEASE_S
 from workers.app import App
 from workers.async_slots import AsyncSlots
-from workers.batcher import SettleBatcher
+from workers.batcher import RELAXED_INTERVAL_S, SettleBatcher
 from workers.client import (
     LeaseKeeperClient,
     LeaseKeeperRejected,
@@ -107,6 +107,7 @@ class Worker:
         settle_interval_s: float = 0.005,
         settle_batch: int | None = None,
         claim_gather_s: float = CLAIM_GATHER_S,
+        relaxed_settle_s: float = RELAXED_INTERVAL_S,
         heartbeats: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -147,6 +148,8 @@ class Worker:
             interval_s=settle_interval_s,
             max_batch=settle_batch or settle_batch_for(concurrency, prefetch),
             clock=clock,
+            relaxed=self._has_room,
+            relaxed_interval_s=relaxed_settle_s,
         )
         self._monitor = LeaseMonitor(
             table=self._table,
@@ -254,6 +257,11 @@ class Worker:
             failures = 0
             self._accept(leases, free)
 
+    def _has_room(self) -> bool:
+        """Half the leases free: what a claim takes at once. With that much room a
+        settle need not hurry to free slots (``SettleBatcher``'s relaxed interval)."""
+        return self._table.free() >= self._refill_at
+
     def _idle_handlers(self) -> int:
         """Handlers with nothing to run or wait for: the first jobs of a claim start on
         them at once (in claim order), so they count as started at claim."""
@@ -291,6 +299,8 @@ class Worker:
                 (first if lease.run_first else sync).append((held, prepared))
             else:
                 self._dispatch_async(held, prepared, first=lease.run_first)
+        if not self._has_room():
+            self._batcher.hurry()  # the slots its settles free are wanted now
         if sync or first:
             # The claimed batch at once, one tuple a job; a critical job ahead of the
             # jobs claimed earlier that wait for a handler thread.

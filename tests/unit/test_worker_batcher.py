@@ -66,3 +66,65 @@ def test_a_failed_call_drops_the_batch_and_reports_no_results() -> None:
     batcher.start()
     batcher.close(timeout=10)
     assert answered == [None]
+
+
+class SteppedClock:
+    """Time that moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.read = threading.Event()
+
+    def __call__(self) -> float:
+        self.read.set()
+        return self.now
+
+    def advance_once_read(self, to: float) -> None:
+        """Move on once the batcher took the time its batch began."""
+        assert self.read.wait(10)
+        self.now = to
+
+
+def test_with_room_a_batch_waits_for_company_until_hurried() -> None:
+    """Past the usual interval, a worker with room lets the batch wait on (a Settle
+    costs the same CPU whatever it carries): the next ack joins it, and ``hurry``
+    (a claim left the worker short of room) sends both in one call."""
+    client = RecordingClient()
+    clock = SteppedClock()
+    asked = threading.Event()
+
+    def has_room() -> bool:
+        asked.set()
+        return True
+
+    sent = threading.Event()
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: sent.set(), interval_s=0.001,
+        relaxed=has_room, relaxed_interval_s=60.0, clock=clock,
+    )  # fmt: skip
+    batcher.start()
+    batcher.put(_ack(1), 1)
+    clock.advance_once_read(0.002)  # the usual interval is over
+    assert asked.wait(10), "the batcher asks whether the worker has room"
+    batcher.put(_ack(2), 2)
+    assert client.batches == []  # still waiting for company
+    batcher.hurry()
+    assert sent.wait(10)
+    assert [[s.ref.lease_id for s in b] for b in client.batches] == [["t/0/1", "t/0/2"]]
+    batcher.close(timeout=10)
+
+
+def test_without_room_a_batch_goes_at_the_usual_interval() -> None:
+    client = RecordingClient()
+    clock = SteppedClock()
+    sent = threading.Event()
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: sent.set(), interval_s=0.001,
+        relaxed=lambda: False, relaxed_interval_s=60.0, clock=clock,
+    )  # fmt: skip
+    batcher.start()
+    batcher.put(_ack(1), 1)
+    clock.advance_once_read(0.002)
+    assert sent.wait(10), "sent at the usual interval, not after the relaxed one"
+    assert [len(b) for b in client.batches] == [1]
+    batcher.close(timeout=10)
