@@ -12,7 +12,13 @@ job through one path, in microseconds of wall time on an otherwise idle core:
   with a real RocksDB store, in batches of ``BATCH`` as the RPC carries them;
 - worker dispatch: a claimed batch of no-op ``def`` jobs handed to the handler
   threads and run, next to the ``ThreadPoolExecutor`` (one future a job) it
-  replaced.
+  replaced;
+- RPC round trip: one empty Settle from a worker's client to the leasekeeper's
+  gRPC server over a Unix socket, both in this process: the CPU one call costs
+  both ends (all threads, gRPC's own included), whatever it carries. Back to
+  back, and one call every 5 ms, as a worker settles at a few hundred jobs a
+  second, where every call wakes sleeping threads on both sides. This row is per
+  call, not per job, and the one that uses a socket.
 
 ``python -m benchmarks.micro [--jobs N]`` prints the rows as JSON.
 """
@@ -31,14 +37,20 @@ from typing import Any
 
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.listen import ChannelSecurity
+from leasekeeper.rpc import start_rpc_server
 from leasekeeper.store import LeaseStore
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from schemas.job_headers import JobHead, job_headers, read_head
+from workers.client import LeaseKeeperClient
 from workers.handler_threads import HandlerThreads
 
 BATCH = 100
 THREADS = 8
+# A call every this many seconds: how often a worker settles at a few hundred jobs/s.
+RPC_SPACING_S = 0.005
+RPC_SPACED_CALLS = 400
 TP = TopicPart("jobs.micro", 0)
 
 
@@ -137,6 +149,37 @@ def dispatch_executor(jobs: int) -> float:
         return _per_job_us(jobs, run)
 
 
+def rpc_round_trip(calls: int) -> tuple[float, float]:
+    """CPU µs (client and server, every thread) per empty Settle: (back to back, spaced)."""
+    with tempfile.TemporaryDirectory(prefix="micro-") as state:
+        engine = LeaseEngine(store=LeaseStore(Path(state)), config=EngineConfig())
+        listen = f"unix:{Path(state) / 'lk.sock'}"
+        server = start_rpc_server(
+            engine=engine, snapshot=dict, listen=listen, security=ChannelSecurity()
+        )
+        client = LeaseKeeperClient(listen, worker_id="micro")
+        try:
+            for _ in range(100):
+                client.settle([])  # connected and warm
+            back_to_back = _cpu_per_call_us(calls, lambda: client.settle([]))
+            idle = _cpu_per_call_us(RPC_SPACED_CALLS, lambda: None, RPC_SPACING_S)
+            spaced = _cpu_per_call_us(RPC_SPACED_CALLS, lambda: client.settle([]), RPC_SPACING_S)
+            return back_to_back, round(max(0.0, spaced - idle), 2)
+        finally:
+            client.close()
+            server.stop(0).wait()
+            engine.close()
+
+
+def _cpu_per_call_us(calls: int, call: Callable[[], object], spacing_s: float = 0.0) -> float:
+    started = time.process_time()
+    for _ in range(calls):
+        call()
+        if spacing_s:
+            time.sleep(spacing_s)
+    return round((time.process_time() - started) / calls * 1e6, 2)
+
+
 def measure(jobs: int) -> list[dict[str, Any]]:
     claim_us, settle_us = claim_and_settle(jobs)
     rows = [
@@ -146,6 +189,12 @@ def measure(jobs: int) -> list[dict[str, Any]]:
         (f"settle: ack (batches of {BATCH})", settle_us),
         (f"worker dispatch: handler threads ({THREADS})", dispatch_threads(jobs)),
         (f"worker dispatch: ThreadPoolExecutor ({THREADS}), before", dispatch_executor(jobs)),
+    ]
+    back_to_back, spaced = rpc_round_trip(max(1_000, jobs // 10))
+    rpc = "RPC round trip, empty Settle, CPU per call (both ends)"
+    rows += [
+        (f"{rpc}, back to back", back_to_back),
+        (f"{rpc}, one every {RPC_SPACING_S * 1000:g} ms", spaced),
     ]
     return [
         {"system": "micro", "variant": name, "us_per_job": us, "jobs": jobs} for name, us in rows

@@ -13,6 +13,7 @@ def test_every_hot_path_is_measured() -> None:
     assert any(n.startswith("claim") for n in names)
     assert any(n.startswith("settle") for n in names)
     assert any(n.startswith("worker dispatch: handler threads") for n in names)
+    assert sum(n.startswith("RPC round trip") for n in names) == 2  # back to back, spaced
     assert all(row["us_per_job"] > 0 and row["jobs"] == 200 for row in rows)
 
 
