@@ -627,6 +627,28 @@ def test_a_settle_carries_every_lease_the_worker_can_hold(envelopes: Envelopes, 
     assert fake.settle_batches == [8]
 
 
+def test_a_worker_short_of_room_settles_at_the_usual_interval(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    """Acks wait for company (up to ``relaxed_settle_s``) only while half the leases
+    are free. A worker of 2 x 2 leases that claimed 3 jobs has 1 free, short of the
+    2 a claim wants: the slots its acks free are wanted, so the acks go at the usual
+    interval (3 of the 4 a batch holds), not after the 60 s relaxed one."""
+    app = App("test")
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        pass
+
+    fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(3)])
+    with (
+        serving(fake, sock) as target,
+        running_worker(app, target, concurrency=2, prefetch=2, relaxed_settle_s=60.0),
+    ):
+        wait_until(lambda: len(fake.outcomes("ack")) == 3, what="3 acks")
+    assert fake.claims[0] == 4
+
+
 @dataclass
 class GatedRun:
     fake: FakeLeaseKeeper
