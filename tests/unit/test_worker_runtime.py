@@ -612,18 +612,7 @@ def test_a_settle_carries_every_lease_the_worker_can_hold(envelopes: Envelopes, 
     with prefetch 2 holds, all finished, go in one Settle (a smaller cap splits them
     into two settles and two claims). The interval is long here, so only a full batch
     is sent: with a cap below 8 the last jobs would wait out the interval."""
-    app = App("test")
-
-    @app.job("noop")
-    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
-        pass
-
-    fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(8)])
-    with (
-        serving(fake, sock) as target,
-        running_worker(app, target, concurrency=4, prefetch=2, settle_interval_s=60.0),
-    ):
-        wait_until(lambda: len(fake.outcomes("ack")) == 8, what="8 acks")
+    fake = acked_noop_jobs(envelopes, sock, 8, concurrency=4, prefetch=2, settle_interval_s=60.0)
     assert fake.settle_batches == [8]
 
 
@@ -634,19 +623,23 @@ def test_a_worker_short_of_room_settles_at_the_usual_interval(
     are free. A worker of 2 x 2 leases that claimed 3 jobs has 1 free, short of the
     2 a claim wants: the slots its acks free are wanted, so the acks go at the usual
     interval (3 of the 4 a batch holds), not after the 60 s relaxed one."""
+    fake = acked_noop_jobs(envelopes, sock, 3, concurrency=2, prefetch=2, relaxed_settle_s=60.0)
+    assert fake.claims[0] == 4
+
+
+def acked_noop_jobs(envelopes: Envelopes, sock: Path, jobs: int, **options: Any) -> FakeLeaseKeeper:
+    """Run ``jobs`` no-op jobs through a worker built with ``options``; the fake
+    leasekeeper once every one of them is acked (10 s at most)."""
     app = App("test")
 
     @app.job("noop")
     def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
         pass
 
-    fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(3)])
-    with (
-        serving(fake, sock) as target,
-        running_worker(app, target, concurrency=2, prefetch=2, relaxed_settle_s=60.0),
-    ):
-        wait_until(lambda: len(fake.outcomes("ack")) == 3, what="3 acks")
-    assert fake.claims[0] == 4
+    fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(jobs)])
+    with serving(fake, sock) as target, running_worker(app, target, **options):
+        wait_until(lambda: len(fake.outcomes("ack")) == jobs, what=f"{jobs} acks")
+    return fake
 
 
 @dataclass
