@@ -1,8 +1,9 @@
-"""Micro-benchmarks of the hot paths, in one process, without Kafka or sockets.
+"""Micro-benchmarks of the hot paths, in one process, without Kafka.
 
 A regression in one of them shows in seconds here, where the whole-system
-scenarios take minutes and mix every cost together. Each row is the cost of one
-job through one path, in microseconds of wall time on an otherwise idle core:
+scenarios take minutes and mix every cost together. Each row but the RPC ones is
+the cost of one job through one path, in microseconds of wall time on an
+otherwise idle core:
 
 - envelope read: decoding one job envelope (what the leasekeeper did per record
   before issue 12, and still does for records without job headers);
@@ -17,8 +18,8 @@ job through one path, in microseconds of wall time on an otherwise idle core:
   gRPC server over a Unix socket, both in this process: the CPU one call costs
   both ends (all threads, gRPC's own included), whatever it carries. Back to
   back, and one call every 5 ms, as a worker settles at a few hundred jobs a
-  second, where every call wakes sleeping threads on both sides. This row is per
-  call, not per job, and the one that uses a socket.
+  second, where every call wakes sleeping threads on both sides. These rows are
+  per call, not per job, and the only ones that use a socket.
 
 ``python -m benchmarks.micro [--jobs N]`` prints the rows as JSON.
 """
