@@ -128,3 +128,65 @@ def test_without_room_a_batch_goes_at_the_usual_interval() -> None:
     assert sent.wait(10), "sent at the usual interval, not after the relaxed one"
     assert [len(b) for b in client.batches] == [1]
     batcher.close(timeout=10)
+
+
+def test_a_claim_takes_the_queued_batch_and_what_it_gives_back_goes_by_settle() -> None:
+    """``take`` empties the queue for a claim to carry; nothing is sent meanwhile. What
+    the claim's answer did not settle comes back and goes at the usual interval, not
+    after the relaxed one it would otherwise wait for."""
+    client = RecordingClient()
+    clock = SteppedClock()
+    sent = threading.Event()
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: sent.set(), interval_s=0.001,
+        relaxed=lambda: True, relaxed_interval_s=60.0, clock=clock,
+    )  # fmt: skip
+    batcher.start()
+    batcher.put(_ack(1), 1)
+    batcher.put(_ack(2), 2)
+    assert [tag for _, tag in batcher.take()] == [1, 2]
+    assert batcher.take() == []
+    clock.read.clear()
+    batcher.give_back([(_ack(2), 2)])
+    clock.advance_once_read(0.002)
+    assert sent.wait(10), "given back: sent at the usual interval"
+    assert [[s.ref.lease_id for s in b] for b in client.batches] == [["t/0/2"]]
+    batcher.close(timeout=10)
+
+
+def test_hurry_with_nothing_queued_leaves_the_next_batch_relaxed() -> None:
+    """A claim that left the worker short of room hurries only what is queued: a batch
+    queued after the worker has room again still waits for company."""
+    client = RecordingClient()
+    clock = SteppedClock()
+    asked = threading.Event()
+
+    def has_room() -> bool:
+        asked.set()
+        return True
+
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: None, interval_s=0.001,
+        relaxed=has_room, relaxed_interval_s=60.0, clock=clock,
+    )  # fmt: skip
+    batcher.start()
+    batcher.hurry()
+    batcher.put(_ack(1), 1)
+    clock.advance_once_read(0.002)
+    assert asked.wait(10), "the batch asks whether it may wait on, not hurried"
+    assert client.batches == []
+    batcher.close(timeout=10)
+    assert [len(b) for b in client.batches] == [1]  # close still sends it
+
+
+def test_await_queued_returns_once_that_many_are_queued() -> None:
+    """The claim loop waits for the acks of the jobs it just started (so that its next
+    claim carries them): the wait ends when the last of them is queued."""
+    batcher: SettleBatcher[int] = SettleBatcher(RecordingClient(), lambda batch, results: None)
+    waiting = threading.Thread(target=batcher.await_queued, args=(2, 120.0))
+    waiting.start()
+    batcher.put(_ack(1), 1)
+    batcher.put(_ack(2), 2)
+    waiting.join(30)
+    assert not waiting.is_alive(), "still waiting with both queued"
+    assert [tag for _, tag in batcher.take()] == [1, 2]
