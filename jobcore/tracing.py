@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from typing import Any
 
 __all__ = ["current_trace", "tracing_available"]
 
@@ -22,12 +23,19 @@ def tracing_available() -> bool:
     return importlib.util.find_spec("opentelemetry") is not None
 
 
+@functools.cache
+def _opentelemetry() -> tuple[Any, Any]:
+    """``opentelemetry.context`` and ``.propagate``, imported once (every enqueue asks)."""
+    from opentelemetry import context, propagate
+
+    return context, propagate
+
+
 def current_trace() -> dict[str, str]:
     """The active trace context as W3C headers (``traceparent``); empty without one."""
     if not tracing_available():
         return {}
-    from opentelemetry import context, propagate
-
+    context, propagate = _opentelemetry()
     if not context.get_current():  # no span, no baggage: nothing to carry (most enqueues)
         return {}
     carrier: dict[str, str] = {}

@@ -251,13 +251,16 @@ class EnvelopeCodec:
 
     def validate_payload(self, type: str, payload: Mapping[str, object]) -> None:
         """Raise :class:`PayloadError` unless ``payload`` fits job type ``type``."""
-        known = self.registry.payload_types()
-        if type not in known:
+        registry = self.registry
+        # Looked up, not listed: every enqueue asks, and the list is only for the error.
+        version = registry.current(type) if type in registry else None
+        if version is None or version.kind is not SchemaKind.JOB:
+            known = registry.payload_types()
             raise PayloadError(
                 f"no schema for job type {type!r} (known: {', '.join(known) or 'none'}); "
                 f"add schemas/jobs/{type}.avsc or a directory on JOBS_SCHEMA_PATH"
             )
-        problem = payload_problem(self.registry.current(type).schema, payload)
+        problem = payload_problem(version.schema, payload)
         if problem is not None:
             raise PayloadError(f"{type} payload: {problem}")
 
