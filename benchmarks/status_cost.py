@@ -4,8 +4,8 @@ Every job that ends writes one record to ``jobs.Q.status`` (``leasekeeper serve
 --no-status`` turns that off for a queue). The cost is measured as CPU-s per
 1,000 jobs of the leasekeeper, the workers and the broker, over the same
 backlog, in the same run. The machine is shared and its load drifts, so the
-runs alternate (on, off, on, off, ...) instead of running all of one kind
-first, and each side reports its median.
+runs alternate (on, off, off, on, on, off, ...) instead of running all of one
+kind first, and each side reports its median.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from benchmarks.measure import DrainResult
 
 __all__ = ["ORDER", "lines", "measure", "summarise"]
 
-# One pair per repeat, "on" first: a warm broker page cache favours neither side
-# for long, since the next pair starts with "on" again.
+# One pair per repeat, the first "on" then "off", the next the other way round: a
+# machine that speeds up (or slows down) through the run would otherwise favour the
+# side that always runs second (a full run had every "off" faster than the "on"
+# before it, which overstated the cost).
 ORDER = ("on", "off")
 COMPONENTS = ("leasekeeper", "workers", "broker")
 
@@ -30,7 +32,7 @@ def measure(drain: Drain, repeats: int) -> dict[str, Any]:
     """``repeats`` interleaved pairs of drains (``drain(status_records)``), summarised."""
     runs: list[dict[str, Any]] = []
     for index in range(repeats):
-        for side in ORDER:
+        for side in ORDER if index % 2 == 0 else ORDER[::-1]:
             outcome = drain(side == "on")
             row = outcome.row()
             row["status_records"] = side
