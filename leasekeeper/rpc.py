@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,13 +97,6 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         self._run_first = engine.run_first_classes
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
-        # What the claim carries is settled first, before the long poll: its acks take
-        # effect (commits, status records, freed fairness share) whether or not jobs come.
-        settled = (
-            self._engine.settle(self._settlements(request.settlements))
-            if request.settlements
-            else []
-        )
         wait_s = min(max(request.wait_ms, 0) / 1000, MAX_CLAIM_WAIT_S)
         grants = self._engine.claim(
             request.worker_id or context.peer(),
@@ -113,9 +106,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             reports_started=request.reports_started,
             start_now=max(0, request.start_now),
         )
-        return pb.ClaimResponse(
-            jobs=[_claimed(g, self._run_first) for g in grants], settled=_results(settled)
-        )
+        return pb.ClaimResponse(jobs=[_claimed(g, self._run_first) for g in grants])
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -127,11 +118,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         return pb.HeartbeatResponse(results=_results(answers))
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
-        answers = self._engine.settle(self._settlements(request.settlements))
-        return pb.SettleResponse(results=_results(answers))
-
-    def _settlements(self, received: Iterable[pb.Settlement]) -> list[Settlement]:
-        return [
+        settlements = [
             Settlement(
                 lease_id=s.lease.lease_id,
                 token=s.lease.lease_token,
@@ -143,8 +130,9 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
                 permanent=s.permanent,
                 run_s=s.run_s if math.isfinite(s.run_s) and s.run_s > 0 else 0.0,
             )
-            for s in received
+            for s in request.settlements
         ]
+        return pb.SettleResponse(results=_results(self._engine.settle(settlements)))
 
     def _retry_after(self, value: float, lease_id: str) -> float:
         clamped = clamp_retry_after(value)

@@ -58,7 +58,6 @@ class ClaimRequest(_message.Message):
     JOB_TYPES_FIELD_NUMBER: _builtins.int
     REPORTS_STARTED_FIELD_NUMBER: _builtins.int
     START_NOW_FIELD_NUMBER: _builtins.int
-    SETTLEMENTS_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     max_jobs: _builtins.int
     wait_ms: _builtins.int
@@ -79,14 +78,6 @@ class ClaimRequest(_message.Message):
         Empty means "any": what workers sent before the field existed.
         """
 
-    @_builtins.property
-    def settlements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Settlement]:
-        """Acks, nacks and releases that ride along: the leasekeeper settles them before it
-        looks for jobs and answers them in ClaimResponse.settled, so a worker that claims
-        often needs no Settle call of its own. A leasekeeper from before this field
-        ignores it and answers none: the worker then sends them by Settle.
-        """
-
     def __init__(
         self,
         *,
@@ -96,11 +87,10 @@ class ClaimRequest(_message.Message):
         job_types: _abc.Iterable[_builtins.str] | None = ...,
         reports_started: _builtins.bool = ...,
         start_now: _builtins.int = ...,
-        settlements: _abc.Iterable[Global___Settlement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "max_jobs", b"max_jobs", "reports_started", b"reports_started", "settlements", b"settlements", "start_now", b"start_now", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_types", b"job_types", "max_jobs", b"max_jobs", "reports_started", b"reports_started", "start_now", b"start_now", "wait_ms", b"wait_ms", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -214,22 +204,16 @@ class ClaimResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     JOBS_FIELD_NUMBER: _builtins.int
-    SETTLED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimedJob]: ...
-    @_builtins.property
-    def settled(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaseResult]:
-        """One result per ClaimRequest.settlements entry, as a SettleResponse would have them."""
-
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[Global___ClaimedJob] | None = ...,
-        settled: _abc.Iterable[Global___LeaseResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "settled", b"settled"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -61,7 +61,6 @@ class LeaseKeeperServicer:
 
     def Claim(self, request, context):
         """Long-poll: waits up to wait_ms for at least one job, then returns up to max_jobs.
-        Settles what the request carries first (see ClaimRequest.settlements).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -36,9 +36,7 @@ class LeaseKeeperStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> LeaseKeeperAsyncStub: ...
     Claim: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ClaimRequest, _worker_pb2.ClaimResponse]
-    """Long-poll: waits up to wait_ms for at least one job, then returns up to max_jobs.
-    Settles what the request carries first (see ClaimRequest.settlements).
-    """
+    """Long-poll: waits up to wait_ms for at least one job, then returns up to max_jobs."""
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]
     """Extends each lease whose token is current; a stale token is refused and counted."""
     Settle: _grpc.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]
@@ -52,9 +50,7 @@ class LeaseKeeperStub:
 class LeaseKeeperAsyncStub(LeaseKeeperStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Claim: _aio.UnaryUnaryMultiCallable[_worker_pb2.ClaimRequest, _worker_pb2.ClaimResponse]  # type: ignore[assignment]
-    """Long-poll: waits up to wait_ms for at least one job, then returns up to max_jobs.
-    Settles what the request carries first (see ClaimRequest.settlements).
-    """
+    """Long-poll: waits up to wait_ms for at least one job, then returns up to max_jobs."""
     Heartbeat: _aio.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Extends each lease whose token is current; a stale token is refused and counted."""
     Settle: _aio.UnaryUnaryMultiCallable[_worker_pb2.SettleRequest, _worker_pb2.SettleResponse]  # type: ignore[assignment]
@@ -71,9 +67,7 @@ class LeaseKeeperServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.ClaimRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.ClaimResponse, _abc.Awaitable[_worker_pb2.ClaimResponse]]:
-        """Long-poll: waits up to wait_ms for at least one job, then returns up to max_jobs.
-        Settles what the request carries first (see ClaimRequest.settlements).
-        """
+        """Long-poll: waits up to wait_ms for at least one job, then returns up to max_jobs."""
 
     @_abc_1.abstractmethod
     def Heartbeat(

@@ -10,10 +10,6 @@ instead: a Settle costs both processes about a millisecond of CPU whatever it
 carries, and at a few hundred jobs a second the 5 ms batches carried a handful
 each. ``hurry()`` (the worker calls it when a claim leaves it short of room)
 sends the waiting batch at the usual interval.
-
-A claim may carry what is queued instead (``take``; the leasekeeper settles it
-before it looks for jobs), and hands back what its answer did not settle
-(``give_back``), which then goes by Settle at once.
 """
 
 from __future__ import annotations
@@ -75,7 +71,6 @@ class SettleBatcher(Generic[T]):
         self._clock = clock
         self._cond = threading.Condition()
         self._items: list[tuple[Settlement, T]] = []
-        self._awaited = 0  # a claim waits for this many queued (``await_queued``)
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="worker-settle", daemon=True)
 
@@ -85,45 +80,15 @@ class SettleBatcher(Generic[T]):
     def put(self, settlement: Settlement, tag: T) -> None:
         with self._cond:
             self._items.append((settlement, tag))
-            queued = len(self._items)
-            if queued == 1 or queued >= self._max_batch or 0 < self._awaited <= queued:
+            if len(self._items) == 1 or len(self._items) >= self._max_batch:
                 self._cond.notify_all()
-
-    def await_queued(self, count: int, timeout: float) -> None:
-        """Wait until ``count`` settlements are queued, at most ``timeout`` seconds: the
-        claim loop lets the jobs it just handed to idle handlers finish, so that its next
-        claim carries their acks instead of a Settle of their own."""
-        with self._cond:
-            self._awaited = count
-            try:
-                self._cond.wait_for(lambda: len(self._items) >= count or self._closing, timeout)
-            finally:
-                self._awaited = 0
 
     def hurry(self) -> None:
         """The worker is short of room: the waiting batch goes at the usual interval."""
         with self._cond:
-            if self._items and not self._hurried:
+            if not self._hurried:
                 self._hurried = True
                 self._cond.notify_all()
-
-    def take(self) -> list[tuple[Settlement, T]]:
-        """The queued settlements (up to a batch), for a claim to carry instead of a
-        Settle; what its answer does not settle comes back through ``give_back``."""
-        with self._cond:
-            taken = self._items[: self._max_batch]
-            del self._items[: self._max_batch]
-            return taken
-
-    def give_back(self, items: Sequence[tuple[Settlement, T]]) -> None:
-        """Settlements a claim carried and the leasekeeper did not settle: they go out
-        ahead of anything queued since, by Settle, with its retries."""
-        if not items:
-            return
-        with self._cond:
-            self._items[:0] = items
-            self._hurried = True  # they have waited a claim's round trip already
-            self._cond.notify_all()
 
     def close(self, timeout: float) -> None:
         """Send what is queued, then stop; gives up after ``timeout`` seconds."""
@@ -158,35 +123,26 @@ class SettleBatcher(Generic[T]):
                         raise
 
     def _next_batch(self) -> list[tuple[Settlement, T]] | None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: bool(self._items) or self._closing)
-                if not self._items:
-                    return None
-                batch = self._gather()
-            if batch:
-                return batch
-            # A claim took the batch while it waited (``take``): wait for the next.
-
-    def _gather(self) -> list[tuple[Settlement, T]]:
-        """Wait (the lock held) until the queued batch is due, then take it; empty when a
-        claim took it meanwhile."""
-        first_at = self._clock()
-        flush_at = first_at + self._interval_s
-        while self._items and len(self._items) < self._max_batch and not self._closing:
-            if self._hurried:
-                flush_at = min(flush_at, first_at + self._interval_s)
-            remaining = flush_at - self._clock()
-            if remaining <= 0:
-                if self._may_wait_longer(flush_at, first_at):
-                    flush_at = first_at + self._relaxed_interval_s
-                    continue
-                break
-            self._cond.wait(remaining)
-        self._hurried = False
-        batch = self._items[: self._max_batch]
-        del self._items[: self._max_batch]
-        return batch
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._items) or self._closing)
+            if not self._items:
+                return None
+            first_at = self._clock()
+            flush_at = first_at + self._interval_s
+            while len(self._items) < self._max_batch and not self._closing:
+                if self._hurried:
+                    flush_at = min(flush_at, first_at + self._interval_s)
+                remaining = flush_at - self._clock()
+                if remaining <= 0:
+                    if self._may_wait_longer(flush_at, first_at):
+                        flush_at = first_at + self._relaxed_interval_s
+                        continue
+                    break
+                self._cond.wait(remaining)
+            self._hurried = False
+            batch = self._items[: self._max_batch]
+            del self._items[: self._max_batch]
+            return batch
 
     def _may_wait_longer(self, flush_at: float, first_at: float) -> bool:
         """At the usual interval: whether the batch may wait on, the worker having room."""

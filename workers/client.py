@@ -97,14 +97,6 @@ class ReconnectBackoff:
         return base / 2 + rng.random() * base / 2
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimAnswer:
-    """A claim's jobs and the results of the settlements it carried."""
-
-    leases: list[Lease]
-    settled: list[LeaseResult]
-
-
 # A worker with no leasekeeper says so again after this long, then at doubling intervals.
 STILL_DOWN_FIRST_S = 30.0
 
@@ -164,24 +156,6 @@ class LeaseKeeperClient:
         empty list when none came in ``wait_ms``. With ``reports_started`` the caller
         promises to report each job's start in its heartbeats, except the first
         ``start_now`` jobs, which its idle handlers start at once."""
-        return self.claim_settling(
-            max_jobs, wait_ms, job_types, reports_started=reports_started, start_now=start_now
-        ).leases
-
-    def claim_settling(
-        self,
-        max_jobs: int,
-        wait_ms: int,
-        job_types: Sequence[str] = (),
-        settlements: Sequence[Settlement] = (),
-        *,
-        reports_started: bool = False,
-        start_now: int = 0,
-    ) -> ClaimAnswer:
-        """``claim``, carrying ``settlements`` that the leasekeeper settles before it
-        looks for jobs: one call where a Settle and a Claim were two. ``settled`` has
-        their results; a leasekeeper from before the field answers none of them (and
-        did not settle them), so what ``settled`` does not name must go by ``settle``."""
         request = worker_pb2.ClaimRequest(
             worker_id=self.worker_id,
             max_jobs=max_jobs,
@@ -189,16 +163,12 @@ class LeaseKeeperClient:
             job_types=job_types,
             reports_started=reports_started,
             start_now=start_now,
-            settlements=[_settlement(s) for s in settlements],
         )
         timeout = wait_ms / 1000 + self._rpc_timeout_s
         response = self._call(
             "Claim", lambda stub: stub.Claim(request, timeout=timeout, metadata=self._metadata)
         )
-        return ClaimAnswer(
-            leases=[_lease(job) for job in response.jobs],
-            settled=[_result(r) for r in response.settled],
-        )
+        return [_lease(job) for job in response.jobs]
 
     def heartbeat(
         self, refs: Sequence[LeaseRef], started: Collection[str] = ()

@@ -151,9 +151,6 @@ class Worker:
             relaxed=self._has_room,
             relaxed_interval_s=relaxed_settle_s,
         )
-        # Claims carry the settlements queued when they go (``_settled_by_claim``).
-        self._carry_settlements = True
-        self._settle_interval_s = settle_interval_s
         self._monitor = LeaseMonitor(
             table=self._table,
             client=client,
@@ -238,59 +235,27 @@ class Worker:
             )
             if free == 0 or self._stopping.is_set():
                 continue
-            carried = self._batcher.take() if self._carry_settlements else []
-            start_now = self._idle_handlers()
             try:
-                answer = self._client.claim_settling(
+                leases = self._client.claim(
                     free,
                     self._claim_wait_ms,
                     self._types.runnable,
-                    [settlement for settlement, _ in carried],
                     reports_started=self._reports_started,
-                    start_now=start_now,
+                    start_now=self._idle_handlers(),
                 )
             except LeaseKeeperUnavailable as exc:
-                self._batcher.give_back(carried)
                 failures += 1
                 log.debug("claim failed (%d in a row): %s", failures, exc)
                 if not exc.reconnecting:
                     self._stopping.wait(pause.delay(failures, self._rng))
                 continue
             except LeaseKeeperRejected as exc:
-                self._batcher.give_back(carried)
                 log.error("leasekeeper refused this worker; stopping: %s", exc)
                 self._fatal = exc
                 self.stop()
                 return
-            except BaseException:
-                self._batcher.give_back(carried)
-                raise
             failures = 0
-            if carried:
-                self._settled_by_claim(carried, answer.settled)
-            self._accept(answer.leases, free)
-            started = min(len(answer.leases), start_now)
-            if started and self._carry_settlements and self._has_room():
-                # Short jobs finish in this while; the next claim then carries their acks.
-                self._batcher.await_queued(started, self._settle_interval_s)
-
-    def _settled_by_claim(
-        self, carried: list[tuple[Settlement, Held]], results: list[LeaseResult]
-    ) -> None:
-        """Answer what the claim settled; give what it did not back to the settle thread
-        (answered "retry later", or a leasekeeper from before claims carried settlements,
-        which settles none: then they stop riding along)."""
-        if not results:
-            log.info(
-                "leasekeeper at %s does not settle what claims carry; settling by Settle only",
-                self._client.target,
-            )
-            self._carry_settlements = False
-            self._batcher.give_back(carried)
-            return
-        done = {result.lease_id for result in results if not result.retry_later}
-        self._answered([item for item in carried if item[0].ref.lease_id in done], results)
-        self._batcher.give_back([item for item in carried if item[0].ref.lease_id not in done])
+            self._accept(leases, free)
 
     def _has_room(self) -> bool:
         """Half the leases free: what a claim takes at once. With that much room a

@@ -413,13 +413,7 @@ def test_reconnects_to_a_leasekeeper_restarted_on_the_same_socket(
             server.stop(0).wait()
             second = FakeLeaseKeeper([envelopes()])
             server = start_server(second, sock)
-            # An ack the old server took as its claim's call failed is sent again (the
-            # answer was lost); the new server refuses it (a restarted leasekeeper on the
-            # same state dir answers it "applied"). Job 2's ack is the one that counts.
-            wait_until(
-                lambda: any(s.accepted for s in second.outcomes("ack")),
-                what="an accepted ack to the new server",
-            )
+            wait_until(lambda: len(second.outcomes("ack")) == 1, what="an ack to the new server")
     finally:
         server.stop(0).wait()
 
@@ -631,69 +625,6 @@ def test_a_worker_short_of_room_settles_at_the_usual_interval(
     interval (3 of the 4 a batch holds), not after the 60 s relaxed one."""
     fake = acked_noop_jobs(envelopes, sock, 3, concurrency=2, prefetch=2, relaxed_settle_s=60.0)
     assert fake.claims[0] == 4
-
-
-def test_claims_carry_the_acks_queued_when_they_go(envelopes: Envelopes, sock: Path) -> None:
-    """A worker with room lets its acks wait for company (60 s here); the claims it
-    keeps making meanwhile carry them, so they are settled with no Settle call."""
-    fake = acked_noop_jobs(envelopes, sock, 3, relaxed_settle_s=60.0)
-    assert fake.settle_batches == []
-    assert sum(fake.carried_batches) == 3
-    assert all(s.accepted for s in fake.settled)
-
-
-def test_the_next_claim_waits_for_the_jobs_just_started_and_carries_their_acks(
-    envelopes: Envelopes, sock: Path
-) -> None:
-    """A claim that handed jobs to idle handlers lets them finish (up to the settle
-    interval, 5 s here) before the next claim goes: that very claim carries all three
-    acks (without the wait it goes at once, carrying none, and a later one takes them)."""
-    fake = acked_noop_jobs(envelopes, sock, 3, settle_interval_s=5.0, relaxed_settle_s=60.0)
-    assert fake.carried_per_claim[:2] == [0, 3]
-    assert fake.settle_batches == []
-
-
-def test_a_leasekeeper_that_ignores_carried_acks_gets_them_by_settle(
-    envelopes: Envelopes, sock: Path
-) -> None:
-    """A leasekeeper from before claims carried settlements answers none of them: the
-    worker sends them by Settle, each once, and its claims stop carrying any."""
-    app = App("test")
-    finished: list[int] = []
-
-    @app.job("noop")
-    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
-        finished.append(payload["n"])
-
-    fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(3)], settles_in_claims=False)
-    with serving(fake, sock) as target, running_worker(app, target, relaxed_settle_s=60.0):
-        wait_until(lambda: len(fake.outcomes("ack")) == 3, what="3 acks by Settle")
-        assert len(fake.carried_batches) == 1
-        fake.add(*[envelopes("noop", {"n": n}) for n in (3, 4)])
-        wait_until(lambda: len(finished) == 5, what="the 2 new jobs run")
-        claims = len(fake.claims)
-        wait_until(lambda: len(fake.claims) >= claims + 2, what="2 more claims")
-        assert len(fake.carried_batches) == 1  # their acks wait for the Settle thread
-    assert sorted(s.lease_id for s in fake.settled) == [f"jobs.test/0/{n}" for n in range(1, 6)]
-    assert all(s.accepted for s in fake.settled)
-
-
-def test_acks_a_failed_claim_carried_go_by_settle(envelopes: Envelopes, sock: Path) -> None:
-    """A claim that fails (the leasekeeper restarting) gives its carried acks back to
-    the settle thread: each job is acked once, none is left to expire and run again."""
-    app = App("test")
-
-    @app.job("noop")
-    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
-        pass
-
-    fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(3)])
-    fake.fail_carrying_claims = 1
-    with serving(fake, sock) as target, running_worker(app, target, relaxed_settle_s=60.0):
-        wait_until(lambda: len(fake.outcomes("ack")) == 3, what="3 acks")
-    assert fake.fail_carrying_claims == 0 and fake.carried_batches  # the claim failed
-    assert sorted(s.lease_id for s in fake.settled) == [f"jobs.test/0/{n}" for n in range(1, 4)]
-    assert all(s.accepted for s in fake.settled)
 
 
 def acked_noop_jobs(envelopes: Envelopes, sock: Path, jobs: int, **options: Any) -> FakeLeaseKeeper:

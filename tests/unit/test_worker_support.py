@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,14 +61,8 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         *,
         lease_s: int = 30,
         token: str | None = None,
-        settles_in_claims: bool = True,
     ) -> None:
         self.lease_s = lease_s
-        # False: a leasekeeper from before claims carried settlements (ignores them).
-        self.settles_in_claims = settles_in_claims
-        self.carried_batches: list[int] = []  # settlements each Claim carried, when any
-        self.carried_per_claim: list[int] = []  # settlements every Claim carried, 0 too
-        self.fail_carrying_claims = 0  # this many Claims that carry settlements fail
         self.token = token
         self.cond = threading.Condition()
         self.pending: deque[bytes] = deque(envelopes or [])
@@ -104,16 +98,7 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
         self._authorize(context)
-        settled: list[pb.LeaseResult] = []
         with self.cond:
-            self.carried_per_claim.append(len(request.settlements))
-            if request.settlements:
-                self.carried_batches.append(len(request.settlements))
-                if self.fail_carrying_claims > 0:
-                    self.fail_carrying_claims -= 1
-                    context.abort(grpc.StatusCode.UNAVAILABLE, "leasekeeper restarting")
-                if self.settles_in_claims:
-                    settled = self._settle(request.settlements)
             self.claims.append(request.max_jobs)
             if request.reports_started:
                 self.starts_at_claim.append(request.start_now)
@@ -132,7 +117,7 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
             self.max_outstanding = max(self.max_outstanding, len(self.outstanding))
             self.claims_in_progress -= 1
             self.cond.notify_all()
-        return pb.ClaimResponse(jobs=jobs, settled=settled)
+        return pb.ClaimResponse(jobs=jobs)
 
     def _lease(self, envelope: bytes) -> pb.ClaimedJob:
         self._next += 1
@@ -180,24 +165,19 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
         self._authorize(context)
+        results = []
         with self.cond:
             self.settle_batches.append(len(request.settlements))
-            results = self._settle(request.settlements)
+            for s in request.settlements:
+                ok = self.outstanding.get(s.lease.lease_id) == s.lease.lease_token
+                if ok:
+                    del self.outstanding[s.lease.lease_id]
+                self.settled.append(_settled(s, ok))
+                results.append(
+                    pb.LeaseResult(lease_id=s.lease.lease_id, ok=ok, reason="" if ok else "stale")
+                )
+            self.cond.notify_all()
         return pb.SettleResponse(results=results)
-
-    def _settle(self, settlements: Iterable[pb.Settlement]) -> list[pb.LeaseResult]:
-        """Settle (``self.cond`` held) and answer, whether by Settle or in a Claim."""
-        results = []
-        for s in settlements:
-            ok = self.outstanding.get(s.lease.lease_id) == s.lease.lease_token
-            if ok:
-                del self.outstanding[s.lease.lease_id]
-            self.settled.append(_settled(s, ok))
-            results.append(
-                pb.LeaseResult(lease_id=s.lease.lease_id, ok=ok, reason="" if ok else "stale")
-            )
-        self.cond.notify_all()
-        return results
 
     def Inspect(
         self, request: pb.InspectRequest, context: grpc.ServicerContext
