@@ -14,6 +14,7 @@ slow machine shifts them in time but not in the load they interrupt.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +35,9 @@ from tests.chaos import (
 )
 from tests.system import Leasekeeper, System, WorkerProcess, wait_until
 
-JOBS = 15_000
-BATCH = 1_000
+JOBS = 15_000  # at least; the feeder goes on until the last fault
+BATCH = 200
+RATE = 500  # jobs/s: well under what the pool drains, so work waits only behind faults
 PARTITIONS = 6
 JOB_MAX_MS = 20
 TENANTS = 60  # keyed by tenant: enough of them to reach every partition
@@ -63,25 +65,36 @@ def cluster_system(
 
 
 class Feeder(threading.Thread):
-    """Enqueues ``total`` jobs in batches while the faults happen; keeps any error."""
+    """Enqueues jobs at a steady ``RATE`` until told to stop (and at least ``total``);
+    keeps any error. Paced, not all at once: the queue must still hold work when the
+    last fault lands, however fast this machine drains it (a load enqueued up front
+    could be finished before the worker kill, which would then find no job running)."""
 
     def __init__(self, system: System, total: int) -> None:
         super().__init__(daemon=True)
         self.system, self.total = system, total
         self.ids: list[str] = []
         self.error: BaseException | None = None
+        self.stopping = threading.Event()
 
     def run(self) -> None:
         try:
-            while len(self.ids) < self.total:
+            started_at = time.monotonic()
+            while not (self.stopping.is_set() and len(self.ids) >= self.total):
                 self.ids += self.system.enqueue(BATCH, tenants=TENANTS)
+                due = started_at + len(self.ids) / RATE
+                self.stopping.wait(max(0.0, due - time.monotonic()))
         except BaseException as exc:
             self.error = exc
 
+    def check(self) -> None:
+        assert self.error is None, f"enqueue failed: {self.error!r}"
+
     def finish(self) -> list[str]:
+        self.stopping.set()
         self.join(120)
         assert not self.is_alive(), "enqueueing did not finish"
-        assert self.error is None, f"enqueue failed: {self.error!r}"
+        self.check()
         return self.ids
 
 
@@ -120,11 +133,15 @@ def joined(leasekeeper: Leasekeeper) -> bool:
     )
 
 
-def wait_runs(system: System, count: int) -> int:
-    """Wait until ``count`` jobs ran; never for more than the load holds (on a slow
-    machine the faults come late, and the last ones may find the load almost done)."""
-    count = min(count, JOBS)
-    wait_until(lambda: len(system.runs()) >= count, 150, f"{count} jobs to run", step=0.25)
+def wait_runs(system: System, feeder: Feeder, count: int) -> int:
+    """Wait until ``count`` jobs ran (the feeder still enqueueing, so the load holds
+    them); fail at once if enqueueing failed."""
+
+    def ran() -> bool:
+        feeder.check()
+        return len(system.runs()) >= count
+
+    wait_until(ran, 150, f"{count} jobs to run", step=0.25)
     return len(system.runs())
 
 
@@ -233,16 +250,16 @@ def test_kill_9_of_a_broker_a_leasekeeper_and_a_worker_loses_nothing_bounded_dup
     feeder = Feeder(system, JOBS)
     feeder.start()
 
-    ran = wait_runs(system, LEASEKEEPER_AT)
+    ran = wait_runs(system, feeder, LEASEKEEPER_AT)
     first = system.leasekeeper = move_away_and_back(system, ledger, first, second, ran)
 
-    ran = wait_runs(system, len(system.runs()) + BETWEEN_FAULTS)
+    ran = wait_runs(system, feeder, len(system.runs()) + BETWEEN_FAULTS)
     ledger.add(replace_busiest_worker(system, workers, [first, second], ran))
 
     victim = coordinator_index(kafka_cluster3, system)
-    ran = wait_runs(system, len(system.runs()) + BETWEEN_FAULTS)
+    ran = wait_runs(system, feeder, len(system.runs()) + BETWEEN_FAULTS)
     ledger.add(broker_fault(kafka_cluster3, victim, [first, second], ran, MAX_UNCOMMITTED))
-    ran = wait_runs(system, ran + AFTER_BROKER_KILL // 2)  # the queue moves on without it
+    ran = wait_runs(system, feeder, ran + AFTER_BROKER_KILL // 2)  # the queue moves on without it
     # A leasekeeper restarted while a broker is down (its address still in the
     # bootstrap list, leaders moving) must come up and take its partitions back.
     ledger.add(leasekeeper_fault(second, ran))
@@ -252,7 +269,8 @@ def test_kill_9_of_a_broker_a_leasekeeper_and_a_worker_loses_nothing_bounded_dup
     # It must come up and join; which partitions it gets is the group's choice
     # (its session may have expired while it was down, so they may all stay away).
     wait_until(lambda: joined(second), 90, "the restarted leasekeeper to join the group")
-    wait_runs(system, len(system.runs()) + AFTER_BROKER_KILL // 2)
+    wait_runs(system, feeder, len(system.runs()) + AFTER_BROKER_KILL // 2)
+    feeder.stopping.set()  # every fault landed under load: enqueue no more than JOBS now
     kafka_cluster3.restart_broker(victim)
     wait_until(lambda: in_sync(system), 120, "the restarted broker to catch up", step=0.5)
 
