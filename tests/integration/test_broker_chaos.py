@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,37 +66,51 @@ def cluster_system(
 
 
 class Feeder(threading.Thread):
-    """Enqueues jobs at a steady ``RATE`` until told to stop (and at least ``total``);
-    keeps any error. Paced, not all at once: the queue must still hold work when the
-    last fault lands, however fast this machine drains it (a load enqueued up front
-    could be finished before the worker kill, which would then find no job running)."""
+    """Enqueues jobs at a steady ``RATE`` until told to stop (and at least ``total``).
+
+    Paced, not all at once: the queue must still hold work when the last fault lands,
+    however fast this machine drains it (a load enqueued up front could be finished
+    before the worker kill, which would then find no job running). Each batch is sent
+    from a thread of its own: a batch in flight to the broker that is killed may wait
+    for that broker to come back (librdkafka keeps a dead leader's in-flight requests
+    for it), and the load must go on meanwhile, since the broker returns only after
+    more jobs ran.
+    """
 
     def __init__(self, system: System, total: int) -> None:
         super().__init__(daemon=True)
         self.system, self.total = system, total
-        self.ids: list[str] = []
+        self.batches: list[Future[list[str]]] = []
         self.error: BaseException | None = None
         self.stopping = threading.Event()
 
     def run(self) -> None:
         try:
-            started_at = time.monotonic()
-            while not (self.stopping.is_set() and len(self.ids) >= self.total):
-                self.ids += self.system.enqueue(BATCH, tenants=TENANTS)
-                due = started_at + len(self.ids) / RATE
-                self.stopping.wait(max(0.0, due - time.monotonic()))
+            with ThreadPoolExecutor(max_workers=16, thread_name_prefix="feeder") as pool:
+                started_at = time.monotonic()
+                while not (self.stopping.is_set() and len(self.batches) * BATCH >= self.total):
+                    self.batches.append(pool.submit(self.system.enqueue, BATCH, tenants=TENANTS))
+                    due = started_at + len(self.batches) * BATCH / RATE
+                    self.stopping.wait(max(0.0, due - time.monotonic()))
         except BaseException as exc:
             self.error = exc
 
+    def enqueued(self) -> int:
+        return sum(len(b.result()) for b in list(self.batches) if b.done() and not b.exception())
+
     def check(self) -> None:
         assert self.error is None, f"enqueue failed: {self.error!r}"
+        failed = [b.exception() for b in list(self.batches) if b.done() and b.exception()]
+        assert not failed, f"enqueue failed: {failed[0]!r}"
 
     def finish(self) -> list[str]:
+        """Stop, and wait for every batch to be delivered (those held for the killed
+        broker once it is back)."""
         self.stopping.set()
         self.join(120)
-        assert not self.is_alive(), "enqueueing did not finish"
+        assert not self.is_alive(), f"enqueueing did not finish: {self.enqueued()} delivered"
         self.check()
-        return self.ids
+        return [job for batch in self.batches for job in batch.result()]
 
 
 def ready_owned(leasekeeper: Leasekeeper, system: System) -> int:
@@ -141,8 +156,33 @@ def wait_runs(system: System, feeder: Feeder, count: int) -> int:
         feeder.check()
         return len(system.runs()) >= count
 
-    wait_until(ran, 150, f"{count} jobs to run", step=0.25)
+    wait_until(ran, 150, f"{count} jobs to run", step=0.25, describe=lambda: state(system, feeder))
     return len(system.runs())
+
+
+def state(system: System, feeder: Feeder) -> dict[str, object]:
+    """What a stalled run looks like: the load, and each leasekeeper's own account."""
+    found: dict[str, object] = {"enqueued": feeder.enqueued(), "ran": len(system.runs())}
+    for n, leasekeeper in enumerate(system.leasekeepers):
+        snapshot = leasekeeper.snapshot()
+        found[f"leasekeeper {n}"] = (
+            "no answer"
+            if snapshot is None
+            else {
+                "kafka": snapshot.get("kafka"),
+                "partitions (topic, partition, committed, fetched, leases)": [
+                    (
+                        p["topic"],
+                        p["partition"],
+                        p.get("committed"),
+                        p.get("highest_fetched"),
+                        len(p["leases"]),
+                    )
+                    for p in snapshot["partitions"]
+                ],
+            }
+        )
+    return found
 
 
 def finished(system: System, enqueued: set[str]) -> set[str]:
