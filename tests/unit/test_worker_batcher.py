@@ -128,3 +128,40 @@ def test_without_room_a_batch_goes_at_the_usual_interval() -> None:
     assert sent.wait(10), "sent at the usual interval, not after the relaxed one"
     assert [len(b) for b in client.batches] == [1]
     batcher.close(timeout=10)
+
+
+class CountingCondition(threading.Condition):
+    """A condition that counts its wake-up calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify_all(self) -> None:
+        self.notified += 1
+        super().notify_all()
+
+
+def test_a_hurry_wakes_the_thread_only_when_the_batch_waits_on_the_relaxed_interval() -> None:
+    """A worker short of room hurries after every claim; while the batch still waits out
+    its usual interval, the flag is enough (the thread reads it when the wait ends), and
+    waking the thread each time cost two thread switches per claim."""
+    client = RecordingClient()
+    clock = SteppedClock()
+    sent = threading.Event()
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: sent.set(), interval_s=60.0,
+        relaxed=lambda: True, relaxed_interval_s=120.0, clock=clock,
+    )  # fmt: skip
+    condition = batcher._cond = CountingCondition()
+    batcher.start()
+    batcher.put(_ack(1), 1)
+    assert clock.read.wait(10), "the batch began: the thread waits out the usual interval"
+    with condition:  # the thread holds it until it waits
+        woken = condition.notified
+    batcher.hurry()
+    assert condition.notified == woken, "a hurry within the usual interval wakes no thread"
+    assert client.batches == []
+    batcher.close(timeout=10)
+    assert sent.is_set()
+    assert [len(b) for b in client.batches] == [1]
