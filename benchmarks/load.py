@@ -88,8 +88,11 @@ class Preloader:
             done += chunk
         return ids
 
-    def paced(self, rate: float, seconds: float, delay: float | None = None) -> list[str]:
-        """Enqueue at ``rate`` jobs/s for ``seconds`` (10 ms ticks); returns the delivered ids.
+    def paced(
+        self, rate: float, seconds: float, delay: float | None = None, limit: int | None = None
+    ) -> list[str]:
+        """Enqueue at ``rate`` jobs/s for ``seconds`` (10 ms ticks), or until ``limit``
+        jobs were sent; returns the delivered ids.
 
         ``delay``: every job is due that many seconds after it is enqueued.
         """
@@ -102,7 +105,11 @@ class Preloader:
         try:
             started = time.monotonic()
             while (elapsed := time.monotonic() - started) < seconds:
+                if limit is not None and len(futures) >= limit:
+                    break
                 due = max(0, int(rate * elapsed) - len(futures))
+                if limit is not None:
+                    due = min(due, limit - len(futures))
                 for request in self.requests(self.loaded + len(futures), due):
                     futures.append(
                         self.producer.enqueue_nowait(

@@ -84,7 +84,13 @@ class OurSystem:
         if self.leasekeeper is None or self.leasekeeper.poll() is not None:
             raise RuntimeError(f"leasekeeper exited: {self.log_tail('leasekeeper.log')}")
         snap = self.snapshot()
-        return snap is not None and len(snap["partitions"]) >= self.partitions
+        # Settled in: every topic family's consumer got its assignment (they join the
+        # group one rebalance after another, seconds apart) and its leases are re-read.
+        return (
+            snap is not None
+            and len(snap["partitions"]) >= self.partitions
+            and not snap.get("settling_in", False)
+        )
 
     def snapshot(self) -> dict[str, Any] | None:
         try:

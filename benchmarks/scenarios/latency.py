@@ -20,6 +20,11 @@ from benchmarks.ours import OurSystem
 from benchmarks.scenarios import ours_best, result
 
 WARMUP_JOBS = 200
+# Then this many seconds of the measured load itself, not measured either: the
+# leasekeeper's first seconds (its topic families' consumers joining the group one
+# rebalance after another) and the step from idle to the full rate stay out of the
+# samples, which are the steady state's.
+WARMUP_PACED_S = 3.0
 NOT_BUILT = "n/a — scheduling not built yet"
 # Delayed jobs: a short delay (through the 1 s delay tier) at a modest rate.
 SCHEDULED_DELAY_S = 5.0
@@ -55,13 +60,21 @@ def measure_rate(
         prefix=prefix or [],
     )
     app = "scheduled_app" if delay_s else "latency_app"
-    env = {ENV_WARMUP_N: str(WARMUP_JOBS), ENV_DELAY_MS: str((delay_s or 0) * 1000)}
+    warm_paced = round(rate * WARMUP_PACED_S)
+    env = {
+        ENV_WARMUP_N: str(WARMUP_JOBS + warm_paced),
+        ENV_DELAY_MS: str((delay_s or 0) * 1000),
+    }
     directory = system.progress_dir
     try:
         system.start_leasekeeper()
         system.start_workers(app, config.processes, config.concurrency, env)
         loader.load(WARMUP_JOBS)  # n = 0 .. WARMUP_JOBS-1: run, not measured
         procs.wait_until(lambda: progress.read(directory).count >= WARMUP_JOBS, 120, "warm-up jobs")
+        # The paced warm-up runs straight into the measured load (no idle gap between).
+        warmed = len(loader.paced(rate, 2 * WARMUP_PACED_S, delay=delay_s, limit=warm_paced))
+        if warmed < warm_paced:  # a machine too slow to pace: the rest at once
+            loader.load(warm_paced - warmed)
         # What our processes spend per job at this rate, where claims and settles carry
         # a few jobs each (a drain's carry hundreds).
         meter = procs.CpuMeter({"leasekeeper": system.leasekeeper_pids,
