@@ -72,9 +72,9 @@ class Feeder(threading.Thread):
     however fast this machine drains it (a load enqueued up front could be finished
     before the worker kill, which would then find no job running). Each batch is sent
     from a thread of its own: a batch in flight to the broker that is killed may wait
-    for that broker to come back (librdkafka keeps a dead leader's in-flight requests
-    for it), and the load must go on meanwhile, since the broker returns only after
-    more jobs ran.
+    for that broker to come back (once in sixteen runs the load stopped right at a
+    kill, probably so; not reproduced), and the load must go on meanwhile, since the
+    broker returns only after more jobs ran.
     """
 
     def __init__(self, system: System, total: int) -> None:
