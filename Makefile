@@ -5,19 +5,39 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The hot path, compiled with mypyc next to its sources (setup.py); rebuilt whenever
+# one of them changes, since a compiled module is imported in preference to its
+# source. JOBS_COMPILE=0 removes them: plain Python throughout.
+HOT_PATH := $(shell sed 's/\#.*//' compiled_modules.txt)
+COMPILED := $(VENV)/.compiled
 
-.PHONY: venv run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto browser promtool
+.PHONY: venv compile run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto browser promtool
 
+# The editable install itself stays plain Python (JOBS_COMPILE=0); `compile` below
+# builds the extensions in place, the one way that works for a source checkout.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev,bench,outbox]'
+	JOBS_COMPILE=0 $(PY) -m pip install -q -e '.[test,dev,bench,outbox]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
+$(COMPILED): $(STAMP) setup.py compiled_modules.txt $(HOT_PATH)
+	find leasekeeper workers schemas jobcore -name '*.so' -delete
+	rm -f *__mypyc*.so
+	@if [ "$${JOBS_COMPILE:-1}" = 0 ]; then \
+	  echo "JOBS_COMPILE=0: the hot path runs as plain Python"; \
+	else \
+	  $(PY) setup.py -q build_ext --inplace >/dev/null; \
+	fi
+	touch $(COMPILED)
+
+## Compile the hot path (mypyc) after editing one of compiled_modules.txt's modules.
+compile: $(COMPILED)
+
 ## Start local Kafka and the demo system (Ctrl-C stops everything).
-run: $(STAMP)
+run: $(COMPILED)
 	$(PY) -m devtools.demo
 
 ## Headless Chromium and its driver from Debian's packages, for the dashboard's browser
@@ -42,12 +62,12 @@ promtool:
 
 ## Run every test suite (unit, integration, acceptance) against a real Kafka
 ## the suite starts itself, or KAFKA_BOOTSTRAP when set.
-test: $(STAMP)
+test: $(COMPILED)
 	$(PY) -m devtools.localkafka fetch
 	$(PY) -m devtools.localregistry fetch
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: $(STAMP)
+test-unit: $(COMPILED)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -58,7 +78,7 @@ lint: $(STAMP)
 ## Benchmarks side by side (results in benchmarks/results/, see BENCHMARKS.md):
 ## SCENARIO=drain|raw|share|peers|latency|recovery|memory|noisy|micro (or 1-9), QUICK=1,
 ## BENCH_ARGS for anything else (e.g. BENCH_ARGS="--no-pin").
-bench: $(STAMP)
+bench: $(COMPILED)
 	$(PY) -m benchmarks $(if $(SCENARIO),--scenario $(SCENARIO)) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 kafka-fetch: $(STAMP)
@@ -72,6 +92,8 @@ kafka-stop: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	find leasekeeper workers schemas jobcore -name '*.so' -delete
+	rm -f *__mypyc*.so
 
 ## Regenerate the gRPC stubs after editing schemas/worker.proto.
 proto: $(STAMP)

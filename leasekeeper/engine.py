@@ -86,13 +86,17 @@ class LeaseEngine:
         rng: random.Random | None = None,
         policy: DispatchPolicy[Pending] | None = None,
         decode: Decode | None = None,
+        sleep: Callable[[threading.Condition, float], object] | None = None,
     ) -> None:
         """``clock`` is wall time (run_at, dedupe windows, what workers see);
         ``monotonic`` times lease deadlines, timeouts and waits. ``policy`` chooses
         which ready job is dispatched next (``TenantRoundRobin`` by default).
         ``decode`` reads a job's envelope when a copy rewrites it (jobs offered by
-        their headers only); jobs offered decoded need none."""
+        their headers only); jobs offered decoded need none. ``sleep`` is how a
+        waiting claim sleeps on its condition (``Condition.wait``; a test that fakes
+        ``monotonic`` lets its time pass there)."""
         self.control = control or ControlState()
+        self._sleep = sleep or _sleep
         self.counters = Counters()
         self._budget = budget or RetryBudget()
         self._store = store
@@ -414,7 +418,7 @@ class LeaseEngine:
         claimer = _Claimer(threading.Condition(self._lock), job_types)
         self._claimers.append(claimer)
         try:
-            claimer.cond.wait(timeout)
+            self._sleep(claimer.cond, timeout)
         finally:
             self._claimers.remove(claimer)
 
@@ -715,6 +719,10 @@ class LeaseEngine:
                                         control=self.control, store=self._store,
                                         now_ms=now_ms(self._clock),
                                         reader=self._reader)  # fmt: skip
+
+
+def _sleep(cond: threading.Condition, timeout: float) -> bool:
+    return cond.wait(timeout)
 
 
 class _Claimer:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from devtools import compiled
 from devtools.localkafka import KafkaUnavailable, LocalKafka, obtain
 from devtools.localregistry import LocalRegistry, RegistryUnavailable
 from jobcore import gc_tuning
@@ -24,6 +25,15 @@ from tests.system import System
 
 if TYPE_CHECKING:
     from benchmarks.peers.servers import PostgresServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to test old code: a compiled module older than its source would be
+    imported instead of the edit (``make compile`` rebuilds it)."""
+    if old := compiled.stale():
+        raise pytest.UsageError(
+            f"compiled modules older than their sources: {', '.join(old)}; run `make compile`"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -75,10 +75,10 @@ class SettleBatcher(Generic[T]):
         self._cond = threading.Condition()
         self._items: list[tuple[Settlement, T]] = []
         self._closing = False
-        self._thread = threading.Thread(target=self._run, name="worker-settle", daemon=True)
+        self._settler = threading.Thread(target=self._run, name="worker-settle", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._settler.start()
 
     def put(self, settlement: Settlement, tag: T) -> None:
         with self._cond:
@@ -103,9 +103,9 @@ class SettleBatcher(Generic[T]):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if self._thread.is_alive():
+        if self._settler.is_alive():
+            self._settler.join(timeout)
+        if self._settler.is_alive():
             log.warning("settle thread still sending after %.1fs; abandoning it", timeout)
 
     def _run(self) -> None:

@@ -228,12 +228,12 @@ class LeaseKeeperClient:
             result = invoke(stub)
         except grpc.RpcError as exc:
             raise self._failed(name, exc, generation) from exc
-        except ValueError as exc:
+        except ValueError as closed:  # its own name: compiled, a name has one type
             # Another thread closed this channel after a failure ("Cannot invoke
             # RPC on closed channel"): the same outage, seen a moment later.
             if not self._replaced(generation):
                 raise
-            raise LeaseKeeperUnavailable(f"{name}: {exc}", reconnecting=True) from exc
+            raise LeaseKeeperUnavailable(f"{name}: {closed}", reconnecting=True) from closed
         if self._failures:
             self._recovered(generation)
         return result

@@ -99,8 +99,8 @@ def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unru
         envelope = decoder.decode(lease.envelope)
     except SchemaUnavailable as exc:
         return Unrunnable(ctx=_bare_context(lease), failure=_unavailable(exc))
-    except Exception as exc:
-        return Unrunnable(ctx=_bare_context(lease), failure=_decode_failure("envelope", exc))
+    except Exception as error:  # its own name: compiled, a name has one type
+        return Unrunnable(ctx=_bare_context(lease), failure=_decode_failure("envelope", error))
     return _prepared(app, decoder, _context(lease, envelope), envelope.payload, envelope.timeout_s)
 
 
@@ -120,8 +120,8 @@ def _prepared(
         payload = decoder.decode_payload(ctx.type, data)
     except SchemaUnavailable as exc:
         return Unrunnable(ctx=ctx, failure=_unavailable(exc))
-    except Exception as exc:
-        return Unrunnable(ctx=ctx, failure=_decode_failure(f"{ctx.type} payload", exc))
+    except Exception as error:  # its own name: compiled, a name has one type
+        return Unrunnable(ctx=ctx, failure=_decode_failure(f"{ctx.type} payload", error))
     timeout = handler.timeout_s or (timeout_s if timeout_s > 0 else None)
     return Runnable(handler=handler, ctx=ctx, payload=payload, timeout_s=timeout)
 

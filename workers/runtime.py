@@ -249,9 +249,10 @@ class Worker:
                 if not exc.reconnecting:
                     self._stopping.wait(pause.delay(failures, self._rng))
                 continue
-            except LeaseKeeperRejected as exc:
-                log.error("leasekeeper refused this worker; stopping: %s", exc)
-                self._fatal = exc
+            except LeaseKeeperRejected as refused:
+                # Its own name: compiled, one name has one type per function.
+                log.error("leasekeeper refused this worker; stopping: %s", refused)
+                self._fatal = refused
                 self.stop()
                 return
             failures = 0

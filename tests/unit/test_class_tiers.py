@@ -21,6 +21,7 @@ from leasekeeper.window import ReadyWindow
 from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 CLASSES = PriorityClasses().names
 TIERS = DelayTiers.parse("1s,10s,1m")
@@ -169,5 +170,5 @@ def test_a_class_s_tiers_of_one_partition_share_one_share_of_a_full_window() -> 
 
 
 def pending(tp: TopicPart, i: int) -> Pending:
-    return Pending(tp=tp, offset=i, generation=1, job=replace(job("bulk"), job_id=f"{tp}-{i}"),
-                   envelope=b"x")  # fmt: skip
+    head = JobHead.of(replace(job("bulk"), job_id=f"{tp}-{i}"))
+    return Pending(tp=tp, offset=i, generation=1, job=head, envelope=b"x")

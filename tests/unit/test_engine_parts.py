@@ -19,6 +19,7 @@ from leasekeeper.snapshots import EngineSnapshot
 from leasekeeper.store import LeaseStore, Resolution
 from leasekeeper.window import ReadyWindow
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 TP = TopicPart("jobs.q", 0)
 
@@ -30,7 +31,9 @@ def job(i: int, tenant: str = "t1") -> Job:
 
 
 def pending(i: int, generation: int = 1, size: int = 10) -> Pending:
-    return Pending(tp=TP, offset=i, generation=generation, job=job(i), envelope=b"x" * size)
+    return Pending(
+        tp=TP, offset=i, generation=generation, job=JobHead.of(job(i)), envelope=b"x" * size
+    )
 
 
 class Wakes:

@@ -10,6 +10,7 @@ import pytest
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Pending, TopicPart
 from leasekeeper.store import LeaseStore
+from leasekeeper.window import ReadyWindow
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)
@@ -30,15 +31,23 @@ def test_the_unhandled_sweep_skips_the_window_when_every_ready_type_is_handled(
     for n in range(3):
         engine.offer(TP, n, _job(n, "noop"), b"x")
     engine.claim("w", 1, wait_s=0, job_types=frozenset({"noop"}))
-    window = engine._window
     seen: list[int] = []
-    original = window.ready
 
-    def counted() -> Iterator[Pending]:
-        seen.append(1)
-        return original()
+    class CountedWindow:
+        """The engine's window, counting the passes over its ready jobs."""
 
-    monkeypatch.setattr(window, "ready", counted)
+        def __init__(self, window: ReadyWindow) -> None:
+            self._window = window
+
+        def ready(self) -> Iterator[Pending]:
+            seen.append(1)
+            return self._window.ready()
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._window, name)
+
+    unhandled = engine._unhandled
+    monkeypatch.setattr(unhandled, "_window", CountedWindow(unhandled._window))
     assert engine.sweep_unhandled() == 0
     assert seen == []
     engine.offer(TP, 3, _job(3, "other"), b"x")  # no connected worker runs it

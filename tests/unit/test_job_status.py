@@ -20,6 +20,7 @@ from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.store import LeaseStore
 from producer.status import CancelAnswer, CancelOutcome, ended
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 TP = TopicPart("jobs.q", 0)
 NOW_S = 1_800_000_000.0
@@ -94,7 +95,9 @@ def test_a_cancelled_job_seen_in_a_held_tier_is_answered(tmp_path: Path) -> None
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
     engine.cancellations_arrived()  # not seen yet: nothing to say
     assert statuses(engine) == []
-    engine.note_delayed(TopicPart("jobs.q.retry.1m", 0), 3, job(0, run_at_ms=2_000_000_000_000))
+    engine.note_delayed(
+        TopicPart("jobs.q.retry.1m", 0), 3, JobHead.of(job(0, run_at_ms=2_000_000_000_000))
+    )
     assert [(s.job_id, s.state) for s in statuses(engine)] == [("job-0", JobEnd.CANCELLED)]
 
 
@@ -207,7 +210,7 @@ def test_a_held_tier_record_fetched_again_is_noted_and_answered_once(tmp_path: P
     engine.assign(tier, 0)
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
     engine.cancellations_arrived()
-    delayed = job(0, run_at_ms=2_000_000_000_000)
+    delayed = JobHead.of(job(0, run_at_ms=2_000_000_000_000))
     for _ in range(3):  # the head's wait checked three times
         engine.note_delayed(tier, 3, delayed)
     assert [s.job_id for s in statuses(engine)] == ["job-0"]

@@ -16,6 +16,7 @@ from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.store import LeaseStore
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 TP = TopicPart("jobs.q", 0)
 TIER = TopicPart("jobs.q.retry.1m", 0)
@@ -64,7 +65,7 @@ def test_a_delayed_tier_record_is_found_by_id_until_it_leaves_the_tier(tmp_path:
     job_id = new_id()
     due = int(NOW_S * 1000) + 20_000
     engine = make_engine(tmp_path)
-    engine.note_delayed(TIER, 7, job(job_id, run_at_ms=due))
+    engine.note_delayed(TIER, 7, JobHead.of(job(job_id, run_at_ms=due)))
     view = engine.job_view(job_id)
     assert (view["state"], view["due_ms"], view["topic"], view["offset"]) == (
         "delayed", due, TIER.topic, 7
@@ -134,7 +135,7 @@ def test_notes_are_pruned_past_the_dedupe_window_and_overdue_delays_ignored(
     )
     engine.assign(TP, 0)
     engine.offer(TP, 0, job(duplicate, key="k"), b"x")
-    engine.note_delayed(TIER, 7, job(later, run_at_ms=seen + 20_000))
+    engine.note_delayed(TIER, 7, JobHead.of(job(later, run_at_ms=seen + 20_000)))
     assert engine.prune_notes() == 0  # nothing is old yet
     moving.now += 120  # the delayed job is long overdue: its note no longer answers
     assert engine.job_view(later)["state"] == "unknown"

@@ -4,6 +4,7 @@ types go on, and a limited backlog beyond its share of the window is parked."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -162,19 +163,22 @@ def test_a_tenant_limit_holds_that_tenant_only(tmp_path: Path) -> None:
 
 def test_a_claim_waits_for_the_next_token_instead_of_answering_empty(tmp_path: Path) -> None:
     clock = Clock()
-    engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=1/s"]))
+    waits: list[float] = []
+
+    def sleep(cond: threading.Condition, timeout: float) -> bool:
+        waits.append(timeout)
+        clock.now += timeout  # the time passes as the claimer sleeps
+        return cond.wait(0)
+
+    config = EngineConfig(lease_s=10, rate_limits=rate_limit_config(by_type=["sms=1/s"]))
+    engine = LeaseEngine(
+        store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock, sleep=sleep
+    )
+    engine.assign(TP, -1001)
     engine.offer(TP, 0, job(0), b"x")
     engine.offer(TP, 1, job(1), b"x")
     assert len(engine.claim("w", 5, wait_s=0)) == 1
-    waits: list[float] = []
-    real_wait = engine._wait
-
-    def fake_wait(timeout: float, job_types: frozenset[str]) -> None:
-        waits.append(timeout)
-        clock.now += timeout  # the time passes as the claimer sleeps
-        real_wait(0, job_types)
-
-    engine._wait = fake_wait  # type: ignore[method-assign]
+    assert waits == []
     assert len(engine.claim("w", 5, wait_s=3)) == 1
     assert waits and max(waits) <= 1.0, "slept until the next token, not the whole poll"
 

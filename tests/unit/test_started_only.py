@@ -14,6 +14,7 @@ from leasekeeper.leases import Lease, Outcome, Pending, Settlement, TopicPart
 from leasekeeper.offset_metadata import decode as decode_progress
 from leasekeeper.started_only import StartedOnly
 from leasekeeper.store import LeaseRecord, LeaseStore, leased_value
+from schemas.job_headers import JobHead
 from tests.unit.test_engine import TP, Clock, RecordingRouter, job, make_engine
 
 
@@ -23,7 +24,9 @@ def clock() -> Clock:
 
 
 def _lease(*, started: bool) -> Lease:
-    pending = Pending(tp=TopicPart("jobs.q", 0), offset=0, generation=1, job=job(0), envelope=b"")
+    pending = Pending(
+        tp=TopicPart("jobs.q", 0), offset=0, generation=1, job=JobHead.of(job(0)), envelope=b""
+    )
     return Lease(
         pending=pending,
         token="t",

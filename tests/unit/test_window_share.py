@@ -5,6 +5,7 @@ from __future__ import annotations
 from leasekeeper.leases import Pending, TopicPart
 from leasekeeper.window import ReadyWindow
 from schemas.job import Job
+from schemas.job_headers import JobHead
 
 FLOOD, QUIET, IDLE = TopicPart("jobs.q", 0), TopicPart("jobs.q", 1), TopicPart("jobs.q", 2)
 
@@ -12,7 +13,7 @@ FLOOD, QUIET, IDLE = TopicPart("jobs.q", 0), TopicPart("jobs.q", 1), TopicPart("
 def pending(tp: TopicPart, i: int) -> Pending:
     job = Job(job_id=f"{tp.partition}-{i}", queue="q", tenant_id=f"t{tp.partition}",
               type="noop", payload=b"", created_at_ms=0)  # fmt: skip
-    return Pending(tp=tp, offset=i, generation=1, job=job, envelope=b"x")
+    return Pending(tp=tp, offset=i, generation=1, job=JobHead.of(job), envelope=b"x")
 
 
 def window_of(records: int) -> ReadyWindow:
