@@ -38,6 +38,9 @@ HOT_PATH = [
 ]
 
 
+GROUP = "jobcore.hotpath"
+
+
 class OptionalBuildExt(build_ext):
     """Build the compiled modules if possible; otherwise remove what was built and
     carry on as plain Python (a partial set would fail at import: every module
@@ -68,7 +71,9 @@ def extensions() -> list[Any]:
     # what strict checking says of them here is moot (``make lint`` checks it all).
     relaxed = ["--ignore-missing-imports", "--allow-subclassing-any", "--no-warn-unused-ignores"]
     try:
-        return list(mypycify([*relaxed, *HOT_PATH], opt_level="3"))
+        # The modules' one shared library goes inside a package (jobcore/), under a
+        # fixed name: at the top level, an editable install would not find it.
+        return list(mypycify([*relaxed, *HOT_PATH], opt_level="3", group_name=GROUP))
     except (Exception, SystemExit) as exc:
         print(
             f"warning: the hot path cannot be compiled ({exc}); plain Python it is", file=sys.stderr
