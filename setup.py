@@ -5,7 +5,7 @@ Why: with all of a leasekeeper's and a worker's Python on one core, a no-op job
 cost 0.109 ms of CPU, nearly all of it interpreted bytecode spread thinly over the
 claim, settle and fairness code (no single cost above 8%). The modules below are
 already fully typed (``mypy --strict``), so mypyc compiles them as they are; the
-same drain then costs about 0.08 ms a job. The package metadata lives in
+same drain then costs 0.083-0.095 ms a job (BENCHMARKS.md section 11). The package metadata lives in
 pyproject.toml; this file only adds the extension modules.
 
 - ``JOBS_COMPILE=0`` builds plain Python (a machine without a C compiler, or to
@@ -30,7 +30,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 
-# One list, read by the tests' staleness check too (``tests/conftest.py``).
+# One list, read by the tests' staleness check too (``devtools/compiled.py``).
 HOT_PATH = [
     line.split("#", 1)[0].strip()
     for line in (ROOT / "compiled_modules.txt").read_text().splitlines()
