@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The built modules are touched: one whose C did not change (a per-module shim, or a
+# comment edited) is copied from build/ with its old time, and the tests' staleness
+# check would refuse it.
 $(COMPILED): $(STAMP) setup.py compiled_modules.txt $(HOT_PATH)
 	find leasekeeper workers schemas jobcore -name '*.so' -delete
 	rm -f *__mypyc*.so
@@ -30,6 +33,7 @@ $(COMPILED): $(STAMP) setup.py compiled_modules.txt $(HOT_PATH)
 	  echo "JOBS_COMPILE=0: the hot path runs as plain Python"; \
 	else \
 	  $(PY) setup.py -q build_ext --inplace >/dev/null; \
+	  find leasekeeper workers schemas jobcore -name '*.so' -exec touch {} +; \
 	fi
 	touch $(COMPILED)
 

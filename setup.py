@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parent
 
 # One list, read by the tests' staleness check too (``devtools/compiled.py``).
 HOT_PATH = [
-    line.split("#", 1)[0].strip()
+    name
     for line in (ROOT / "compiled_modules.txt").read_text().splitlines()
-    if line.split("#", 1)[0].strip()
+    if (name := line.split("#", 1)[0].strip())
 ]
 
 

@@ -96,7 +96,7 @@ class LeaseEngine:
         waiting claim sleeps on its condition (``Condition.wait``; a test that fakes
         ``monotonic`` lets its time pass there)."""
         self.control = control or ControlState()
-        self._sleep = sleep or _sleep
+        self._sleep = sleep or threading.Condition.wait
         self.counters = Counters()
         self._budget = budget or RetryBudget()
         self._store = store
@@ -719,10 +719,6 @@ class LeaseEngine:
                                         control=self.control, store=self._store,
                                         now_ms=now_ms(self._clock),
                                         reader=self._reader)  # fmt: skip
-
-
-def _sleep(cond: threading.Condition, timeout: float) -> bool:
-    return cond.wait(timeout)
 
 
 class _Claimer:
