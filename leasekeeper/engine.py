@@ -37,10 +37,11 @@ from jobcore.topics import DEFAULT_CLASS
 from leasekeeper import engine_view
 from leasekeeper.breaker import BreakerBoard, BreakerState, BreakerView, Transition
 from leasekeeper.breaker_gate import BreakerGate
+from leasekeeper.clocks import now_ms
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.copy_queue import CopyQueue, dead_status, resolution_of
-from leasekeeper.engine_config import Counters, EngineConfig, EngineContext, now_ms
+from leasekeeper.engine_config import Counters, EngineConfig, EngineContext
 from leasekeeper.failures import FailurePath
 from leasekeeper.fairness import DispatchPolicy
 from leasekeeper.fairness_view import FairnessSnapshot, fairness_snapshot

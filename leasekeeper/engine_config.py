@@ -124,7 +124,3 @@ class EngineContext:
     reader: JobReader
     # Ids of the jobs acked here lately: a later copy of one is skipped.
     resolved: ResolvedIds = field(default_factory=ResolvedIds)
-
-
-def now_ms(clock: Callable[[], float]) -> int:
-    return int(clock() * 1000)

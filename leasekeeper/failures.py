@@ -12,8 +12,9 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
+from leasekeeper.clocks import now_ms
 from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine_config import EngineConfig, now_ms
+from leasekeeper.engine_config import EngineConfig
 from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Lease, Pending
 from leasekeeper.retry_budget import RetryBudget

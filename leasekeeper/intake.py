@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from jobcore.control import CancelledHow, DedupeClaim, JobEnd
 from leasekeeper import job_records as records
+from leasekeeper.clocks import now_ms
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.copy_queue import CopyQueue
-from leasekeeper.engine_config import EngineContext, now_ms
+from leasekeeper.engine_config import EngineContext
 from leasekeeper.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.leases import Pending, TopicPart, restore_lease
 from leasekeeper.ordering_gate import OrderingGate

@@ -20,9 +20,10 @@ from dataclasses import replace
 from jobcore.control import CancelledHow, JobEnd
 from leasekeeper import job_records as records
 from leasekeeper.breaker_gate import BreakerGate
+from leasekeeper.clocks import now_ms
 from leasekeeper.copies import CopyRequest, cap_error
 from leasekeeper.copy_queue import CopyQueue
-from leasekeeper.engine_config import EngineContext, now_ms
+from leasekeeper.engine_config import EngineContext
 from leasekeeper.failures import FailurePath
 from leasekeeper.intake import Intake
 from leasekeeper.leases import (

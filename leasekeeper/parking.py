@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from leasekeeper.clocks import now_ms
 from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine_config import Counters, now_ms
+from leasekeeper.engine_config import Counters
 from leasekeeper.job_reader import JobReader
 from leasekeeper.leases import Pending
 from leasekeeper.partition_book import PartitionBook

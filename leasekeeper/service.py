@@ -36,13 +36,13 @@ from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker_feed import BreakerFeed
+from leasekeeper.clocks import now_ms
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.engine_config import now_ms
 from leasekeeper.family_consumer import FamilyConsumer, family_instance_id, topic_families
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity

@@ -76,9 +76,26 @@ class StatusSender:
         )
 
     def send(self, statuses: Iterable[JobStatus]) -> None:
-        """Send ``statuses`` (and any earlier ones still waiting)."""
-        self._waiting.extend(_Record(status.key, status.encode()) for status in statuses)
-        self._send()
+        """Send ``statuses`` (and any earlier ones still waiting, first). One is made
+        for every job: straight to ``produce()`` when nothing waits, queued only when
+        the local queue is full."""
+        if self._waiting:
+            self._waiting.extend(_Record(status.key, status.encode()) for status in statuses)
+            self._send()
+            return
+        produce = self._producer.produce
+        topic = self._topic
+        rest = iter(statuses)
+        for status in rest:
+            key = status.key
+            value = status.encode()
+            try:
+                produce(topic, key=key, value=value)
+            except BufferError:  # the rest go at the next pump, in order
+                self._waiting.append(_Record(key, value))
+                self._waiting.extend(_Record(s.key, s.encode()) for s in rest)
+                break
+        self._producer.poll(0)
 
     def _send(self) -> None:
         now = self._clock()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from jobcore.control import JobEnd, JobStatus
 from jobcore.kafka import KafkaError, KafkaSettings, Message
 from leasekeeper.status_sender import RETRY_AFTER_S, StatusSender
 
@@ -30,3 +31,40 @@ def test_a_transient_failure_is_sent_again_and_a_refusal_is_dropped() -> None:
     sender._reported(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), message)
     assert len(dropped) == 1 and "jobs.q.status" in dropped[0]
     assert sender._waiting[0].due == 100.0 + RETRY_AFTER_S
+
+
+class _FullAfter:
+    """A producer whose local queue takes ``room`` records, then is full."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.produced: list[bytes] = []
+
+    def produce(self, topic: str, key: bytes, value: bytes) -> None:
+        if len(self.produced) >= self.room:
+            raise BufferError("Local: Queue full")
+        self.produced.append(key)
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _statuses(*ids: str) -> list[JobStatus]:
+    return [JobStatus(job_id=i, state=JobEnd.SUCCEEDED, at_ms=1, attempt=1) for i in ids]
+
+
+def test_a_full_local_queue_keeps_the_rest_in_order_for_the_next_pump() -> None:
+    sender = StatusSender(KafkaSettings(bootstrap="127.0.0.1:9", client_id="t"), "jobs.q.status",
+                          on_dropped=lambda reason: None)  # fmt: skip
+    full = _FullAfter(room=2)
+    sender._producer = full
+    sender.send(_statuses("a", "b", "c", "d"))
+    assert full.produced == [b"a", b"b"] and sender.waiting == 2
+    sender.send(_statuses("e"))  # behind the waiting ones, never ahead of them
+    assert full.produced == [b"a", b"b"] and sender.waiting == 3
+    full.room = 10
+    sender.send([])
+    assert full.produced == [b"a", b"b", b"c", b"d", b"e"] and sender.waiting == 0
