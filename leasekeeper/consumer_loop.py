@@ -34,6 +34,7 @@ from leasekeeper.control_feed import ControlFeed
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.family_consumer import FamilyConsumer
+from leasekeeper.fetch_path import gather
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import partitions_line
 from leasekeeper.ordering_lane import LaneFeed
@@ -193,8 +194,16 @@ class ConsumerLoop:
         # Never fetch more than the window takes: the bound holds in records, and
         # in bytes up to one batch. A paused consumer still serves callbacks.
         due: list[tuple[TopicPart, int, JobHead, bytes]] = []
-        for message in self._fetch(max(1, min(self._config.batch_size, room))):
-            self._handle(message, due)
+        messages = self._fetch(max(1, min(self._config.batch_size, room)))
+        i, n = 0, len(messages)
+        while i < n:
+            # The common records on the compiled fast path; the first that needs more
+            # (and everything it implies for ``due``) here.
+            i = gather(messages, i, self._ready_parts, self._gate.holding,
+                       self._overflow_topic, due)  # fmt: skip
+            if i < n:
+                self._handle(messages[i], due)
+                i += 1
         self._offer(due)
         self._engine.park_excess()  # a rate-limited backlog must not fill the window
         self._outbox.pump()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Callable
@@ -22,7 +21,6 @@ import grpc
 
 from jobcore.config import AUTH_METADATA_KEY
 from leasekeeper.engine import LeaseEngine
-from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Settlement
 from leasekeeper.listen import (
     ChannelSecurity,
     ListenError,
@@ -31,6 +29,7 @@ from leasekeeper.listen import (
     prepare_socket_dir,
     socket_path,
 )
+from leasekeeper.wire import claimed_jobs, results, settlements
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -38,23 +37,6 @@ log = logging.getLogger(__name__)
 
 MAX_CLAIM_WAIT_S = 30.0
 MAX_CLAIM_JOBS = 1000
-# The longest delay the queue can hold (the delay tiers reach 30 days).
-MAX_RETRY_AFTER_S = 30 * 24 * 3600.0
-
-_OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.RELEASE}
-
-
-def _results(answers: list[LeaseAnswer]) -> list[pb.LeaseResult]:
-    return [
-        pb.LeaseResult(
-            lease_id=a.lease_id,
-            ok=a.ok,
-            reason=a.reason,
-            lease_until_ms=a.until_ms,
-            retry_later=a.retry_later,
-        )
-        for a in answers
-    ]
 
 
 @dataclass(kw_only=True)
@@ -67,20 +49,6 @@ class RpcCounters:
     def count_invalid_retry_after(self, n: int) -> None:
         with self._lock:
             self.invalid_retry_after += n
-
-
-def clamp_retry_after(value: float) -> float | None:
-    """``value`` made usable by the backoff arithmetic, or None when it already is.
-
-    A foreign or buggy worker may send NaN, a negative number or infinity:
-    NaN and negative mean "no hint" (0, the backoff decides); infinity and
-    anything longer than the queue can delay become the longest delay.
-    """
-    if math.isnan(value) or value < 0:
-        return 0.0
-    if value > MAX_RETRY_AFTER_S:
-        return MAX_RETRY_AFTER_S
-    return None
 
 
 class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
@@ -106,7 +74,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             reports_started=request.reports_started,
             start_now=max(0, request.start_now),
         )
-        return pb.ClaimResponse(jobs=[_claimed(g, self._run_first) for g in grants])
+        return pb.ClaimResponse(jobs=claimed_jobs(grants, self._run_first))
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -115,37 +83,20 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             [(r.lease_id, r.lease_token) for r in request.leases],
             frozenset(r.lease_id for r in request.leases if r.started),
         )
-        return pb.HeartbeatResponse(results=_results(answers))
+        return pb.HeartbeatResponse(results=results(answers))
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
-        settlements = [
-            Settlement(
-                lease_id=s.lease.lease_id,
-                token=s.lease.lease_token,
-                outcome=_OUTCOMES.get(s.outcome, Outcome.NACK),
-                error_class=s.error_class,
-                message=s.error_message,
-                traceback=s.traceback,
-                retry_after_s=self._retry_after(s.retry_after_s, s.lease.lease_id),
-                permanent=s.permanent,
-                run_s=s.run_s if math.isfinite(s.run_s) and s.run_s > 0 else 0.0,
-            )
-            for s in request.settlements
-        ]
-        return pb.SettleResponse(results=_results(self._engine.settle(settlements)))
+        found = settlements(request.settlements, self._unusable_retry_after)
+        return pb.SettleResponse(results=results(self._engine.settle(found)))
 
-    def _retry_after(self, value: float, lease_id: str) -> float:
-        clamped = clamp_retry_after(value)
-        if clamped is None:
-            return value
+    def _unusable_retry_after(self, value: float, used: float, lease_id: str) -> None:
         self._counters.count_invalid_retry_after(1)
         log.warning(
             "settle of lease %s: retry_after_s=%s is not a usable delay; using %gs",
             lease_id,
             value,
-            clamped,
+            used,
         )
-        return clamped
 
     def Inspect(
         self, request: pb.InspectRequest, context: grpc.ServicerContext
@@ -234,24 +185,3 @@ def _bind_tcp(server: grpc.Server, listen: str, security: ChannelSecurity) -> No
         port = server.add_insecure_port(listen)
     if port == 0:
         raise ListenError(f"cannot listen on {listen}: the address is in use or not local")
-
-
-def _claimed(grant: Grant, run_first: frozenset[str] = frozenset()) -> pb.ClaimedJob:
-    """One claimed job on the wire: the lease, the envelope (for workers that decode
-    it), the job's fields and payload (for those that decode only the payload), and
-    whether its class (in ``run_first``) runs before the worker's prefetched jobs."""
-    job = grant.job
-    if job is None:
-        return pb.ClaimedJob(lease_id=grant.lease_id, lease_token=grant.token,
-                             lease_until_ms=grant.until_ms, attempt=grant.attempt,
-                             envelope=grant.envelope,
-                             lease_s=max(1, round(grant.lease_s)))  # fmt: skip
-    return pb.ClaimedJob(lease_id=grant.lease_id, lease_token=grant.token,
-                         lease_until_ms=grant.until_ms, attempt=grant.attempt,
-                         envelope=grant.envelope, lease_s=max(1, round(grant.lease_s)),
-                         job_id=job.job_id, type=job.type, tenant_id=job.tenant_id,
-                         queue=job.queue, payload=grant.payload,
-                         max_attempts=job.max_attempts, timeout_s=job.timeout_s,
-                         created_at_ms=job.created_at_ms,
-                         trace=job.trace or None,
-                         run_first=job.priority_class in run_first)  # fmt: skip

@@ -11,7 +11,7 @@ stays in Kafka (not in local state) while it waits.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import DEFAULT_CLASS, QueueTopics
@@ -61,6 +61,11 @@ class TierGate:
 
     def is_held(self, tp: TopicPart) -> bool:
         return tp in self._held
+
+    @property
+    def holding(self) -> Mapping[TopicPart, int]:
+        """The held partitions, live (the fetch's fast path tests membership)."""
+        return self._held
 
     def release_due(self) -> None:
         """Forget the holds whose time came: those partitions may be fetched again."""

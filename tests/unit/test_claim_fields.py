@@ -8,8 +8,8 @@ from typing import Any
 
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Grant
-from leasekeeper.rpc import _claimed
 from leasekeeper.store import LeaseStore
+from leasekeeper.wire import claimed as _claimed
 from schemas import worker_pb2 as pb
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job

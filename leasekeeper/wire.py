@@ -1,0 +1,104 @@
+"""Claims and settlements between the engine's values and the worker RPC's messages.
+
+One message is built for every claimed job and one settlement read for every
+settled job: interpreted, that per-job conversion was among the leasekeeper's
+larger costs on a no-op drain, so it is compiled with the hot path
+(``compiled_modules.txt``) and the servicer (``leasekeeper.rpc``) calls it once
+per batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Settlement
+from schemas import worker_pb2 as pb
+
+# The longest delay the queue can hold (the delay tiers reach 30 days).
+MAX_RETRY_AFTER_S = 30 * 24 * 3600.0
+
+_OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.RELEASE}
+
+
+def claimed_jobs(grants: list[Grant], run_first: frozenset[str]) -> list[pb.ClaimedJob]:
+    return [claimed(grant, run_first) for grant in grants]
+
+
+def claimed(grant: Grant, run_first: frozenset[str] = frozenset()) -> pb.ClaimedJob:
+    """One claimed job on the wire: the lease, the envelope (for workers that decode
+    it), the job's fields and payload (for those that decode only the payload), and
+    whether its class (in ``run_first``) runs before the worker's prefetched jobs."""
+    job = grant.job
+    if job is None:
+        return pb.ClaimedJob(lease_id=grant.lease_id, lease_token=grant.token,
+                             lease_until_ms=grant.until_ms, attempt=grant.attempt,
+                             envelope=grant.envelope,
+                             lease_s=max(1, round(grant.lease_s)))  # fmt: skip
+    return pb.ClaimedJob(lease_id=grant.lease_id, lease_token=grant.token,
+                         lease_until_ms=grant.until_ms, attempt=grant.attempt,
+                         envelope=grant.envelope, lease_s=max(1, round(grant.lease_s)),
+                         job_id=job.job_id, type=job.type, tenant_id=job.tenant_id,
+                         queue=job.queue, payload=grant.payload,
+                         max_attempts=job.max_attempts, timeout_s=job.timeout_s,
+                         created_at_ms=job.created_at_ms,
+                         trace=job.trace or None,
+                         run_first=job.priority_class in run_first)  # fmt: skip
+
+
+def results(answers: list[LeaseAnswer]) -> list[pb.LeaseResult]:
+    return [
+        pb.LeaseResult(
+            lease_id=a.lease_id,
+            ok=a.ok,
+            reason=a.reason,
+            lease_until_ms=a.until_ms,
+            retry_later=a.retry_later,
+        )
+        for a in answers
+    ]
+
+
+def clamp_retry_after(value: float) -> float | None:
+    """``value`` made usable by the backoff arithmetic, or None when it already is.
+
+    A foreign or buggy worker may send NaN, a negative number or infinity:
+    NaN and negative mean "no hint" (0, the backoff decides); infinity and
+    anything longer than the queue can delay become the longest delay.
+    """
+    if math.isnan(value) or value < 0:
+        return 0.0
+    if value > MAX_RETRY_AFTER_S:
+        return MAX_RETRY_AFTER_S
+    return None
+
+
+def settlements(
+    sent: Iterable[pb.Settlement], unusable: Callable[[float, float, str], None]
+) -> list[Settlement]:
+    """The engine's settlements from the worker's; ``unusable(sent, used, lease_id)``
+    hears of each retry delay that had to be clamped. A run time that is not a
+    positive finite number counts as not reported (0)."""
+    found: list[Settlement] = []
+    for s in sent:
+        lease = s.lease
+        retry_after = s.retry_after_s
+        clamped = clamp_retry_after(retry_after)
+        if clamped is not None:
+            unusable(retry_after, clamped, lease.lease_id)
+            retry_after = clamped
+        run_s = s.run_s
+        found.append(
+            Settlement(
+                lease_id=lease.lease_id,
+                token=lease.lease_token,
+                outcome=_OUTCOMES.get(s.outcome, Outcome.NACK),
+                error_class=s.error_class,
+                message=s.error_message,
+                traceback=s.traceback,
+                retry_after_s=retry_after,
+                permanent=s.permanent,
+                run_s=run_s if math.isfinite(run_s) and run_s > 0 else 0.0,
+            )
+        )
+    return found
