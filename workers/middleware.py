@@ -96,9 +96,14 @@ class MiddlewareChain:
         self._after(ctx, failure, self._clock() - started)
         return failure
 
+    # Per job: the hooks are called in place (not through ``_safely``), one call less
+    # for each.
     def _before(self, ctx: JobContext) -> None:
         for m in self._middleware:
-            self._safely(m.before_job, ctx)
+            try:
+                m.before_job(ctx)
+            except Exception:
+                _failed(m.before_job)
 
     def _after(self, ctx: JobContext, failure: Failure | None, duration_s: float) -> None:
         result = JobResult(
@@ -107,11 +112,20 @@ class MiddlewareChain:
             error=failure,
         )
         for m in reversed(self._middleware):
-            self._safely(m.after_job, ctx, result)
+            try:
+                m.after_job(ctx, result)
+            except Exception:
+                _failed(m.after_job)
 
     @staticmethod
     def _safely(hook: Callable[..., None], *args: object) -> None:
         try:
             hook(*args)
         except Exception:
-            log.exception("middleware hook %s failed", getattr(hook, "__qualname__", hook))
+            _failed(hook)
+
+
+def _failed(hook: Callable[..., None]) -> None:
+    """Log the hook's exception (called from its ``except``): a failing hook must not
+    fail the job or stop the other hooks."""
+    log.exception("middleware hook %s failed", getattr(hook, "__qualname__", hook))

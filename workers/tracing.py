@@ -10,6 +10,8 @@ tracer provider set, gets no span: it would record nothing.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from jobcore.tracing import tracing_available
@@ -18,24 +20,46 @@ from workers.middleware import JobResult, Middleware, Outcome
 
 __all__ = ["TracingMiddleware", "default_middleware"]
 
+# While no tracer provider is set, how often the middleware looks again.
+PROVIDER_RECHECK_S = 1.0
+
 
 class TracingMiddleware(Middleware):
-    def __init__(self) -> None:
-        from opentelemetry import trace
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        from opentelemetry import context, propagate, trace
 
+        self._trace: Any = trace
+        self._context: Any = context
+        self._propagate: Any = propagate
         self._tracer = trace.get_tracer("kafka-lease-queue.workers")
         self._open: dict[str, tuple[Any, object]] = {}
+        self._clock = clock
+        self._provider_set = False
+        self._unset_until = float("-inf")
+
+    def _recording(self) -> bool:
+        """Whether an SDK's tracer provider is set. While none is, it is looked up at
+        most once per ``PROVIDER_RECHECK_S`` (the API's look-up reads the process
+        environment every time: most of the middleware's cost on a no-op job); once
+        one is, for good (the API never replaces a provider that was set)."""
+        if self._provider_set:
+            return True
+        now = self._clock()
+        if now < self._unset_until:
+            return False
+        if isinstance(self._trace.get_tracer_provider(), _UNSET_PROVIDERS):
+            self._unset_until = now + PROVIDER_RECHECK_S
+            return False
+        self._provider_set = True
+        return True
 
     def before_job(self, ctx: JobContext) -> None:
-        from opentelemetry import trace
-
-        if not ctx.trace and isinstance(trace.get_tracer_provider(), _UNSET_PROVIDERS):
+        if not ctx.trace and not self._recording():
             # No trace to continue and no SDK to record a span: the span would be a
             # non-recording one that nothing can see (and a fifteenth of a no-op job's
-            # cost). A provider set later is seen at the next job.
+            # cost). A provider set later is seen within PROVIDER_RECHECK_S.
             return
-        from opentelemetry import context, propagate
-
+        trace, context, propagate = self._trace, self._context, self._propagate
         parent = propagate.extract(dict(ctx.trace))
         span = self._tracer.start_span(
             f"job {ctx.type}",
@@ -53,18 +77,17 @@ class TracingMiddleware(Middleware):
         self._open[ctx.lease_id] = (span, token)
 
     def after_job(self, ctx: JobContext, result: JobResult) -> None:
-        from opentelemetry import context, trace
-
         opened = self._open.pop(ctx.lease_id, None)
         if opened is None:
             return
+        trace, context = self._trace, self._context
         span, token = opened
         span.set_attribute("job.outcome", result.outcome.value)
         span.set_attribute("job.duration_s", result.duration_s)
         if result.outcome is Outcome.FAILED and result.error is not None:
             span.set_status(trace.Status(trace.StatusCode.ERROR, result.error.error_class))
         span.end()
-        context.detach(token)  # type: ignore[arg-type]
+        context.detach(token)
 
 
 # The providers in place until an SDK's is set (the API's defaults).

@@ -13,12 +13,14 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import ProxyTracerProvider
 
 import jobcore.tracing
 from producer.request import JobRequest, build_job
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from tests.unit.test_worker_support import FakeLeaseKeeper, running_worker, serving, wait_until
 from workers import App, JobContext
+from workers.tracing import PROVIDER_RECHECK_S, TracingMiddleware
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -93,3 +95,30 @@ def test_no_span_is_made_when_there_is_neither_a_trace_nor_a_provider(
     assert f"{span.get_span_context().trace_id:032x}" == "1" * 32
     span.end()
     otel_context.detach(token)
+
+
+class _Api:
+    """The API's provider look-up, counted: the API's default until ``provider`` is set."""
+
+    def __init__(self) -> None:
+        self.looked = 0
+        self.provider: object = ProxyTracerProvider()
+
+    def get_tracer_provider(self) -> object:
+        self.looked += 1
+        return self.provider
+
+
+def test_an_unset_provider_is_looked_up_once_a_second_and_a_set_one_never_again() -> None:
+    now = [0.0]
+    middleware = TracingMiddleware(clock=lambda: now[0])
+    api = _Api()
+    middleware._trace = api
+    assert not middleware._recording() and not middleware._recording()
+    assert api.looked == 1
+    now[0] += PROVIDER_RECHECK_S
+    assert not middleware._recording() and api.looked == 2
+    api.provider = TracerProvider()
+    assert not middleware._recording()  # seen at the next look-up, within the second
+    now[0] += PROVIDER_RECHECK_S
+    assert middleware._recording() and middleware._recording() and api.looked == 3
