@@ -318,9 +318,21 @@ class LeaseCore:
         return answers, actions
 
     def _refused_settlement(self, item: Settlement, found: LeaseAnswer) -> LeaseAnswer:
-        if (item.lease_id, item.token) in self._recently_settled:
+        if (item.lease_id, item.token) in self._recently_settled or self._acked_before(item):
             return LeaseAnswer(lease_id=item.lease_id, ok=True, reason="already settled")
         return self._refusal(found)
+
+    def _acked_before(self, item: Settlement) -> bool:
+        """An ack this store kept with its token before a restart: sent again because
+        the restart lost its answer (a worker would report the job refused)."""
+        if item.outcome is not Outcome.ACK:
+            return False
+        try:
+            tp, offset = parse_lease_id(item.lease_id)
+        except ValueError:
+            return False
+        state = self._book.parts.get(tp)
+        return state is not None and state.acked_tokens.get(offset) == item.token
 
     def _remember_settled(self, lease_id: str, token: str) -> None:
         self._recently_settled[(lease_id, token)] = None
@@ -339,7 +351,7 @@ class LeaseCore:
         if item.outcome is Outcome.ACK:
             self._counters.acked += 1
             self._breakers.acked(lease)
-            batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.ACKED)
+            batch.acked(pending.tp.topic, pending.tp.partition, pending.offset, lease.token)
             self._resolved.ended(pending.job.job_id, now_ms(self._clock))
             if self._config.status_records:  # the hot path: not even built when off
                 self._copies.add_status(

@@ -47,6 +47,9 @@ class PartitionState:
     # Attempts given back to jobs whose lease expired before they started (the
     # bound of ``started_only``).
     refunds: dict[int, int] = field(default_factory=dict)
+    # The lease token of each offset acked before a restart (from the store): the
+    # same ack sent again is answered as applied.
+    acked_tokens: dict[int, str] = field(default_factory=dict)
     committed: int = -1
     committed_metadata: str = ""
     copies_in_flight: int = 0
@@ -75,6 +78,7 @@ class Recalled:
     leases: dict[int, LeaseRecord]
     unhandled: dict[int, int]
     refunds: dict[int, int]
+    acked_tokens: dict[int, str]
 
 
 class PartitionBook:
@@ -119,6 +123,7 @@ class PartitionBook:
             leases=dict(memory.leases),
             unhandled=dict(memory.unhandled),
             refunds=dict(memory.refunds),
+            acked_tokens=dict(memory.acked_tokens),
         )
 
     def assign(self, tp: TopicPart, committed: int, metadata: str | None, known: Recalled) -> None:
@@ -132,6 +137,7 @@ class PartitionBook:
             stored_leases=known.leases,
             unhandled_since=known.unhandled,
             refunds=known.refunds,
+            acked_tokens=known.acked_tokens,
             committed=committed,
             committed_metadata=metadata or "",
             metadata_limit=self._metadata_limit,
@@ -292,6 +298,7 @@ class PartitionBook:
             _forget_below(state.stored_leases, offset)
             _forget_below(state.unhandled_since, offset)
             _forget_below(state.refunds, offset)
+            _forget_below(state.acked_tokens, offset)
         self._store.write(batch)
 
 

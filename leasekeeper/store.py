@@ -119,6 +119,8 @@ class Resolution(StrEnum):
 _RESOLVED_VALUE = {how: _RESOLVED + how.value[:1].encode() for how in Resolution}
 _RESOLUTION_OF = {value[1:]: how for how, value in _RESOLVED_VALUE.items()}
 assert len(_RESOLUTION_OF) == len(Resolution), "resolution codes must differ"
+# An ack's resolution is followed by its lease token (older stores: no token).
+_ACKED_VALUE = _RESOLVED_VALUE[Resolution.ACKED]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +190,8 @@ class PartitionMemory:
     # Attempts given back to jobs whose lease expired before they started: the
     # bound that keeps a job that kills its worker from being refunded forever.
     refunds: dict[int, int] = field(default_factory=dict)
+    # The lease token of each acked offset (``StoreBatch.acked``).
+    acked_tokens: dict[int, str] = field(default_factory=dict)
 
 
 def _key(kind: str, topic: str, partition: int, offset: int) -> bytes:
@@ -230,6 +234,12 @@ class StoreBatch:
 
     def resolve(self, topic: str, partition: int, offset: int, how: Resolution) -> None:
         self._batch.put(_state_key(topic, partition, offset), _RESOLVED_VALUE[how])
+
+    def acked(self, topic: str, partition: int, offset: int, token: str) -> None:
+        """Resolved by an ack with lease token ``token``, kept with it: a restarted
+        leasekeeper answers the same ack sent again (its answer was lost in the
+        restart) as applied, not as an unknown lease."""
+        self._batch.put(_state_key(topic, partition, offset), _ACKED_VALUE + token.encode())
 
     def claims(self, topic: str, partition: int, offset: int, count: int) -> None:
         """Claims made on the job and no lease in flight (it ended, or was released)."""
@@ -332,6 +342,7 @@ class LeaseStore:
         resolved = memory.resolved if memory else {}
         claims = memory.claims if memory else {}
         leases = memory.leases if memory else {}
+        acked_tokens: dict[int, str] = {}
         prefix = _state_prefix(topic, partition)
         start = _state_key(topic, partition, max(0, from_offset))
         for key, value in self._db.items(from_key=start):
@@ -343,16 +354,16 @@ class LeaseStore:
             resolved.pop(offset, None)
             claims.pop(offset, None)
             leases.pop(offset, None)
-            _remember(value, offset, resolved, claims, leases)
+            _remember(value, offset, resolved, claims, leases, acked_tokens)
         unhandled = {
             offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
         }
         refunds = {
             offset: int(value) for offset, value in self._scan("f", topic, partition, from_offset)
         }
-        return PartitionMemory(
-            resolved=resolved, claims=claims, leases=leases, unhandled=unhandled, refunds=refunds
-        )
+        return PartitionMemory(resolved=resolved, claims=claims, leases=leases,
+                               unhandled=unhandled, refunds=refunds,
+                               acked_tokens=acked_tokens)  # fmt: skip
 
     def own_commit(self, topic: str, partition: int) -> tuple[int, str] | None:
         """The last commit of this partition that Kafka accepted from this store's
@@ -440,11 +451,14 @@ def _remember(
     resolved: dict[int, Resolution],
     claims: dict[int, int],
     leases: dict[int, LeaseRecord],
+    acked_tokens: dict[int, str],
 ) -> None:
     """One job's stored state into the partition's memory."""
     kind = value[:1]
     if kind == _RESOLVED:
-        resolved[offset] = _RESOLUTION_OF[value[1:]]
+        resolved[offset] = _RESOLUTION_OF[value[1:2]]
+        if len(value) > 2 and value.startswith(_ACKED_VALUE):
+            acked_tokens[offset] = value[2:].decode()
     elif kind == _CLAIMED:
         claims[offset] = int(value[1:])
     elif kind in (_LEASED, _WAITING):

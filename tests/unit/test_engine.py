@@ -320,6 +320,33 @@ def test_a_lease_survives_a_leasekeeper_restart_until_it_expires(
     assert router.retries[0][0].errors[0].error_class == "LeaseExpired"
 
 
+def test_an_ack_whose_answer_a_restart_lost_is_answered_as_applied(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The ack is stored, then the leasekeeper dies before its answer reaches the
+    worker, which sends it again to the restarted one: applied once, answered as
+    applied (else the worker reports a job that ran and was acked as refused). The
+    same lease with another token, or a nack, is still refused."""
+    engine = make_engine(tmp_path, clock, RecordingRouter())
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, job(0), b"x")
+    engine.offer(TP, 1, job(1), b"x")
+    g0, g1 = engine.claim("w", 2, wait_s=0)
+    assert engine.settle([ack(g0.lease_id, g0.token), ack(g1.lease_id, g1.token)])[0].ok
+    engine._store.close()
+
+    restarted = make_engine(tmp_path, clock, RecordingRouter())
+    restarted.assign(TP, 0)
+    restarted.offer(TP, 0, job(0), b"x")
+    restarted.offer(TP, 1, job(1), b"x")
+    assert restarted.claim("w", 2, wait_s=0) == []  # acked: skipped, not run again
+    again = restarted.settle([ack(g0.lease_id, g0.token)])[0]
+    assert again.ok and again.reason == "already settled"
+    assert not restarted.settle([ack(g1.lease_id, "not-the-token")])[0].ok
+    nack = Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK)
+    assert not restarted.settle([nack])[0].ok
+
+
 def test_a_moved_partition_keeps_resolved_offsets_and_attempts_via_commit_metadata(
     tmp_path: Path, clock: Clock
 ) -> None:
