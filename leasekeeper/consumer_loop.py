@@ -202,7 +202,8 @@ class ConsumerLoop:
             i = gather(messages, i, self._ready_parts, self._gate.holding,
                        self._overflow_topic, due)  # fmt: skip
             if i < n:
-                self._handle(messages[i], due)
+                self._offer(due)
+                self._handle_one(messages[i])
                 i += 1
         self._offer(due)
         self._engine.park_excess()  # a rate-limited backlog must not fill the window
@@ -254,32 +255,18 @@ class ConsumerLoop:
         self, message: Message, due: list[tuple[TopicPart, int, JobHead, bytes]] | None = None
     ) -> None:
         """A fetched record. A ready job read from its headers joins ``due`` (offered
-        with the rest of the fetch under one lock; at once without ``due``); anything
-        else first offers what ``due`` holds, so the engine sees every partition's
-        records in offset order."""
+        with the rest of the fetch under one lock; at once without ``due``: the fast
+        path, ``gather``); anything else first offers what ``due`` holds, so the
+        engine sees every partition's records in offset order."""
         if due is None:
             due = []
             self._handle(message, due)
             self._offer(due)
             return
-        value = message.value() if message.error() is None else None
-        if value is not None:
-            parts = self._ready_parts.get(message.topic())  # type: ignore[arg-type]
-            if parts is not None:
-                partition: int = message.partition()  # type: ignore[assignment]
-                tp = parts.get(partition)
-                if tp is None:
-                    tp = parts[partition] = TopicPart(message.topic(), partition)  # type: ignore[arg-type]
-                if not self._gate.is_held(tp):
-                    if tp.topic == self._overflow_topic and not self._switch_passed(tp, message):
-                        self._offer(due)
-                        return
-                    head = read_head(message.key(), message.headers(), value)
-                    if head is not None:
-                        due.append((tp, message.offset(), head, value))  # type: ignore[arg-type]
-                        return
-        self._offer(due)
-        self._handle_one(message)
+        if gather([message], 0, self._ready_parts, self._gate.holding,
+                  self._overflow_topic, due) == 0:  # fmt: skip
+            self._offer(due)
+            self._handle_one(message)
 
     def _switch_passed(self, tp: TopicPart, message: Message) -> bool:
         """Whether an overflow record may be handed out: one a producer diverted waits
