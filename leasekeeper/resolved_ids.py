@@ -26,7 +26,7 @@ resolving its offset as skipped.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 
 __all__ = ["DEFAULT_MAX_IDS", "DEFAULT_WINDOW_S", "ResolvedIds"]
 
@@ -36,7 +36,12 @@ DEFAULT_WINDOW_S = 600.0
 
 class ResolvedIds:
     """Job id → when it was acked here (epoch ms), oldest first. Not thread-safe: the
-    engine calls it under its lock. Times are passed in."""
+    engine calls it under its lock. Times are passed in.
+
+    A dict and a deque of (time, id) in the order the ids ended, not an
+    ``OrderedDict``: every job asks the oldest entry's time, and reading the
+    front of a deque makes no iterator. An id that ends again leaves its older
+    entry behind, skipped when it comes to the front."""
 
     def __init__(
         self, *, max_ids: int = DEFAULT_MAX_IDS, window_s: float = DEFAULT_WINDOW_S
@@ -45,7 +50,8 @@ class ResolvedIds:
             raise ValueError(f"max_ids and window_s must be >= 0, got {max_ids}, {window_s}")
         self._max_ids = max_ids
         self._window_ms = round(window_s * 1000)
-        self._ended: OrderedDict[str, int] = OrderedDict()
+        self._ended: dict[str, int] = {}
+        self._order: deque[tuple[int, str]] = deque()
 
     def __len__(self) -> int:
         return len(self._ended)
@@ -55,9 +61,9 @@ class ResolvedIds:
         if self._max_ids == 0:
             return
         self._ended[job_id] = at_ms
-        self._ended.move_to_end(job_id)
-        while len(self._ended) > self._max_ids:
-            self._ended.popitem(last=False)
+        self._order.append((at_ms, job_id))
+        while len(self._ended) > self._max_ids or len(self._order) > 2 * self._max_ids:
+            self._drop_oldest()
 
     def already_ended(self, job_id: str, now_ms: int) -> bool:
         """Whether job ``job_id`` succeeded here within the window."""
@@ -69,7 +75,11 @@ class ResolvedIds:
     def _forget_before(self, cutoff_ms: int) -> None:
         """Drop the ids that ended before ``cutoff_ms``: kept in the order they ended,
         so only the oldest are looked at."""
-        while self._ended:
-            if next(iter(self._ended.values())) >= cutoff_ms:
-                return
-            self._ended.popitem(last=False)
+        order = self._order
+        while order and order[0][0] < cutoff_ms:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        at_ms, job_id = self._order.popleft()
+        if self._ended.get(job_id) == at_ms:  # else it ended again since: a later entry
+            del self._ended[job_id]

@@ -78,11 +78,13 @@ class WeightedFair(Generic[T]):
         self._weights = dict(class_weights)
         self._tenants = tenants or TenantPolicy()
         self._classes: dict[str, _Tenants[T]] = {name: _Tenants() for name in self._weights}
-        self._credit: Counter[str] = Counter()
+        # Plain dicts, not Counters: compiled, a dict subclass's item access goes
+        # through its Python-level slots, once or twice for every job dispatched.
+        self._credit: dict[str, int] = {}
         self._vtime: dict[str, float] = {}
         self._vnow = 0.0
         self._mean_cost: dict[str, float] = {}
-        self._kinds: Counter[str] = Counter()
+        self._kinds: dict[str, int] = {}
         self._size = 0
         self._seq = itertools.count()
 
@@ -103,7 +105,8 @@ class WeightedFair(Generic[T]):
         tenants.size += 1
         self._size += 1
         if self._kind is not None:
-            self._kinds[self._kind(item)] += 1
+            kind = self._kind(item)
+            self._kinds[kind] = self._kinds.get(kind, 0) + 1
         return queue
 
     def push(self, tenant: str, item: T) -> None:
@@ -137,15 +140,22 @@ class WeightedFair(Generic[T]):
                 candidates[name] = found
         if not candidates:
             return None
+        if len(candidates) == 1:  # its credit would gain its weight and lose it again
+            for name, found in candidates.items():
+                return (name, *found)
         # Smooth weighted round robin over the classes that can serve now: the others
         # give their turns away.
+        credit = self._credit
         total = 0
+        best = ""
         for name in candidates:
-            self._credit[name] += self._weights.get(name, 1)
-            total += self._weights.get(name, 1)
-        name = max(candidates, key=lambda n: self._credit[n])
-        self._credit[name] -= total
-        return (name, *candidates[name])
+            weight = self._weights.get(name, 1)
+            credit[name] = credit.get(name, 0) + weight
+            total += weight
+            if not best or credit[name] > credit[best]:
+                best = name
+        credit[best] -= total
+        return (best, *candidates[best])
 
     def _enter(self, tenants: _Tenants[T], tenant: str) -> None:
         heapq.heappush(tenants.heap, (self._vtime[tenant], next(self._seq), tenant))
@@ -194,9 +204,11 @@ class WeightedFair(Generic[T]):
         self._size -= 1
         if self._kind is not None:
             kind = self._kind(item)
-            self._kinds[kind] -= 1
-            if self._kinds[kind] <= 0:
-                del self._kinds[kind]
+            left = self._kinds.get(kind, 0) - 1
+            if left > 0:
+                self._kinds[kind] = left
+            else:
+                self._kinds.pop(kind, None)
         self._vnow = self._vtime.get(tenant, 0.0)
         self._set_vtime(tenant, self._vnow + self._estimate(tenant) / self._tenants.weight(tenant))
         return item

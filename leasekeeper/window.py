@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import Counter
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
 from leasekeeper.fairness import DispatchPolicy
@@ -62,18 +61,23 @@ class ReadyWindow:
         self._delayed: list[tuple[int, int, Pending]] = []
         self._seq = itertools.count()
         # Jobs held (ready or delayed) per partition: what ``over_share`` compares.
-        self._held: Counter[TopicPart] = Counter()
+        # Plain dicts, not Counters: compiled, a dict subclass's item access goes
+        # through its Python-level slots, several times for every job in and out.
+        self._held: dict[TopicPart, int] = {}
         # The same per tenant: what the overflow lane compares (a flooding tenant).
-        self._tenants_held: dict[TopicPart, Counter[str]] = {}
+        self._tenants_held: dict[TopicPart, dict[str, int]] = {}
         # Partitions ``over_share`` found over their share, until half of it is free.
         self._over: set[TopicPart] = set()
         # Ready jobs per job type: what a rate limit's share of the window compares.
-        self._types: Counter[str] = Counter()
+        self._types: dict[str, int] = {}
 
     def _typed(self, pending: Pending, delta: int) -> None:
-        self._types[pending.job.type] += delta
-        if self._types[pending.job.type] <= 0:
-            del self._types[pending.job.type]
+        job_type = pending.job.type
+        count = self._types.get(job_type, 0) + delta
+        if count > 0:
+            self._types[job_type] = count
+        else:
+            self._types.pop(job_type, None)
 
     def ready_types(self) -> Iterable[str]:
         """The job types with ready jobs in the window (kept as they come and go)."""
@@ -85,13 +89,19 @@ class ReadyWindow:
 
     def _hold(self, pending: Pending, delta: int) -> None:
         tp, tenant = pending.tp, pending.job.tenant_id
-        self._held[tp] += delta
-        if self._held[tp] <= 0:
-            del self._held[tp]
-        tenants = self._tenants_held.setdefault(tp, Counter())
-        tenants[tenant] += delta
-        if tenants[tenant] <= 0:
-            del tenants[tenant]
+        count = self._held.get(tp, 0) + delta
+        if count > 0:
+            self._held[tp] = count
+        else:
+            self._held.pop(tp, None)
+        tenants = self._tenants_held.get(tp)
+        if tenants is None:
+            tenants = self._tenants_held[tp] = {}
+        count = tenants.get(tenant, 0) + delta
+        if count > 0:
+            tenants[tenant] = count
+        else:
+            tenants.pop(tenant, None)
             if not tenants:
                 del self._tenants_held[tp]
 
@@ -188,7 +198,7 @@ class ReadyWindow:
 
     def held_by_tenant(self, tp: TopicPart) -> Mapping[str, int]:
         """Jobs of ``tp`` in the window per tenant, ready or delayed."""
-        return self._tenants_held.get(tp, Counter())
+        return self._tenants_held.get(tp, {})
 
     def over_share(
         self, fetching: Iterable[TopicPart], unit: Callable[[TopicPart], object] | None = None

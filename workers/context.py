@@ -18,7 +18,10 @@ class _LeaseLoss:
     def __init__(self) -> None:
         self.reason: str | None = None
         self._event: threading.Event | None = None
-        self._lock = threading.Lock()
+
+    # One lock for every job's loss: a loss is marked, or its event made, once in a
+    # job's life at most, so they never contend; a lock per job was made for nothing.
+    _lock = threading.Lock()
 
     @property
     def event(self) -> threading.Event:

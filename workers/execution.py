@@ -29,7 +29,8 @@ def call_sync(handler: Handler, ctx: JobContext, payload: dict[str, Any]) -> Fai
     """
     try:
         result = handler.func(ctx, payload)
-        if inspect.isawaitable(result):
+        # Most handlers return None; ``isawaitable`` asks the ``Awaitable`` ABC.
+        if result is not None and inspect.isawaitable(result):
             if inspect.iscoroutine(result):
                 result.close()
             raise HandlerReturnedAwaitable(

@@ -28,6 +28,9 @@ __all__ = ["JobResult", "Middleware", "MiddlewareChain", "Outcome"]
 
 log = logging.getLogger(__name__)
 
+_new = object.__new__
+_set = object.__setattr__
+
 
 class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
@@ -106,11 +109,14 @@ class MiddlewareChain:
                 _failed(m.before_job)
 
     def _after(self, ctx: JobContext, failure: Failure | None, duration_s: float) -> None:
-        result = JobResult(
-            outcome=Outcome.SUCCEEDED if failure is None else Outcome.FAILED,
-            duration_s=duration_s,
-            error=failure,
-        )
+        # Made as ``JobResult(...)`` would make it, without the frozen dataclass's
+        # checked ``__init__`` (once for every job).
+        result: JobResult = _new(JobResult)
+        _set(result, "__dict__", {
+            "outcome": Outcome.SUCCEEDED if failure is None else Outcome.FAILED,
+            "duration_s": duration_s,
+            "error": failure,
+        })  # fmt: skip
         for m in reversed(self._middleware):
             try:
                 m.after_job(ctx, result)

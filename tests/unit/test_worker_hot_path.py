@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ import pytest
 
 from workers import context
 from workers.context import JobContext
+from workers.decoding import _new_context
 from workers.handler_threads import HandlerThreads
 
 
@@ -67,6 +69,24 @@ def test_lease_lost_asked_for_after_the_loss_is_already_set() -> None:
     ctx.mark_lease_lost("grace period ran out")
     assert ctx.lease_lost.is_set()
     assert ctx.lease_lost.wait(0)
+
+
+def test_the_runtime_s_context_is_the_one_the_dataclass_makes() -> None:
+    """The decoder builds contexts without the dataclass's ``__init__``: same fields,
+    same defaults, equal, frozen, and a loss of its own."""
+    fast = _new_context(job_id="j1", attempt=1, tenant_id="t", queue="q", type="noop",
+                        created_at_ms=1, lease_id="l1")  # fmt: skip
+    assert fast == _ctx() and repr(fast) == repr(_ctx())
+    assert set(vars(fast)) == {f.name for f in dataclasses.fields(JobContext)}
+    assert fast.trace == {} and fast.max_attempts == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.job_id = "other"  # type: ignore[misc]
+    other = _new_context(job_id="j2", attempt=2, tenant_id="t", queue="q", type="noop",
+                         created_at_ms=1, lease_id="l2", max_attempts=5,
+                         trace={"traceparent": "00-x"})  # fmt: skip
+    assert fast.mark_lease_lost("stale token") and not other.is_cancelled
+    assert dataclasses.replace(other, attempt=3).attempt == 3
+    assert other.trace == {"traceparent": "00-x"} and other.max_attempts == 5
 
 
 def _wait(condition: Callable[[], bool], what: str) -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.unit.test_worker_support import (
     Envelopes,
@@ -95,3 +98,30 @@ def test_middleware_times_jobs_sets_a_context_variable_and_sees_start_and_stop(
     assert all(duration >= 0 for _, _, duration, _ in timing.timed)
     assert timing.lifecycle == ["start mw", "stop mw"]
     assert current_tenant.get() is None
+
+
+def test_after_job_gets_a_result_like_any_other_frozen_and_equal() -> None:
+    """The chain makes its ``JobResult`` without the dataclass's ``__init__``: the
+    hook still gets one equal to ``JobResult(...)``, and as frozen."""
+    from workers.errors import Failure
+    from workers.middleware import MiddlewareChain
+
+    seen: list[JobResult] = []
+
+    class Keep(Middleware):
+        def after_job(self, ctx: JobContext, result: JobResult) -> None:
+            seen.append(result)
+
+    clock = iter([1.0, 1.25, 2.0, 2.5])
+    chain = MiddlewareChain([Keep()], clock=lambda: next(clock))
+    ctx = JobContext(job_id="j1", attempt=1, tenant_id="t", queue="q", type="noop",
+                     created_at_ms=1, lease_id="l1")  # fmt: skip
+    failure = Failure(error_class="ValueError", message="bad")
+    assert chain.run_sync(ctx, lambda: None) is None
+    assert chain.run_sync(ctx, lambda: failure) is failure
+    assert seen == [
+        JobResult(outcome=Outcome.SUCCEEDED, duration_s=0.25),
+        JobResult(outcome=Outcome.FAILED, duration_s=0.5, error=failure),
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen[0].duration_s = 0.0  # type: ignore[misc]
