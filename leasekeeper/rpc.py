@@ -66,15 +66,24 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
         wait_s = min(max(request.wait_ms, 0) / 1000, MAX_CLAIM_WAIT_S)
+        return pb.ClaimResponse(jobs=self._claim(request, request.worker_id, context, wait_s))
+
+    def _claim(
+        self,
+        request: pb.ClaimRequest,
+        worker_id: str,
+        context: grpc.ServicerContext,
+        wait_s: float,
+    ) -> list[pb.ClaimedJob]:
         grants = self._engine.claim(
-            request.worker_id or context.peer(),
+            worker_id or context.peer(),
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
             frozenset(request.job_types),
             reports_started=request.reports_started,
             start_now=max(0, request.start_now),
         )
-        return pb.ClaimResponse(jobs=claimed_jobs(grants, self._run_first))
+        return claimed_jobs(grants, self._run_first)
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -87,7 +96,13 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
         found = settlements(request.settlements, self._unusable_retry_after)
-        return pb.SettleResponse(results=results(self._engine.settle(found)))
+        answers = results(self._engine.settle(found))
+        claim = request.then_claim
+        if not request.HasField("then_claim") or claim.max_jobs < 1:
+            return pb.SettleResponse(results=answers)
+        # The claim that refills the slots these settlements free; it never waits.
+        jobs = self._claim(claim, request.worker_id, context, 0.0)
+        return pb.SettleResponse(results=answers, jobs=jobs)
 
     def _unusable_retry_after(self, value: float, used: float, lease_id: str) -> None:
         self._counters.count_invalid_retry_after(1)

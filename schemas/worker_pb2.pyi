@@ -376,18 +376,29 @@ class SettleRequest(_message.Message):
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
     SETTLEMENTS_FIELD_NUMBER: _builtins.int
+    THEN_CLAIM_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     @_builtins.property
     def settlements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Settlement]: ...
+    @_builtins.property
+    def then_claim(self) -> Global___ClaimRequest:
+        """Claim in the same call, after the settlements are applied: the slots they free
+        are refilled without a Claim of their own (one round trip a batch, not two).
+        Its wait_ms is ignored: the answer never waits for jobs (it carries what is
+        ready, maybe none; a worker then sends a Claim that waits). A leasekeeper from
+        before this field ignores it and answers no jobs.
+        """
+
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
         settlements: _abc.Iterable[Global___Settlement] | None = ...,
+        then_claim: Global___ClaimRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["then_claim", b"then_claim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["settlements", b"settlements", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settlements", b"settlements", "then_claim", b"then_claim", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -398,16 +409,22 @@ class SettleResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaseResult]: ...
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimedJob]:
+        """what then_claim got, in claim order"""
+
     def __init__(
         self,
         *,
         results: _abc.Iterable[Global___LeaseResult] | None = ...,
+        jobs: _abc.Iterable[Global___ClaimedJob] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,6 +10,11 @@ instead: a Settle costs both processes about a millisecond of CPU whatever it
 carries, and at a few hundred jobs a second the 5 ms batches carried a handful
 each. ``hurry()`` (the worker calls it when a claim leaves it short of room)
 sends the waiting batch at the usual interval.
+
+The worker's claim loop sends settlements too: it ``take()``s what waits and
+settles it in the call that claims the slots' next jobs (``settle_and_claim``).
+While it is about to (``taker_waiting``), a full batch here waits out the interval
+instead of going at once, so the two do not race for the same batch.
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ class SettleBatcher(Generic[T]):
         clock: Callable[[], float] = time.monotonic,
         relaxed: Callable[[], bool] | None = None,
         relaxed_interval_s: float = RELAXED_INTERVAL_S,
+        taker_waiting: Callable[[], bool] | None = None,
     ) -> None:
         self._client = client
+        self._taker_waiting = taker_waiting
         self._relaxed = relaxed
         self._relaxed_interval_s = max(interval_s, relaxed_interval_s)
         self._hurried = False
@@ -97,6 +104,31 @@ class SettleBatcher(Generic[T]):
                 self._hurried = True
                 if self._relaxing:
                     self._cond.notify_all()
+
+    def take(self) -> list[tuple[Settlement, T]]:
+        """The waiting settlements (a batch at most), for a caller that sends them in a
+        call of its own (the worker's settle-and-claim); none once closing."""
+        with self._cond:
+            if self._closing:
+                return []
+            batch = self._items[: self._max_batch]
+            del self._items[: self._max_batch]
+            return batch
+
+    def give_back(self, items: Sequence[tuple[Settlement, T]]) -> None:
+        """Settlements a taker could not send: this thread sends them, first, with its
+        retries."""
+        if items:
+            with self._cond:
+                self._items[:0] = items
+                self._cond.notify_all()
+
+    def answered(self, items: Sequence[tuple[Settlement, T]], results: list[LeaseResult]) -> None:
+        """The answers to a taker's call: the callback hears of each, but those to send
+        again later (a restarted leasekeeper had not re-read them) come back here."""
+        later = {r.lease_id for r in results if r.retry_later}
+        self._answer([item for item in items if item[0].ref.lease_id not in later], results)
+        self.give_back([item for item in items if item[0].ref.lease_id in later])
 
     def close(self, timeout: float) -> None:
         """Send what is queued, then stop; gives up after ``timeout`` seconds."""
@@ -137,7 +169,7 @@ class SettleBatcher(Generic[T]):
                 return None
             first_at = self._clock()
             flush_at = first_at + self._interval_s
-            while len(self._items) < self._max_batch and not self._closing:
+            while not self._closing and (len(self._items) < self._max_batch or self._deferred()):
                 if self._hurried:
                     flush_at = min(flush_at, first_at + self._interval_s)
                 remaining = flush_at - self._clock()
@@ -152,6 +184,10 @@ class SettleBatcher(Generic[T]):
             batch = self._items[: self._max_batch]
             del self._items[: self._max_batch]
             return batch
+
+    def _deferred(self) -> bool:
+        """A full batch waits (up to the interval) while a taker is about to take it."""
+        return self._taker_waiting is not None and self._taker_waiting()
 
     def _may_wait_longer(self, flush_at: float, first_at: float) -> bool:
         """At the usual interval: whether the batch may wait on, the worker having room."""
@@ -209,7 +245,9 @@ class SettleBatcher(Generic[T]):
                     again.append(item)
         return again
 
-    def _answer(self, items: list[tuple[Settlement, T]], results: list[LeaseResult] | None) -> None:
+    def _answer(
+        self, items: Sequence[tuple[Settlement, T]], results: list[LeaseResult] | None
+    ) -> None:
         if not items:
             return
         try:

@@ -203,6 +203,35 @@ class LeaseKeeperClient:
         )
         return [_result(r) for r in response.results]
 
+    def settle_and_claim(
+        self,
+        settlements: Sequence[Settlement],
+        max_jobs: int,
+        job_types: Sequence[str] = (),
+        *,
+        reports_started: bool = False,
+        start_now: int = 0,
+    ) -> tuple[list[LeaseResult], list[Lease]]:
+        """``settle()``, then claim up to ``max_jobs`` in the same call: the jobs that
+        are ready, without waiting (maybe none; a leasekeeper from before the
+        combined call always answers none)."""
+        request = worker_pb2.SettleRequest(
+            worker_id=self.worker_id,
+            settlements=[_settlement(s) for s in settlements],
+            then_claim=worker_pb2.ClaimRequest(
+                worker_id=self.worker_id,
+                max_jobs=max_jobs,
+                job_types=job_types,
+                reports_started=reports_started,
+                start_now=start_now,
+            ),
+        )
+        response = self._call(
+            "Settle",
+            lambda stub: stub.Settle(request, timeout=self._rpc_timeout_s, metadata=self._metadata),
+        )
+        return [_result(r) for r in response.results], [_lease(job) for job in response.jobs]
+
     def close(self) -> None:
         """Close the channel; calls after this (or waiting to reconnect) fail at once."""
         self._closed.set()

@@ -69,6 +69,9 @@ class InFlight:
         self._start_report_s: float | None = None
         self._change_waiters = 0  # wait_until callers: woken by every change
         self._free_waiters = 0  # the claim loop in wait_free: woken by what it waits for
+        # With wait_free(finished_count=True): how many free-or-finished slots it waits
+        # for (0: it does not), so a finish wakes it only once there are that many.
+        self._finished_wanted = 0
         # Held jobs that have a handler or wait for one (not DONE), and those that wait
         # (CLAIMED), kept as they change: read on every wake-up of the claim loop.
         self._active = 0
@@ -89,9 +92,12 @@ class InFlight:
         *,
         enough: int = 1,
         gather_s: float = 0.0,
+        finished_count: bool = False,
     ) -> int:
         """Block until a slot is free or ``stop`` is set (``wake()`` is called on stop);
-        the free slots then.
+        the free slots then. With ``finished_count`` the slots of finished jobs whose
+        settlement is not answered yet count as free (the caller settles them in
+        the call that refills them).
 
         With ``gather_s``, a free slot found while held jobs still wait for a handler
         waits up to that long for ``enough`` free slots, or until the last waiting job
@@ -100,25 +106,32 @@ class InFlight:
         sent while the handlers still have work, so none goes idle for it.
         """
 
+        def free() -> int:
+            return self.concurrency - (self._active if finished_count else len(self._held))
+
         def gathered() -> bool:
-            free = self.concurrency - len(self._held)
-            if free >= enough or stop.is_set():
+            room = free()
+            if room >= enough or stop.is_set():
                 return True
-            return free > 0 and self._waiting == 0
+            return room > 0 and self._waiting == 0
 
         with self._cond:
             self._free_waiters += 1
             try:
-                if (
-                    self._cond.wait_for(
-                        lambda: stop.is_set() or len(self._held) < self.concurrency, timeout
-                    )
-                    and gather_s > 0
-                ):
+                self._finished_wanted = 1 if finished_count else 0
+                found = self._cond.wait_for(lambda: stop.is_set() or free() > 0, timeout)
+                if found and gather_s > 0:
+                    self._finished_wanted = enough if finished_count else 0
                     self._cond.wait_for(gathered, gather_s)
             finally:
                 self._free_waiters -= 1
-            return max(0, self.concurrency - len(self._held))
+                self._finished_wanted = 0
+            return max(0, free())
+
+    def claim_waits_for_finished(self) -> bool:
+        """The claim loop waits in ``wait_free(finished_count=True)``: it will settle
+        the finished jobs itself, in the call that refills their slots."""
+        return self._finished_wanted > 0
 
     def wake(self) -> None:
         with self._cond:
@@ -179,6 +192,9 @@ class InFlight:
                 self._waiting -= held.phase is Phase.CLAIMED
                 held.phase = Phase.DONE
                 self._active -= 1
+                wanted = self._finished_wanted
+                if wanted and self.concurrency - self._active >= wanted:
+                    self._cond.notify_all()
             self._release_slot(held)
 
     def answer(self, held: Held) -> None:

@@ -165,3 +165,51 @@ def test_a_hurry_wakes_the_thread_only_when_the_batch_waits_on_the_relaxed_inter
     batcher.close(timeout=10)
     assert sent.is_set()
     assert [len(b) for b in client.batches] == [1]
+
+
+def test_a_taker_sends_what_waits_and_what_it_cannot_send_goes_back_first() -> None:
+    """The claim loop takes the waiting settlements for its settle-and-claim call; a
+    failed call gives them back, and the thread sends them ahead of later ones."""
+    client = RecordingClient()
+    answered: list[int] = []
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: answered.extend(tag for _, tag in batch), interval_s=60.0
+    )
+    for i in range(3):
+        batcher.put(_ack(i), i)
+    taken = batcher.take()
+    assert [tag for _, tag in taken] == [0, 1, 2] and batcher.take() == []
+    batcher.put(_ack(3), 3)
+    batcher.give_back(taken)  # the combined call failed
+    batcher.start()
+    batcher.close(timeout=10)
+    assert [[s.ref.lease_id for s in b] for b in client.batches] == [
+        ["t/0/0", "t/0/1", "t/0/2", "t/0/3"]
+    ]
+    assert answered == [0, 1, 2, 3]
+    assert batcher.take() == [], "nothing is taken once closing"
+
+
+def test_a_taker_s_retry_later_answers_are_sent_again_by_the_thread() -> None:
+    """A restarted leasekeeper answers "retry later" for leases it has not re-read:
+    those go back to the thread, the rest are answered."""
+    client = RecordingClient()
+    answered: list[int] = []
+    batcher: SettleBatcher[int] = SettleBatcher(
+        client, lambda batch, results: answered.extend(tag for _, tag in batch), interval_s=60.0
+    )
+    batcher.put(_ack(0), 0)
+    batcher.put(_ack(1), 1)
+    taken = batcher.take()
+    batcher.answered(
+        taken,
+        [
+            LeaseResult(lease_id="t/0/0", ok=True),
+            LeaseResult(lease_id="t/0/1", ok=False, retry_later=True),
+        ],
+    )
+    assert answered == [0]
+    batcher.start()
+    batcher.close(timeout=10)
+    assert [[s.ref.lease_id for s in b] for b in client.batches] == [["t/0/1"]]
+    assert answered == [0, 1]

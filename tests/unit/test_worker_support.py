@@ -61,8 +61,13 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
         *,
         lease_s: int = 30,
         token: str | None = None,
+        then_claim: bool = False,
     ) -> None:
         self.lease_s = lease_s
+        # Answer a Settle's then_claim (a current leasekeeper); False: ignore it (one
+        # from before the combined call).
+        self.then_claim = then_claim
+        self.combined: list[tuple[int, int]] = []  # (max_jobs, jobs handed out) of each
         self.token = token
         self.cond = threading.Condition()
         self.pending: deque[bytes] = deque(envelopes or [])
@@ -176,8 +181,14 @@ class FakeLeaseKeeper(pb_grpc.LeaseKeeperServicer):
                 results.append(
                     pb.LeaseResult(lease_id=s.lease.lease_id, ok=ok, reason="" if ok else "stale")
                 )
+            jobs = []
+            if self.then_claim and request.HasField("then_claim"):
+                asked = request.then_claim.max_jobs
+                jobs = [self._lease(self.pending.popleft()) for _ in range(asked) if self.pending]
+                self.combined.append((asked, len(jobs)))
+                self.max_outstanding = max(self.max_outstanding, len(self.outstanding))
             self.cond.notify_all()
-        return pb.SettleResponse(results=results)
+        return pb.SettleResponse(results=results, jobs=jobs)
 
     def Inspect(
         self, request: pb.InspectRequest, context: grpc.ServicerContext

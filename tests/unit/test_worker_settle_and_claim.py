@@ -1,0 +1,112 @@
+"""Settle and claim in one call: the slots a settle frees are refilled in its answer."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from schemas import worker_pb2 as pb
+from tests.unit.test_worker_support import (
+    Envelopes,
+    FakeLeaseKeeper,
+    running_worker,
+    serving,
+    wait_until,
+)
+from workers.app import App
+from workers.context import JobContext
+
+JOBS = 200
+
+
+@pytest.fixture
+def envelopes() -> Envelopes:
+    return Envelopes()
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    return tmp_path / "lk.sock"
+
+
+def _noop_app() -> App:
+    app = App()
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        pass
+
+    return app
+
+
+def _acked_once(fake: FakeLeaseKeeper) -> None:
+    acks = Counter(s.lease_id for s in fake.outcomes("ack"))
+    assert len(acks) == JOBS and set(acks.values()) == {1}, "every job acked, once"
+    assert all(s.accepted for s in fake.outcomes("ack"))
+
+
+def test_finished_jobs_are_settled_in_the_call_that_claims_their_replacements(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    fake = FakeLeaseKeeper([envelopes() for _ in range(JOBS)], then_claim=True)
+    with (
+        serving(fake, sock) as target,
+        # The settle thread waits a minute: only the claim loop's calls settle in time.
+        running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=60.0),
+    ):
+        wait_until(lambda: len(fake.outcomes("ack")) == JOBS, what=f"{JOBS} acks")
+
+    _acked_once(fake)
+    refilled = sum(got for _, got in fake.combined)
+    assert refilled >= JOBS // 2, f"only {refilled} of {JOBS} jobs came in settle answers"
+    assert all(asked <= 8 for asked, _ in fake.combined), "never past concurrency x prefetch"
+    assert fake.max_outstanding <= 8
+
+
+def test_a_leasekeeper_without_the_combined_call_is_claimed_from_as_before(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    fake = FakeLeaseKeeper([envelopes() for _ in range(JOBS)], then_claim=False)
+    with (
+        serving(fake, sock) as target,
+        running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=60.0),
+    ):
+        wait_until(lambda: len(fake.outcomes("ack")) == JOBS, what=f"{JOBS} acks")
+
+    _acked_once(fake)
+    assert fake.combined == [] and len(fake.claims) >= JOBS // 8
+    assert fake.max_outstanding <= 8
+
+
+class FailingSettles(FakeLeaseKeeper):
+    """Refuses the first few Settle calls as unavailable (a leasekeeper restarting)."""
+
+    def __init__(self, *args: Any, failures: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failures = failures
+
+    def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
+        with self.cond:
+            fail = self.failures > 0
+            self.failures -= fail
+        if fail:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+        return super().Settle(request, context)
+
+
+def test_settlements_of_a_failed_combined_call_are_retried_not_lost(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    fake = FailingSettles([envelopes() for _ in range(JOBS)], then_claim=True, failures=3)
+    with (
+        serving(fake, sock) as target,
+        running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=0.05),
+    ):
+        wait_until(lambda: len(fake.outcomes("ack")) == JOBS, what=f"{JOBS} acks")
+
+    assert fake.failures < 0 or fake.failures == 0
+    _acked_once(fake)
