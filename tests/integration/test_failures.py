@@ -71,9 +71,11 @@ def leases_of(system: System, worker_suffix: str) -> list[dict[str, object]]:
 
 
 def test_a_long_job_that_heartbeats_runs_once(system: System) -> None:
-    system.configure(lease_s=2.0)
+    # Heartbeats every lease/3: a 3 s lease lets one heartbeat in three be late by
+    # a second on a loaded machine (a 2 s lease once expired under CI load).
+    system.configure(lease_s=3.0)
     system.start(workers=1, concurrency=2)
-    (job,) = system.enqueue_tasks(1, sleep_ms=6_000)  # three leases long
+    (job,) = system.enqueue_tasks(1, sleep_ms=9_000)  # three leases long
 
     wait_until(lambda: job in system.acks(), 30, "the long job's ack")
     assert [e.attempt for e in system.starts()] == [1]
