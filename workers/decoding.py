@@ -63,14 +63,20 @@ def job_types(app: App, decoder: EnvelopeDecoder) -> JobTypes:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
 class Runnable:
-    """A claimed job ready to run: its handler, context, payload and time limit."""
+    """A claimed job ready to run: its handler, context, payload and time limit. A
+    slotted class, not a dataclass: one is made for every job (compiled, a
+    dataclass keeps its generated ``__init__``, run as Python)."""
 
-    handler: Handler
-    ctx: JobContext
-    payload: dict[str, Any]
-    timeout_s: float | None
+    __slots__ = ("ctx", "handler", "payload", "timeout_s")
+
+    def __init__(
+        self, *, handler: Handler, ctx: JobContext, payload: dict[str, Any], timeout_s: float | None
+    ) -> None:
+        self.handler = handler
+        self.ctx = ctx
+        self.payload = payload
+        self.timeout_s = timeout_s
 
 
 @dataclass(frozen=True, kw_only=True)

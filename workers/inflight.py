@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from workers.context import JobContext
 from workers.messages import Lease, LeaseRef
@@ -24,23 +23,38 @@ class Phase(enum.Enum):
     DONE = "done"  # handler returned, or the job will never run here
 
 
-@dataclass(kw_only=True, eq=False)
 class Held:
-    """Bookkeeping for one held lease; mutated only under ``InFlight``'s lock."""
+    """Bookkeeping for one held lease; mutated only under ``InFlight``'s lock. A
+    slotted class, not a dataclass: compiled, a dataclass keeps its generated
+    ``__init__``, run as Python for every job."""
 
-    lease: Lease
-    ctx: JobContext
-    until_ms: int
-    beat_interval_s: float
-    next_beat_at: float
-    phase: Phase = Phase.CLAIMED
-    timeout_s: float | None = None
-    deadline: float | None = None
-    started_at: float | None = None  # when the handler started: its run time is the job's cost
-    start_reported: bool = False  # a heartbeat told the leasekeeper it started
-    decided: bool = False  # a settlement was queued or deliberately skipped
-    answered: bool = False  # ...and the leasekeeper answered it, or it was dropped
-    cancel: Callable[[], object] | None = None
+    __slots__ = ("answered", "beat_interval_s", "cancel", "ctx", "deadline", "decided",
+                 "lease", "next_beat_at", "phase", "start_reported", "started_at",
+                 "timeout_s", "until_ms")  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        lease: Lease,
+        ctx: JobContext,
+        until_ms: int,
+        beat_interval_s: float,
+        next_beat_at: float,
+    ) -> None:
+        self.lease = lease
+        self.ctx = ctx
+        self.until_ms = until_ms
+        self.beat_interval_s = beat_interval_s
+        self.next_beat_at = next_beat_at
+        self.phase = Phase.CLAIMED
+        self.timeout_s: float | None = None
+        self.deadline: float | None = None
+        # When the handler started: its run time is the job's cost.
+        self.started_at: float | None = None
+        self.start_reported = False  # a heartbeat told the leasekeeper it started
+        self.decided = False  # a settlement was queued or deliberately skipped
+        self.answered = False  # ...and the leasekeeper answered it, or it was dropped
+        self.cancel: Callable[[], object] | None = None
 
     @property
     def ref(self) -> LeaseRef:

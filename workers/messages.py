@@ -1,6 +1,6 @@
 """The worker's side of the LeaseKeeper RPC as plain values.
 
-The runtime works with these frozen dataclasses; only ``workers.client`` sees
+The runtime works with these values (never changed once made); only ``workers.client`` sees
 the generated protobuf classes, so the rest of the package (and its tests) do
 not depend on protobuf's mutable message objects.
 """
@@ -8,76 +8,159 @@ not depend on protobuf's mutable message objects.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # How a job's lease ends; the string is what ``App.on_settled`` hooks receive.
 from schemas.vocabulary import Outcome as Outcome
 from workers.errors import Failure
 
 
-@dataclass(frozen=True, kw_only=True)
-class LeaseRef:
-    """Names one lease; the token fences a worker whose lease was given to another."""
+class LeaseRef(NamedTuple):
+    """Names one lease; the token fences a worker whose lease was given to another.
+    A tuple: it keys the worker's table of held leases, and a tuple's hash and
+    equality run in C."""
 
     lease_id: str
     token: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class Lease:
     """One claimed job as the leasekeeper handed it out.
 
     ``job_id`` and the fields after it come from the record's headers: with them the
     worker decodes only ``payload``. A leasekeeper from before them leaves
     ``job_id`` empty, and the worker decodes ``envelope`` instead.
+
+    Like every value in this module: a slotted class with an ``__init__`` of its own,
+    not a dataclass (compiled, a dataclass keeps the generated ``__init__``, run as
+    Python for every job), and never changed once made.
     """
 
-    ref: LeaseRef
-    until_ms: int
-    attempt: int
-    envelope: bytes
-    lease_s: int
-    job_id: str = ""
-    type: str = ""
-    tenant_id: str = ""
-    queue: str = ""
-    payload: bytes = b""
-    max_attempts: int = 0
-    timeout_s: float = 0.0
-    created_at_ms: int = 0
-    trace: Mapping[str, str] = field(default_factory=dict)
-    # Its class outranks the default class: run before the jobs claimed earlier.
-    run_first: bool = False
+    __slots__ = ("attempt", "created_at_ms", "envelope", "job_id", "lease_s", "max_attempts",
+                 "payload", "queue", "ref", "run_first", "tenant_id", "timeout_s", "trace",
+                 "type", "until_ms")  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        ref: LeaseRef,
+        until_ms: int,
+        attempt: int,
+        envelope: bytes,
+        lease_s: int,
+        job_id: str = "",
+        type: str = "",
+        tenant_id: str = "",
+        queue: str = "",
+        payload: bytes = b"",
+        max_attempts: int = 0,
+        timeout_s: float = 0.0,
+        created_at_ms: int = 0,
+        trace: Mapping[str, str] | None = None,
+        run_first: bool = False,
+    ) -> None:
+        self.ref = ref
+        self.until_ms = until_ms
+        self.attempt = attempt
+        self.envelope = envelope
+        self.lease_s = lease_s
+        self.job_id = job_id
+        self.type = type
+        self.tenant_id = tenant_id
+        self.queue = queue
+        self.payload = payload
+        self.max_attempts = max_attempts
+        self.timeout_s = timeout_s
+        self.created_at_ms = created_at_ms
+        self.trace: Mapping[str, str] = {} if trace is None else trace
+        # Its class outranks the default class: run before the jobs claimed earlier.
+        self.run_first = run_first
 
     @property
     def has_fields(self) -> bool:
         """Whether the claim carried the job's fields and payload (decode only those)."""
         return bool(self.job_id)
 
+    def _fields(self) -> tuple[object, ...]:
+        return (self.ref, self.until_ms, self.attempt, self.envelope, self.lease_s, self.job_id,
+                self.type, self.tenant_id, self.queue, self.payload, self.max_attempts,
+                self.timeout_s, self.created_at_ms, dict(self.trace), self.run_first)  # fmt: skip
 
-@dataclass(frozen=True, kw_only=True)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Lease) and self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        return f"Lease(ref={self.ref!r}, attempt={self.attempt}, job_id={self.job_id!r})"
+
+
 class LeaseResult:
-    """The leasekeeper's answer for one lease in a heartbeat or settle batch."""
+    """The leasekeeper's answer for one lease in a heartbeat or settle batch.
+    ``retry_later``: not settled or extended yet, a restarted leasekeeper has not
+    re-read the lease; the worker keeps the job and asks again."""
 
-    lease_id: str
-    ok: bool
-    reason: str = ""
-    until_ms: int = 0
-    # Not settled or extended yet: a restarted leasekeeper has not re-read the
-    # lease. The worker keeps the job and asks again.
-    retry_later: bool = False
+    __slots__ = ("lease_id", "ok", "reason", "retry_later", "until_ms")
+
+    def __init__(
+        self,
+        *,
+        lease_id: str,
+        ok: bool,
+        reason: str = "",
+        until_ms: int = 0,
+        retry_later: bool = False,
+    ) -> None:
+        self.lease_id = lease_id
+        self.ok = ok
+        self.reason = reason
+        self.until_ms = until_ms
+        self.retry_later = retry_later
+
+    def _fields(self) -> tuple[str, bool, str, int, bool]:
+        return (self.lease_id, self.ok, self.reason, self.until_ms, self.retry_later)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LeaseResult) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (f"LeaseResult(lease_id={self.lease_id!r}, ok={self.ok}, reason={self.reason!r}, "
+                f"until_ms={self.until_ms}, retry_later={self.retry_later})")  # fmt: skip
 
 
-@dataclass(frozen=True, kw_only=True)
 class Settlement:
-    """An ack, nack (with its classified failure) or release of one lease."""
+    """An ack, nack (with its classified failure) or release of one lease. ``run_s``:
+    the handler's own run time (not claim-to-settle, which prefetch inflates): the
+    leasekeeper charges it to the job's tenant in weighted fair queuing."""
 
-    ref: LeaseRef
-    outcome: Outcome
-    failure: Failure | None = None
-    # The handler's own run time (not claim-to-settle, which prefetch inflates): the
-    # leasekeeper charges it to the job's tenant in weighted fair queuing.
-    run_s: float = 0.0
+    __slots__ = ("failure", "outcome", "ref", "run_s")
+
+    def __init__(
+        self,
+        *,
+        ref: LeaseRef,
+        outcome: Outcome,
+        failure: Failure | None = None,
+        run_s: float = 0.0,
+    ) -> None:
+        self.ref = ref
+        self.outcome = outcome
+        self.failure = failure
+        self.run_s = run_s
+
+    def _fields(self) -> tuple[LeaseRef, Outcome, Failure | None, float]:
+        return (self.ref, self.outcome, self.failure, self.run_s)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settlement) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (f"Settlement(ref={self.ref!r}, outcome={self.outcome!r}, "
+                f"failure={self.failure!r}, run_s={self.run_s})")  # fmt: skip
 
     @classmethod
     def ack(cls, ref: LeaseRef, run_s: float = 0.0) -> Settlement:
