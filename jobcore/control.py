@@ -99,26 +99,61 @@ class CancelledHow(StrEnum):
 LAST_ERROR_MAX = 500
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
 class JobStatus:
     """How job ``job_id`` ended: the record of the compacted ``jobs.Q.status`` topic,
     keyed by job id. ``reason`` is the dead-letter reason of a dead job, and
     ``CancelledHow`` of a cancelled one. Written by the leasekeeper, read by
-    ``producer cancel`` to say which case applied."""
+    ``producer cancel`` to say which case applied.
 
-    job_id: str
-    state: JobEnd
-    at_ms: int
-    attempt: int
-    reason: str = ""
-    # The worker that ran the last attempt, and that attempt's error ("Class: message",
-    # cut to LAST_ERROR_MAX) for a dead job; empty when unknown (older records).
-    worker: str = ""
-    last_error: str = ""
-    # The handler's own run time in the last attempt, as its worker reported it in the
-    # settlement (not the lease's age, which prefetch and queueing inflate). None when
-    # not reported: a cancelled job, a lease that expired, older records.
-    duration_s: float | None = None
+    ``worker`` ran the last attempt, ``last_error`` is that attempt's error
+    ("Class: message", cut to LAST_ERROR_MAX) for a dead job; empty when unknown
+    (older records). ``duration_s`` is the handler's own run time in the last
+    attempt, as its worker reported it (not the lease's age, which prefetch and
+    queueing inflate); None when not reported (a cancelled job, a lease that
+    expired, older records).
+
+    A slotted class with its own ``__init__``, never changed once made: one is made
+    for every job that ends, and compiled, a dataclass keeps its generated
+    ``__init__``, run as Python."""
+
+    __slots__ = ("at_ms", "attempt", "duration_s", "job_id", "last_error", "reason", "state",
+                 "worker")  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        state: JobEnd,
+        at_ms: int,
+        attempt: int,
+        reason: str = "",
+        worker: str = "",
+        last_error: str = "",
+        duration_s: float | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.at_ms = at_ms
+        self.attempt = attempt
+        self.reason = reason
+        self.worker = worker
+        self.last_error = last_error
+        self.duration_s = duration_s
+
+    def _fields(self) -> tuple[str, JobEnd, int, int, str, str, str, float | None]:
+        return (self.job_id, self.state, self.at_ms, self.attempt, self.reason, self.worker,
+                self.last_error, self.duration_s)  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobStatus) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (f"JobStatus(job_id={self.job_id!r}, state={self.state!r}, at_ms={self.at_ms}, "
+                f"attempt={self.attempt}, reason={self.reason!r}, worker={self.worker!r}, "
+                f"last_error={self.last_error!r}, duration_s={self.duration_s!r})")  # fmt: skip
 
     @property
     def key(self) -> bytes:

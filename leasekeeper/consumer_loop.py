@@ -154,7 +154,7 @@ class ConsumerLoop:
         self.control: ControlFeed | None = None
         self.breakers: BreakerFeed | None = None
         self.lane: LaneFeed | None = None
-        self._last_commit = 0.0
+        self._last_commit = self._clock()  # nothing to commit before the first fetch
         self._last_reap = 0.0
         self.commits = 0
 
@@ -225,7 +225,8 @@ class ConsumerLoop:
             self._engine.expire()
             self._engine.sweep_unhandled()
             self._engine.prune_notes()
-        if now - self._last_commit >= self._config.commit_interval_s and now >= self._next_commit:
+        commit_due = now - self._last_commit >= self._config.commit_interval_s
+        if (commit_due or self._engine.commit_soon()) and now >= self._next_commit:
             self._last_commit = now
             self._commit_async()
 
@@ -240,7 +241,10 @@ class ConsumerLoop:
         messages = self._consumer.consume(num_messages=limit, timeout=0)
         if messages:
             return messages
-        first = self._consumer.consume(num_messages=1, timeout=self._config.poll_timeout_s)
+        # Not past the next commit: a paused loop waiting here would hold it back.
+        until_commit = self._last_commit + self._config.commit_interval_s - self._clock()
+        wait_s = min(self._config.poll_timeout_s, max(0.001, until_commit))
+        first = self._consumer.consume(num_messages=1, timeout=wait_s)
         if not first or limit == 1:
             return first
         return first + self._consumer.consume(num_messages=limit - 1, timeout=0)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
@@ -124,6 +126,9 @@ class Engine:
     def prune_notes(self) -> int:
         return 0
 
+    def commit_soon(self) -> bool:
+        return False
+
     def commit_positions(self) -> dict[TopicPart, tuple[int, str]]:
         return {}
 
@@ -198,3 +203,55 @@ def test_an_idle_step_waits_out_the_poll_timeout() -> None:
     engine = Engine(clock)
     _loop(clock, BatchingConsumer(clock, []), engine)._step()
     assert engine.offered == [] and clock.now == start + 0.05
+
+
+class Committing(BatchingConsumer):
+    """Records the asynchronous commits a step sends."""
+
+    def __init__(self, clock: Clock, arrivals: list[tuple[float, Record]]) -> None:
+        super().__init__(clock, arrivals)
+        self.commits: list[float] = []
+
+    def commit(self, offsets: list[object], asynchronous: bool) -> None:
+        self.commits.append(self.clock.now)
+
+
+@dataclass
+class PilingUp(Engine):
+    """Finished jobs pile up: half of what holds leasing back waits for a commit."""
+
+    soon: bool = True
+
+    def commit_soon(self) -> bool:
+        return self.soon
+
+    def commit_positions(self) -> dict[TopicPart, tuple[int, str]]:
+        return {TopicPart(TOPICS.ready, 0): (5, "")}
+
+
+def test_finished_jobs_piling_up_are_committed_before_the_interval() -> None:
+    """Leasing stops while too many finished jobs wait for a commit; half that many
+    are committed at once, not at the next 100 ms tick."""
+    clock = Clock()
+    consumer = Committing(clock, [(clock.now, Record(offset=0, data=_envelope("j0")))])
+    loop = _loop(clock, consumer, PilingUp(clock))
+    loop._step()
+    assert consumer.commits == [clock.now], "committed in the first step, 0 ms in"
+    engine = PilingUp(clock, soon=False)
+    quiet = Committing(clock, [(clock.now, Record(offset=0, data=_envelope("j0")))])
+    _loop(clock, quiet, engine)._step()
+    assert quiet.commits == [], "nothing piled up: the interval decides"
+
+
+def test_an_idle_step_waits_no_longer_than_the_next_commit() -> None:
+    """A paused loop blocked in Kafka must not hold back a commit that is due."""
+    clock = Clock()
+    consumer = Committing(clock, [])
+    loop = _loop(clock, consumer, PilingUp(clock, soon=False))
+    clock.now += 0.09  # 10 ms before the first commit is due
+    start = clock.now
+    loop._step()
+    assert clock.now == pytest.approx(start + 0.01), "woke when the commit fell due"
+    while not consumer.commits:
+        loop._step()
+    assert consumer.commits[0] <= start + 0.012, "committed within a millisecond of it"

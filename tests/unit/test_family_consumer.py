@@ -175,6 +175,9 @@ class Engine:
         self.positions = {READY: (7, ""), CRITICAL: (9, "")}
         self.accepted: list[dict[TopicPart, tuple[int, str]]] = []
 
+    def commit_soon(self) -> bool:
+        return False
+
     def commit_positions(self, only: set[TopicPart] | None = None) -> dict[TopicPart, Any]:
         return dict(self.positions)
 

@@ -40,6 +40,9 @@ class Engine:
     accepted: list[dict[TopicPart, tuple[int, str]]] = field(default_factory=list)
     revoked: list[TopicPart] = field(default_factory=list)
 
+    def commit_soon(self) -> bool:
+        return False
+
     def commit_positions(self, only: set[TopicPart] | None = None) -> dict:
         return {} if self.accepted else {TP: POSITION}
 
