@@ -270,7 +270,13 @@ class Worker:
     def _settle_and_claim(self) -> bool:
         """Send the waiting settlements and refill the slots they free in one call (one
         round trip a batch instead of two); True when it brought jobs. Settlements
-        it could not send go back to the settle thread, which retries them."""
+        it could not send go back to the settle thread, which retries them.
+
+        Only while the process is short of room: with half its leases free, a claim
+        needs no freed slots, and taking the settle thread's batch would add a
+        call per claim where jobs trickle in (each claim then long-polls anyway)."""
+        if self._has_room():
+            return False
         items = self._batcher.take()
         if not items:
             return False

@@ -55,8 +55,9 @@ def test_finished_jobs_are_settled_in_the_call_that_claims_their_replacements(
     fake = FakeLeaseKeeper([envelopes() for _ in range(JOBS)], then_claim=True)
     with (
         serving(fake, sock) as target,
-        # The settle thread waits a minute: only the claim loop's calls settle in time.
-        running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=60.0),
+        # The settle thread waits half a second: the claim loop's calls settle first
+        # (it settles the last few jobs, once the process has room again).
+        running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=0.5),
     ):
         wait_until(lambda: len(fake.outcomes("ack")) == JOBS, what=f"{JOBS} acks")
 
@@ -73,7 +74,7 @@ def test_a_leasekeeper_without_the_combined_call_is_claimed_from_as_before(
     fake = FakeLeaseKeeper([envelopes() for _ in range(JOBS)], then_claim=False)
     with (
         serving(fake, sock) as target,
-        running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=60.0),
+        running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=0.5),
     ):
         wait_until(lambda: len(fake.outcomes("ack")) == JOBS, what=f"{JOBS} acks")
 
