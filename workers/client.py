@@ -156,14 +156,7 @@ class LeaseKeeperClient:
         empty list when none came in ``wait_ms``. With ``reports_started`` the caller
         promises to report each job's start in its heartbeats, except the first
         ``start_now`` jobs, which its idle handlers start at once."""
-        request = worker_pb2.ClaimRequest(
-            worker_id=self.worker_id,
-            max_jobs=max_jobs,
-            wait_ms=wait_ms,
-            job_types=job_types,
-            reports_started=reports_started,
-            start_now=start_now,
-        )
+        request = self._claim_request(max_jobs, wait_ms, job_types, reports_started, start_now)
         timeout = wait_ms / 1000 + self._rpc_timeout_s
         response = self._call(
             "Claim", lambda stub: stub.Claim(request, timeout=timeout, metadata=self._metadata)
@@ -218,19 +211,31 @@ class LeaseKeeperClient:
         request = worker_pb2.SettleRequest(
             worker_id=self.worker_id,
             settlements=[_settlement(s) for s in settlements],
-            then_claim=worker_pb2.ClaimRequest(
-                worker_id=self.worker_id,
-                max_jobs=max_jobs,
-                job_types=job_types,
-                reports_started=reports_started,
-                start_now=start_now,
-            ),
+            then_claim=self._claim_request(max_jobs, 0, job_types, reports_started, start_now),
         )
         response = self._call(
             "Settle",
             lambda stub: stub.Settle(request, timeout=self._rpc_timeout_s, metadata=self._metadata),
         )
         return [_result(r) for r in response.results], [_lease(job) for job in response.jobs]
+
+    def _claim_request(
+        self,
+        max_jobs: int,
+        wait_ms: int,
+        job_types: Sequence[str],
+        reports_started: bool,
+        start_now: int,
+    ) -> worker_pb2.ClaimRequest:
+        """A Claim's request, alone or riding on a Settle (``then_claim``)."""
+        return worker_pb2.ClaimRequest(
+            worker_id=self.worker_id,
+            max_jobs=max_jobs,
+            wait_ms=wait_ms,
+            job_types=job_types,
+            reports_started=reports_started,
+            start_now=start_now,
+        )
 
     def close(self) -> None:
         """Close the channel; calls after this (or waiting to reconnect) fail at once."""

@@ -109,5 +109,5 @@ def test_settlements_of_a_failed_combined_call_are_retried_not_lost(
     ):
         wait_until(lambda: len(fake.outcomes("ack")) == JOBS, what=f"{JOBS} acks")
 
-    assert fake.failures < 0 or fake.failures == 0
+    assert fake.failures == 0, "the refused Settles all happened"
     _acked_once(fake)
