@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from leasekeeper.leases import Pending, TopicPart
+from leasekeeper.ordering_settling import SETTLING_REASON, Settling
 from schemas.job import Job
 
 __all__ = [
@@ -199,7 +200,7 @@ class KeyBook:
         self._lines: dict[LineId, _Line] = {}
         self._class_of: dict[tuple[str, str], str] = {}  # (tenant, key) -> class topic
         self._dirty: set[LineId] = set()
-        self._settling: dict[TopicPart, int] = {}  # partition -> end offset when assigned
+        self._settling = Settling()  # partitions not yet read to their end when assigned
         self._out_lines: set[LineId] = set()  # lines that may have jobs in the lane
 
     # -- jobs fetched from a class partition ------------------------------------
@@ -288,7 +289,7 @@ class KeyBook:
             if line is None or line.current is not None or not line.members:
                 self._dirty.discard(line_id)
                 continue
-            if not self._settled(line_id.tp, position):
+            if not self._settling.settled(line_id.tp, position):
                 continue  # a job copied back may still be ahead in the partition
             self._dirty.discard(line_id)
             seq = min(line.members)
@@ -298,15 +299,20 @@ class KeyBook:
             ready.append(line.current)
         return ready
 
-    def _settled(self, tp: TopicPart, position: Callable[[TopicPart], int]) -> bool:
-        """Whether the partition was fetched up to its end offset when assigned."""
-        end = self._settling.get(tp)
-        if end is None:
-            return True
-        if position(tp) < end:
-            return False
-        del self._settling[tp]
-        return True
+    def settling_holds(
+        self, over_span: Callable[[], set[TopicPart]], position: Callable[[TopicPart], int]
+    ) -> list[tuple[Pending, LaneEntry]]:
+        """Jobs waiting here in the lines of a partition paused at its span before it is
+        read to its end when assigned: to copy to the lane, so that its commit moves and
+        the fetch can reach that end (see ``ordering_settling``)."""
+        stalled = self._settling.stalled(over_span, position)
+        held: list[tuple[Pending, LaneEntry]] = []
+        for line_id, line in self._lines.items() if stalled else ():
+            if line_id.tp in stalled:
+                for seq in sorted(s for s in line.members if s not in line.returning):
+                    pending = line.members.pop(seq)
+                    held.append((pending, self._hold_entry(line, pending, seq, SETTLING_REASON)))
+        return held
 
     def holds(self, now_ms: int) -> list[tuple[Pending, LaneEntry]]:
         """Jobs here behind a head that is out and not due: to copy to the lane.
@@ -426,18 +432,13 @@ class KeyBook:
         """Lane entries whose turn came, to copy back into their class topic (in order):
         the head when nothing of its line is here and it is due, and the held jobs
         right behind it, up to ``RETURN_BATCH``. ``position``: the next offset to fetch
-        of a partition.
-
-        Not before the partition is fetched up to its end offset when assigned (as
-        ``release``): a previous owner's copies back may lie there, earlier jobs of
-        the line or copies of the very entries in the lane (skipped as duplicates
-        once seen, while the entries are not on their way back). Copied back before,
-        a job would run twice, the second time after the jobs behind it."""
+        of a partition. Not before the partition is read to its end offset when
+        assigned, as ``release`` (see ``ordering_settling``)."""
         back: list[LaneEntry] = []
         for line_id, line in self._with_out_ids():
             if line.current is not None or line.returning or not line.out:
                 continue
-            if not self._settled(line_id.tp, position):
+            if not self._settling.settled(line_id.tp, position):
                 continue
             head = line.head_out()
             if head is None or head.blocks(now_ms):
@@ -471,9 +472,8 @@ class KeyBook:
     def assign(self, tp: TopicPart, end_offset: int, entries: Iterable[LaneEntry]) -> None:
         """A partition assigned, with its lines' lane entries as the lane holds them
         (read to its end). No line of it runs before the partition is fetched up to
-        ``end_offset`` (its end when assigned): a job copied back from the lane lands
-        after jobs enqueued behind it, and must be seen before they may run."""
-        self._settling[tp] = end_offset
+        ``end_offset``, its end when assigned (see ``ordering_settling``)."""
+        self._settling.begin(tp, end_offset)
         for entry in entries:
             if entry.line.tp == tp:
                 self._line(entry.line).out[entry.seq] = entry
@@ -501,7 +501,7 @@ class KeyBook:
 
     def revoke(self, tp: TopicPart) -> None:
         """A partition moved away: its lines go with it (the lane keeps what is out)."""
-        self._settling.pop(tp, None)
+        self._settling.forget(tp)
         for line_id in [line_id for line_id in self._lines if line_id.tp == tp]:
             del self._lines[line_id]
             self._dirty.discard(line_id)

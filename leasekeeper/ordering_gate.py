@@ -142,7 +142,10 @@ class OrderingGate:
         if now >= self._next_sweep_ms:  # a backstop: the usual ways out are hooked
             self._next_sweep_ms = now + SWEEP_EVERY_MS
             self.keys.sweep(self._gone)
-        copies = [self._lane_copy(pending, entry) for pending, entry in self.keys.holds(now)]
+        held = self.keys.holds(now)
+        # A partition paused at its span before it was read to its end when assigned.
+        held += self.keys.settling_holds(self._book.over_span, self._position)
+        copies = [self._lane_copy(pending, entry) for pending, entry in held]
         for entry in self.keys.returns(now, self._position):
             state = self._book.parts.get(entry.line.tp)
             if state is None:

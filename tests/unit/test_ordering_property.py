@@ -95,8 +95,8 @@ class Keeper:
         self.tracker.resolve(offset)
         self.store.add(offset)
 
-    def fetch(self, now: int) -> None:
-        while self.next < len(self.kafka.log):
+    def fetch(self, now: int, upto: int | None = None) -> None:
+        while self.next < len(self.kafka.log) and (upto is None or self.next < upto):
             offset, job = self.next, self.kafka.log[self.next]
             self.next += 1
             self.tracker.fetched(offset)
@@ -122,6 +122,13 @@ class Keeper:
             Copy(back=entry) for entry in self.book.returns(now, lambda _tp: self.next)
         )
         self.window.extend(self.book.release(lambda _tp: self.next))
+
+    def paused_at_span(self, now: int) -> None:
+        """The loop paused the partition at its span: before it is read to its end
+        offset when assigned, what waits in its lines goes to the lane."""
+        for pending, entry in self.book.settling_holds(lambda: {TP}, lambda _tp: self.next):
+            self.copies.append(Copy(entry=entry, source=pending.offset))
+        self.turn(now)
 
     def fail(self, pending: Pending, now: int) -> None:
         assert pending.job.full is not None
@@ -180,17 +187,42 @@ ACTIONS = ("enqueue", "fetch", "start", "succeed", "fail", "deliver", "tick", "c
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), on_dead=st.sampled_from(list(OnDead)))
 def test_each_key_runs_one_at_a_time_in_enqueue_order(data: st.DataObject, on_dead: OnDead) -> None:
+    _play(data, on_dead, ACTIONS)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), on_dead=st.sampled_from(list(OnDead)))
+def test_the_order_holds_when_a_partition_paused_at_its_span_holds_its_lines(
+    data: st.DataObject, on_dead: OnDead
+) -> None:
+    """As above, with fetches that stop short of the log's end and the loop's pause at
+    the span before a (re)assigned partition is read to its end (``settling_holds``)."""
+    _play(data, on_dead, (*ACTIONS, "fetch_some", "span", "span"))
+
+
+def _play(data: st.DataObject, on_dead: OnDead, actions: tuple[str, ...]) -> None:
     kafka, runs = Kafka(), Runs()
     keeper = Keeper(kafka, on_dead, set(), 1)
     now = 0
     for _ in range(data.draw(st.integers(20, 120), label="steps")):
-        action = data.draw(st.sampled_from(ACTIONS))
+        action = data.draw(st.sampled_from(actions))
         now += 1
-        keeper = _act(action, data, keeper, runs, now)
+        keeper = _act_settling(action, data, keeper, runs, now)
         if action == "tick":
             now += data.draw(st.integers(0, 3 * BACKOFF_MS))
             keeper.turn(now)
     _drain(keeper, runs, now)
+
+
+def _act_settling(action: str, data: st.DataObject, keeper: Keeper, runs: Runs, now: int) -> Keeper:
+    """Also a fetch that stops short of the log's end, and the loop's pause at the span."""
+    if action == "fetch_some":
+        keeper.fetch(now, keeper.next + data.draw(st.integers(0, 3)))
+    elif action == "span":
+        keeper.paused_at_span(now)
+    else:
+        return _act(action, data, keeper, runs, now)
+    return keeper
 
 
 def _act(action: str, data: st.DataObject, keeper: Keeper, runs: Runs, now: int) -> Keeper:
