@@ -32,6 +32,8 @@ from leasekeeper.window import ReadyWindow
 PARK_INTERVAL_S = 0.1
 # Longest a claimer sleeps at once waiting for a token (it re-checks after).
 MAX_TOKEN_WAIT_S = 0.5
+# Past this many keys, the horizons already passed are dropped (at most once a check).
+HORIZONS_KEPT = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +139,7 @@ class LimitDispatch:
         if now - self._checked_at < PARK_INTERVAL_S:
             return []
         self._checked_at = now
+        self._forget_past_horizons(now)
         actions: list[CopyRequest] = []
         for job_type in self.limits.config.by_type:
             rate = self.limits.type_rate(job_type) or 0.0
@@ -154,6 +157,13 @@ class LimitDispatch:
             self.limits.forget_idle_tenants()
         return actions
 
+    def _forget_past_horizons(self, now: float) -> None:
+        """A horizon in the past promises nothing (the next slot is at least ``now``
+        anyway), so only keys with parked jobs still to come keep one: a map of every
+        tenant ever parked would grow with uptime."""
+        if len(self._horizon) > HORIZONS_KEPT:
+            self._horizon = {key: at for key, at in self._horizon.items() if at > now}
+
     def _cap(self, rate: float) -> int:
         return self.limits.hold_cap(rate, self._window_records)
 
@@ -170,12 +180,12 @@ class LimitDispatch:
             job = pending.job
             return (job.type if kind == "type" else job.tenant_id) == key
 
+        if rate <= 0:  # no partition here: nothing of this queue is dispatched here,
+            return []  # and a job taken out of the window would be neither parked nor run
         ready = sorted((p for p in self._window.ready() if matches(p)), key=_enqueued)
         chosen = {id(p) for p in ready[len(ready) - excess :]}
         removed = sorted(self._window.remove_ready(lambda p: id(p) in chosen), key=_enqueued)
         now = self._monotonic()
-        if rate <= 0:
-            return []  # no partition here: nothing of this queue is dispatched here
         slot = max(self._horizon.get((kind, key), now), now + self._cap(rate) / rate)
         copies = []
         for pending in removed:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 VERSION = 1
 OPERATOR = "operator"
+# While the lane topic is missing, how often the feed looks for it again (seconds).
+RECHECK_S = 30.0
 
 
 def encode_entry(entry: LaneEntry, codec: EnvelopeCodec, writer: str = "") -> bytes:
@@ -99,8 +102,11 @@ class LaneFeed:
         topic: str,
         codec: EnvelopeCodec,
         on_operator: Callable[[TopicPart, int, LaneEntry | None], None],
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._topic = topic
+        self._monotonic = monotonic
+        self._checked_at = float("-inf")
         self._codec = codec
         self._on_operator = on_operator
         self._settings = settings
@@ -113,31 +119,50 @@ class LaneFeed:
         return [entry for entry in self.index.values() if entry.line.tp == tp]
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
-        """Read every record written so far; TimeoutError if that takes longer."""
-        if self.missing or not self._exists():
-            return
+        """Read every record written so far; TimeoutError if that takes longer. A
+        missing topic is looked for again at every call: an operator who creates it
+        after the warning must not have to restart the leasekeeper too."""
         if not self._assigned:
-            self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
-            self._assigned = True
+            if not self._exists():
+                return
+            self._assign()
         read_to_end(self._consumer, TopicPartition(self._topic, 0), self._apply, timeout_s)
 
+    def _assign(self) -> None:
+        self._consumer.assign([TopicPartition(self._topic, 0, OFFSET_BEGINNING)])
+        self._assigned = True
+
     def _exists(self) -> bool:
+        self._checked_at = self._monotonic()
         topics = make_admin(self._settings).list_topics(self._topic, timeout=10).topics
         found = topics.get(self._topic)
         if found is None or (
             found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
         ):
+            if not self.missing:
+                log.warning(
+                    "no topic %s: ordered jobs run without their order surviving a "
+                    "restart; run `producer create-queue` to add it",
+                    self._topic,
+                )
             self.missing = True
-            log.warning("no topic %s: ordered jobs run without their order surviving a "
-                        "restart; run `producer create-queue` to add it", self._topic)  # fmt: skip
             return False
+        if self.missing:
+            log.warning("topic %s exists now: reading the ordering lane", self._topic)
+        self.missing = False
         return True
 
     def poll(self) -> None:
-        """Apply what was written since the last call; never waits."""
-        if self._assigned:
-            for message in self._consumer.consume(200, timeout=0):
-                self._apply(message)
+        """Apply what was written since the last call; never waits on the lane. While
+        the topic is missing, it is looked for every ``RECHECK_S``."""
+        if not self._assigned:
+            if not self.missing or self._monotonic() - self._checked_at < RECHECK_S:
+                return
+            if not self._exists():
+                return
+            self._assign()
+        for message in self._consumer.consume(200, timeout=0):
+            self._apply(message)
 
     def _apply(self, message: Message) -> None:
         key, value = message.key(), message.value()

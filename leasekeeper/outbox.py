@@ -240,7 +240,8 @@ class Outbox:
             self._status_warned_at = now
             log.warning(
                 "job status records are being dropped (%d so far; %s): `producer cancel` "
-                "cannot tell finished jobs; create the status topic or grant Write on it",
+                "cannot tell finished jobs; check that the status topic exists, is writable "
+                "and has its in-sync replicas",
                 self._counters["status_dropped"],
                 reason,
             )

@@ -32,6 +32,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from leasekeeper.recent import RECENT_LIMIT, RecentKeys
+
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|m|h)\s*$")
 
@@ -166,7 +168,13 @@ class LimiterView:
 class RateLimits:
     """The buckets of one leasekeeper; the engine's lock guards it."""
 
-    def __init__(self, config: RateLimitConfig, monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        config: RateLimitConfig,
+        monotonic: Callable[[], float],
+        *,
+        recent: int = RECENT_LIMIT,
+    ) -> None:
         self.config = config
         self._monotonic = monotonic
         self._share = 1.0
@@ -177,6 +185,9 @@ class RateLimits:
         self._tenants: dict[str, TokenBucket] = {}
         self._parked: dict[tuple[str, str], int] = {}
         self._dispatched: dict[tuple[str, str], int] = {}
+        # Tenants whose bucket was dropped as idle: their counts are kept while they
+        # are recent, then dropped too (tenant ids are unbounded).
+        self._idle: RecentKeys[str] = RecentKeys(recent)
 
     @property
     def active(self) -> bool:
@@ -218,6 +229,7 @@ class RateLimits:
                 return None
             bucket = TokenBucket(rate.per_s, rate.burst, self._monotonic())
             self._tenants[tenant] = bucket
+            self._idle.active(tenant)
         return bucket
 
     def admits(self, job_type: str, tenant: str) -> bool:
@@ -265,6 +277,8 @@ class RateLimits:
 
     def parked(self, kind: str, key: str, count: int) -> None:
         self._count(self._parked, (kind, key), count)
+        if kind == "tenant" and key not in self._tenants:
+            self._went_idle(key)
 
     @staticmethod
     def _count(counts: dict[tuple[str, str], int], key: tuple[str, str], n: int = 1) -> None:
@@ -276,6 +290,12 @@ class RateLimits:
         self.refill()
         for tenant in [t for t, b in self._tenants.items() if b.full]:
             del self._tenants[tenant]
+            self._went_idle(tenant)
+
+    def _went_idle(self, tenant: str) -> None:
+        for gone in self._idle.idle(tenant):
+            self._dispatched.pop(("tenant", gone), None)
+            self._parked.pop(("tenant", gone), None)
 
     def views(
         self, waiting_types: Mapping[str, int], waiting_tenants: Mapping[str, int]

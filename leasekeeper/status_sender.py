@@ -12,6 +12,13 @@ succeeded jobs runs no Python per delivered record.
 A failure is handled as before: a transient one (librdkafka already retried it
 for ``message.timeout.ms``) is sent again after a backoff; any other (no such
 topic, not authorised) drops the record, counted and warned about by the caller.
+
+Records waiting to be sent again are capped (``MAX_WAITING``): when only the
+status topic is down (its leader gone, ``min.insync.replicas`` not met there) jobs
+go on finishing at full rate, since nothing waits for their status records, and an
+unbounded queue would grow by one record a job for as long as the outage lasts.
+Past the cap a new record is dropped and counted like a refused one. A plain
+status record only tells how a job ended; the job itself is resolved already.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 # Status records wait this long for company: one batch per 100 ms at most.
 LINGER_MS = 100
 RETRY_AFTER_S = 1.0
+# Status records kept for a later send at most (about 10 MB of small records).
+MAX_WAITING = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +67,10 @@ class StatusSender:
         *,
         on_dropped: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self._topic = topic
+        self._max_waiting = max_waiting
         self._on_dropped = on_dropped
         self._clock = clock
         self._waiting: deque[_Record] = deque()
@@ -80,7 +91,8 @@ class StatusSender:
         for every job: straight to ``produce()`` when nothing waits, queued only when
         the local queue is full."""
         if self._waiting:
-            self._waiting.extend(_Record(status.key, status.encode()) for status in statuses)
+            for status in statuses:
+                self._keep(_Record(status.key, status.encode()))
             self._send()
             return
         produce = self._producer.produce
@@ -92,8 +104,9 @@ class StatusSender:
             try:
                 produce(topic, key=key, value=value)
             except BufferError:  # the rest go at the next pump, in order
-                self._waiting.append(_Record(key, value))
-                self._waiting.extend(_Record(s.key, s.encode()) for s in rest)
+                self._keep(_Record(key, value))
+                for later in rest:
+                    self._keep(_Record(later.key, later.encode()))
                 break
         self._producer.poll(0)
 
@@ -117,10 +130,19 @@ class StatusSender:
         if failure is ProduceFailure.TRANSIENT:
             key, value = message.key(), message.value()
             if key is not None and value is not None:
-                due = self._clock() + RETRY_AFTER_S
-                self._waiting.append(_Record(key, value, due))
+                self._keep(_Record(key, value, self._clock() + RETRY_AFTER_S))
                 return
         self._on_dropped(f"{failure.value}: {self._topic}: {text}")
+
+    def _keep(self, record: _Record) -> None:
+        """Queue a record for a later send, or drop it once ``max_waiting`` wait."""
+        if len(self._waiting) < self._max_waiting:
+            self._waiting.append(record)
+            return
+        self._on_dropped(
+            f"overflow: {self._topic}: {len(self._waiting)} status records wait already "
+            "(the status topic is not taking them)"
+        )
 
     @property
     def waiting(self) -> int:

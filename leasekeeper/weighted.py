@@ -25,6 +25,8 @@ from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from leasekeeper.recent import RECENT_LIMIT, RecentKeys
+
 T = TypeVar("T")
 
 DEFAULT_CLASS = "default"
@@ -72,6 +74,7 @@ class WeightedFair(Generic[T]):
         kind: Callable[[T], str] | None = None,
         class_weights: Mapping[str, int] = DEFAULT_CLASS_WEIGHTS,
         tenants: TenantPolicy | None = None,
+        recent: int = RECENT_LIMIT,
     ) -> None:
         self._klass = klass
         self._kind = kind
@@ -84,6 +87,9 @@ class WeightedFair(Generic[T]):
         self._vtime: dict[str, float] = {}
         self._vnow = 0.0
         self._mean_cost: dict[str, float] = {}
+        # A tenant's clock and mean cost outlive its queue only while it is among the
+        # most recently idle: tenant ids are unbounded.
+        self._idle: RecentKeys[str] = RecentKeys(recent)
         self._kinds: dict[str, int] = {}
         self._size = 0
         self._seq = itertools.count()
@@ -99,6 +105,7 @@ class WeightedFair(Generic[T]):
         queue = tenants.queues.get(tenant)
         if queue is None:
             queue = tenants.queues[tenant] = deque()
+            self._idle.active(tenant)
             # A tenant coming back starts at the present, not with credit saved while idle.
             self._vtime[tenant] = max(self._vtime.get(tenant, 0.0), self._vnow)
             self._enter(tenants, tenant)
@@ -198,7 +205,8 @@ class WeightedFair(Generic[T]):
         queue = tenants.queues[tenant]
         item = queue[index]
         del queue[index]
-        if not queue:
+        emptied = not queue
+        if emptied:
             del tenants.queues[tenant]
         tenants.size -= 1
         self._size -= 1
@@ -211,7 +219,20 @@ class WeightedFair(Generic[T]):
                 self._kinds.pop(kind, None)
         self._vnow = self._vtime.get(tenant, 0.0)
         self._set_vtime(tenant, self._vnow + self._estimate(tenant) / self._tenants.weight(tenant))
+        if emptied:
+            self._went_idle(tenant)
         return item
+
+    def _went_idle(self, tenant: str) -> None:
+        """Keep an idle tenant's clock and mean cost while it is recent; forget those
+        of the tenant idle longest past the limit (it comes back as a new tenant does,
+        at the present clock)."""
+        for tenants in self._classes.values():
+            if tenant in tenants.queues:
+                return
+        for gone in self._idle.idle(tenant):
+            self._vtime.pop(gone, None)
+            self._mean_cost.pop(gone, None)
 
     # -- costs --------------------------------------------------------------------
 
@@ -223,10 +244,13 @@ class WeightedFair(Generic[T]):
         from what its dispatch was charged, and learn the tenant's mean cost."""
         if cost_s <= 0:
             return
+        known = tenant in self._vtime
         estimate = self._estimate(tenant)
         weight = self._tenants.weight(tenant)
         self._set_vtime(tenant, self._vtime.get(tenant, self._vnow) + (cost_s - estimate) / weight)
         self._mean_cost[tenant] = estimate + COST_SMOOTHING * (cost_s - estimate)
+        if not known:  # settled after it was forgotten, or never queued here
+            self._went_idle(tenant)
 
     # -- the rest of the DispatchPolicy ---------------------------------------------
 

@@ -2,8 +2,9 @@
 
 The replay reads ``jobs.Q.dlq`` from its consumer group's committed offsets to
 the end offsets captured at start. Each matching dead letter becomes its job
-again on ``jobs.Q``: the original job id (the handler's idempotency key), the
-error history kept, ``attempt`` reset to 0, ``replay_count`` + 1. A DLQ offset
+again on its class's topic (``jobs.Q`` for the default class): the original job
+id (the handler's idempotency key), the error history kept, ``attempt`` reset
+to 0, ``replay_count`` + 1, an ordered job's ``ordering_seq`` cleared. A DLQ offset
 is committed only once every record up to it is handled: a replayed job's
 delivery report said Kafka acked it, or the record was skipped. The per
 partition ``CommitTracker`` keeps that contiguous, as in the leasekeeper, so a
@@ -54,8 +55,16 @@ def default_group(topics: QueueTopics, selection: DeadLetterFilter) -> str:
 
 
 def replay_job(job: Job, *, now_ms: int) -> Job:
-    """The job to enqueue again: same id and history, attempts reset, due now."""
-    return replace(job, attempt=0, replay_count=job.replay_count + 1, run_at_ms=now_ms)
+    """The job to enqueue again: same id and history, attempts reset, due now.
+
+    An ordered job's ``ordering_seq`` (its first offset, kept while it went through
+    the ordering lane) is cleared: the replay is a new job of its key, at the end of
+    the key's line (docs/ordering.md). With the old place it would run ahead of the
+    jobs of its key enqueued since, or be taken for the key's dead head and skipped.
+    """
+    return replace(
+        job, attempt=0, replay_count=job.replay_count + 1, run_at_ms=now_ms, ordering_seq=-1
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +179,7 @@ class Replayer:
             value = self._codec.encode(job)
             produce_reliably(
                 self._producer,
-                self._options.topics.ready,
+                self._options.topics.of_class(job.priority_class),  # its class, its line
                 key=job.tenant_id.encode(),
                 value=value,
                 headers=[*job_headers(job, value), ("replayed_from", source.encode())],

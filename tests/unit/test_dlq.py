@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import cast
 
@@ -155,6 +155,18 @@ def test_a_replayed_job_keeps_its_id_and_history_with_attempts_reset() -> None:
     assert again.run_at_ms == T0 + 5
 
 
+def test_a_replayed_ordered_job_joins_the_end_of_its_line_in_its_own_class() -> None:
+    """Its old ``ordering_seq`` would put it ahead of its key's later jobs, or make it
+    a duplicate of the key's dead head; the default class's topic would put it in a
+    second line of its key."""
+    dead = replace(job("a"), ordering_key="user-42", ordering_seq=7, priority_class="critical")
+    _, producer, replayer = replay([letter(dead)])
+    (again,) = producer.produced
+    assert again.ordering_seq == -1 and again.ordering_key == "user-42"
+    assert again.priority_class == "critical"
+    assert producer.topics == ["jobs.q.critical"] and replayer.report.replayed == 1
+
+
 # -- the replay's commits, with a fake consumer and producer ---------------------------
 
 
@@ -226,12 +238,15 @@ class FakeProducer:
     refuse: set[str] = field(default_factory=set)
     produced: list[Job] = field(default_factory=list)
     pending: list[tuple[Job, Report]] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
 
     def produce(
         self, topic: str, *, key: bytes, value: bytes, headers: object, on_delivery: Report
     ) -> None:
-        assert topic == TOPICS.ready
-        self.pending.append((CODEC.decode(value), on_delivery))
+        replayed = CODEC.decode(value)
+        assert topic == TOPICS.of_class(replayed.priority_class)
+        self.topics.append(topic)
+        self.pending.append((replayed, on_delivery))
 
     def poll(self, timeout: float) -> int:
         delivered, self.pending = self.pending, []

@@ -14,6 +14,7 @@ from leasekeeper.cli import main
 from leasekeeper.copies import CopyKind
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import TopicPart
+from leasekeeper.limit_dispatch import HORIZONS_KEPT
 from leasekeeper.rate_limit import (
     MIN_HOLD,
     RateLimitConfig,
@@ -268,3 +269,36 @@ def test_parked_jobs_take_the_next_free_slots_and_the_newest_are_parked(
     second = engine.take_copies()
     assert {c.job.job_id for c in second if c.job} == {f"job-{n}" for n in range(140, 145)}
     assert min(c.delay_s for c in second) == 20.0, "behind every job parked before"
+
+
+def test_a_leasekeeper_with_no_share_parks_nothing_and_loses_nothing(tmp_path: Path) -> None:
+    """At share 0 every rate is 0: parking has no slot to give, so the jobs must stay
+    in the window, not be taken out and then neither parked nor run."""
+    clock = Clock()
+    engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=1/s"]))
+    engine.queue_partitions(frozenset({"jobs.other"}), 1)  # owns none of them: share 0
+    for i in range(30):
+        engine.offer(TP, i, job(i), b"x")
+    assert engine.park_excess() == 0
+    assert engine.snapshot().ready == 30, "every job still in the window"
+    engine.queue_partitions(frozenset({"jobs.q"}), 1)  # the share comes back
+    clock.now += 60
+    assert len(engine.claim("w", 5, wait_s=0)) == 1
+
+
+def test_parking_horizons_of_tenants_long_gone_are_forgotten(tmp_path: Path) -> None:
+    """One horizon per tenant ever parked would grow with uptime (design invariant 11)."""
+    clock = Clock()
+    engine = engine_with(tmp_path, clock, rate_limit_config(tenant="1/s"),
+                         window_records=20_000)  # fmt: skip
+    tenants = HORIZONS_KEPT + 100
+    offset = 0
+    for t in range(tenants):
+        for _ in range(MIN_HOLD + 1):
+            engine.offer(TP, offset, job(offset, tenant=f"t{t}"), b"x")
+            offset += 1
+    assert engine.park_excess() == tenants, "one job of each tenant over its hold"
+    assert len(engine._limits._horizon) == tenants
+    clock.now += 3600  # every parked job came back and ran long ago
+    engine.park_excess()
+    assert engine._limits._horizon == {}

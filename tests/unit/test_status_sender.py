@@ -68,3 +68,28 @@ def test_a_full_local_queue_keeps_the_rest_in_order_for_the_next_pump() -> None:
     full.room = 10
     sender.send([])
     assert full.produced == [b"a", b"b", b"c", b"d", b"e"] and sender.waiting == 0
+
+
+class _Refusing(_FullAfter):
+    """A producer whose every record fails later with a transient error."""
+
+    def __init__(self, sender: StatusSender) -> None:
+        super().__init__(room=10**9)
+        self.sender = sender
+
+    def poll(self, timeout: float) -> int:
+        for _ in self.produced:
+            self.sender._reported(KafkaError(KafkaError._MSG_TIMED_OUT), cast(Message, _Message()))
+        self.produced.clear()
+        return 0
+
+
+def test_records_waiting_while_only_the_status_topic_is_down_are_capped_and_counted() -> None:
+    dropped: list[str] = []
+    sender = StatusSender(KafkaSettings(bootstrap="127.0.0.1:9", client_id="t"), "jobs.q.status",
+                          on_dropped=dropped.append, clock=lambda: 0.0, max_waiting=50)  # fmt: skip
+    sender._producer = _Refusing(sender)
+    for batch in range(200):
+        sender.send(_statuses(*(f"j{batch}-{i}" for i in range(10))))
+    assert sender.waiting == 50
+    assert len(dropped) == 2000 - 50 and all("overflow" in reason for reason in dropped)
