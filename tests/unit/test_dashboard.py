@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 
@@ -76,6 +77,32 @@ def test_listening_off_loopback_needs_a_token_or_insecure() -> None:
     assert problem is not None and "DASHBOARD_TOKEN" in problem and "0.0.0.0" in problem
     assert listen_problem("0.0.0.0", token=TOKEN, insecure=False) is None
     assert listen_problem("0.0.0.0", token=None, insecure=True) is None
+
+
+def test_watermarks_leave_out_a_partition_whose_first_answer_failed() -> None:
+    """A topic created a moment ago may have no leader yet: its partition is left
+    out of the answer, and the other partitions still count."""
+    from jobcore.kafka import KafkaError, KafkaException, watermarks
+
+    class Answer:
+        def __init__(self, offset: int | None) -> None:
+            self.offset = offset
+
+        def result(self, timeout: float) -> Answer:
+            if self.offset is None:
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+            return self
+
+    class Admin:
+        calls = 0
+
+        def list_offsets(self, request: dict[Any, Any], request_timeout: float) -> dict[Any, Any]:
+            self.calls += 1
+            low = self.calls == 1
+            return {tp: Answer(None if low and tp.topic == "new" else 5) for tp in request}
+
+    found = watermarks(Admin(), [("old", 0), ("new", 0)])  # type: ignore[arg-type]
+    assert found == {("old", 0): (5, 5)}
 
 
 def snapshot(acked: int, nacked: int = 0, leases: int = 0) -> dict[str, object]:
