@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict, listen_
 from leasekeeper.dashboard.actions import FilterError, selection_from_query
 from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.hosts import HostCheck, host_name
 from leasekeeper.dashboard.html import Raw, table
 from leasekeeper.dashboard.kafka_view import discover_queues
 from leasekeeper.dashboard.pages import cron_section
@@ -77,6 +79,55 @@ def test_listening_off_loopback_needs_a_token_or_insecure() -> None:
     assert problem is not None and "DASHBOARD_TOKEN" in problem and "0.0.0.0" in problem
     assert listen_problem("0.0.0.0", token=TOKEN, insecure=False) is None
     assert listen_problem("0.0.0.0", token=None, insecure=True) is None
+
+
+def test_host_headers_lose_their_port_and_case_and_ipv6_keeps_its_brackets_apart() -> None:
+    assert host_name("LocalHost:8700") == "localhost"
+    assert host_name("[::1]:8700") == host_name("[0:0::1]") == "::1"
+    assert host_name("dash.example.") == "dash.example"
+    for malformed in ("::1", "[::1", "[::1]x", "host:port", "[dash.example]", ""):
+        assert host_name(malformed) is None, malformed
+
+
+def test_only_loopback_names_and_the_given_hosts_are_answered() -> None:
+    check = HostCheck.of(["0.0.0.0", "Dash.Example", "::2"])
+    for host in ("localhost", "127.0.0.1:1", "[::1]:8700", "0.0.0.0:8700", "dash.example:443",
+                 "[::2]"):  # fmt: skip
+        assert check.refusal([host]) is None, host
+    refused = check.refusal(["evil.example:8700"])
+    assert refused is not None and refused.status == 403
+    assert "--allowed-host evil.example" in refused.message
+    missing, twice = check.refusal([]), check.refusal(["localhost", "localhost"])
+    assert missing is not None and missing.status == 400 and "no Host" in missing.message
+    assert twice is not None and twice.status == 400
+    assert HostCheck().refusal(["dash.example"]) is not None  # loopback only by default
+
+
+def test_the_command_answers_its_listen_host_and_each_allowed_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from leasekeeper.cli import main
+    from leasekeeper.dashboard import cli as dashboard_cli
+
+    served: list[HostCheck] = []
+    monkeypatch.setattr(dashboard_cli, "require_kafka", lambda *a: None)
+    monkeypatch.setattr(dashboard_cli, "KafkaView", lambda *a: None)
+    monkeypatch.setattr(dashboard_cli, "StatusIndex", lambda *a, **k: None)
+    monkeypatch.setattr(dashboard_cli, "_serve", lambda d, host, port: served.append(d.hosts))
+    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
+    monkeypatch.setenv("DASHBOARD_ALLOWED_HOSTS", "a.example, b.example [::3]")
+    args = ["dashboard", "--listen", "10.1.2.3:8700", "--state-dir", str(tmp_path)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    flags = [*args, "--allowed-host", "C.example", "--allowed-host", "[::4]"]
+    assert CliRunner().invoke(main, flags).exit_code == 0
+    loopback = {"localhost", "127.0.0.1", "::1"}
+    assert served[0].allowed == loopback | {"10.1.2.3", "a.example", "b.example", "::3"}
+    assert served[1].allowed == loopback | {"10.1.2.3", "c.example", "::4"}
+    result = CliRunner().invoke(main, [*args, "--allowed-host", "dash.example:443"])
+    assert result.exit_code != 0 and "has a port" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_watermarks_leave_out_a_partition_whose_first_answer_failed() -> None:
