@@ -23,15 +23,19 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from jobcore.kafka import KafkaException
 from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict
-from leasekeeper.dashboard.actions import Actions, FilterError, selection_from_query
+from leasekeeper.dashboard.actions import (
+    Actions,
+    FilterError,
+    page_cursors,
+    selection_from_query,
+)
+from leasekeeper.dashboard.dlq_pages import dlq_entry_page, dlq_list_page
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.hosts import HostCheck, HostRefusal
 from leasekeeper.dashboard.html import e, layout, link, live
 from leasekeeper.dashboard.job_lookup import job_page, lookup
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.pages import (
-    dlq_entry_page,
-    dlq_list_page,
     leasekeepers_page,
     overview_page,
     queue_page,
@@ -129,8 +133,10 @@ def _queue_routes(d: Dashboard, path: str, query: str) -> Response:
         return _page(d, f"Queue {m.group(1)}", "", body)
     if m := re.fullmatch(f"/dlq/{_QUEUE}", path):
         queue = m.group(1)
-        entries = d.actions.dead_letters(queue, selection_from_query(query))
-        body = dlq_list_page(d.base, queue, entries, query, d.policy.read_only)
+        before, after = page_cursors(query)
+        selection = selection_from_query(query)
+        page = d.actions.dead_letters(queue, selection, before=before, after=after)
+        body = dlq_list_page(d.base, queue, page, query, d.policy.read_only)
         return _page(d, f"Dead letters of {queue}", "dlq", body)
     if m := re.fullmatch(f"/dlq/{_QUEUE}/([0-9]+)/([0-9]+)", path):
         queue, partition, offset = m.group(1), int(m.group(2)), int(m.group(3))

@@ -11,7 +11,7 @@ import pytest
 
 from jobcore.cron_board import CronEntryView, scheduler_names
 from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict, listen_problem
-from leasekeeper.dashboard.actions import FilterError, selection_from_query
+from leasekeeper.dashboard.actions import FilterError, page_cursors, selection_from_query
 from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.hosts import HostCheck, host_name
@@ -226,6 +226,16 @@ def test_dlq_filters_from_the_query_string() -> None:
     assert selection.since_ms == 1740787200000
     with pytest.raises(FilterError, match="not an ISO 8601 time"):
         selection_from_query("until=yesterday")
+
+
+def test_dlq_page_cursors_from_the_query_string() -> None:
+    before, after = page_cursors("type=email&before=1%3A40%2C0%3A7")
+    assert before is not None and before.offsets == ((0, 7), (1, 40)) and after is None
+    assert before.encode() == "0:7,1:40" and before.get(2, 99) == 99
+    with pytest.raises(FilterError, match="PARTITION:OFFSET"):
+        page_cursors("before=latest")
+    with pytest.raises(FilterError, match="not both"):
+        page_cursors("before=0:1&after=0:1")
 
 
 def test_the_command_refuses_an_open_address_without_a_token(
