@@ -521,9 +521,9 @@ def watermarks(
     found: dict[tuple[str, int], list[int]] = {tp: [-1, -1] for tp in wanted}
     specs = (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
     for index, spec in enumerate(specs):
-        if not wanted:
+        if not found:
             break
-        request = {TopicPartition(t, p): spec for t, p in wanted}
+        request = {TopicPartition(t, p): spec for t, p in found}  # not those that failed
         for tp, future in admin.list_offsets(request, request_timeout=timeout).items():
             try:
                 found[(tp.topic, tp.partition)][index] = future.result(timeout=timeout).offset

@@ -18,11 +18,11 @@ from jobcore.status import StatusReader
 from jobcore.topics import QueueTopics
 from leasekeeper.dashboard.status_index import StatusIndex
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
-from leasekeeper.dlq.reader import read_dead_letters
+from leasekeeper.dlq.paging import Cursor, CursorError, DlqPage, read_dead_letter, read_page
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
 from schemas.codec import EnvelopeCodec
 
-__all__ = ["Actions", "FilterError", "selection_from_query"]
+__all__ = ["Actions", "FilterError", "page_cursors", "selection_from_query"]
 
 
 class FilterError(ValueError):
@@ -48,6 +48,19 @@ def selection_from_query(query: str) -> DeadLetterFilter:
     )
 
 
+def page_cursors(query: str) -> tuple[Cursor | None, Cursor | None]:
+    """The DLQ page's ``before`` and ``after`` cursors of the query string, if any."""
+    values = {k: v[0].strip() for k, v in parse_qs(query).items() if v and v[0].strip()}
+    try:
+        before = Cursor.parse(values["before"]) if "before" in values else None
+        after = Cursor.parse(values["after"]) if "after" in values else None
+    except CursorError as exc:
+        raise FilterError(str(exc)) from None
+    if before is not None and after is not None:
+        raise FilterError("a page is either before or after a cursor, not both")
+    return before, after
+
+
 class Finished(NamedTuple):
     """What the status topic says of one job: its record, and the queue's switch."""
 
@@ -66,14 +79,20 @@ class Actions:
     def topics(self, queue: str) -> QueueTopics:
         return QueueTopics(queue=queue, prefix=self.prefix)
 
-    def dead_letters(self, queue: str, selection: DeadLetterFilter) -> list[DlqEntry]:
-        return list(read_dead_letters(self.kafka, self.topics(queue).dlq, self.codec, selection))
+    def dead_letters(
+        self,
+        queue: str,
+        selection: DeadLetterFilter,
+        *,
+        before: Cursor | None = None,
+        after: Cursor | None = None,
+    ) -> DlqPage:
+        """One page, newest first: never the whole DLQ, which may hold gigabytes."""
+        topic = self.topics(queue).dlq
+        return read_page(self.kafka, topic, self.codec, selection, before=before, after=after)
 
     def dead_letter(self, queue: str, partition: int, offset: int) -> DlqEntry | None:
-        for entry in read_dead_letters(self.kafka, self.topics(queue).dlq, self.codec):
-            if entry.partition == partition and entry.offset == offset:
-                return entry
-        return None
+        return read_dead_letter(self.kafka, self.topics(queue).dlq, self.codec, partition, offset)
 
     def replay(self, queue: str, selection: DeadLetterFilter, *, dry_run: bool) -> ReplayReport:
         topics = self.topics(queue)

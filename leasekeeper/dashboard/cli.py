@@ -30,12 +30,15 @@ from jobcore.cli_registry import schema_registry_options, schemas_for
 from leasekeeper.dashboard.access import AccessPolicy, listen_problem
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetReader, FleetState
+from leasekeeper.dashboard.hosts import HostCheck
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.server import Dashboard, DashboardServer, url_of
 from leasekeeper.dashboard.status_index import StatusIndex
 from schemas.codec import EnvelopeCodec
 
-__all__ = ["dashboard", "split_listen"]
+__all__ = ["ENV_ALLOWED_HOSTS", "dashboard", "split_listen"]
+
+ENV_ALLOWED_HOSTS = "DASHBOARD_ALLOWED_HOSTS"
 
 
 def split_listen(text: str) -> tuple[str, int]:
@@ -46,6 +49,27 @@ def split_listen(text: str) -> tuple[str, int]:
             f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8700)", param_hint="--listen"
         )
     return host.strip("[]"), int(port)
+
+
+def _allowed_hosts(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Each ``--allowed-host`` (the variable's list is split on spaces or commas): a
+    name or an IP address, bracketed or not, without a port."""
+    hosts = []
+    for value in (part.strip() for text in values for part in text.split(",")):
+        if not value:
+            continue
+        bare = value.removeprefix("[").removesuffix("]")
+        if bare.count(":") == 1 or (value.startswith("[") and not value.endswith("]")):
+            raise click.BadParameter(
+                f"{value!r} has a port: give the host alone (e.g. dash.example.com); "
+                "any port is accepted",
+                ctx=ctx,
+                param=param,
+            )
+        hosts.append(bare)
+    return tuple(hosts)
 
 
 def _base_path(text: str) -> str:
@@ -76,6 +100,17 @@ def _base_path(text: str) -> str:
     is_flag=True,
     help="no credentials needed, even off loopback, even to act [else the token]",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar=ENV_ALLOWED_HOSTS,
+    show_envvar=True,
+    callback=_allowed_hosts,
+    help="a host name visitors reach the dashboard by, besides localhost, 127.0.0.1, [::1] "
+    "and the --listen host (repeatable): any other Host header is refused, against DNS "
+    "rebinding",
+)
 @dashboard_token_option(
     "Visitors' token (bearer, basic-auth password or the dashboard_token cookie)."
 )
@@ -91,6 +126,7 @@ def dashboard(
     read_only: bool,
     state_dir: Path | None,
     insecure: bool,
+    allowed_hosts: tuple[str, ...],
     dashboard_token: str | None,
     schema_paths: tuple[str, ...],
     schema_registry: str | None,
@@ -101,7 +137,8 @@ def dashboard(
 
     Listens on loopback by default. Visitors need DASHBOARD_TOKEN (bearer, basic-auth
     password or the dashboard_token cookie) except on loopback, where they may read;
-    acting (replay) always needs it unless --insecure. Every action is logged."""
+    acting (replay) always needs it unless --insecure. Every action is logged. Requests
+    naming another host than loopback, the --listen host or an --allowed-host are refused."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     host, port = split_listen(listen)
     token = dashboard_token or None
@@ -132,6 +169,7 @@ def dashboard(
             actions=Actions(kafka=settings, prefix=env.topic_prefix, codec=codec, index=index),
             policy=AccessPolicy(token=token, insecure=insecure, read_only=read_only),
             base=_base_path(base_path),
+            hosts=HostCheck.of([host, *allowed_hosts]),
         ),
         host,
         port,

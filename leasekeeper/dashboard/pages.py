@@ -14,12 +14,10 @@ from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
 from leasekeeper.dashboard.kafka_view import KafkaView, QueueOffsets
-from leasekeeper.dlq.entries import DlqEntry, format_ms
+from leasekeeper.dlq.entries import format_ms
 
 __all__ = [
     "cron_section",
-    "dlq_entry_page",
-    "dlq_list_page",
     "leasekeepers_page",
     "overview_page",
     "queue_page",
@@ -346,115 +344,3 @@ def _last_fire(base: str, row: CronRow, now_ms: int) -> str:
         path = f"job?id={row.last_job_id}&queue={row.view.queue}"
         job = " job " + link(base, path, row.last_job_id[:12], **{"class": "cron-job"})
     return f'<span class="cron-last">{e(text)}</span>{job}'
-
-
-def dlq_list_page(
-    base: str, queue: str, entries: list[DlqEntry], query: str, read_only: bool
-) -> str:
-    rows = []
-    for entry in entries[:500]:
-        job, letter, last = entry.job, entry.letter, entry.last_error
-        where = f"{entry.partition}/{entry.offset}"
-        rows.append(
-            (
-                Raw(link(base, f"dlq/{queue}/{where}", job.job_id if job else where)),
-                job.type if job else "-",
-                job.tenant_id if job else "-",
-                last.error_class if last else "-",
-                letter.reason if letter else entry.problem,
-                format_ms(letter.died_at_ms) if letter else "-",
-                job.attempt if job else "-",
-            )
-        )
-    listing = table(
-        ("job", "type", "tenant", "error class", "reason", "died at", "attempts"),
-        rows,
-        numeric=(6,),
-    )
-    more = f'<p class="muted">showing 500 of {len(entries)}</p>' if len(entries) > 500 else ""
-    return (
-        _filter_form(base, queue, query)
-        + f"<p id=matching>{len(entries)} matching dead letters</p>"
-        + ("" if read_only else _replay_form(base, queue, query, len(entries)))
-        + listing
-        + more
-    )
-
-
-_FILTERS = (
-    ("type", "type"),
-    ("tenant", "tenant"),
-    ("error_class", "error class"),
-    ("reason", "reason"),
-    ("since", "since (ISO)"),
-    ("until", "until (ISO)"),
-)
-
-
-def _filter_form(base: str, queue: str, query: str) -> str:
-    from urllib.parse import parse_qs
-
-    values = {k: v[0] for k, v in parse_qs(query).items()}
-    fields = "".join(
-        f'<label>{e(label)} <input name="{name}" value="{e(values.get(name, ""))}"></label> '
-        for name, label in _FILTERS
-    )
-    return (
-        f'<form method="get" action="{e(base + "/dlq/" + queue)}">{fields}'
-        '<button type="submit">Search</button></form>'
-    )
-
-
-def _replay_form(base: str, queue: str, query: str, count: int) -> str:
-    action = e(f"{base}/dlq/{queue}/replay?{query}")
-    return (
-        f'<form method="post" action="{action}" class="inline">'
-        '<button name="mode" value="dry-run" id="dry-run">Dry run: count what would replay'
-        "</button> "
-        f'<button name="mode" value="replay" class="danger" id="replay-all">Replay all {count}'
-        " matching</button></form>"
-    )
-
-
-def dlq_entry_page(base: str, queue: str, entry: DlqEntry, read_only: bool) -> str:
-    job, letter = entry.job, entry.letter
-    facts: list[tuple[str, object]] = []
-    if letter is not None:
-        facts += [
-            ("reason", letter.reason),
-            ("detail", letter.detail),
-            ("died at", format_ms(letter.died_at_ms)),
-            ("source", f"{letter.source_topic}/{letter.source_partition}/{letter.source_offset}"),
-        ]
-    if job is not None:
-        facts += [
-            ("job id", job.job_id),
-            ("type", job.type),
-            ("tenant", job.tenant_id),
-            ("attempts", f"{job.attempt} of {job.max_attempts}"),
-            ("replayed before", job.replay_count),
-        ]
-    history = [
-        (err.attempt, format_ms(err.at_ms), err.worker, err.error_class, err.message)
-        for err in (job.errors if job else ())
-    ]
-    tracebacks = "".join(
-        f"<details><summary>attempt {err.attempt}: traceback</summary><pre>{e(err.traceback)}"
-        "</pre></details>"
-        for err in (job.errors if job else ())
-        if err.traceback
-    )
-    replay = ""
-    if job is not None and not read_only:
-        replay = (
-            f'<form method="post" action="{e(f"{base}/dlq/{queue}/replay?job_id={job.job_id}")}">'
-            '<button name="mode" value="replay" id="replay-one">Replay this job</button></form>'
-        )
-    return (
-        table(("field", "value"), facts)
-        + "<h2>Attempt history</h2>"
-        + table(("attempt", "at", "worker", "error class", "message"), history, numeric=(0,))
-        + tracebacks
-        + replay
-        + (f'<p class="bad">{e(entry.problem)}</p>' if entry.problem else "")
-    )

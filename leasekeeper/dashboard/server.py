@@ -4,6 +4,7 @@ Python's own threaded HTTP server is enough for a handful of operators and
 keeps the dashboard free of a web framework; pages are plain functions of the
 fleet state and Kafka. ``base_path`` lets it run behind a reverse proxy under a
 prefix: links carry the prefix, and requests with or without it are accepted.
+Every request's ``Host`` is checked first (``hosts.py``), against DNS rebinding.
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from jobcore.kafka import KafkaException
 from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict
-from leasekeeper.dashboard.actions import Actions, FilterError, selection_from_query
+from leasekeeper.dashboard.actions import (
+    Actions,
+    FilterError,
+    page_cursors,
+    selection_from_query,
+)
+from leasekeeper.dashboard.dlq_pages import dlq_entry_page, dlq_list_page
 from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.hosts import HostCheck, HostRefusal
 from leasekeeper.dashboard.html import e, layout, link, live
 from leasekeeper.dashboard.job_lookup import job_page, lookup
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.pages import (
-    dlq_entry_page,
-    dlq_list_page,
     leasekeepers_page,
     overview_page,
     queue_page,
@@ -58,6 +64,7 @@ class Dashboard:
     base: str = ""
     wall: Callable[[], float] = time.time
     relays: RelayState = field(default_factory=RelayState)
+    hosts: HostCheck = field(default_factory=HostCheck)
 
     def now_ms(self) -> int:
         return round(self.wall() * 1000)
@@ -126,8 +133,10 @@ def _queue_routes(d: Dashboard, path: str, query: str) -> Response:
         return _page(d, f"Queue {m.group(1)}", "", body)
     if m := re.fullmatch(f"/dlq/{_QUEUE}", path):
         queue = m.group(1)
-        entries = d.actions.dead_letters(queue, selection_from_query(query))
-        body = dlq_list_page(d.base, queue, entries, query, d.policy.read_only)
+        before, after = page_cursors(query)
+        selection = selection_from_query(query)
+        page = d.actions.dead_letters(queue, selection, before=before, after=after)
+        body = dlq_list_page(d.base, queue, page, query, d.policy.read_only)
         return _page(d, f"Dead letters of {queue}", "dlq", body)
     if m := re.fullmatch(f"/dlq/{_QUEUE}/([0-9]+)/([0-9]+)", path):
         queue, partition, offset = m.group(1), int(m.group(2)), int(m.group(3))
@@ -260,6 +269,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, method: str) -> None:
         d = self.dashboard
+        refusal = d.hosts.refusal(self.headers.get_all("Host") or [])
+        if refusal is not None:
+            self._refuse_host(refusal, head=method == "HEAD")
+            return
         request = self._request()
         verdict = d.policy.check(request)
         if verdict is not Verdict.OK:
@@ -296,6 +309,13 @@ class _Handler(BaseHTTPRequestHandler):
             status, text = HTTPStatus.FORBIDDEN, "not allowed: read-only, or not from this page"
         response = _error(d, status, text)
         self._send(response, challenge=verdict is Verdict.UNAUTHORIZED)
+
+    def _refuse_host(self, refusal: HostRefusal, *, head: bool) -> None:
+        """Plain text, nothing of the dashboard's pages: the asker may be a foreign site."""
+        log.info("refused %s: %s", self.address_string(), refusal.message)
+        body = refusal.message + "\n"
+        plain = Response(status=refusal.status, body=body, content_type="text/plain; charset=utf-8")
+        self._send(plain, head=head)
 
     def _send(self, response: Response, *, head: bool = False, challenge: bool = False) -> None:
         data = response.body.encode()

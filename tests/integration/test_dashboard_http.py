@@ -1,8 +1,9 @@
 """The dashboard over HTTP, in process against the real broker: a path prefix, the
-access policy at the door, and the JSON API."""
+Host check and the access policy at the door, and the JSON API."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -18,6 +19,7 @@ from jobcore.topics import QueueTopics
 from leasekeeper.dashboard.access import AccessPolicy
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.hosts import HostCheck
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.server import Dashboard, DashboardServer
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -34,6 +36,7 @@ def base_url(kafka: KafkaSettings) -> Iterator[str]:
         actions=Actions(kafka=kafka, prefix="jobs", codec=EnvelopeCodec(SchemaRegistry())),
         policy=AccessPolicy(token=TOKEN),
         base="/ops/jobs",
+        hosts=HostCheck.of(["127.0.0.1", "Dash.Example"]),  # the --listen host, --allowed-host
     )
     server = DashboardServer(dashboard, "127.0.0.1", 0)
     server.start()
@@ -105,3 +108,46 @@ def test_cancel_records_the_cancellation_on_the_control_topic(
     finally:
         consumer.close()
     assert found[0].job_id == f"job-{unique}" and "dashboard" in found[0].reason
+
+
+def test_a_foreign_host_is_refused_whatever_the_request(base_url: str) -> None:
+    """DNS rebinding: a page of evil.example resolved to 127.0.0.1 must read nothing,
+    and not act either, even with the token."""
+    evil = {"Host": "evil.example"}
+    for path in ("/leasekeepers", "/dlq/none-such", "/api/job?id=x&queue=none-such"):
+        status, body = fetch(f"{base_url}{path}", **evil)
+        assert status == 403, path
+        assert "'evil.example'" in body and "--allowed-host evil.example" in body
+    replay = f"{base_url}/dlq/none-such/replay?mode=dry-run"
+    assert fetch(replay, "POST", Authorization=f"Bearer {TOKEN}", **evil)[0] == 403
+    cancel = f"{base_url}/job/cancel?queue=none-such&id=j"
+    assert fetch(cancel, "POST", Authorization=f"Bearer {TOKEN}", **evil)[0] == 403
+    assert fetch(f"{base_url}/leasekeepers", Host="evil.example:80")[0] == 403
+
+
+def test_only_loopback_names_the_listen_host_and_allowed_hosts_are_answered(
+    base_url: str,
+) -> None:
+    port = base_url.split(":")[2].split("/")[0]
+    for host in (f"localhost:{port}", "127.0.0.1", f"[::1]:{port}", "[::1]", "LOCALHOST",
+                 "dash.example", f"DASH.example:{port}"):  # fmt: skip
+        status, page = fetch(f"{base_url}/leasekeepers", Host=host)
+        assert status == 200 and "Leasekeepers" in page, host
+    status, _ = fetch(f"{base_url}/api/none-such", Host=f"localhost:{port}")
+    assert status == 404  # past the door: the API answers
+    for host in ("127.0.0.1.evil.example", f"other.example:{port}", "[::2]"):
+        assert fetch(f"{base_url}/leasekeepers", Host=host)[0] == 403, host
+    status, body = fetch(f"{base_url}/leasekeepers", Host="[::1")
+    assert status == 400 and "malformed Host" in body
+
+
+def test_a_request_without_a_host_header_is_refused(base_url: str) -> None:
+    port = int(base_url.split(":")[2].split("/")[0])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest("GET", "/ops/jobs/leasekeepers", skip_host=True)
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 400 and b"no Host header" in response.read()
+    finally:
+        connection.close()

@@ -49,7 +49,7 @@ EXPECTED: dict[str, set[str]] = {
     "leasekeeper dlq list": KAFKA | SCHEMAS,
     "leasekeeper dlq show": KAFKA | SCHEMAS,
     "leasekeeper dlq replay": KAFKA | SCHEMAS,
-    "leasekeeper dashboard": KAFKA | SCHEMAS | LOG | {"DASHBOARD_TOKEN"},
+    "leasekeeper dashboard": KAFKA | SCHEMAS | LOG | {"DASHBOARD_TOKEN", "DASHBOARD_ALLOWED_HOSTS"},
     "leasekeeper breaker open": KAFKA,
     "leasekeeper breaker close": KAFKA,
     "leasekeeper dev kafka": {"LOCAL_KAFKA_DIR"},

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jobcore.cron_board import CronEntryView, scheduler_names
 from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict, listen_problem
-from leasekeeper.dashboard.actions import FilterError, selection_from_query
+from leasekeeper.dashboard.actions import FilterError, page_cursors, selection_from_query
 from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.hosts import HostCheck, host_name
 from leasekeeper.dashboard.html import Raw, table
 from leasekeeper.dashboard.kafka_view import discover_queues
 from leasekeeper.dashboard.pages import cron_section
@@ -76,6 +79,81 @@ def test_listening_off_loopback_needs_a_token_or_insecure() -> None:
     assert problem is not None and "DASHBOARD_TOKEN" in problem and "0.0.0.0" in problem
     assert listen_problem("0.0.0.0", token=TOKEN, insecure=False) is None
     assert listen_problem("0.0.0.0", token=None, insecure=True) is None
+
+
+def test_host_headers_lose_their_port_and_case_and_ipv6_keeps_its_brackets_apart() -> None:
+    assert host_name("LocalHost:8700") == "localhost"
+    assert host_name("[::1]:8700") == host_name("[0:0::1]") == "::1"
+    assert host_name("dash.example.") == "dash.example"
+    for malformed in ("::1", "[::1", "[::1]x", "host:port", "[dash.example]", ""):
+        assert host_name(malformed) is None, malformed
+
+
+def test_only_loopback_names_and_the_given_hosts_are_answered() -> None:
+    check = HostCheck.of(["0.0.0.0", "Dash.Example", "::2"])
+    for host in ("localhost", "127.0.0.1:1", "[::1]:8700", "0.0.0.0:8700", "dash.example:443",
+                 "[::2]"):  # fmt: skip
+        assert check.refusal([host]) is None, host
+    refused = check.refusal(["evil.example:8700"])
+    assert refused is not None and refused.status == 403
+    assert "--allowed-host evil.example" in refused.message
+    missing, twice = check.refusal([]), check.refusal(["localhost", "localhost"])
+    assert missing is not None and missing.status == 400 and "no Host" in missing.message
+    assert twice is not None and twice.status == 400
+    assert HostCheck().refusal(["dash.example"]) is not None  # loopback only by default
+
+
+def test_the_command_answers_its_listen_host_and_each_allowed_host(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from leasekeeper.cli import main
+    from leasekeeper.dashboard import cli as dashboard_cli
+
+    served: list[HostCheck] = []
+    monkeypatch.setattr(dashboard_cli, "require_kafka", lambda *a: None)
+    monkeypatch.setattr(dashboard_cli, "KafkaView", lambda *a: None)
+    monkeypatch.setattr(dashboard_cli, "StatusIndex", lambda *a, **k: None)
+    monkeypatch.setattr(dashboard_cli, "_serve", lambda d, host, port: served.append(d.hosts))
+    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
+    monkeypatch.setenv("DASHBOARD_ALLOWED_HOSTS", "a.example, b.example [::3]")
+    args = ["dashboard", "--listen", "10.1.2.3:8700", "--state-dir", str(tmp_path)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    flags = [*args, "--allowed-host", "C.example", "--allowed-host", "[::4]"]
+    assert CliRunner().invoke(main, flags).exit_code == 0
+    loopback = {"localhost", "127.0.0.1", "::1"}
+    assert served[0].allowed == loopback | {"10.1.2.3", "a.example", "b.example", "::3"}
+    assert served[1].allowed == loopback | {"10.1.2.3", "c.example", "::4"}
+    result = CliRunner().invoke(main, [*args, "--allowed-host", "dash.example:443"])
+    assert result.exit_code != 0 and "has a port" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_watermarks_leave_out_a_partition_whose_first_answer_failed() -> None:
+    """A topic created a moment ago may have no leader yet: its partition is left
+    out of the answer, and the other partitions still count."""
+    from jobcore.kafka import KafkaError, KafkaException, watermarks
+
+    class Answer:
+        def __init__(self, offset: int | None) -> None:
+            self.offset = offset
+
+        def result(self, timeout: float) -> Answer:
+            if self.offset is None:
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+            return self
+
+    class Admin:
+        calls = 0
+
+        def list_offsets(self, request: dict[Any, Any], request_timeout: float) -> dict[Any, Any]:
+            self.calls += 1
+            low = self.calls == 1
+            return {tp: Answer(None if low and tp.topic == "new" else 5) for tp in request}
+
+    found = watermarks(Admin(), [("old", 0), ("new", 0)])  # type: ignore[arg-type]
+    assert found == {("old", 0): (5, 5)}
 
 
 def snapshot(acked: int, nacked: int = 0, leases: int = 0) -> dict[str, object]:
@@ -148,6 +226,16 @@ def test_dlq_filters_from_the_query_string() -> None:
     assert selection.since_ms == 1740787200000
     with pytest.raises(FilterError, match="not an ISO 8601 time"):
         selection_from_query("until=yesterday")
+
+
+def test_dlq_page_cursors_from_the_query_string() -> None:
+    before, after = page_cursors("type=email&before=1%3A40%2C0%3A7")
+    assert before is not None and before.offsets == ((0, 7), (1, 40)) and after is None
+    assert before.encode() == "0:7,1:40" and before.get(2, 99) == 99
+    with pytest.raises(FilterError, match="PARTITION:OFFSET"):
+        page_cursors("before=latest")
+    with pytest.raises(FilterError, match="not both"):
+        page_cursors("before=0:1&after=0:1")
 
 
 def test_the_command_refuses_an_open_address_without_a_token(
