@@ -48,6 +48,7 @@ class DlqWatch:
         self._clock = clock
         self._stop = threading.Event()
         self._last: DeadLetterView | None = None
+        self._failing = False
         self._thread = threading.Thread(target=self._run, name="dlq-watch", daemon=True)
 
     def start(self) -> None:
@@ -65,8 +66,16 @@ class DlqWatch:
         try:
             found = self._figures()
         except Exception as exc:  # the watch must outlive a broker outage
-            log.debug("DLQ figures unavailable: %s", exc)
+            # Said once a streak at WARNING: a DLQ-depth alert that froze silently
+            # (an ACL, a broker problem) would look like a quiet DLQ.
+            level = logging.DEBUG if self._failing else logging.WARNING
+            log.log(level, "DLQ figures unavailable (the DLQ depth shown is the last "
+                    "one read, checked_ms says when): %s", exc)  # fmt: skip
+            self._failing = True
             return
+        if self._failing:
+            log.warning("DLQ figures available again")
+        self._failing = False
         at = int(self._clock() * 1000)
         self._last = DeadLetterView(depth=found.depth, newest_ms=found.newest_ms, checked_ms=at)
 

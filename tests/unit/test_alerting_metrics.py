@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
@@ -122,6 +124,34 @@ def test_the_dlq_watch_keeps_its_last_figures_while_kafka_is_away() -> None:
     watch.check()
     view = watch.view()
     assert view is not None and (view.depth, view.newest_ms, view.checked_ms) == (4, 123, 1_000_000)
+
+
+def test_a_dlq_watch_that_cannot_read_says_so_once_at_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A DLQ-depth alert that froze silently (an ACL, a broker problem) would look like
+    a quiet DLQ: the first failure of a streak is a WARNING, the rest DEBUG."""
+    answers: list[DeadLetterFigures | Exception] = [
+        RuntimeError("not authorised"),
+        RuntimeError("again"),
+        DeadLetterFigures(depth=1, newest_ms=5),
+    ]
+
+    def figures() -> DeadLetterFigures:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    watch = DlqWatch(figures, clock=lambda: 1.0)
+    with caplog.at_level(logging.DEBUG, logger="leasekeeper.dlq_watch"):
+        watch.check()
+        watch.check()
+        watch.check()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "not authorised" in warnings[0] and "available again" in warnings[1]
+    assert watch.view() is not None
 
 
 def test_ready_targets_default_per_class_and_are_exported() -> None:
