@@ -83,7 +83,10 @@ def target_problem(target: str, trust_owner: int | None = None) -> str | None:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            return f"cannot check who owns the leasekeeper {what} {path}: {exc}"
+            return (
+                f"refusing to connect: cannot check who owns the leasekeeper {what} {path} "
+                f"({exc.strerror})\ngive --target a socket this user may reach"
+            )
         if found is not None:
             return f"refusing to connect: the leasekeeper {found.text}\n{_fix(found, default)}"
     return None

@@ -22,6 +22,7 @@ from jobcore.cli_errors import FriendlyGroup, SetupMistake, log_level_option
 from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import ENV_TRUST_OWNER
 from jobcore.durations import DURATION, shown
+from jobcore.socket_owner import target_problem
 from schemas.codec import EnvelopeCodec, SchemaError
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected, UntrustedSocket
@@ -192,6 +193,10 @@ def run(
     app = _load(app_spec)
     decoder = _decoder(options)
     _check_runnable(app, decoder, options)
+    # Once, before any process starts; each client checks again whenever it connects.
+    untrusted = target_problem(options.target, options.trust_owner)
+    if untrusted is not None:
+        raise SetupMistake(untrusted)
     if options.processes > 1:
         commands = [options.child_command(i, os.getpid()) for i in range(options.processes)]
         sys.exit(supervise(commands))

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from jobcore.config import default_leasekeeper_target, queues_with_sockets
 from leasekeeper.listen import prepare_socket_dir
@@ -191,33 +191,65 @@ def noop(ctx, payload):
 """
 
 
-def test_workers_run_refuses_another_users_default_socket_with_exit_2(
-    runtime_dir: Path, fake: FakeLeaseKeeper, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     name = f"owner_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(APP_SOURCE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     for variable in ("LEASEKEEPER_TARGET", "LEASEKEEPER_TOKEN", "JOBS_SCHEMA_PATH"):
         monkeypatch.delenv(variable, raising=False)
-    runtime_dir.mkdir(mode=0o700)
+    return f"{name}:app"
+
+
+def _run_worker(fake: FakeLeaseKeeper, *args: str) -> Result:
+    """``workers run ARGS``; had the worker claimed from ``fake``, it would run on, so
+    the first claim stops it (exit 0)."""
     finished = threading.Event()
+    stopper = threading.Thread(target=_sigterm_on_first_claim, args=(fake, finished))
+    stopper.start()
+    try:
+        return CliRunner().invoke(main, ["run", *args])
+    finally:
+        finished.set()
+        with fake.cond:
+            fake.cond.notify_all()
+        stopper.join(10)
+
+
+def test_workers_run_refuses_another_users_default_socket_with_exit_2(
+    runtime_dir: Path, fake: FakeLeaseKeeper, app_module: str
+) -> None:
+    runtime_dir.mkdir(mode=0o700)
     with serving(fake, runtime_dir / "emails.sock"):
         give(OTHER, runtime_dir)
-        # Had the worker claimed from that server, it would run; stop it so the test ends.
-        stopper = threading.Thread(target=_sigterm_on_first_claim, args=(fake, finished))
-        stopper.start()
-        try:
-            result = CliRunner().invoke(main, ["run", f"{name}:app"])
-        finally:
-            finished.set()
-            with fake.cond:
-                fake.cond.notify_all()
-            stopper.join(10)
+        result = _run_worker(fake, app_module)  # no --queue: this user's only leasekeeper
     assert result.exit_code == 2, result.output
-    assert f"socket directory {runtime_dir} is owned by uid {OTHER}" in result.output
-    assert f"expected uid {ME} (this user)" in result.output
+    assert result.output.splitlines() == [
+        f"Error: refusing to connect: the leasekeeper socket directory {runtime_dir} is owned "
+        f"by uid {OTHER}, expected uid {ME} (this user)",
+        "another user may have made it to hand this worker their jobs: have root remove it "
+        "and restart the leasekeeper, or set XDG_RUNTIME_DIR to a private directory",
+    ]
     assert fake.claims == []
+
+
+def test_workers_run_exits_2_when_its_client_refuses_a_socket_made_after_it_started(
+    served: Path, fake: FakeLeaseKeeper, app_module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    give(OTHER, served.parent, served)
+    # As if the socket appeared only after the start-up check: the client's own check refuses.
+    monkeypatch.setattr("workers.cli.target_problem", lambda *_: None)
+    result = _run_worker(fake, app_module, "--target", f"unix:{served}")
+    assert result.exit_code == 2, result.output
+    assert f"Error: refusing to connect: the leasekeeper socket directory {served.parent}" in (
+        result.output
+    )
+    assert f"--trust-owner {OTHER}" in result.output
+    assert fake.claims == []
+    monkeypatch.setenv("LEASEKEEPER_TRUST_OWNER", str(OTHER))
+    assert _run_worker(fake, app_module, "--target", f"unix:{served}").exit_code == 0
+    assert len(fake.claims) >= 1, "trusted by the variable, the worker claimed"
 
 
 def _sigterm_on_first_claim(fake: FakeLeaseKeeper, finished: threading.Event) -> None:
