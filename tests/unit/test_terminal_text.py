@@ -123,6 +123,18 @@ def test_dlq_show_shows_markup_and_escapes_as_text(
         assert "title \\x1b]0;owned\\x07 [link=https://evil.example]docs[/link]" in output
 
 
+def test_dlq_show_of_an_ambiguous_prefix_lists_the_ids_as_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries = [dead(f"abcdefgh-{n} {CLEAR}", "m", n) for n in range(2)]
+    monkeypatch.setattr(dlq_cli, "require_kafka", lambda *_: None)
+    monkeypatch.setattr(dlq_cli, "read_dead_letters", lambda *_: iter(entries))
+    result = CliRunner().invoke(dlq_cli.dlq, ["show", "abcdefgh", "--queue", "q"])
+    assert result.exit_code == 1
+    assert ESC not in result.output
+    assert "abcdefgh-0 x [/y] \\x1b[2J, abcdefgh-1 x [/y] \\x1b[2J" in result.output
+
+
 def test_an_attempt_panel_renders_a_forged_link_and_a_title_sequence_as_text() -> None:
     """The scenario of the review's experiment: a closing tag with nothing to close
     and a link tag, then OSC and CSI sequences, rendered to a real terminal."""
