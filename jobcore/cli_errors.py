@@ -26,6 +26,7 @@ __all__ = [
     "ExitCode",
     "FriendlyGroup",
     "Misuse",
+    "SetupMistake",
     "Unreachable",
     "debug_wanted",
     "log_level_option",
@@ -68,6 +69,13 @@ class Misuse(click.ClickException):
         click.echo(f"Error: {self.format_message()}", file=file or sys.stderr)
         if self.hint:
             click.echo(self.hint, file=file or sys.stderr)
+
+
+class SetupMistake(click.ClickException):
+    """A setting that cannot work as given, found after the flags were parsed (such
+    as a leasekeeper socket another user owns): exit 2, like a bad flag."""
+
+    exit_code = ExitCode.SETUP
 
 
 def debug_wanted(ctx: click.Context | None = None) -> bool:

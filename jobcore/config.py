@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
@@ -20,6 +21,8 @@ ENV_KAFKA_CONFIG = "KAFKA_CONFIG"
 ENV_LEASEKEEPER_TARGET = "LEASEKEEPER_TARGET"
 ENV_LEASEKEEPER_TOKEN = "LEASEKEEPER_TOKEN"
 ENV_LEASEKEEPER_TLS_CA = "LEASEKEEPER_TLS_CA"
+# A uid besides this user and root whose --target socket a worker connects to.
+ENV_TRUST_OWNER = "LEASEKEEPER_TRUST_OWNER"
 ENV_TOPIC_PREFIX = "JOBS_TOPIC_PREFIX"
 ENV_SCHEMA_PATH = "JOBS_SCHEMA_PATH"
 ENV_GC = "JOBS_GC"  # `default`: keep Python's collector settings (jobcore.gc_tuning)
@@ -107,12 +110,25 @@ def socket_directory(environ: dict[str, str] | None = None) -> Path:
 def queues_with_sockets(environ: dict[str, str] | None = None) -> list[str]:
     """The queues whose leasekeepers have a socket in the default directory (a
     leasekeeper killed with SIGKILL leaves its socket behind, so this may list one
-    that no longer answers)."""
+    that no longer answers). Only this user's sockets in a directory of this user's
+    count: one another user made is no leasekeeper of ours (a worker then aims at
+    the default socket, and refuses it, saying who owns it)."""
+    directory = socket_directory(environ)
     try:
-        found = sorted(socket_directory(environ).glob("*.sock"))
+        if directory.stat().st_uid != os.getuid():
+            return []
+        found = sorted(directory.glob("*.sock"))
+        return [path.stem for path in found if _own_socket(path) and path.name != SOCKET_NAME]
     except OSError:
         return []
-    return [path.stem for path in found if path.is_socket() and path.name != SOCKET_NAME]
+
+
+def _own_socket(path: Path) -> bool:
+    try:
+        info = path.stat()
+    except OSError:  # gone since it was listed
+        return False
+    return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.getuid()
 
 
 def schema_path_from_env(environ: dict[str, str] | None = None) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from jobcore.terminal_text import printable
+
 MIN_PREFIX = 8
 
 
@@ -38,7 +40,8 @@ def resolve_prefix(candidates: Iterable[str], given: str) -> str | None:
         return None
     matches = sorted(i for i in ids if i.startswith(given))
     if len(matches) > 1:
-        shown = ", ".join(matches[:3]) + (" …" if len(matches) > 3 else "")
+        # Ids are the producers' text: shown as text, escape sequences included.
+        shown = ", ".join(printable(m) for m in matches[:3]) + (" …" if len(matches) > 3 else "")
         raise PrefixError(
             f"job id prefix {given!r} matches {len(matches)} jobs ({shown}): give more characters"
         )

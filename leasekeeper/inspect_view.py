@@ -3,7 +3,9 @@
 The rich view is for a person at a terminal during an incident; ``--json``
 prints the snapshot as it came and is what scripts should read. Every section
 beyond the partitions reads its fields with ``.get``, so the view still works
-against a leasekeeper of an older version that does not send them.
+against a leasekeeper of an older version that does not send them. Job data in
+it (ids, types, tenants, workers, keys, reasons) is shown through
+``jobcore.terminal_text``: neither read as markup nor passed on as control codes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.table import Table
 
 from jobcore.config import AUTH_METADATA_KEY
 from jobcore.delay_tiers import parse_duration
+from jobcore.terminal_text import escaped, printable
 from leasekeeper.limit_lines import limit_lines
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
@@ -60,7 +63,8 @@ def render_snapshot(
     console = console or Console()
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     console.print(
-        f"[bold]queue[/] {snapshot.get('queue')}  member {snapshot.get('member')}  "
+        f"[bold]queue[/] {escaped(snapshot.get('queue'))}  "
+        f"member {escaped(snapshot.get('member'))}  "
         f"ready {snapshot['ready']}  commits {snapshot.get('commits')}"
     )
     queue = str(snapshot.get("queue") or "")
@@ -72,7 +76,8 @@ def render_snapshot(
     console.print("  ".join(f"{k} {v}" for k, v in counters.items()))
     tenants = snapshot.get("in_flight_by_tenant") or {}
     if tenants and not snapshot.get("tenants"):
-        console.print("in flight by tenant: " + ", ".join(f"{t} {n}" for t, n in tenants.items()))
+        in_flight = ", ".join(f"{escaped(t)} {n}" for t, n in tenants.items())
+        console.print(f"in flight by tenant: {in_flight}")
     for line in fairness_lines(snapshot):
         console.print(line, highlight=False)
     for line in retry_lines(snapshot, now):
@@ -106,9 +111,9 @@ def blocked_key_lines(snapshot: dict[str, Any], now_ms: int) -> list[str]:
         else:
             when = "coming back"
         lines.append(
-            f"[bold]blocked key[/] {b['key']} (tenant {b['tenant']}, {b['topic']}/"
-            f"{b['partition']}): job {b['job_id']} {b['state']}, {when}; {b['held']} held "
-            f"behind it; {b['reason']}"
+            f"[bold]blocked key[/] {escaped(b['key'])} (tenant {escaped(b['tenant'])}, "
+            f"{escaped(b['topic'])}/{b['partition']}): job {escaped(b['job_id'])} {b['state']}, "
+            f"{when}; {b['held']} held behind it; {escaped(b['reason'])}"
         )
     if len(blocked) > BLOCKED_SHOWN:
         lines.append(f"… {len(blocked) - BLOCKED_SHOWN} more blocked keys (--json lists all)")
@@ -130,9 +135,9 @@ def breaker_lines(snapshot: dict[str, Any]) -> list[str]:
             probe = f"probing ({b['probes_out']} out)"
         else:
             probe = f"rule {b['rule']}"
-        why = f"; {b['reason']}" if b["reason"] and b["state"] != "closed" else ""
+        why = f"; {escaped(b['reason'])}" if b["reason"] and b["state"] != "closed" else ""
         lines.append(
-            f"[bold]breaker[/] {b['type']}: {b['state']}, failure rate "
+            f"[bold]breaker[/] {escaped(b['type'])}: {b['state']}, failure rate "
             f"{b['failure_rate'] * 100:.0f}% of {b['calls']} calls, {probe}, "
             f"parked {b['parked']}{why}"
         )
@@ -154,7 +159,7 @@ def fairness_lines(snapshot: dict[str, Any]) -> list[str]:
     for t in tenants[:TENANTS_SHOWN]:
         cap = "-" if t["cap"] is None else t["cap"]
         lines.append(
-            f"  tenant {t['tenant']}: ready {t['ready']}, in flight {t['in_flight']}, "
+            f"  tenant {escaped(t['tenant'])}: ready {t['ready']}, in flight {t['in_flight']}, "
             f"cap {cap}, weight {t['weight']:g}, overflow {t.get('overflow', 0)}"
         )
     if len(tenants) > TENANTS_SHOWN:
@@ -165,7 +170,7 @@ def fairness_lines(snapshot: dict[str, Any]) -> list[str]:
 def _class_cell(view: dict[str, Any]) -> str:
     age = view.get("oldest_ready_age_ms")
     oldest = "" if age is None else f", oldest {age / 1000:.1f}s"
-    return f"{view['name']} (weight {view['weight']}): ready {view['ready']}{oldest}"
+    return f"{escaped(view['name'])} (weight {view['weight']}): ready {view['ready']}{oldest}"
 
 
 def control_line(snapshot: dict[str, Any]) -> str:
@@ -287,7 +292,7 @@ def _partitions_table(partitions: list[dict[str, Any]], queue: str, wide: bool) 
             tiers.setdefault(p["topic"], []).append(p)
             continue
         table.add_row(
-            _short(p["topic"], queue),
+            escaped(_short(p["topic"], queue)),
             str(p["partition"]),
             _offset(p["committed"]),
             _offset(p["highest_fetched"]),
@@ -298,7 +303,12 @@ def _partitions_table(partitions: list[dict[str, Any]], queue: str, wide: bool) 
         unresolved = sum(p["unresolved_count"] for p in rows)
         leases = sum(len(p["leases"]) for p in rows)
         table.add_row(
-            _short(topic, queue), f"{len(rows)} parts", "-", "-", str(unresolved), str(leases)
+            escaped(_short(topic, queue)),
+            f"{len(rows)} parts",
+            "-",
+            "-",
+            str(unresolved),
+            str(leases),
         )
     return table
 
@@ -316,10 +326,10 @@ def _leases_table(leases: list[dict[str, Any]]) -> Table:
         table.add_column(column, no_wrap=True, justify="right")
     for lease in sorted(leases, key=lambda x: -x["age_s"])[:50]:
         table.add_row(
-            lease["job_id"],
-            lease["type"],
-            lease["tenant"],
-            lease["worker"],
+            escaped(lease["job_id"]),
+            escaped(lease["type"]),
+            escaped(lease["tenant"]),
+            escaped(lease["worker"]),
             str(lease["attempt"]),
             f"{lease['age_s']:.1f} s",
             f"in {lease['expires_in_s']:.1f} s",
@@ -336,19 +346,19 @@ def job_lines(view: dict[str, Any], now_ms: int) -> list[str]:
     """``inspect job`` for a person: the state first, then each field, times as ISO
     with the wait left or the time passed (never raw epoch milliseconds)."""
     state = view["state"]
-    headline = f"job {view['job_id']}: {state}"
+    headline = f"job {printable(view['job_id'])}: {state}"
     if state == "skipped" and view.get("duplicate_of"):
-        headline = f"job {view['job_id']}: skipped: duplicate of {view['duplicate_of']}"
+        headline += f": duplicate of {printable(view['duplicate_of'])}"
     lines = [headline]
     if view.get("problem"):
-        return [*lines, f"  {view['problem']}"]
+        return [*lines, f"  {printable(view['problem'])}"]
     for key, value in view.items():
         if key in _HIDDEN:
             continue
         if key.endswith("_ms") and isinstance(value, int):
             lines.append(f"  {key[:-3]}: {when(value, now_ms) if value > 0 else 'none'}")
         else:
-            lines.append(f"  {key}: {value}")
+            lines.append(f"  {key}: {printable(value)}")
     lines.extend(_job_hint(view))
     return lines
 

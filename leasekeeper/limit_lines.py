@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobcore.terminal_text import escaped
+
 # Tenant limiters listed before "… N more": those with the most jobs waiting.
 TENANT_LIMITERS_SHOWN = 10
 
@@ -19,7 +21,7 @@ def limit_lines(snapshot: dict[str, Any], now_ms: int) -> list[str]:
         shown = [v for v in views if v["kind"] == "type"] + tenants[:TENANT_LIMITERS_SHOWN]
         lines.append(f"[bold]rate limits[/] (this leasekeeper's share {limits['share']:.0%})")
         lines += [
-            f"  {v['kind']} {v['key']}: limit {v['limit']}, here {v['rate_per_s']:.3g}/s, "
+            f"  {v['kind']} {escaped(v['key'])}: limit {v['limit']}, here {v['rate_per_s']:.3g}/s, "
             f"tokens {v['tokens']:.1f}, waiting {v['waiting']}, parked {v['parked']}"
             for v in shown
         ]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from jobcore.socket_owner import ownership_problem
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +126,16 @@ def prepare_socket_dir(path: Path, socket_mode: int) -> None:
         mode = socket_dir_mode(socket_mode)
         directory.mkdir(parents=True, mode=mode)
         os.chmod(directory, mode)  # mkdir's mode is masked by the umask
-    info = directory.stat()
-    if info.st_uid != os.getuid():
+    found = ownership_problem(
+        directory, owners=(os.getuid(),), writable=0o022, what="socket directory"
+    )
+    if found is None:
+        return
+    if found.writable:
         raise ListenError(
-            f"socket directory {directory} is owned by uid {info.st_uid}, not by this user "
-            f"(uid {os.getuid()}): give --listen a path in a directory you own"
+            f"{found.text}: `chmod go-w {directory}` or give --listen a path in a private directory"
         )
-    if info.st_mode & 0o022:
-        raise ListenError(
-            f"socket directory {directory} is writable by others "
-            f"(mode {stat.S_IMODE(info.st_mode):04o}): `chmod go-w {directory}` or give "
-            "--listen a path in a private directory"
-        )
+    raise ListenError(f"{found.text}: give --listen a path in a directory you own")
 
 
 def parse_socket_mode(text: str) -> int:

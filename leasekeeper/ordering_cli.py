@@ -27,6 +27,7 @@ from jobcore.cli_kafka import (
     require_kafka,
 )
 from jobcore.kafka import KafkaSettings, ProduceFailure, make_producer, produce_once
+from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
 from leasekeeper.ordering import LaneEntry, LaneState
 from leasekeeper.ordering_lane import OPERATOR, LaneFeed, encode_entry
@@ -91,8 +92,10 @@ def list_lane(
         click.echo(f"no ordering key of queue {queue} has jobs out of its partition")
     for (tenant, key), entries in heads.items():
         head = entries[0]
-        click.echo(f"{key} (tenant {tenant}): head job {head.job.job_id} {head.state.value}, "
-                   f"{len(entries) - 1} behind it; {head.reason}")  # fmt: skip
+        # Keys, tenants, ids and reasons are the producer's and handlers' text.
+        line = (f"{key} (tenant {tenant}): head job {head.job.job_id} {head.state.value}, "
+                f"{len(entries) - 1} behind it; {head.reason}")  # fmt: skip
+        click.echo(printable(line))
 
 
 def _operator_command(name: str, *, replay: bool, doc: str) -> click.Command:
@@ -123,7 +126,8 @@ def _operator_command(name: str, *, replay: bool, doc: str) -> click.Command:
             )
         _write(settings, topics, dead[0], replay=replay, timeout_s=connect_timeout_s)
         what = "runs again" if replay else "is skipped; the key goes on"
-        click.echo(f"ordering key {key} (tenant {tenant}): dead job {dead[0].job.job_id} {what}")
+        job_id = dead[0].job.job_id
+        click.echo(printable(f"ordering key {key} (tenant {tenant}): dead job {job_id} {what}"))
 
     return command
 

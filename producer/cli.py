@@ -39,6 +39,7 @@ from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.durations import DELAY, DURATION, POSITIVE_DURATION, shown
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.priority import PriorityClasses
+from jobcore.terminal_text import printable
 from jobcore.topic_admin import STATUS_RETENTION_HELP, ensure_queue_topics, retention_ms
 from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer
@@ -295,7 +296,7 @@ def cancel(
             answer = cancel_job(settings, producer, topics, job_id, reason=reason, wait_s=wait_s)
     except (ValueError, CancelError, EnqueueError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None
-    click.echo(answer.message(_iso))
+    click.echo(printable(answer.message(_iso)))
     sys.exit(answer.exit_code)
 
 
@@ -346,22 +347,8 @@ def status(
         raise click.ClickException(f"{exc} (check --dashboard)") from None
     except (StatusError, KafkaException) as exc:
         raise kafka_failure(exc, settings) from None
-    details = [
-        f"{k} {v}"
-        for k, v in (
-            ("worker", found.worker),
-            ("attempt", found.attempt),
-            ("ran", None if found.duration_s is None else f"{found.duration_s:.3f} s"),
-            ("reason", found.reason),
-            ("last error", found.last_error),
-        )
-        if v is not None
-    ]
-    when = f" at {_iso(found.at_ms)}" if found.at_ms else ""
-    extra = f" ({', '.join(details)})" if details else ""
-    click.echo(f"job {job_id}: {found.state}{when}{extra} [from the {found.source}]")
-    if found.note:
-        click.echo(f"  {found.note}")
+    for line in found.lines(_iso):
+        click.echo(line)
     sys.exit(0 if found.state not in (NOT_FOUND, NOT_SEEN) else 1)
 
 

@@ -19,10 +19,12 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobcore.kafka import KafkaSettings
 from jobcore.status import StatusReader, switched_off_note
+from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
 
 __all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "LookupError", "lookup"]
@@ -54,6 +56,25 @@ class JobLookup:
     @property
     def finished(self) -> bool:
         return self.state in ("succeeded", "dead", "cancelled")
+
+    def lines(self, describe_time: Callable[[int], str]) -> list[str]:
+        """What ``producer status`` prints; ``describe_time`` renders epoch ms. The
+        worker id and the last error are the handlers' text: shown as text only."""
+        details = [
+            f"{k} {v}"
+            for k, v in (
+                ("worker", self.worker),
+                ("attempt", self.attempt),
+                ("ran", None if self.duration_s is None else f"{self.duration_s:.3f} s"),
+                ("reason", self.reason),
+                ("last error", self.last_error),
+            )
+            if v is not None
+        ]
+        when = f" at {describe_time(self.at_ms)}" if self.at_ms else ""
+        extra = f" ({', '.join(details)})" if details else ""
+        line = f"job {self.job_id}: {self.state}{when}{extra} [from the {self.source}]"
+        return [printable(line)] + ([f"  {printable(self.note)}"] if self.note else [])
 
 
 def _unknown(

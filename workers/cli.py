@@ -18,12 +18,14 @@ from jobcore.cli_env import (
     schema_path_option,
     topic_prefix_option,
 )
-from jobcore.cli_errors import FriendlyGroup, log_level_option
+from jobcore.cli_errors import FriendlyGroup, SetupMistake, log_level_option
 from jobcore.cli_registry import schema_registry_options, schemas_for
+from jobcore.config import ENV_TRUST_OWNER
 from jobcore.durations import DURATION, shown
+from jobcore.socket_owner import target_problem
 from schemas.codec import EnvelopeCodec, SchemaError
 from workers.app import App
-from workers.client import LeaseKeeperClient, LeaseKeeperRejected
+from workers.client import LeaseKeeperClient, LeaseKeeperRejected, UntrustedSocket
 from workers.decoding import EnvelopeDecoder, default_decoder, job_types
 from workers.loading import AppNotFound, load_app
 from workers.runtime import DEFAULT_PREFETCH, Worker
@@ -48,6 +50,7 @@ class RunOptions:
     log_level: str
     heartbeats: bool = True
     tls_ca: str | None = None
+    trust_owner: int | None = None
     schema_registry: str | None = None
     schema_registry_config: Path | None = None
     topic_prefix: str = "jobs"
@@ -67,6 +70,7 @@ class RunOptions:
             "--topic-prefix", self.topic_prefix,
             *(f"--schema-path={d}" for d in self.schema_dirs),
             *([f"--tls-ca={self.tls_ca}"] if self.tls_ca else []),
+            *([f"--trust-owner={self.trust_owner}"] if self.trust_owner is not None else []),
             *([f"--schema-registry={self.schema_registry}"] if self.schema_registry else []),
             *([f"--schema-registry-config={self.schema_registry_config}"]
               if self.schema_registry_config else []),
@@ -87,6 +91,17 @@ def main() -> None:
     "--queue QUEUE` listens).",
 )
 @leasekeeper_client_options
+@click.option(
+    "--trust-owner",
+    type=click.IntRange(min=0),
+    envvar=ENV_TRUST_OWNER,
+    show_envvar=True,
+    default=None,
+    metavar="UID",
+    help="Also connect to a --target socket owned by this uid (one sharing its socket "
+    "with a group, --socket-mode 0660); this user's and root's are always accepted, the "
+    "default socket only when this user's.",
+)
 @topic_prefix_option
 @click.option(
     "--concurrency",
@@ -140,6 +155,7 @@ def run(
     grace: float,
     log_level: str,
     tls_ca: str | None,
+    trust_owner: int | None,
     parent_pid: int | None,
     heartbeats: bool,
     schema_registry: str | None,
@@ -165,6 +181,7 @@ def run(
         log_level=log_level.upper(),
         heartbeats=heartbeats,
         tls_ca=tls_ca,
+        trust_owner=trust_owner,
         schema_registry=schema_registry,
         schema_registry_config=schema_registry_config,
         topic_prefix=env.topic_prefix,
@@ -176,6 +193,10 @@ def run(
     app = _load(app_spec)
     decoder = _decoder(options)
     _check_runnable(app, decoder, options)
+    # Once, before any process starts; each client checks again whenever it connects.
+    untrusted = target_problem(options.target, options.trust_owner)
+    if untrusted is not None:
+        raise SetupMistake(untrusted)
     if options.processes > 1:
         commands = [options.child_command(i, os.getpid()) for i in range(options.processes)]
         sys.exit(supervise(commands))
@@ -237,7 +258,11 @@ def _run_one(
 ) -> None:
     tls_ca = _read_ca(options.tls_ca)
     with LeaseKeeperClient(
-        options.target, worker_id=options.worker_id, token=options.token, tls_ca=tls_ca
+        options.target,
+        worker_id=options.worker_id,
+        token=options.token,
+        tls_ca=tls_ca,
+        trust_owner=options.trust_owner,
     ) as client:
         worker = Worker(
             app,
@@ -252,6 +277,8 @@ def _run_one(
         gc_tuning.settle_after_startup()  # the app and clients out of the collector's scans
         try:
             run_in_foreground(worker, parent_pid=parent_pid)
+        except UntrustedSocket as exc:
+            raise SetupMistake(str(exc)) from exc
         except LeaseKeeperRejected as exc:
             raise click.ClickException(str(exc)) from exc
     if worker.abandoned:

@@ -25,9 +25,19 @@ from typing import Final, TypeVar
 import grpc
 
 from jobcore.config import AUTH_METADATA_KEY
+from jobcore.socket_owner import target_problem
 from schemas import worker_pb2
 from schemas.worker_pb2_grpc import LeaseKeeperStub
+from workers.channel_errors import LeaseKeeperRejected, LeaseKeeperUnavailable, UntrustedSocket
 from workers.messages import Lease, LeaseRef, LeaseResult, Outcome, Settlement
+
+__all__ = [
+    "LeaseKeeperClient",
+    "LeaseKeeperRejected",
+    "LeaseKeeperUnavailable",
+    "ReconnectBackoff",
+    "UntrustedSocket",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +71,6 @@ _OUTCOMES: Final = {
 }
 
 
-class LeaseKeeperUnavailable(Exception):
-    """The call did not reach a working leasekeeper; trying again later may work.
-
-    ``reconnecting`` is True when the client already waits out a backoff
-    before its next call, so the caller need not pause on its own.
-    """
-
-    def __init__(self, message: str, *, reconnecting: bool = False) -> None:
-        super().__init__(message)
-        self.reconnecting = reconnecting
-
-
-class LeaseKeeperRejected(Exception):
-    """The leasekeeper refused the call in a way retrying cannot fix (token, version)."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class ReconnectBackoff:
     """Delay before the n-th consecutive reconnect: exponential, capped, half-jittered.
@@ -106,6 +100,8 @@ class LeaseKeeperClient:
 
     ``target`` is a grpc target: ``unix:/path/to.sock`` or ``127.0.0.1:PORT``.
     When ``token`` is set every call carries it as ``AUTH_METADATA_KEY`` metadata.
+    Each connect first checks whose a ``unix:`` socket is (``UntrustedSocket``):
+    this user's, root's (not for the default socket) or ``trust_owner``'s.
     """
 
     def __init__(
@@ -115,6 +111,7 @@ class LeaseKeeperClient:
         worker_id: str,
         token: str | None = None,
         tls_ca: bytes | None = None,
+        trust_owner: int | None = None,
         backoff: ReconnectBackoff | None = None,
         rpc_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
@@ -122,6 +119,7 @@ class LeaseKeeperClient:
     ) -> None:
         self.target = target
         self.worker_id = worker_id
+        self.trust_owner = trust_owner
         self._metadata = ((AUTH_METADATA_KEY, token),) if token else None
         self._credentials = (
             None if tls_ca is None else grpc.ssl_channel_credentials(root_certificates=tls_ca)
@@ -290,6 +288,9 @@ class LeaseKeeperClient:
                 raise LeaseKeeperUnavailable("client is closed", reconnecting=True)
 
     def _open_channel(self) -> grpc.Channel:
+        problem = target_problem(self.target, self.trust_owner)
+        if problem is not None:  # its server could hand this worker someone else's jobs
+            raise UntrustedSocket(problem)
         if self._credentials is None:
             return grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         return grpc.secure_channel(self.target, self._credentials, options=CHANNEL_OPTIONS)

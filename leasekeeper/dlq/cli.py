@@ -38,6 +38,7 @@ from jobcore.kafka import (
     make_consumer,
     make_producer,
 )
+from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
 from leasekeeper.dlq.reader import DlqError, read_dead_letters
@@ -376,9 +377,9 @@ def _print_report(report: ReplayReport, target: _Target, as_json: bool) -> None:
         else:
             Console().print(entries_table(report.selected, title="would replay"))
     for entry in report.undecodable:
-        click.echo(f"skipped undecodable dead letter {location(entry)}: {entry.problem}")
+        click.echo(f"skipped undecodable dead letter {location(entry)}: {printable(entry.problem)}")
     for failure in report.failed:
-        click.echo(f"not replayed: {failure}", err=True)
+        click.echo(f"not replayed: {printable(failure)}", err=True)
     replayed = len(report.selected) if report.dry_run else report.replayed
     click.echo(
         f"{'dry run: would replay' if report.dry_run else 'replayed'} {replayed} to "

@@ -1,4 +1,10 @@
-"""How dead letters look on a terminal (``rich``) and to scripts (JSON)."""
+"""How dead letters look on a terminal (``rich``) and to scripts (JSON).
+
+Everything a handler or producer chose (ids, types, tenants, error messages,
+tracebacks, payloads) goes through ``jobcore.terminal_text.escaped`` before
+``rich`` sees it: markup in an error message would break the listing, and an
+escape sequence would reach the operator's terminal. JSON output is left as it
+came (``json.dumps`` escapes control characters)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from jobcore.terminal_text import escaped
 from leasekeeper.dlq.entries import DlqEntry, format_ms
 from schemas.codec import DecodeError, EnvelopeCodec, SchemaError
 
@@ -73,7 +80,7 @@ def entries_table(entries: Iterable[DlqEntry], title: str, *, wide: bool = False
     """Dead letters, one per row. The id and the time are never cut or wrapped (they are
     what ``dlq show`` and ``--since`` take); the tenant and the reason get columns of
     their own only when ``wide``, so that 80 columns suffice otherwise."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    table = Table(title=escaped(title), box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("job id", no_wrap=True)
     table.add_column("type", overflow="fold")
     if wide:
@@ -97,7 +104,7 @@ def _entry_cells(entry: DlqEntry, wide: bool) -> list[str]:
     if wide:
         cells += [row["tenant"] or "-", row["reason"] or "-"]
     attempts = f"{row['attempts']}/{row['max_attempts']}" if entry.job else "-"
-    return [*cells, attempts, row["died_at"] or "-", error or "-"]
+    return [escaped(cell) for cell in (*cells, attempts, row["died_at"] or "-", error or "-")]
 
 
 def detail(entry: DlqEntry, codec: EnvelopeCodec) -> dict[str, Any]:
@@ -133,10 +140,10 @@ def render_detail(record: dict[str, Any], console: Console) -> None:
     job = record.get("job")
     where = f"{record['dlq_partition']}:{record['dlq_offset']}"
     title = f"dead letter {job['job_id']}" if job else f"dead letter at {where}"
-    console.print(Panel(_fields(record), title=title, expand=False))
+    console.print(Panel(_fields(record), title=escaped(title), expand=False))
     if job:
         payload = json.dumps(job["payload"], indent=2, default=_json_default)
-        console.print(Panel(payload, title="payload", expand=False))
+        console.print(Panel(escaped(payload, lines=True), title="payload", expand=False))
         for error in job["errors"]:
             console.print(_attempt_panel(error))
 
@@ -145,14 +152,14 @@ def _fields(record: dict[str, Any]) -> Table:
     grid = Table.grid(padding=(0, 2))
     for key in _LETTER_FIELDS:
         if record.get(key) is not None:
-            grid.add_row(key, str(record[key]))
+            grid.add_row(key, escaped(record[key]))
     job = record.get("job")
     if job:
         for key in _JOB_FIELDS:
             if key.endswith("_ms"):  # an ISO time beside ``died_at``, not epoch ms
                 grid.add_row(key[:-3], format_ms(job[key]) if job[key] else "none")
             else:
-                grid.add_row(key, str(job[key]))
+                grid.add_row(key, escaped(job[key]))
         return grid
     for key in ("raw_key", "raw_value"):
         value = record.get(key)
@@ -162,13 +169,14 @@ def _fields(record: dict[str, Any]) -> Table:
 
 def _attempt_panel(error: dict[str, Any]) -> Panel:
     when = format_ms(error["at_ms"])
-    header = f"{error['error_class']}: {error['message']}\nworker {error['worker']} at {when}"
-    lines = str(error["traceback"]).strip().splitlines()
+    message = escaped(f"{error['error_class']}: {error['message']}", lines=True)
+    header = f"{message}\nworker {escaped(error['worker'])} at {when}"
+    lines = escaped(error["traceback"], lines=True).strip().splitlines()
     excerpt = "\n".join(lines[-_TRACEBACK_LINES:])
     if len(lines) > _TRACEBACK_LINES:
         excerpt = f"... ({len(lines) - _TRACEBACK_LINES} lines above)\n{excerpt}"
     body = f"{header}\n\n{excerpt}" if excerpt else header
-    return Panel(body, title=f"attempt {error['attempt']}", expand=False)
+    return Panel(body, title=f"attempt {escaped(error['attempt'])}", expand=False)
 
 
 def to_json(record: dict[str, Any]) -> str:

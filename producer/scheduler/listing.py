@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from rich.console import Console
 from rich.table import Table
 
+from jobcore.terminal_text import escaped
 from producer.scheduler.entry import CronEntry
 from producer.scheduler.state import LastFire
 
@@ -62,15 +63,10 @@ def render_rows(rows: Iterable[ListRow], console: Console | None = None) -> None
     for header in ("entry", "schedule", "zone", "misfire", "next (local)", "next (UTC)", "last"):
         table.add_column(header, overflow="fold")
     for row in rows:
-        table.add_row(
-            row.entry,
-            row.schedule,
-            row.timezone,
-            row.misfire,
-            row.next_local,
-            row.next_utc,
-            row.last_fire,
-        )
+        # Entry names and schedules are text of a config file: never read as markup.
+        cells = (row.entry, row.schedule, row.timezone, row.misfire, row.next_local,
+                 row.next_utc, row.last_fire)  # fmt: skip
+        table.add_row(*(escaped(cell) for cell in cells))
     (console or Console()).print(table)
 
 
