@@ -12,13 +12,49 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Settlement
+from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Pending, Settlement
 from schemas import worker_pb2 as pb
 
 # The longest delay the queue can hold (the delay tiers reach 30 days).
 MAX_RETRY_AFTER_S = 30 * 24 * 3600.0
 
 _OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.RELEASE}
+
+# What a ``ClaimedJob`` costs besides its strings and bytes, at most: 9 length-delimited
+# fields (8 and the job's own framing in the answer's list) of up to 2 tag and 5 length
+# bytes each, and 7 numbers and a flag at their longest (varints of 10 bytes).
+_JOB_FRAMING = 9 * 7 + 70
+_TOKEN = 16  # ``mint_token``: 8 random bytes in hex
+_TRACE_ENTRY = 19  # one map entry's framing: its own, its key's and its value's
+
+
+def _text(value: str) -> int:
+    """UTF-8 length without encoding ASCII (``isascii`` is a flag check)."""
+    return len(value) if value.isascii() else len(value.encode())
+
+
+def claimed_size(pending: Pending) -> int:
+    """At least the encoded size of the ``ClaimedJob`` that leasing ``pending`` would
+    send (within a few dozen bytes), from its fields: a claim stops adding jobs
+    before its answer passes ``CLAIM_ANSWER_BYTES``, without encoding anything."""
+    job = pending.job
+    full = job.full
+    payload = len(full.payload) if full is not None else job.payload_end - job.payload_start
+    size = (_JOB_FRAMING + _TOKEN + len(pending.envelope) + max(payload, 0)
+            + _text(pending.lease_id) + _text(job.job_id) + _text(job.type)
+            + _text(job.tenant_id) + _text(job.queue))  # fmt: skip
+    for key, value in job.trace.items():
+        size += _TRACE_ENTRY + _text(key) + _text(value)
+    return size
+
+
+def results_size(answers: list[LeaseAnswer]) -> int:
+    """At least the encoded size of ``results(answers)``: what a Settle's answer holds
+    besides the jobs its ``then_claim`` got."""
+    size = 0
+    for a in answers:
+        size += 40 + _text(a.lease_id) + _text(a.reason)
+    return size
 
 
 def claimed_jobs(grants: list[Grant], run_first: frozenset[str]) -> list[pb.ClaimedJob]:
