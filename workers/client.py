@@ -224,12 +224,12 @@ class LeaseKeeperClient:
                         request, timeout=self._rpc_timeout_s, metadata=self._metadata
                     ),
                 )
-                break
             except LeaseKeeperUnavailable:
                 if resends <= 0 or self._closed.is_set():
                     raise
                 resends -= 1
-        return [result(r) for r in response.results], [lease(job) for job in response.jobs]
+                continue
+            return [result(r) for r in response.results], [lease(job) for job in response.jobs]
 
     def _claim_request(
         self,

@@ -23,6 +23,7 @@ from tests.unit.test_worker_support import (
     wait_until,
 )
 from workers.app import App
+from workers.client import LeaseKeeperClient
 from workers.context import JobContext
 
 JOBS = 200
@@ -168,3 +169,27 @@ def test_a_settle_whose_answer_was_lost_is_sent_again_and_its_jobs_run_once(
     assert set(ran.values()) == {1}, "each job ran once"
     assert all(ran[job_id] == 1 for job_id in leasekeeper.lost)
     assert engine.counters.expired == 0 and engine.counters.released == 0
+
+
+class SettleIds(FailingSettles):
+    """Records the settle_id of every Settle, the refused ones too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ids: list[str] = []
+
+    def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
+        self.ids.append(request.settle_id)
+        return super().Settle(request, context)
+
+
+def test_a_lost_answer_is_asked_for_again_under_the_same_id_and_a_new_settle_gets_a_new_one(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    fake = SettleIds([envelopes() for _ in range(4)], then_claim=True, failures=2)
+    with serving(fake, sock) as target, LeaseKeeperClient(target, worker_id="w") as client:
+        _, first = client.settle_and_claim([], 2)
+        _, second = client.settle_and_claim([], 2)
+    assert len(first) == 2 and len(second) == 2
+    assert len(fake.ids) == 4 and fake.ids[0] and len(set(fake.ids[:3])) == 1
+    assert fake.ids[3] not in ("", fake.ids[0])
