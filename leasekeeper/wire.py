@@ -28,23 +28,24 @@ _TOKEN = 16  # ``mint_token``: 8 random bytes in hex
 _TRACE_ENTRY = 19  # one map entry's framing: its own, its key's and its value's
 
 
-def _text(value: str) -> int:
-    """UTF-8 length without encoding ASCII (``isascii`` is a flag check)."""
-    return len(value) if value.isascii() else len(value.encode())
-
-
 def claimed_size(pending: Pending) -> int:
     """At least the encoded size of the ``ClaimedJob`` that leasing ``pending`` would
-    send (within a few dozen bytes), from its fields: a claim stops adding jobs
-    before its answer passes ``CLAIM_ANSWER_BYTES``, without encoding anything."""
+    send (within a few dozen bytes for ASCII names), from its fields: a claim stops
+    adding jobs before its answer passes ``CLAIM_ANSWER_BYTES``, encoding nothing.
+    Names count a byte a character when ASCII (``isascii`` reads a flag), else four
+    (UTF-8's most); the lease id is ASCII (a Kafka topic's name, two numbers)."""
     job = pending.job
     full = job.full
     payload = len(full.payload) if full is not None else job.payload_end - job.payload_start
-    size = (_JOB_FRAMING + _TOKEN + len(pending.envelope) + max(payload, 0)
-            + _text(pending.lease_id) + _text(job.job_id) + _text(job.type)
-            + _text(job.tenant_id) + _text(job.queue))  # fmt: skip
+    names = len(job.job_id) + len(job.type) + len(job.tenant_id) + len(job.queue)
+    if not (job.job_id.isascii() and job.type.isascii() and job.tenant_id.isascii()
+            and job.queue.isascii()):  # fmt: skip
+        names *= 4
+    size = _JOB_FRAMING + _TOKEN + len(pending.envelope) + max(payload, 0) + names
+    size += len(pending.lease_id)
     for key, value in job.trace.items():
-        size += _TRACE_ENTRY + _text(key) + _text(value)
+        chars = len(key) + len(value)
+        size += _TRACE_ENTRY + (chars if key.isascii() and value.isascii() else 4 * chars)
     return size
 
 
@@ -53,7 +54,7 @@ def results_size(answers: list[LeaseAnswer]) -> int:
     besides the jobs its ``then_claim`` got."""
     size = 0
     for a in answers:
-        size += 40 + _text(a.lease_id) + _text(a.reason)
+        size += 40 + 4 * (len(a.lease_id) + len(a.reason))
     return size
 
 
