@@ -82,6 +82,14 @@ DEFAULT_MAX_ATTEMPTS = 8
 DEFAULT_TIMEOUT_S = 30.0
 # gRPC metadata key carrying the shared token when the leasekeeper is exposed.
 AUTH_METADATA_KEY = "x-leasekeeper-token"
+# The largest message a worker accepts from its leasekeeper (and sends to it). Kafka
+# refuses records over max.message.bytes (1 MB by default), and a claimed job carries
+# its record and payload: a few MB even where that limit was raised tenfold.
+RPC_MESSAGE_BYTES = 64 * 1024 * 1024
+# The leasekeeper stops adding jobs to a claim's answer before their encoded size
+# passes this (it always sends at least one): the rest of the message (a Settle's
+# results, framing) fits in the difference, so no answer is refused for its size.
+CLAIM_ANSWER_BYTES = RPC_MESSAGE_BYTES - 8 * 1024 * 1024
 
 
 def default_leasekeeper_target(

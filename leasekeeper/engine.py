@@ -62,7 +62,7 @@ from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.snapshots import EngineSnapshot
 from leasekeeper.store import LeaseStore, Resolution
 from leasekeeper.unhandled import UnhandledSweep
-from leasekeeper.window import ReadyWindow
+from leasekeeper.window import ReadyWindow, of_types
 from schemas.job import Job
 from schemas.job_headers import JobHead
 from schemas.vocabulary import ErrorClass
@@ -368,14 +368,16 @@ class LeaseEngine:
         *,
         reports_started: bool = False,
         start_now: int = 0,
+        max_bytes: int = 0,
     ) -> list[Grant]:
         """Hand out up to ``max_jobs`` of ``job_types`` (empty: any type), waiting up to
         ``wait_s`` for the first one. Jobs of other types stay for other workers. A
         worker that ``reports_started`` gets back the attempt of a job that expires
         before it started (see ``started_only``), except the first ``start_now``,
-        which go to idle handlers and count as started at once."""
+        which go to idle handlers and count as started at once. ``max_bytes`` (0: no
+        cap) bounds the answer's size: the jobs past it stay ready, not leased."""
         deadline = self._monotonic() + wait_s
-        accept = _of_types(job_types)
+        accept = of_types(job_types)
         with self._lock:
             self._unhandled.workers.saw(worker, job_types, now_ms(self._clock))
             while True:
@@ -388,9 +390,10 @@ class LeaseEngine:
                     if remaining > 0:
                         self._wait(remaining, job_types)
                     return []
-                grants, actions = self._core.lease_ready(
-                    worker, max_jobs, accept, reports_started=reports_started, start_now=start_now
-                )
+                grants, actions = self._core.lease_ready(worker, max_jobs, accept,
+                                                         reports_started=reports_started,
+                                                         start_now=start_now,
+                                                         max_bytes=max_bytes)  # fmt: skip
                 self._copies.add(actions)
                 if grants:
                     self._wake_next()  # what this claim left is another's
@@ -739,9 +742,3 @@ class _Claimer:
         self.cond = cond
         self.types = types
         self.woken = False
-
-
-def _of_types(job_types: frozenset[str]) -> Callable[[Pending], bool] | None:
-    if not job_types:
-        return None
-    return lambda pending: pending.job.type in job_types

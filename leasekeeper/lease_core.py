@@ -33,8 +33,10 @@ from leasekeeper.leases import (
     Outcome,
     Pending,
     Settlement,
+    mark_started,
     mint_token,
     parse_lease_id,
+    refused,
 )
 from leasekeeper.limit_dispatch import LimitDispatch
 from leasekeeper.ordering_gate import OrderingGate
@@ -44,6 +46,7 @@ from leasekeeper.settle_in import SettleIn
 from leasekeeper.started_only import StartedOnly
 from leasekeeper.store import NoteKind, Resolution, StoreBatch, leased_value
 from leasekeeper.window import ReadyWindow
+from leasekeeper.wire import claimed_size
 from schemas.job import AttemptError
 from schemas.vocabulary import ErrorClass
 
@@ -98,24 +101,32 @@ class LeaseCore:
         *,
         reports_started: bool = False,
         start_now: int = 0,
+        max_bytes: int = 0,
     ) -> tuple[list[Grant], list[CopyRequest]]:
         """Lease up to ``max_jobs`` ready jobs that ``accept`` takes; attempts are counted
         in the store before the grants leave. A worker that ``reports_started`` gets
         leases that count as started only once it says so (see ``started_only``),
-        but for the first ``start_now``: its idle handlers start those at once."""
+        but for the first ``start_now``: its idle handlers start those at once. A job
+        that would take the answer past ``max_bytes`` (but a first) stays ready."""
         grants: list[Grant] = []
         actions: list[CopyRequest] = []
         batch = self._store.batch()
         running = self._running_by_tenant()
         skip = {t for t, n in running.items() if self._at_cap(t, n)}
         accept = self._limits.accept(accept)  # jobs over a rate limit wait
+        room = max_bytes
         while len(grants) < max_jobs:
             pending = self._window.pop(accept, skip)
             if pending is None:
                 break
+            size = claimed_size(pending) if max_bytes > 0 else 0
+            if grants and size > room:
+                self._window.push_front(pending)  # the answer is full: first for the next
+                break
             started = not reports_started or len(grants) < start_now
             grant = self._lease(pending, worker, batch, actions, started=started)
             if grant is not None:
+                room -= size
                 grants.append(grant)
                 self._limits.granted(pending)
                 tenant = pending.job.tenant_id
@@ -219,7 +230,7 @@ class LeaseCore:
         try:
             tp, offset = parse_lease_id(lease_id)
         except ValueError:
-            return _refused(lease_id, "malformed lease id")
+            return refused(lease_id, "malformed lease id")
         state = self._book.parts.get(tp)
         lease = state.leases.get(offset) if state else None
         if lease is None:
@@ -227,10 +238,10 @@ class LeaseCore:
                 return LeaseAnswer(
                     lease_id=lease_id, ok=False, reason=RETRY_LATER, retry_later=True
                 )
-            return _refused(lease_id, "unknown lease (expired, settled or moved)")
+            return refused(lease_id, "unknown lease (expired, settled or moved)")
         assert state is not None
         if lease.token != token:
-            return _refused(lease_id, "stale token")
+            return refused(lease_id, "stale token")
         return state, lease
 
     def _not_known_yet(self, state: PartitionState | None, offset: int) -> bool:
@@ -269,7 +280,7 @@ class LeaseCore:
                 answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
                 continue
             if not lease.started and lease_id in started:
-                _mark_started(lease, now, self._monotonic())
+                mark_started(lease, now, self._monotonic())
             lease.until_ms = now + int(lease.lease_s * 1000)
             lease.deadline = self._monotonic() + lease.lease_s
             self._store_lease(batch, state, lease)
@@ -438,15 +449,3 @@ class LeaseCore:
         self._breakers.released(lease)
         self._window.push_front(lease.pending)
         return True
-
-
-def _mark_started(lease: Lease, now_ms: int, mono: float) -> None:
-    """The worker's handler started: from here its timeout runs and a crash spends the
-    attempt."""
-    lease.started = True
-    lease.started_ms = now_ms
-    lease.started_at = mono
-
-
-def _refused(lease_id: str, reason: str) -> LeaseAnswer:
-    return LeaseAnswer(lease_id=lease_id, ok=False, reason=reason)

@@ -282,3 +282,15 @@ def restore_lease(
         deadline=mono + (stored.until_ms / 1000 - wall),
         started=stored.started,
     )
+
+
+def mark_started(lease: Lease, now_ms: int, mono: float) -> None:
+    """The worker's handler started: from here its timeout runs and a crash spends the
+    attempt."""
+    lease.started = True
+    lease.started_ms = now_ms
+    lease.started_at = mono
+
+
+def refused(lease_id: str, reason: str) -> LeaseAnswer:
+    return LeaseAnswer(lease_id=lease_id, ok=False, reason=reason)

@@ -19,8 +19,9 @@ from typing import Any
 
 import grpc
 
-from jobcore.config import AUTH_METADATA_KEY
+from jobcore.config import AUTH_METADATA_KEY, CLAIM_ANSWER_BYTES
 from leasekeeper.engine import LeaseEngine
+from leasekeeper.leases import Grant
 from leasekeeper.listen import (
     ChannelSecurity,
     ListenError,
@@ -29,7 +30,8 @@ from leasekeeper.listen import (
     prepare_socket_dir,
     socket_path,
 )
-from leasekeeper.wire import claimed_jobs, results, settlements
+from leasekeeper.recent_settles import RecentSettles
+from leasekeeper.wire import claimed_jobs, results, results_size, settlements
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -57,33 +59,43 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         engine: LeaseEngine,
         snapshot: Callable[[], dict[str, object]],
         counters: RpcCounters | None = None,
+        settles: RecentSettles | None = None,
+        answer_bytes: int = CLAIM_ANSWER_BYTES,
     ) -> None:
-        """``snapshot`` is the service's whole view; one job's view comes from the engine."""
+        """``snapshot`` is the service's whole view; one job's view comes from the engine.
+        A claim's jobs stay under ``answer_bytes`` encoded (but for one larger job)."""
         self._engine = engine
         self._snapshot = snapshot
         self._counters = counters or RpcCounters()
         self._run_first = engine.run_first_classes
+        self._settles = settles or RecentSettles()
+        self._answer_bytes = answer_bytes
 
     def Claim(self, request: pb.ClaimRequest, context: grpc.ServicerContext) -> pb.ClaimResponse:
         wait_s = min(max(request.wait_ms, 0) / 1000, MAX_CLAIM_WAIT_S)
-        return pb.ClaimResponse(jobs=self._claim(request, request.worker_id, context, wait_s))
+        worker = request.worker_id or context.peer()
+        grants = self._claim(request, worker, wait_s, self._answer_bytes)
+        return pb.ClaimResponse(jobs=claimed_jobs(grants, self._run_first))
 
     def _claim(
         self,
         request: pb.ClaimRequest,
-        worker_id: str,
-        context: grpc.ServicerContext,
+        worker: str,
         wait_s: float,
-    ) -> list[pb.ClaimedJob]:
-        grants = self._engine.claim(
-            worker_id or context.peer(),
+        max_bytes: int,
+    ) -> list[Grant]:
+        """The jobs' encoded size stays under ``max_bytes`` (but for one larger job),
+        so the answer fits the worker's message limit: one it refused would leave
+        its jobs leased to nobody until the leases expire."""
+        return self._engine.claim(
+            worker,
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
             frozenset(request.job_types),
             reports_started=request.reports_started,
             start_now=max(0, request.start_now),
+            max_bytes=max_bytes,
         )
-        return claimed_jobs(grants, self._run_first)
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
@@ -95,14 +107,38 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         return pb.HeartbeatResponse(results=results(answers))
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
-        found = settlements(request.settlements, self._unusable_retry_after)
-        answers = results(self._engine.settle(found))
+        settled = self._engine.settle(settlements(request.settlements, self._unusable_retry_after))
+        answers = results(settled)
         claim = request.then_claim
         if not request.HasField("then_claim") or claim.max_jobs < 1:
             return pb.SettleResponse(results=answers)
         # The claim that refills the slots these settlements free; it never waits.
-        jobs = self._claim(claim, request.worker_id, context, 0.0)
-        return pb.SettleResponse(results=answers, jobs=jobs)
+        worker = request.worker_id or context.peer()
+        room = max(1, self._answer_bytes - results_size(settled))
+        if not request.settle_id:  # a worker from before settle ids
+            grants = self._claim(claim, worker, 0.0, room)
+        else:
+            grants = self._claim_once(claim, worker, request.settle_id, room)
+        return pb.SettleResponse(results=answers, jobs=claimed_jobs(grants, self._run_first))
+
+    def _claim_once(
+        self, claim: pb.ClaimRequest, worker: str, settle_id: str, room: int
+    ) -> list[Grant]:
+        """A Settle sent again (its answer was lost) gets the grants of its first answer
+        whose leases are still current, extended from now; never a second claim."""
+        known = self._settles.begin(worker, settle_id)
+        if known is None:
+            grants = self._claim(claim, worker, 0.0, room)
+            self._settles.answered(worker, settle_id, grants)
+            return grants
+        if not known:
+            return []
+        current = {
+            a.lease_id: a.until_ms
+            for a in self._engine.heartbeat([(g.lease_id, g.token) for g in known])
+            if a.ok
+        }
+        return [_extended(g, current[g.lease_id]) for g in known if g.lease_id in current]
 
     def _unusable_retry_after(self, value: float, used: float, lease_id: str) -> None:
         self._counters.count_invalid_retry_after(1)
@@ -121,6 +157,12 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
                 snapshot_json=json.dumps(self._engine.job_view(request.job_id))
             )
         return pb.InspectResponse(snapshot_json=json.dumps(self._snapshot()))
+
+
+def _extended(grant: Grant, until_ms: int) -> Grant:
+    return Grant(lease_id=grant.lease_id, token=grant.token, until_ms=until_ms,
+                 attempt=grant.attempt, lease_s=grant.lease_s, envelope=grant.envelope,
+                 job=grant.job, payload=grant.payload)  # fmt: skip
 
 
 class TokenInterceptor(grpc.ServerInterceptor):  # type: ignore[type-arg]

@@ -31,6 +31,13 @@ def priority_class(pending: Pending) -> str:
     return pending.job.priority_class
 
 
+def of_types(job_types: frozenset[str]) -> Callable[[Pending], bool] | None:
+    """The claim's filter: None (any job) when ``job_types`` is empty."""
+    if not job_types:
+        return None
+    return lambda pending: pending.job.type in job_types
+
+
 class ReadyWindow:
     def __init__(
         self,

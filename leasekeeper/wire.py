@@ -12,13 +12,50 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Settlement
+from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Pending, Settlement
 from schemas import worker_pb2 as pb
 
 # The longest delay the queue can hold (the delay tiers reach 30 days).
 MAX_RETRY_AFTER_S = 30 * 24 * 3600.0
 
 _OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.RELEASE}
+
+# What a ``ClaimedJob`` costs besides its strings and bytes, at most: 9 length-delimited
+# fields (8 and the job's own framing in the answer's list) of up to 2 tag and 5 length
+# bytes each, and 7 numbers and a flag at their longest (varints of 10 bytes).
+_JOB_FRAMING = 9 * 7 + 70
+_TOKEN = 16  # ``mint_token``: 8 random bytes in hex
+_TRACE_ENTRY = 19  # one map entry's framing: its own, its key's and its value's
+
+
+def claimed_size(pending: Pending) -> int:
+    """At least the encoded size of the ``ClaimedJob`` that leasing ``pending`` would
+    send (within a few dozen bytes for ASCII names), from its fields: a claim stops
+    adding jobs before its answer passes ``CLAIM_ANSWER_BYTES``, encoding nothing.
+    Names count a byte a character when ASCII (``isascii`` reads a flag), else four
+    (UTF-8's most); the lease id is ASCII (a Kafka topic's name, two numbers)."""
+    job = pending.job
+    full = job.full
+    payload = len(full.payload) if full is not None else job.payload_end - job.payload_start
+    names = len(job.job_id) + len(job.type) + len(job.tenant_id) + len(job.queue)
+    if not (job.job_id.isascii() and job.type.isascii() and job.tenant_id.isascii()
+            and job.queue.isascii()):  # fmt: skip
+        names *= 4
+    size = _JOB_FRAMING + _TOKEN + len(pending.envelope) + max(payload, 0) + names
+    size += len(pending.lease_id)
+    for key, value in job.trace.items():
+        chars = len(key) + len(value)
+        size += _TRACE_ENTRY + (chars if key.isascii() and value.isascii() else 4 * chars)
+    return size
+
+
+def results_size(answers: list[LeaseAnswer]) -> int:
+    """At least the encoded size of ``results(answers)``: what a Settle's answer holds
+    besides the jobs its ``then_claim`` got."""
+    size = 0
+    for a in answers:
+        size += 40 + 4 * (len(a.lease_id) + len(a.reason))
+    return size
 
 
 def claimed_jobs(grants: list[Grant], run_first: frozenset[str]) -> list[pb.ClaimedJob]:

@@ -377,7 +377,18 @@ class SettleRequest(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     SETTLEMENTS_FIELD_NUMBER: _builtins.int
     THEN_CLAIM_FIELD_NUMBER: _builtins.int
+    SETTLE_ID_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
+    settle_id: _builtins.str
+    """Names this Settle: a fresh id per Settle, the same one when the worker sends it
+    again because the answer was lost (a deadline, a reset connection). The
+    leasekeeper remembers the recent ids of each worker (a few, the last few thousand
+    workers) with the jobs their then_claim got: a Settle with a known id answers
+    those same jobs again (same lease tokens, those whose lease is still current,
+    extended), or none while the first is still being answered; never a second
+    claim. Empty, as older workers send: every Settle claims. A leasekeeper from
+    before this field ignores it. Forgotten on a leasekeeper restart.
+    """
     @_builtins.property
     def settlements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Settlement]: ...
     @_builtins.property
@@ -395,10 +406,11 @@ class SettleRequest(_message.Message):
         worker_id: _builtins.str = ...,
         settlements: _abc.Iterable[Global___Settlement] | None = ...,
         then_claim: Global___ClaimRequest | None = ...,
+        settle_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["then_claim", b"then_claim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["settlements", b"settlements", "then_claim", b"then_claim", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settle_id", b"settle_id", "settlements", b"settlements", "then_claim", b"then_claim", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

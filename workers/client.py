@@ -24,12 +24,13 @@ from typing import Final, TypeVar
 
 import grpc
 
-from jobcore.config import AUTH_METADATA_KEY
+from jobcore.config import AUTH_METADATA_KEY, RPC_MESSAGE_BYTES
 from jobcore.socket_owner import target_problem
 from schemas import worker_pb2
 from schemas.worker_pb2_grpc import LeaseKeeperStub
 from workers.channel_errors import LeaseKeeperRejected, LeaseKeeperUnavailable, UntrustedSocket
-from workers.messages import Lease, LeaseRef, LeaseResult, Outcome, Settlement
+from workers.messages import Lease, LeaseRef, LeaseResult, Settlement
+from workers.wire import lease, result, settle_id, settlement
 
 __all__ = [
     "LeaseKeeperClient",
@@ -45,14 +46,17 @@ T = TypeVar("T")
 
 # Reconnect within ~2 s of the leasekeeper coming back, instead of grpc's
 # default channel backoff that grows to two minutes. Claims can carry hundreds
-# of envelopes, beyond grpc's default 4 MiB message limit.
+# of envelopes, beyond grpc's default 4 MiB message limit; the leasekeeper keeps
+# each answer under this limit (``CLAIM_ANSWER_BYTES``).
 CHANNEL_OPTIONS: Final = (
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 2000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", RPC_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", RPC_MESSAGE_BYTES),
 )
+# How many times a settle-and-claim whose answer was lost is sent again (same id).
+SETTLE_RESENDS = 2
 
 # Codes that another attempt cannot fix: configuration or version mismatches.
 _REJECTED: Final = frozenset(
@@ -63,12 +67,6 @@ _REJECTED: Final = frozenset(
         grpc.StatusCode.INVALID_ARGUMENT,
     }
 )
-
-_OUTCOMES: Final = {
-    Outcome.ACK: worker_pb2.ACK,
-    Outcome.NACK: worker_pb2.NACK,
-    Outcome.RELEASE: worker_pb2.RELEASE,
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +157,7 @@ class LeaseKeeperClient:
         response = self._call(
             "Claim", lambda stub: stub.Claim(request, timeout=timeout, metadata=self._metadata)
         )
-        return [_lease(job) for job in response.jobs]
+        return [lease(job) for job in response.jobs]
 
     def heartbeat(
         self, refs: Sequence[LeaseRef], started: Collection[str] = ()
@@ -181,18 +179,18 @@ class LeaseKeeperClient:
                 request, timeout=self._rpc_timeout_s, metadata=self._metadata
             ),
         )
-        return [_result(r) for r in response.results]
+        return [result(r) for r in response.results]
 
     def settle(self, settlements: Sequence[Settlement]) -> list[LeaseResult]:
         """Ack, nack or release many leases in one call."""
         request = worker_pb2.SettleRequest(
-            worker_id=self.worker_id, settlements=[_settlement(s) for s in settlements]
+            worker_id=self.worker_id, settlements=[settlement(s) for s in settlements]
         )
         response = self._call(
             "Settle",
             lambda stub: stub.Settle(request, timeout=self._rpc_timeout_s, metadata=self._metadata),
         )
-        return [_result(r) for r in response.results]
+        return [result(r) for r in response.results]
 
     def settle_and_claim(
         self,
@@ -202,20 +200,34 @@ class LeaseKeeperClient:
         *,
         reports_started: bool = False,
         start_now: int = 0,
+        resends: int = SETTLE_RESENDS,
     ) -> tuple[list[LeaseResult], list[Lease]]:
         """``settle()``, then claim up to ``max_jobs`` in the same call: the jobs that
         are ready, without waiting (maybe none; a leasekeeper from before the
-        combined call always answers none)."""
+        combined call always answers none). An answer lost on its way (a deadline, a
+        reset connection) is asked for again, up to ``resends`` times, with the same
+        ``settle_id``: the leasekeeper answers with the jobs it granted the first time
+        (those still leased), where a second claim would strand them."""
         request = worker_pb2.SettleRequest(
             worker_id=self.worker_id,
-            settlements=[_settlement(s) for s in settlements],
+            settlements=[settlement(s) for s in settlements],
             then_claim=self._claim_request(max_jobs, 0, job_types, reports_started, start_now),
+            settle_id=settle_id(),
         )
-        response = self._call(
-            "Settle",
-            lambda stub: stub.Settle(request, timeout=self._rpc_timeout_s, metadata=self._metadata),
-        )
-        return [_result(r) for r in response.results], [_lease(job) for job in response.jobs]
+        while True:
+            try:
+                response = self._call(
+                    "Settle",
+                    lambda stub: stub.Settle(
+                        request, timeout=self._rpc_timeout_s, metadata=self._metadata
+                    ),
+                )
+            except LeaseKeeperUnavailable:
+                if resends <= 0 or self._closed.is_set():
+                    raise
+                resends -= 1
+                continue
+            return [result(r) for r in response.results], [lease(job) for job in response.jobs]
 
     def _claim_request(
         self,
@@ -351,46 +363,3 @@ class LeaseKeeperClient:
                 return
             self._failures = 0
         log.info("reconnected to leasekeeper at %s", self.target)
-
-
-def _lease(job: worker_pb2.ClaimedJob) -> Lease:
-    ref = LeaseRef(lease_id=job.lease_id, token=job.lease_token)
-    if not job.job_id:  # a leasekeeper that sends only the envelope
-        return Lease(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
-                     envelope=job.envelope, lease_s=job.lease_s,
-                     run_first=job.run_first)  # fmt: skip
-    return Lease(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
-                 envelope=job.envelope, lease_s=job.lease_s, job_id=job.job_id,
-                 type=job.type, tenant_id=job.tenant_id, queue=job.queue,
-                 payload=job.payload, max_attempts=job.max_attempts,
-                 timeout_s=job.timeout_s, created_at_ms=job.created_at_ms,
-                 trace=dict(job.trace) if job.trace else {},
-                 run_first=job.run_first)  # fmt: skip
-
-
-def _result(result: worker_pb2.LeaseResult) -> LeaseResult:
-    return LeaseResult(
-        lease_id=result.lease_id,
-        ok=result.ok,
-        reason=result.reason,
-        until_ms=result.lease_until_ms,
-        retry_later=result.retry_later,
-    )
-
-
-def _settlement(settlement: Settlement) -> worker_pb2.Settlement:
-    message = worker_pb2.Settlement(
-        lease=worker_pb2.LeaseRef(
-            lease_id=settlement.ref.lease_id, lease_token=settlement.ref.token
-        ),
-        outcome=_OUTCOMES[settlement.outcome],
-        run_s=settlement.run_s,
-    )
-    failure = settlement.failure
-    if failure is not None:
-        message.error_class = failure.error_class
-        message.error_message = failure.message
-        message.traceback = failure.traceback
-        message.retry_after_s = failure.retry_after_s
-        message.permanent = failure.permanent
-    return message

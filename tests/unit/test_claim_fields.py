@@ -15,9 +15,9 @@ from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from schemas.job_headers import JobHead, job_headers, read_head
 from workers import App
-from workers.client import _lease
 from workers.decoding import Runnable, Unrunnable, prepare
 from workers.messages import Lease
+from workers.wire import lease as _lease
 
 CODEC = EnvelopeCodec(SchemaRegistry())
 

@@ -103,3 +103,58 @@ def test_a_settle_without_then_claim_or_with_no_room_claims_nothing(
     )
     assert list(plain.jobs) == [] and list(no_room.jobs) == []
     assert [j.job_id for j in _claim(servicer, 5)] == ["j2"], "the ready job is still there"
+
+
+def _settle_and_claim(jobs: list[pb.ClaimedJob], max_jobs: int, settle_id: str) -> pb.SettleRequest:
+    return pb.SettleRequest(worker_id="w1", settlements=_acks(jobs), settle_id=settle_id,
+                            then_claim=pb.ClaimRequest(max_jobs=max_jobs))  # fmt: skip
+
+
+def test_a_settle_sent_again_with_its_id_gets_the_same_jobs_not_a_second_claim(
+    engine: LeaseEngine,
+) -> None:
+    """The first answer was lost (a deadline, a reset connection): the resend is answered
+    with the jobs the first one leased, under the same tokens, and leases none more."""
+    servicer = LeaseKeeperServicer(engine, dict)
+    _offer(engine, range(8))
+    first = _claim(servicer, 2)
+    request = _settle_and_claim(first, 3, "settle-1")
+    lost = servicer.Settle(request, Peerless())  # type: ignore[arg-type]
+    again = servicer.Settle(request, Peerless())  # type: ignore[arg-type]
+
+    assert [r.ok for r in again.results] == [True, True], "already settled: still ok"
+    assert [(j.job_id, j.lease_token, j.attempt) for j in again.jobs] == [
+        (j.job_id, j.lease_token, j.attempt) for j in lost.jobs
+    ]
+    assert [j.job_id for j in again.jobs] == ["j2", "j3", "j4"]
+    pairs = zip(again.jobs, lost.jobs, strict=True)
+    assert all(a.lease_until_ms >= b.lease_until_ms for a, b in pairs), "extended, if at all"
+    assert engine.in_flight() == 3, "no jobs leased past the first answer's"
+    assert [j.job_id for j in _claim(servicer, 8)] == ["j5", "j6", "j7"]
+    # A fresh id is a new Settle: it claims.
+    fresh = servicer.Settle(_settle_and_claim(list(again.jobs), 3, "settle-2"), Peerless())  # type: ignore[arg-type]
+    assert list(fresh.jobs) == [] and engine.counters.acked == 5
+
+
+def test_a_resend_leaves_out_the_jobs_whose_lease_ended(engine: LeaseEngine) -> None:
+    servicer = LeaseKeeperServicer(engine, dict)
+    _offer(engine, range(4))
+    first = _claim(servicer, 1)
+    request = _settle_and_claim(first, 2, "settle-1")
+    lost = list(servicer.Settle(request, Peerless()).jobs)  # type: ignore[arg-type]
+    servicer.Settle(pb.SettleRequest(settlements=_acks(lost[:1])), Peerless())  # type: ignore[arg-type]
+    again = servicer.Settle(request, Peerless())  # type: ignore[arg-type]
+    assert [j.job_id for j in again.jobs] == [lost[1].job_id]
+    assert engine.in_flight() == 1
+
+
+def test_a_settle_without_an_id_claims_each_time_as_before(engine: LeaseEngine) -> None:
+    """An older worker sends no id: each Settle is its own claim, as it always was."""
+    servicer = LeaseKeeperServicer(engine, dict)
+    _offer(engine, range(5))
+    first = _claim(servicer, 1)
+    request = _settle_and_claim(first, 2, "")
+    one = servicer.Settle(request, Peerless())  # type: ignore[arg-type]
+    two = servicer.Settle(request, Peerless())  # type: ignore[arg-type]
+    assert [j.job_id for j in one.jobs] == ["j1", "j2"]
+    assert [j.job_id for j in two.jobs] == ["j3", "j4"]

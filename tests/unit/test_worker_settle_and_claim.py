@@ -9,15 +9,21 @@ from typing import Any
 import grpc
 import pytest
 
+from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.leases import TopicPart
+from leasekeeper.rpc import LeaseKeeperServicer
+from leasekeeper.store import LeaseStore
 from schemas import worker_pb2 as pb
 from tests.unit.test_worker_support import (
     Envelopes,
     FakeLeaseKeeper,
     running_worker,
     serving,
+    start_server,
     wait_until,
 )
 from workers.app import App
+from workers.client import LeaseKeeperClient
 from workers.context import JobContext
 
 JOBS = 200
@@ -111,3 +117,79 @@ def test_settlements_of_a_failed_combined_call_are_retried_not_lost(
 
     assert fake.failures == 0, "the refused Settles all happened"
     _acked_once(fake)
+
+
+class LostAnswer(LeaseKeeperServicer):
+    """A real leasekeeper whose first Settle answer that brings jobs is lost on its way
+    back (the connection reset after the grants were stored)."""
+
+    def __init__(self, engine: LeaseEngine) -> None:
+        super().__init__(engine, dict)
+        self.lost: list[str] = []
+
+    def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
+        answer = super().Settle(request, context)
+        if answer.jobs and not self.lost:
+            self.lost = [j.job_id for j in answer.jobs]
+            context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset")
+        return answer
+
+
+def test_a_settle_whose_answer_was_lost_is_sent_again_and_its_jobs_run_once(
+    envelopes: Envelopes, sock: Path, tmp_path: Path
+) -> None:
+    """The worker resends the Settle under its id and gets the jobs the first answer
+    leased: none waits out its lease, none runs twice, none is leased twice."""
+    tp = TopicPart("jobs.q", 0)
+    engine = LeaseEngine(store=LeaseStore(tmp_path / "state"), config=EngineConfig(lease_s=60))
+    engine.assign(tp, 0)
+    for offset in range(JOBS):
+        value = envelopes()
+        engine.offer(tp, offset, envelopes.codec.decode(value), value)
+    leasekeeper = LostAnswer(engine)
+    ran: Counter[str] = Counter()
+    app = App()
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ran[ctx.job_id] += 1
+
+    server = start_server(leasekeeper, sock)  # type: ignore[arg-type]
+    try:
+        with running_worker(app, f"unix:{sock}", concurrency=4, prefetch=2,
+                            settle_interval_s=0.5):  # fmt: skip
+            wait_until(lambda: engine.counters.acked == JOBS, what=f"{JOBS} acks",
+                       describe=lambda: f"ran {len(ran)}, leased {engine.in_flight()}")  # fmt: skip
+    finally:
+        server.stop(0).wait()
+        engine.close()
+
+    assert leasekeeper.lost, "an answer with jobs was lost"
+    assert set(ran) == {f"job-{n}" for n in range(1, JOBS + 1)}
+    assert set(ran.values()) == {1}, "each job ran once"
+    assert all(ran[job_id] == 1 for job_id in leasekeeper.lost)
+    assert engine.counters.expired == 0 and engine.counters.released == 0
+
+
+class SettleIds(FailingSettles):
+    """Records the settle_id of every Settle, the refused ones too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ids: list[str] = []
+
+    def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
+        self.ids.append(request.settle_id)
+        return super().Settle(request, context)
+
+
+def test_a_lost_answer_is_asked_for_again_under_the_same_id_and_a_new_settle_gets_a_new_one(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    fake = SettleIds([envelopes() for _ in range(4)], then_claim=True, failures=2)
+    with serving(fake, sock) as target, LeaseKeeperClient(target, worker_id="w") as client:
+        _, first = client.settle_and_claim([], 2)
+        _, second = client.settle_and_claim([], 2)
+    assert len(first) == 2 and len(second) == 2
+    assert len(fake.ids) == 4 and fake.ids[0] and len(set(fake.ids[:3])) == 1
+    assert fake.ids[3] not in ("", fake.ids[0])
