@@ -81,6 +81,10 @@ class _Line:
     current: Pending | None = None  # released to the window, leased or settling
     out: dict[int, LaneEntry] = field(default_factory=dict)  # in the lane, by seq
     returning: set[int] = field(default_factory=set)  # copied back, tombstone not durable
+    claiming: set[int] = field(default_factory=set)  # members whose dedupe claim is not durable
+    staying: set[int] = field(default_factory=set)  # members whose lane copy did not fit
+    # Lane copies not durable yet: the job, and whether it was the line's running job.
+    sending: dict[int, tuple[Pending, bool]] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not self.members and self.current is None and not self.out
@@ -111,8 +115,13 @@ class KeyBook:
 
     # -- jobs fetched from a class partition ------------------------------------
 
-    def offer(self, pending: Pending, now_ms: int) -> tuple[Verdict, LaneEntry | None]:
-        """Where an ordered job just fetched goes. HOLD comes with the lane entry to copy."""
+    def offer(
+        self, pending: Pending, now_ms: int, *, claiming: bool = False
+    ) -> tuple[Verdict, LaneEntry | None]:
+        """Where an ordered job just fetched goes. HOLD comes with the lane entry to copy.
+        ``claiming``: its dedupe claim is on its way; it takes its place in the line at
+        once (a later job of its key must not pass it) but is neither released nor held
+        before ``claimed``."""
         line_id = line_of(pending)
         assert line_id is not None
         if self._conflicts(line_id):
@@ -126,15 +135,40 @@ class KeyBook:
             # Back in the partition: its lane record may go, and once that is durable
             # it may run (not before: a crash would bring it back from the lane again).
             line.members[seq] = pending
+            if claiming:
+                line.claiming.add(seq)
             return Verdict.RETURNED, line.out[seq]
-        if any(s < seq and (e.state is LaneState.HELD or e.blocks(now_ms))
-               for s, e in line.out.items() if s not in line.returning):  # fmt: skip
-            # Jobs ahead of it are out and not on their way back: it waits with them.
+        if claiming:
+            line.members[seq] = pending
+            line.claiming.add(seq)
+            return Verdict.QUEUED, None
+        if self._behind_out(line, seq, now_ms):
             entry = self._hold_entry(line, pending, seq, "behind a blocked head")
             return Verdict.HOLD, entry
         line.members[seq] = pending
         self._dirty.add(line_id)
         return Verdict.QUEUED, None
+
+    def claimed(self, pending: Pending, now_ms: int) -> LaneEntry | None:
+        """Its dedupe claim is durable: it may run in its turn, or, when jobs ahead of it
+        wait out in the lane, it is held with them (the entry to copy)."""
+        line_id = line_of(pending)
+        line = self._lines.get(line_id) if line_id is not None else None
+        seq = seq_of(pending)
+        if line is None or line_id is None or line.members.get(seq) is not pending:
+            return None
+        line.claiming.discard(seq)
+        self._dirty.add(line_id)
+        if seq in line.returning or not self._behind_out(line, seq, now_ms):
+            return None
+        del line.members[seq]
+        return self._hold_entry(line, pending, seq, "behind a blocked head")
+
+    @staticmethod
+    def _behind_out(line: _Line, seq: int, now_ms: int) -> bool:
+        """Jobs ahead of ``seq`` are out and not on their way back: it waits with them."""
+        return any(s < seq and (e.state is LaneState.HELD or e.blocks(now_ms))
+                   for s, e in line.out.items() if s not in line.returning)  # fmt: skip
 
     @staticmethod
     def _duplicate(line: _Line, pending: Pending, seq: int) -> bool:
@@ -181,6 +215,7 @@ class KeyBook:
         job = replace(self._full(pending), ordering_seq=seq)
         entry = LaneEntry(line=line_id, seq=seq, job=job, state=LaneState.HELD, reason=reason)
         line.out[seq] = entry
+        line.sending[seq] = (pending, False)
         self._out_lines.add(line_id)
         return entry
 
@@ -199,8 +234,8 @@ class KeyBook:
                 continue  # a job copied back may still be ahead in the partition
             self._dirty.discard(line_id)
             seq = min(line.members)
-            if any(s <= seq for s in line.out):
-                continue  # an earlier job is out (maybe on its way back)
+            if any(s <= seq for s in line.out) or seq in line.claiming:
+                continue  # an earlier job is out (maybe on its way back), or no claim yet
             line.current = line.members.pop(seq)
             ready.append(line.current)
         return ready
@@ -215,7 +250,7 @@ class KeyBook:
         held: list[tuple[Pending, LaneEntry]] = []
         for line_id, line in self._lines.items() if stalled else ():
             if line_id.tp in stalled:
-                for seq in sorted(s for s in line.members if s not in line.returning):
+                for seq in sorted(s for s in line.members if self._may_leave(line, s)):
                     pending = line.members.pop(seq)
                     held.append((pending, self._hold_entry(line, pending, seq, SETTLING_REASON)))
         return held
@@ -233,11 +268,18 @@ class KeyBook:
             head = line.head_out()
             if head is None or not head.blocks(now_ms) or not line.members:
                 continue
-            behind = (s for s in line.members if s > head.seq and s not in line.returning)
+            behind = (s for s in line.members if s > head.seq and self._may_leave(line, s))
             for seq in sorted(behind):
                 pending = line.members.pop(seq)
                 held.append((pending, self._hold_entry(line, pending, seq, f"behind {head.seq}")))
         return held
+
+    @staticmethod
+    def _may_leave(line: _Line, seq: int) -> bool:
+        """Whether a job here may be held in the lane: not one just back whose tombstone
+        is not durable (above), nor one waiting for its dedupe claim, nor one whose lane
+        copy did not fit (it stays here, holding its partition's commit)."""
+        return seq not in line.returning and seq not in line.claiming and seq not in line.staying
 
     def _with_out(self) -> list[_Line]:
         return [line for _line_id, line in self._with_out_ids()]
@@ -265,6 +307,8 @@ class KeyBook:
         if _is(line.current, seq):
             line.current = None
         line.members.pop(seq, None)
+        line.claiming.discard(seq)
+        line.staying.discard(seq)
         self._dirty.add(line_id)
         self._forget_if_empty(line_id)
 
@@ -286,6 +330,32 @@ class KeyBook:
             line.out.pop(entry.seq, None)
             self._dirty.add(entry.line)
             self._forget_if_empty(entry.line)
+
+    def sent(self, entry: LaneEntry) -> None:
+        """The entry's lane copy is durable."""
+        line = self._lines.get(entry.line)
+        if line is not None:
+            line.sending.pop(entry.seq, None)
+
+    def stays(self, entry: LaneEntry) -> Pending | None:
+        """The entry's lane copy did not fit the lane (nothing was written): the job
+        stays here, unresolved. A job held behind its line's head becomes a member that
+        is never held again; the line's running job (retrying, parked or dead) is its
+        running job again, returned for the gate to run again in place."""
+        line = self._lines.get(entry.line)
+        sent = line.sending.pop(entry.seq, None) if line is not None else None
+        if line is None or sent is None:
+            return None
+        pending, head = sent
+        line.out.pop(entry.seq, None)
+        line.returning.discard(entry.seq)
+        self._dirty.add(entry.line)
+        if head:
+            line.current = pending
+            return pending
+        line.members[entry.seq] = pending
+        line.staying.add(entry.seq)
+        return None
 
     def sweep(self, gone: Callable[[Pending], bool]) -> None:
         """Lines whose running job ended by any other way (cancelled, parked by a breaker,
@@ -328,7 +398,9 @@ class KeyBook:
         line.out[seq] = entry
         self._out_lines.add(line_id)
         line.returning.discard(seq)
-        if _is(line.current, seq):
+        running = line.current if _is(line.current, seq) else None
+        line.sending[seq] = (running or pending, True)
+        if running is not None:
             line.current = None
         line.members.pop(seq, None)
         self._dirty.add(line_id)

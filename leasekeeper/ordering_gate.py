@@ -61,10 +61,11 @@ class OrderingGate:
 
     # -- fetched jobs ---------------------------------------------------------------
 
-    def offer(self, pending: Pending) -> None:
+    def offer(self, pending: Pending, *, claiming: bool = False) -> bool:
         """An ordered job fetched from its class partition: into its line, the lane,
-        or resolved as a duplicate; then any line's next job into the window."""
-        verdict, entry = self.keys.offer(pending, self._now_ms())
+        or resolved as a duplicate; then any line's next job into the window. True when
+        it is in its line; ``claiming``: it waits there for its dedupe claim (``claimed``)."""
+        verdict, entry = self.keys.offer(pending, self._now_ms(), claiming=claiming)
         if verdict is Verdict.HOLD:
             assert entry is not None
             self._add([self._lane_copy(pending, entry)])
@@ -75,6 +76,15 @@ class OrderingGate:
             self._skip(pending)
         elif verdict is Verdict.CONFLICT:
             self._add([self._conflict(pending)])
+        self.release()
+        return verdict is Verdict.QUEUED or verdict is Verdict.RETURNED
+
+    def claimed(self, pending: Pending) -> None:
+        """Its dedupe claim is durable: it runs in its turn (or is held behind its line's
+        head in the lane)."""
+        entry = self.keys.claimed(pending, self._now_ms())
+        if entry is not None:
+            self._add([self._lane_copy(pending, entry)])
         self.release()
 
     def _skip(self, pending: Pending) -> None:
