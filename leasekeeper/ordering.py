@@ -323,14 +323,6 @@ class KeyBook:
         """The class topic the line's key is known in here."""
         return self._class_of.get((line_id.tenant, line_id.key), line_id.topic)
 
-    def forget(self, entry: LaneEntry) -> None:
-        """A lane entry that never became durable (its copy was dead-lettered instead)."""
-        line = self._lines.get(entry.line)
-        if line is not None:
-            line.out.pop(entry.seq, None)
-            self._dirty.add(entry.line)
-            self._forget_if_empty(entry.line)
-
     def sent(self, entry: LaneEntry) -> None:
         """The entry's lane copy is durable."""
         line = self._lines.get(entry.line)

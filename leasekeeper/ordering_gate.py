@@ -195,15 +195,29 @@ class OrderingGate:
             self.keys.returned(entry)
             self.release()
             return True
-        if request.then is not None and not dead:
+        if dead:  # too large for the lane: nothing was written, the job stays here
+            self._stays(request, entry)
+            return True
+        self.keys.sent(entry)
+        if request.then is not None:
             self._add([request.then])  # the dead letter resolves the offset
             return True
         how = Resolution.PARKED if entry.state is LaneState.HELD else Resolution.RETRIED
-        if dead:  # too large for the lane: dead-lettered instead
-            how = Resolution.DEAD
-            self.keys.forget(entry)
         self._book.resolve(request.source, request.offset, request.generation, how)
         return True
+
+    def _stays(self, request: CopyRequest, entry: LaneEntry) -> None:
+        """A lane copy too large for the lane (see docs/ordering.md): the job is never
+        dead-lettered for it. Held behind its line's head, it waits here in its line
+        (its offset unresolved: the partition's commit waits for it); the line's
+        running job runs again here once due (retrying or parked), and a dead one
+        blocking its line is dead-lettered with its own reason, its line going on."""
+        if request.then is not None:
+            self._add([request.then])  # sent as it is: its line does not know it yet
+        pending = self.keys.stays(entry)
+        if pending is not None and request.then is None:
+            self._window.queue(pending, entry.due_ms, self._now_ms())
+        self.release()
 
     def _dead_delivered(self, request: CopyRequest) -> None:
         assert request.job is not None
