@@ -4,8 +4,9 @@ A record already resolved (by this leasekeeper before a restart, or by the
 previous owner) is skipped; a record leased before a restart gets its lease
 back; a cancelled job, or one whose dedupe key was used, resolves without
 running; a job with a dedupe key first claims the key durably (a copy to the
-dedupe topic) and waits for it; the rest goes into the ready window, or its
-delayed heap when not due yet. The engine's lock guards it.
+dedupe topic) and waits for it (an ordered one in its key's line); the rest
+goes into the ready window, or its delayed heap when not due yet. The engine's
+lock guards it.
 """
 
 from __future__ import annotations
@@ -87,13 +88,20 @@ class Intake:
             return  # its tenant is in overflow here: it follows its older jobs there
         if not self._control.needs_claim(job, now_ms(self._clock)):
             self._queue(pending, not_before_ms)
-            return
+        else:
+            self._claim_first(pending, not_before_ms)
+
+    def _claim_first(self, pending: Pending, not_before_ms: int) -> None:
+        """Claim the job's dedupe key before it runs. An ordered job takes its place in
+        its line at once: a later job of its key fetched meanwhile must not pass it."""
+        if _lined(pending, not_before_ms) and not self._ordering.offer(pending, claiming=True):
+            return  # a copy of a job the lane has, or a key in another class: no claim
         self._copies.add([self._claim_key(pending, not_before_ms)])
 
     def _queue(self, pending: Pending, not_before_ms: int) -> None:
         """Into the window, or for an ordered job from its class topic (due now), into
         its line first (``OrderingGate``)."""
-        if pending.job.ordering_key is not None and not_before_ms <= 0:
+        if _lined(pending, not_before_ms):
             self._ordering.offer(pending)
         else:
             self._window.queue(pending, not_before_ms, now_ms(self._clock))
@@ -172,13 +180,25 @@ class Intake:
         )
 
     def claimed(self, request: CopyRequest) -> None:
-        """The dedupe claim is durable: its job may run now (if its partition stayed)."""
+        """The dedupe claim is durable: its job may run now (if its partition stayed),
+        unless an earlier claim of its key by another job arrived meanwhile (another
+        leasekeeper's: first wins) or it was cancelled; then it is skipped, and an
+        ordered one leaves its line, so that the next job of its key goes on."""
         waiting = self._awaiting_claim.pop(request.lease_id, None)
         if waiting is None:
             return
         pending, not_before_ms = waiting
-        if self._book.current(pending.tp, pending.generation) is not None:
-            self._queue(pending, not_before_ms)
+        state = self._book.current(pending.tp, pending.generation)
+        if state is None:
+            return
+        lined = _lined(pending, not_before_ms)
+        if self.skipped(state, pending):
+            if lined:
+                self._ordering.finished(pending)
+        elif lined:
+            self._ordering.claimed(pending)
+        else:
+            self._window.queue(pending, not_before_ms, now_ms(self._clock))
 
     def claim_dropped(self, request: CopyRequest) -> None:
         self._awaiting_claim.pop(request.lease_id, None)
@@ -256,3 +276,8 @@ class Intake:
         batch = self._store.batch()
         batch.forget_note(job_id)
         self._store.write(batch)
+
+
+def _lined(pending: Pending, not_before_ms: int) -> bool:
+    """An ordered job from its class topic (due now) waits in its key's line."""
+    return pending.job.ordering_key is not None and not_before_ms <= 0

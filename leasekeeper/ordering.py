@@ -34,10 +34,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from leasekeeper.leases import Pending, TopicPart
 from leasekeeper.ordering_settling import SETTLING_REASON, Settling
+from leasekeeper.ordering_values import (
+    BlockedLine,
+    LaneEntry,
+    LaneState,
+    LineId,
+    OnDead,
+    Verdict,
+    line_of,
+    seq_of,
+)
 from schemas.job import Job
 
 __all__ = [
@@ -58,109 +67,6 @@ __all__ = [
 RETURN_BATCH = 32
 
 
-class OnDead(StrEnum):
-    """What a line does when its head is dead-lettered."""
-
-    CONTINUE = "continue"  # the next job runs
-    BLOCK = "block"  # nothing runs until an operator replays or skips the dead job
-
-
-class LaneState(StrEnum):
-    HELD = "held"  # waits behind its line's head
-    RETRYING = "retrying"  # the head, failed, backing off until due_ms
-    DEAD = "dead"  # the head, dead-lettered, blocking its line (--on-dead block)
-
-
-class Verdict(StrEnum):
-    """What becomes of an ordered job fetched from its class partition."""
-
-    QUEUED = "queued"  # in its line; released to the window when it is the head
-    RETURNED = "returned"  # a held job back from the lane: delete its lane record now
-    HOLD = "hold"  # behind a blocked head: copy it to the lane
-    DUPLICATE = "duplicate"  # its seq is in the lane already: resolve it as skipped
-    CONFLICT = "conflict"  # its key is in another class here: dead-letter it
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LineId:
-    """One ordering key's line: its class partition, tenant and key."""
-
-    topic: str
-    partition: int
-    tenant: str
-    key: str
-
-    @property
-    def tp(self) -> TopicPart:
-        return TopicPart(self.topic, self.partition)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaneEntry:
-    """One job of a line outside its class topic: a record of the ordering lane."""
-
-    line: LineId
-    seq: int
-    job: Job
-    state: LaneState
-    due_ms: int = 0  # RETRYING, HELD: not brought back before
-    reason: str = ""  # why it is out (for inspect)
-
-    @property
-    def record_key(self) -> str:
-        return lane_key(self.line.tp, self.seq)
-
-    def blocks(self, now_ms: int) -> bool:
-        """Whether the jobs behind it must leave the partition (held) rather than wait."""
-        return self.state is LaneState.DEAD or self.due_ms > now_ms
-
-
-def lane_key(tp: TopicPart, seq: int) -> str:
-    return f"{tp.topic}|{tp.partition}|{seq}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BlockedLine:
-    """A line whose head is out, for ``inspect`` and the metrics."""
-
-    line: LineId
-    head_seq: int
-    job_id: str
-    state: LaneState
-    due_ms: int
-    reason: str
-    held: int  # jobs of the line in the lane behind the head
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "topic": self.line.topic,
-            "partition": self.line.partition,
-            "tenant": self.line.tenant,
-            "key": self.line.key,
-            "head_seq": self.head_seq,
-            "job_id": self.job_id,
-            "state": self.state.value,
-            "due_ms": self.due_ms,
-            "reason": self.reason,
-            "held": self.held,
-        }
-
-
-def line_of(pending: Pending) -> LineId | None:
-    key = pending.job.ordering_key
-    if key is None:
-        return None
-    tp = pending.tp
-    return LineId(topic=tp.topic, partition=tp.partition, tenant=pending.job.tenant_id, key=key)
-
-
-def seq_of(pending: Pending) -> int:
-    """The job's place in its line: stamped when it first left the class partition,
-    else its offset there."""
-    seq = pending.job.ordering_seq
-    return seq if seq >= 0 else pending.offset
-
-
 def _decoded(pending: Pending) -> Job:
     """The job of a pending job offered decoded (``JobHead.of``)."""
     full = pending.job.full
@@ -175,6 +81,10 @@ class _Line:
     current: Pending | None = None  # released to the window, leased or settling
     out: dict[int, LaneEntry] = field(default_factory=dict)  # in the lane, by seq
     returning: set[int] = field(default_factory=set)  # copied back, tombstone not durable
+    claiming: set[int] = field(default_factory=set)  # members whose dedupe claim is not durable
+    staying: set[int] = field(default_factory=set)  # members whose lane copy did not fit
+    # Lane copies not durable yet: the job, and whether it was the line's running job.
+    sending: dict[int, tuple[Pending, bool]] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not self.members and self.current is None and not self.out
@@ -205,8 +115,13 @@ class KeyBook:
 
     # -- jobs fetched from a class partition ------------------------------------
 
-    def offer(self, pending: Pending, now_ms: int) -> tuple[Verdict, LaneEntry | None]:
-        """Where an ordered job just fetched goes. HOLD comes with the lane entry to copy."""
+    def offer(
+        self, pending: Pending, now_ms: int, *, claiming: bool = False
+    ) -> tuple[Verdict, LaneEntry | None]:
+        """Where an ordered job just fetched goes. HOLD comes with the lane entry to copy.
+        ``claiming``: its dedupe claim is on its way; it takes its place in the line at
+        once (a later job of its key must not pass it) but is neither released nor held
+        before ``claimed``."""
         line_id = line_of(pending)
         assert line_id is not None
         if self._conflicts(line_id):
@@ -220,15 +135,40 @@ class KeyBook:
             # Back in the partition: its lane record may go, and once that is durable
             # it may run (not before: a crash would bring it back from the lane again).
             line.members[seq] = pending
+            if claiming:
+                line.claiming.add(seq)
             return Verdict.RETURNED, line.out[seq]
-        if any(s < seq and (e.state is LaneState.HELD or e.blocks(now_ms))
-               for s, e in line.out.items() if s not in line.returning):  # fmt: skip
-            # Jobs ahead of it are out and not on their way back: it waits with them.
+        if claiming:
+            line.members[seq] = pending
+            line.claiming.add(seq)
+            return Verdict.QUEUED, None
+        if self._behind_out(line, seq, now_ms):
             entry = self._hold_entry(line, pending, seq, "behind a blocked head")
             return Verdict.HOLD, entry
         line.members[seq] = pending
         self._dirty.add(line_id)
         return Verdict.QUEUED, None
+
+    def claimed(self, pending: Pending, now_ms: int) -> LaneEntry | None:
+        """Its dedupe claim is durable: it may run in its turn, or, when jobs ahead of it
+        wait out in the lane, it is held with them (the entry to copy)."""
+        line_id = line_of(pending)
+        line = self._lines.get(line_id) if line_id is not None else None
+        seq = seq_of(pending)
+        if line is None or line_id is None or line.members.get(seq) is not pending:
+            return None
+        line.claiming.discard(seq)
+        self._dirty.add(line_id)
+        if seq in line.returning or not self._behind_out(line, seq, now_ms):
+            return None
+        del line.members[seq]
+        return self._hold_entry(line, pending, seq, "behind a blocked head")
+
+    @staticmethod
+    def _behind_out(line: _Line, seq: int, now_ms: int) -> bool:
+        """Jobs ahead of ``seq`` are out and not on their way back: it waits with them."""
+        return any(s < seq and (e.state is LaneState.HELD or e.blocks(now_ms))
+                   for s, e in line.out.items() if s not in line.returning)  # fmt: skip
 
     @staticmethod
     def _duplicate(line: _Line, pending: Pending, seq: int) -> bool:
@@ -275,6 +215,7 @@ class KeyBook:
         job = replace(self._full(pending), ordering_seq=seq)
         entry = LaneEntry(line=line_id, seq=seq, job=job, state=LaneState.HELD, reason=reason)
         line.out[seq] = entry
+        line.sending[seq] = (pending, False)
         self._out_lines.add(line_id)
         return entry
 
@@ -293,8 +234,8 @@ class KeyBook:
                 continue  # a job copied back may still be ahead in the partition
             self._dirty.discard(line_id)
             seq = min(line.members)
-            if any(s <= seq for s in line.out):
-                continue  # an earlier job is out (maybe on its way back)
+            if any(s <= seq for s in line.out) or seq in line.claiming:
+                continue  # an earlier job is out (maybe on its way back), or no claim yet
             line.current = line.members.pop(seq)
             ready.append(line.current)
         return ready
@@ -309,7 +250,7 @@ class KeyBook:
         held: list[tuple[Pending, LaneEntry]] = []
         for line_id, line in self._lines.items() if stalled else ():
             if line_id.tp in stalled:
-                for seq in sorted(s for s in line.members if s not in line.returning):
+                for seq in sorted(s for s in line.members if self._may_leave(line, s)):
                     pending = line.members.pop(seq)
                     held.append((pending, self._hold_entry(line, pending, seq, SETTLING_REASON)))
         return held
@@ -327,11 +268,18 @@ class KeyBook:
             head = line.head_out()
             if head is None or not head.blocks(now_ms) or not line.members:
                 continue
-            behind = (s for s in line.members if s > head.seq and s not in line.returning)
+            behind = (s for s in line.members if s > head.seq and self._may_leave(line, s))
             for seq in sorted(behind):
                 pending = line.members.pop(seq)
                 held.append((pending, self._hold_entry(line, pending, seq, f"behind {head.seq}")))
         return held
+
+    @staticmethod
+    def _may_leave(line: _Line, seq: int) -> bool:
+        """Whether a job here may be held in the lane: not one just back whose tombstone
+        is not durable (above), nor one waiting for its dedupe claim, nor one whose lane
+        copy did not fit (it stays here, holding its partition's commit)."""
+        return seq not in line.returning and seq not in line.claiming and seq not in line.staying
 
     def _with_out(self) -> list[_Line]:
         return [line for _line_id, line in self._with_out_ids()]
@@ -359,6 +307,8 @@ class KeyBook:
         if _is(line.current, seq):
             line.current = None
         line.members.pop(seq, None)
+        line.claiming.discard(seq)
+        line.staying.discard(seq)
         self._dirty.add(line_id)
         self._forget_if_empty(line_id)
 
@@ -373,13 +323,31 @@ class KeyBook:
         """The class topic the line's key is known in here."""
         return self._class_of.get((line_id.tenant, line_id.key), line_id.topic)
 
-    def forget(self, entry: LaneEntry) -> None:
-        """A lane entry that never became durable (its copy was dead-lettered instead)."""
+    def sent(self, entry: LaneEntry) -> None:
+        """The entry's lane copy is durable."""
         line = self._lines.get(entry.line)
         if line is not None:
-            line.out.pop(entry.seq, None)
-            self._dirty.add(entry.line)
-            self._forget_if_empty(entry.line)
+            line.sending.pop(entry.seq, None)
+
+    def stays(self, entry: LaneEntry) -> Pending | None:
+        """The entry's lane copy did not fit the lane (nothing was written): the job
+        stays here, unresolved. A job held behind its line's head becomes a member that
+        is never held again; the line's running job (retrying, parked or dead) is its
+        running job again, returned for the gate to run again in place."""
+        line = self._lines.get(entry.line)
+        sent = line.sending.pop(entry.seq, None) if line is not None else None
+        if line is None or sent is None:
+            return None
+        pending, head = sent
+        line.out.pop(entry.seq, None)
+        line.returning.discard(entry.seq)
+        self._dirty.add(entry.line)
+        if head:
+            line.current = pending
+            return pending
+        line.members[entry.seq] = pending
+        line.staying.add(entry.seq)
+        return None
 
     def sweep(self, gone: Callable[[Pending], bool]) -> None:
         """Lines whose running job ended by any other way (cancelled, parked by a breaker,
@@ -422,7 +390,9 @@ class KeyBook:
         line.out[seq] = entry
         self._out_lines.add(line_id)
         line.returning.discard(seq)
-        if _is(line.current, seq):
+        running = line.current if _is(line.current, seq) else None
+        line.sending[seq] = (running or pending, True)
+        if running is not None:
             line.current = None
         line.members.pop(seq, None)
         self._dirty.add(line_id)

@@ -61,10 +61,11 @@ class OrderingGate:
 
     # -- fetched jobs ---------------------------------------------------------------
 
-    def offer(self, pending: Pending) -> None:
+    def offer(self, pending: Pending, *, claiming: bool = False) -> bool:
         """An ordered job fetched from its class partition: into its line, the lane,
-        or resolved as a duplicate; then any line's next job into the window."""
-        verdict, entry = self.keys.offer(pending, self._now_ms())
+        or resolved as a duplicate; then any line's next job into the window. True when
+        it is in its line; ``claiming``: it waits there for its dedupe claim (``claimed``)."""
+        verdict, entry = self.keys.offer(pending, self._now_ms(), claiming=claiming)
         if verdict is Verdict.HOLD:
             assert entry is not None
             self._add([self._lane_copy(pending, entry)])
@@ -75,6 +76,15 @@ class OrderingGate:
             self._skip(pending)
         elif verdict is Verdict.CONFLICT:
             self._add([self._conflict(pending)])
+        self.release()
+        return verdict is Verdict.QUEUED or verdict is Verdict.RETURNED
+
+    def claimed(self, pending: Pending) -> None:
+        """Its dedupe claim is durable: it runs in its turn (or is held behind its line's
+        head in the lane)."""
+        entry = self.keys.claimed(pending, self._now_ms())
+        if entry is not None:
+            self._add([self._lane_copy(pending, entry)])
         self.release()
 
     def _skip(self, pending: Pending) -> None:
@@ -185,15 +195,29 @@ class OrderingGate:
             self.keys.returned(entry)
             self.release()
             return True
-        if request.then is not None and not dead:
+        if dead:  # too large for the lane: nothing was written, the job stays here
+            self._stays(request, entry)
+            return True
+        self.keys.sent(entry)
+        if request.then is not None:
             self._add([request.then])  # the dead letter resolves the offset
             return True
         how = Resolution.PARKED if entry.state is LaneState.HELD else Resolution.RETRIED
-        if dead:  # too large for the lane: dead-lettered instead
-            how = Resolution.DEAD
-            self.keys.forget(entry)
         self._book.resolve(request.source, request.offset, request.generation, how)
         return True
+
+    def _stays(self, request: CopyRequest, entry: LaneEntry) -> None:
+        """A lane copy too large for the lane (see docs/ordering.md): the job is never
+        dead-lettered for it. Held behind its line's head, it waits here in its line
+        (its offset unresolved: the partition's commit waits for it); the line's
+        running job runs again here once due (retrying or parked), and a dead one
+        blocking its line is dead-lettered with its own reason, its line going on."""
+        if request.then is not None:
+            self._add([request.then])  # sent as it is: its line does not know it yet
+        pending = self.keys.stays(entry)
+        if pending is not None and request.then is None:
+            self._window.queue(pending, entry.due_ms, self._now_ms())
+        self.release()
 
     def _dead_delivered(self, request: CopyRequest) -> None:
         assert request.job is not None

@@ -9,7 +9,9 @@ failed later:
 - transient (timeouts, a full local queue, no leader): sent again after a
   capped exponential backoff; the offset stays unresolved meanwhile;
 - too large: rebuilt smaller and sent at once, first as a dead letter with a
-  short history, then as one without the payload; the offset resolves as dead;
+  short history, then as one without the payload; the offset resolves as dead.
+  Not an ordered job's ordering-lane copy: it was never a failure, so the job
+  stays in its line in the leasekeeper instead (see docs/ordering.md);
 - blocked (not authorised, unknown topic, fatal): never resolved. The partition
   stops (its commit cannot pass the offset and the loop pauses its fetching),
   one ERROR log and the ``blocked`` view raise the alert, and the copy is retried
@@ -213,6 +215,13 @@ class Outbox:
         topic = entry.topic
         if entry.request.kind is CopyKind.STATUS and failure is not ProduceFailure.TRANSIENT:
             self._drop_status(f"{failure.value}: {topic}: {text}")
+            return
+        if failure is ProduceFailure.TOO_LARGE and entry.request.kind is CopyKind.LANE:
+            # Nothing was written: reported as "dead" so that the ordering gate keeps
+            # the job in its line, unresolved (never a dead letter for it).
+            log.warning("%s too large for %s (%s): it waits in its partition instead",
+                        entry.request.describe, topic, text)  # fmt: skip
+            self._engine.copy_delivered(entry.request, dead=True)
             return
         if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
             entry.shrink = Shrink(entry.shrink + 1)

@@ -95,10 +95,8 @@ class KafkaRouter:
             return OutRecord(topic=self._topics.status, key=status.key, value=status.encode())
         if kind is CopyKind.DEAD_RAW:
             return self._dead_raw(request, shrink)
-        if kind in (CopyKind.LANE, CopyKind.RETURN, CopyKind.LANE_DROP) and (
-            shrink is Shrink.FULL or kind is not CopyKind.LANE
-        ):
-            return self._lane(request)
+        if kind in (CopyKind.LANE, CopyKind.RETURN, CopyKind.LANE_DROP):
+            return self._lane(request)  # never shrunk (see Outbox._failed)
         if shrink is Shrink.FULL and kind is CopyKind.OVERFLOW:
             moved = request.job if request.job is not None else request.head
             assert moved is not None
