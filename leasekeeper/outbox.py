@@ -10,6 +10,8 @@ failed later:
   capped exponential backoff; the offset stays unresolved meanwhile;
 - too large: rebuilt smaller and sent at once, first as a dead letter with a
   short history, then as one without the payload; the offset resolves as dead;
+- a rebuild that needs a schema the registry cannot give now (``SchemaUnavailable``):
+  backed off like a transient failure, never dead-lettered raw for it;
 - blocked (not authorised, unknown topic, fatal): never resolved. The partition
   stops (its commit cannot pass the offset and the loop pauses its fetching),
   one ERROR log and the ``blocked`` view raise the alert, and the copy is retried
@@ -34,6 +36,7 @@ from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import RateLimit, copy_line
 from leasekeeper.router import KafkaRouter
 from leasekeeper.status_sender import StatusSender
+from schemas.confluent import SchemaUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +120,10 @@ class Outbox:
             "shrunk": 0,
             "blocked_events": 0,
             "status_dropped": 0,
+            "schema_waits": 0,
         }
         self._status_warned_at = float("-inf")
+        self._schema_warned_at = float("-inf")
         self._view_lock = threading.Lock()
         self._view = OutboxView()
         self._told = RateLimit(clock=clock)
@@ -163,7 +168,11 @@ class Outbox:
         if not self._engine.is_current(request):
             self._engine.copy_dropped(request)  # moved: the next owner runs the job again
             return True
-        record = self._router.record(request, entry.shrink)
+        try:
+            record = self._router.record(request, entry.shrink)
+        except SchemaUnavailable as exc:
+            self._schema_wait(entry, str(exc), now)
+            return True
         entry.topic = record.topic
         try:
             produce_once(
@@ -230,6 +239,18 @@ class Outbox:
         else:
             self._block(entry, f"{failure.value}: {topic}: {text}", now)
         self._waiting.append(entry)
+
+    def _schema_wait(self, entry: _Entry, reason: str, now: float) -> None:
+        """The copy's record needs the envelope decoded, and the registry cannot give its
+        schema now: tried again after a backoff. Warned at most once a minute."""
+        self._back_off(entry, now)
+        self._counters["schema_waits"] += 1
+        self._waiting.append(entry)
+        if now - self._schema_warned_at >= 60:
+            self._schema_warned_at = now
+            log.warning("%s waits for its envelope's schema, retrying with backoff (the "
+                        "Schema Registry does not answer): %s",
+                        entry.request.describe, reason)  # fmt: skip
 
     def _drop_status(self, reason: str) -> None:
         """A status record that cannot be produced is dropped, never blocks a partition:
