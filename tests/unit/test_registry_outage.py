@@ -24,6 +24,7 @@ from leasekeeper.copy_queue import HELD_RETRY_S
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.outbox import Outbox, OutboxConfig
+from leasekeeper.rate_limit import MIN_HOLD, rate_limit_config
 from leasekeeper.router import KafkaRouter
 from leasekeeper.store import LeaseStore
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -185,6 +186,44 @@ def test_a_park_by_an_open_breaker_is_made_once_the_registry_answers(tmp_path: P
     copy = _held_then_built(engine, clock, registry)
     assert copy.kind is CopyKind.PARK and copy.job is not None and copy.job.attempt == 0
     assert copy.job.errors == ()  # a park spends nothing and adds no error
+
+
+def test_parks_over_a_rate_limit_are_made_once_the_registry_answers(tmp_path: Path) -> None:
+    """Held, they keep the run_at they were given: the wait ends when it would have."""
+    clock, registry = Clock(), Registry()
+    limits = rate_limit_config(by_type=["noop=1/s"])
+    engine = _engine(tmp_path, clock, registry, rate_limits=limits, window_records=1000)
+    for n in range(MIN_HOLD + 3):
+        _offer(engine, n, _job(n))
+    assert engine.park_excess() == 3
+    assert engine.take_copies() == [] and engine.counters.schema_waits == 3
+    registry.down = False
+    decided_ms = int(clock.now * 1000)
+    clock.now += HELD_RETRY_S
+    copies = engine.take_copies()
+    assert [c.kind for c in copies] == [CopyKind.PARK] * 3
+    assert all(c.job is not None and c.job.run_at_ms > decided_ms for c in copies)
+
+
+def test_an_overflow_move_that_must_count_attempts_waits_for_the_registry(
+    tmp_path: Path,
+) -> None:
+    """A flooding tenant's jobs move aside byte for byte (nothing decoded); the one whose
+    offset counted claims must be rewritten, and waits for its schema."""
+    clock, registry = Clock(), Registry()
+    engine = _engine(tmp_path, clock, registry, window_records=100, overflow_share=0.5)
+    engine._book.parts[TP].claims[3] = 2  # leased twice before (by the previous owner)
+    for n in range(30):
+        _offer(engine, n, _job(n, tenant_id="big"))
+    assert engine.overflow_floods({TP}, 20) == 30
+    moved = engine.take_copies()
+    assert [c.offset for c in moved] == [n for n in range(30) if n != 3]
+    assert all(c.kind is CopyKind.OVERFLOW for c in moved)
+    registry.down = False
+    clock.now += HELD_RETRY_S
+    (copy,) = engine.take_copies()
+    assert (copy.kind, copy.offset) == (CopyKind.OVERFLOW, 3)
+    assert copy.job is not None and copy.job.attempt == 2
 
 
 def test_a_held_copy_of_a_partition_that_moved_is_dropped(tmp_path: Path) -> None:
