@@ -285,7 +285,9 @@ class Outbox:
 
     def _back_off(self, entry: _Entry, now: float) -> None:
         entry.attempts += 1
-        delay = self._config.backoff_base_s * 2 ** (entry.attempts - 1)
+        # The exponent is capped: past ~1,000 failures (hours at the cap) 2**n overflows
+        # a float, and the loop would stop on an OverflowError.
+        delay = self._config.backoff_base_s * 2.0 ** min(entry.attempts - 1, 30)
         entry.due = now + min(self._config.backoff_max_s, delay)
 
     def _publish(self) -> None:
