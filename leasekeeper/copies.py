@@ -2,14 +2,16 @@
 
 The engine (on any thread) only describes a copy: a retry or hop to a delay
 tier, a dead letter, a raw dead letter for an undecodable record, a dedupe
-key's claim, or a job's status record. The outbox, on the Kafka loop's thread,
-sends it and reports back.
+key's claim, or a job's status record; or a copy held until the Schema Registry
+gives the job's envelope schema (``HELD``: ``copy_queue`` builds it again later).
+The outbox, on the Kafka loop's thread, sends it and reports back.
 Nothing here produces; everything here is plain data and pure functions, so the
 shrinking of oversized copies is tested without Kafka.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import IntEnum, StrEnum
 
@@ -44,6 +46,10 @@ class CopyKind(StrEnum):
     LANE = "lane"
     RETURN = "return"
     LANE_DROP = "lane_drop"
+    # A copy that must rewrite a job read from its headers, while the registry cannot
+    # give the envelope's schema: never sent; ``again`` builds it once the registry
+    # answers (``CopyQueue`` tries with backoff). Its offset stays unresolved.
+    HELD = "held"
 
 
 class Shrink(IntEnum):
@@ -85,6 +91,8 @@ class CopyRequest:
     # LANE of a dead head that blocks its line: the dead letter, sent once the lane
     # record is durable (its delivery resolves the offset).
     then: CopyRequest | None = None
+    # HELD: the decision made again (the same call), once the schema can be had.
+    again: Callable[[], CopyRequest] | None = None
 
     @property
     def describe(self) -> str:

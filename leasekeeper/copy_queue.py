@@ -4,11 +4,23 @@ Any thread (RPC or Kafka loop) appends under the engine's lock; the outbox takes
 them on the Kafka loop's thread. Every copy counts as in flight for its partition
 from the moment it is decided until it is delivered or dropped, so a partition
 is not let go (nor its commit moved) while a copy of one of its jobs is unsent.
+
+A copy held for its envelope's schema (``CopyKind.HELD``: the registry is down and
+the schema is not cached) waits here, counted in flight, its offset unresolved.
+Each ``take`` past the backoff builds the held copies again (``again``, under the
+engine's lock, like the first time), oldest first; the first that still cannot
+have its schema ends the pass and doubles the backoff (up to ``HELD_MAX_S``): the
+registry is down for all of them, and asking once per copy would only wait out its
+timeout once per copy. So a registry outage delays the retries, dead letters and
+parks of the jobs it touches; it never turns them into raw dead letters.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from jobcore.control import JobStatus
 from leasekeeper import job_records as records
@@ -17,6 +29,14 @@ from leasekeeper.partition_book import PartitionBook
 from leasekeeper.store import Resolution
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
+
+log = logging.getLogger(__name__)
+
+# Held copies are built again after HELD_RETRY_S, doubling while the registry stays
+# down, up to HELD_MAX_S; the outage is logged at WARNING once a minute at most.
+HELD_RETRY_S = 1.0
+HELD_MAX_S = 30.0
+HELD_WARN_S = 60.0
 
 # What a delivered copy makes of its source offset.
 _RESOLUTIONS = {
@@ -36,8 +56,14 @@ class CopyQueue:
         book: PartitionBook,
         status_records: bool = True,
         route: Callable[[list[CopyRequest]], list[CopyRequest]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._book = book
+        self._clock = clock
+        self._held: list[CopyRequest] = []
+        self._held_due = 0.0  # when the held copies are tried next
+        self._held_fails = 0  # passes in a row that found the registry still down
+        self._held_warned_at = float("-inf")
         # Every copy passes here: per-key ordering turns a line's copies into lane copies.
         self._route = route
         self._copies: list[CopyRequest] = []
@@ -57,7 +83,10 @@ class CopyQueue:
                     self.add_status(request.status)
                 continue
             self._book.count_copy(request, 1)
-            self._copies.append(request)
+            if request.kind is CopyKind.HELD:
+                self._hold(request)
+            else:
+                self._copies.append(request)
 
     def add_status(self, status: JobStatus) -> None:
         """How a job ended, for ``jobs.Q.status``; resolves nothing, nothing waits for it."""
@@ -65,8 +94,54 @@ class CopyQueue:
             self._statuses.append(status)
 
     def take(self) -> list[CopyRequest]:
+        if self._held and self._clock() >= self._held_due:
+            self._build_held()
         taken, self._copies = self._copies, []
         return taken
+
+    def _hold(self, request: CopyRequest) -> None:
+        self._book.counters.schema_waits += 1
+        if not self._held:
+            self._held_due = max(self._held_due, self._clock() + HELD_RETRY_S)
+        self._held.append(request)
+        self._warn(request)
+
+    def _build_held(self) -> None:
+        """Build the held copies again, oldest first, until one still lacks its schema."""
+        held, self._held = self._held, []
+        built: list[CopyRequest] = []
+        for index, request in enumerate(held):
+            if self._book.current(request.source, request.generation) is None:
+                continue  # its partition moved: the next owner reads the job again
+            assert request.again is not None
+            copy = request.again()
+            if request.run_s:  # a nack's run time, kept for its status record
+                copy = replace(copy, run_s=request.run_s)
+            if copy.kind is CopyKind.HELD:  # still down: it keeps its place and count
+                self._held = [copy, *held[index + 1 :], *self._held]
+                self._held_fails = min(self._held_fails + 1, 16)  # 2**16 s is past the cap
+                delay = min(HELD_MAX_S, HELD_RETRY_S * 2.0**self._held_fails)
+                self._held_due = self._clock() + delay
+                self._warn(copy)
+                break
+            self._book.count_copy(request, -1)
+            built.append(copy)
+        else:
+            self._held_fails = 0
+        self.add(built)
+
+    def _warn(self, request: CopyRequest) -> None:
+        now = self._clock()
+        if now - self._held_warned_at < HELD_WARN_S:
+            return
+        self._held_warned_at = now
+        log.warning(
+            "%d job copies wait for their envelope's schema: the Schema Registry does not "
+            "answer and the schema is not cached (%s). They are built again with backoff "
+            "once it answers; their offsets hold the commit, nothing is dead-lettered for it",
+            len(self._held),
+            request.detail,
+        )
 
     def take_statuses(self) -> list[JobStatus]:
         taken, self._statuses = self._statuses, []

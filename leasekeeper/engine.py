@@ -126,7 +126,7 @@ class LeaseEngine:
                                       add=lambda requests: self._copies.add(requests),
                                       now_ms=lambda: now_ms(clock))  # fmt: skip
         self._copies = CopyQueue(book=self._book, status_records=config.status_records,
-                                 route=self._ordering.route)  # fmt: skip
+                                 route=self._ordering.route, clock=monotonic)  # fmt: skip
         rng = rng or random.Random()
         failures = FailurePath(config=config, budget=self._budget, rng=rng, clock=clock,
                                reader=reader)  # fmt: skip

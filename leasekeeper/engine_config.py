@@ -107,6 +107,10 @@ class Counters:
     resolved_again: int = _counter(
         "fetched copies of jobs already acked here within the resolved-id window, skipped"
     )
+    schema_waits: int = _counter(
+        "retries, dead letters, parks and overflow moves held because the Schema Registry "
+        "could not give the job envelope's schema (built again once it answers)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,8 @@ A nack, an expired lease, a job past its timeout, a poison pill and a job no
 worker runs all end here: the retry policy (with the retry budget) decides
 between a retry to the delay tier that fits the backoff and a dead letter, and
 the answer is a ``CopyRequest`` value. Nothing here touches the store or Kafka.
+A job whose envelope schema the registry cannot give now gets a held copy that makes
+the same call again later (``JobReader.unreadable``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,11 @@ class FailurePath:
         try:
             before = self._reader.full(pending)
         except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
-            return self._reader.unreadable(pending, exc, why="retry or dead letter")
+            return self._reader.unreadable(
+                pending, exc, why="retry or dead letter",
+                again=lambda: self.failed(lease, error, permanent=permanent,
+                                          retry_after_s=retry_after_s),
+            )  # fmt: skip
         # Attempts made so far include claims whose worker died before settling.
         job = replace(before, attempt=lease.attempt, errors=(*before.errors, error))
         policy = self._config.retries.for_job(job.type, job.max_attempts)
@@ -78,7 +84,8 @@ class FailurePath:
         try:
             job = self._reader.full(pending)
         except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
-            return self._reader.unreadable(pending, exc, why="dead letter")
+            return self._reader.unreadable(pending, exc, why="dead letter",
+                                           again=lambda: self.crashed(pending))  # fmt: skip
         note = (
             f"claimed {job.max_attempts} times without a settlement "
             "(the worker died or lost its lease each time)"
@@ -112,7 +119,10 @@ class FailurePath:
         try:
             job = self._reader.full(pending)
         except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
-            return self._reader.unreadable(pending, exc, why="dead letter")
+            return self._reader.unreadable(
+                pending, exc, why="dead letter",
+                again=lambda: self.unknown_type(pending, handled, now),
+            )  # fmt: skip
         message = (
             f"no connected worker runs job type {job.type!r} (waited "
             f"{self._config.unknown_type_grace_s:g}s; workers run: {', '.join(sorted(handled))})"

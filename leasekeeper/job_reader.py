@@ -5,6 +5,12 @@ the Avro envelope is decoded only when a copy must change it (a retry or a
 dead letter adds an error, a park moves run_at) or ``inspect job`` shows its
 history. A record read the slow way (no headers) keeps its decoded job in the
 head, so it is never decoded twice.
+
+An envelope that cannot be decoded then is one of two things. Bytes that can never
+decode (``DecodeError``) go to the DLQ byte for byte. A schema the registry cannot
+give now (``SchemaUnavailable``: not cached, the registry down) says nothing about
+the bytes: the copy is held (``CopyKind.HELD``) and decided again once the registry
+answers, so a registry outage never dead-letters good jobs.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Callable
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.leases import Pending
 from schemas.codec import DecodeError
+from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
 
@@ -49,9 +56,24 @@ class JobReader:
             return None
 
     @staticmethod
-    def unreadable(pending: Pending, error: Exception, *, why: str) -> CopyRequest:
-        """A job whose headers were fine but whose envelope cannot be decoded when it
-        must be rewritten (``why``): kept byte for byte in the DLQ, with the reason."""
+    def unreadable(
+        pending: Pending, error: Exception, *, why: str, again: Callable[[], CopyRequest]
+    ) -> CopyRequest:
+        """The copy of a job whose headers were fine but whose envelope did not decode
+        when it had to be rewritten (``why``). A schema the registry cannot give now:
+        held, and ``again`` (the same decision) is called once it can. Anything else:
+        kept byte for byte in the DLQ, with the reason."""
+        if isinstance(error, SchemaUnavailable):
+            return CopyRequest(
+                kind=CopyKind.HELD,
+                source=pending.tp,
+                offset=pending.offset,
+                generation=pending.generation,
+                head=pending.job,
+                detail=f"job {pending.job.job_id}: its {why} waits for its envelope's "
+                f"schema: {error}",
+                again=again,
+            )
         return CopyRequest(
             kind=CopyKind.DEAD_RAW,
             source=pending.tp,

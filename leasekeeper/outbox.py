@@ -12,6 +12,8 @@ failed later:
   short history, then as one without the payload; the offset resolves as dead.
   Not an ordered job's ordering-lane copy: it was never a failure, so the job
   stays in its line in the leasekeeper instead (see docs/ordering.md);
+- a rebuild that needs a schema the registry cannot give now (``SchemaUnavailable``):
+  backed off like a transient failure, never dead-lettered raw for it;
 - blocked (not authorised, unknown topic, fatal): never resolved. The partition
   stops (its commit cannot pass the offset and the loop pauses its fetching),
   one ERROR log and the ``blocked`` view raise the alert, and the copy is retried
@@ -36,6 +38,7 @@ from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import RateLimit, copy_line
 from leasekeeper.router import KafkaRouter
 from leasekeeper.status_sender import StatusSender
+from schemas.confluent import SchemaUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +122,10 @@ class Outbox:
             "shrunk": 0,
             "blocked_events": 0,
             "status_dropped": 0,
+            "schema_waits": 0,
         }
         self._status_warned_at = float("-inf")
+        self._schema_warned_at = float("-inf")
         self._view_lock = threading.Lock()
         self._view = OutboxView()
         self._told = RateLimit(clock=clock)
@@ -165,7 +170,11 @@ class Outbox:
         if not self._engine.is_current(request):
             self._engine.copy_dropped(request)  # moved: the next owner runs the job again
             return True
-        record = self._router.record(request, entry.shrink)
+        try:
+            record = self._router.record(request, entry.shrink)
+        except SchemaUnavailable as exc:
+            self._schema_wait(entry, str(exc), now)
+            return True
         entry.topic = record.topic
         try:
             produce_once(
@@ -240,6 +249,18 @@ class Outbox:
             self._block(entry, f"{failure.value}: {topic}: {text}", now)
         self._waiting.append(entry)
 
+    def _schema_wait(self, entry: _Entry, reason: str, now: float) -> None:
+        """The copy's record needs the envelope decoded, and the registry cannot give its
+        schema now: tried again after a backoff. Warned at most once a minute."""
+        self._back_off(entry, now)
+        self._counters["schema_waits"] += 1
+        self._waiting.append(entry)
+        if now - self._schema_warned_at >= 60:
+            self._schema_warned_at = now
+            log.warning("%s waits for its envelope's schema, retrying with backoff (the "
+                        "Schema Registry does not answer): %s",
+                        entry.request.describe, reason)  # fmt: skip
+
     def _drop_status(self, reason: str) -> None:
         """A status record that cannot be produced is dropped, never blocks a partition:
         it only tells ``producer cancel`` how a job ended. Warned at most once a minute."""
@@ -273,7 +294,9 @@ class Outbox:
 
     def _back_off(self, entry: _Entry, now: float) -> None:
         entry.attempts += 1
-        delay = self._config.backoff_base_s * 2 ** (entry.attempts - 1)
+        # The exponent is capped: past ~1,000 failures (hours at the cap) 2**n overflows
+        # a float, and the loop would stop on an OverflowError.
+        delay = self._config.backoff_base_s * 2.0 ** min(entry.attempts - 1, 30)
         entry.due = now + min(self._config.backoff_max_s, delay)
 
     def _publish(self) -> None:

@@ -114,7 +114,8 @@ class OverflowMoves:
             try:
                 full = self._reader.full(pending)
             except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
-                return self._reader.unreadable(pending, exc, why="move to the overflow lane")
+                return self._reader.unreadable(pending, exc, why="move to the overflow lane",
+                                               again=lambda: self._copy(pending))  # fmt: skip
             job = replace(full, attempt=full.attempt + claims)
         self.lane.decided(pending.tp, pending.job.tenant_id, 1)
         return CopyRequest(

@@ -51,7 +51,13 @@ def park(
     try:
         full = reader.full(pending)
     except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
-        return reader.unreadable(pending, exc, why="park")
+        # Held for the schema, it parks later with the same run_at: the wait it was
+        # given ends when it would have.
+        return reader.unreadable(
+            pending, exc, why="park",
+            again=lambda: park(pending, delay_s=delay_s, now_ms=now_ms, claims=claims,
+                               reason=reason, reader=reader),
+        )  # fmt: skip
     job = replace(full, attempt=full.attempt + claims, run_at_ms=now_ms + int(delay_s * 1000))
     return CopyRequest(
         kind=CopyKind.PARK,

@@ -173,6 +173,10 @@ class PartitionBook:
         state = self.current(pending.tp, pending.generation)
         return None if state is None or state.draining else state
 
+    @property
+    def counters(self) -> Counters:
+        return self._counters
+
     def count_copy(self, request: CopyRequest, delta: int) -> None:
         state = self.current(request.source, request.generation)
         if state is not None:

@@ -28,6 +28,7 @@ from leasekeeper.copies import (
 from leasekeeper.leases import TopicPart
 from leasekeeper.ordering_lane import encode_entry
 from schemas.codec import EnvelopeCodec
+from schemas.confluent import SchemaUnavailable
 from schemas.job import DeadLetter, DeadLetterReason, Job
 from schemas.job_headers import job_headers
 
@@ -178,11 +179,14 @@ class KafkaRouter:
     def _dead_undecoded(self, request: CopyRequest, shrink: Shrink) -> OutRecord:
         """An overflow copy or a hop sent byte for byte (never decoded) was too large for
         its topic: it dies as a dead letter of its decoded job, or byte for byte when
-        its envelope does not decode."""
+        its envelope does not decode. A schema the registry cannot give now raises
+        ``SchemaUnavailable`` instead (the outbox backs off and builds it again)."""
         assert request.head is not None and request.raw_value is not None
         try:
             job = self._codec.decode(request.raw_value)
-        except Exception as exc:  # DecodeError, or the registry's SchemaUnavailable
+        except SchemaUnavailable:
+            raise  # the bytes may be fine: the outbox tries again once the registry answers
+        except Exception as exc:  # DecodeError
             where = (
                 self._topics.overflow
                 if request.kind is CopyKind.OVERFLOW

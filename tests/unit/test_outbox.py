@@ -161,6 +161,19 @@ def test_a_full_local_queue_is_transient(rig: Rig) -> None:
     assert rig.committable() == 1
 
 
+def test_a_copy_failing_for_hours_keeps_its_capped_backoff(rig: Rig) -> None:
+    """A thousand failures and more (a broker or registry down for hours): the backoff
+    stays at its cap instead of overflowing a float and stopping the loop."""
+    rig.producer.refuse.extend(KafkaError(KafkaError._QUEUE_FULL) for _ in range(1100))
+    rig.nack(job())
+    for _ in range(1100):
+        rig.outbox.pump()
+        rig.clock.now += 1.0
+    rig.outbox.pump()
+    rig.producer.answer()
+    assert rig.committable() == 1
+
+
 def dead_letter_job(value: bytes) -> tuple[str, Job]:
     letter = CODEC.decode_dead_letter(value)
     assert letter.envelope is not None
