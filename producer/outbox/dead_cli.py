@@ -26,6 +26,7 @@ __all__ = ["dead"]
 
 _T = TypeVar("_T")
 _REASONS = click.Choice([r.value for r in DeadReason])
+_WIDTH = 160
 
 
 def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,7 +74,9 @@ def list_(
     if not rows:
         click.echo(f"no dead outbox rows in {_where(dsn)}")
         return
-    Console(soft_wrap=True).print(_table(rows))
+    console = Console()
+    console.width = max(console.width, _WIDTH)  # errors are long: never squeeze them
+    console.print(_table(rows))
 
 
 @dead.command("retry")
@@ -161,9 +164,15 @@ def _where(dsn: str) -> str:
 def _table(rows: Sequence[DeadRow]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, title=f"{len(rows)} dead outbox rows")
     for name in ("id", "queue", "tenant", "type", "ordering key", "reason", "error", "dead at"):
-        table.add_column(name, overflow="fold", justify="right" if name == "id" else "left")
+        table.add_column(
+            name,
+            overflow="fold",
+            justify="right" if name == "id" else "left",
+            no_wrap=name in ("id", "reason"),
+            ratio=3 if name == "error" else None,
+        )
     for row in rows:
         cells = (row.queue, row.tenant_id, row.type or "-", row.ordering_key or "-",
-                 row.reason, row.error, row.dead_at.isoformat(timespec="seconds"))  # fmt: skip
+                 row.reason, row.error, f"{row.dead_at:%Y-%m-%d %H:%M:%S %Z}")  # fmt: skip
         table.add_row(str(row.id), *(Text(cell) for cell in cells))  # Text: no markup
     return table
