@@ -81,7 +81,6 @@ class BatchPlan:
 class BatchOutcome:
     delivered: dict[int, Delivered]  # row id -> where its record landed
     dead: list[Dead] = field(default_factory=list)
-    waiting: int = 0  # rows that failed retriably and stay
 
 
 class Batcher:
@@ -178,8 +177,7 @@ class Batcher:
                     dead.append(verdict)
                     if send.key is not None and self._on_dead is OnDead.BLOCK:
                         stopped.add(send.key)
-        waiting = len(plan.sends) - len(delivered) - (len(dead) - len(plan.dead))
-        return BatchOutcome(delivered=delivered, dead=dead, waiting=waiting)
+        return BatchOutcome(delivered=delivered, dead=dead)
 
     def _produce(self, wave: Sequence[Send]) -> list[tuple[Send, Delivered | BaseException]]:
         futures: list[tuple[Send, Future[Delivered] | BaseException]] = []

@@ -126,7 +126,7 @@ class OutboxRelay:
         self._producer = producer
         self._settings = settings
         self._monotonic = monotonic
-        self.failures = RowFailures(
+        self._failures = RowFailures(
             grace_s=config.missing_topic_grace_s,
             backoff_base_s=config.backoff_base_s,
             backoff_max_s=config.backoff_max_s,
@@ -134,7 +134,7 @@ class OutboxRelay:
         self._batcher = Batcher(
             producer=producer,
             codec=EnvelopeCodec(registry if registry is not None else SchemaRegistry()),
-            failures=self.failures,
+            failures=self._failures,
             batch=config.batch,
             on_dead=config.on_dead,
         )
@@ -267,7 +267,7 @@ class OutboxRelay:
         """Until a staging transaction commits, a tenant's backoff ends, or the poll
         interval passes."""
         timeout = self._config.poll_interval_s
-        due = self.failures.next_due_s(self._monotonic())
+        due = self._failures.next_due_s(self._monotonic())
         if due is not None:
             timeout = max(0.001, min(timeout, due))
         for _ in conn.notifies(timeout=timeout, stop_after=1):
