@@ -145,6 +145,12 @@ def _with_db(dsn: str, action: Callable[[psycopg.Connection[Any]], _T]) -> _T:
             f"{_where(dsn)} (from --dsn) has no job_outbox_dead table; create it: "
             "producer outbox init --dsn ... (safe on an existing outbox)"
         ) from None
+    except psycopg.errors.UniqueViolation as exc:
+        detail = exc.diag.message_detail or str(exc).strip().splitlines()[0]
+        raise click.ClickException(
+            f"nothing retried: a job is already staged in job_outbox ({detail}); drop its "
+            "dead row instead, or retry the others by id"
+        ) from None
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise click.ClickException(

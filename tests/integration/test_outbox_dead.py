@@ -172,7 +172,7 @@ def test_a_retried_dead_row_runs_before_the_rows_of_its_ordering_key_that_waited
     assert dead_list(pg_dsn) == []
 
 
-def test_init_adds_the_dead_table_to_an_existing_outbox_and_the_relay_asks_for_it(
+def test_init_adds_the_dead_table_to_an_existing_outbox_and_a_retry_never_stages_twice(
     pg_dsn: str, unique: str
 ) -> None:
     queue_name = f"q{unique}"
@@ -192,3 +192,14 @@ def test_init_adds_the_dead_table_to_an_existing_outbox_and_the_relay_asks_for_i
     assert count(pg_dsn, "job_outbox_dead") == 0
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute("SELECT job_id FROM job_outbox").fetchall() == [(job_id,)]
+        conn.execute(  # a dead copy of a job that is staged again meanwhile
+            "INSERT INTO job_outbox_dead (outbox_id, job_id, queue, tenant_id, envelope, "
+            "staged_at, reason, error) SELECT id, job_id, queue, tenant_id, envelope, "
+            "staged_at, 'too large', 'e' FROM job_outbox"
+        )
+    refused = runner.invoke(producer_cli, ["outbox", "dead", "retry", "--dsn", pg_dsn, "--all"])
+    assert refused.exit_code == 1 and "already staged in job_outbox" in refused.output
+    assert count(pg_dsn, "job_outbox_dead") == 1 and count(pg_dsn, "job_outbox") == 1
+    dropped = runner.invoke(producer_cli, ["outbox", "dead", "drop", "--dsn", pg_dsn, "--all"])
+    assert dropped.exit_code == 0 and f"(job {job_id}, queue {queue_name})" in dropped.output
+    assert count(pg_dsn, "job_outbox_dead") == 0 and count(pg_dsn, "job_outbox") == 1
