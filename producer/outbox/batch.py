@@ -136,8 +136,11 @@ class Batcher:
         try:
             job = self._codec.decode(envelope)
         except Exception as exc:  # whatever the bytes, it is this row's
+            error = str(exc) or type(exc).__name__
+            log.error("outbox relay: row %d (queue %s, tenant %s) set aside in job_outbox_dead "
+                      "(%s): %s", row_id, *tenant, DeadReason.UNDECODABLE, error)  # fmt: skip
             plan.dead.append(Dead(row_id=row_id, tenant=tenant, reason=DeadReason.UNDECODABLE,
-                                  error=str(exc) or type(exc).__name__))  # fmt: skip
+                                  error=error))  # fmt: skip
             return
         key = None if job.ordering_key is None else (*tenant, job.ordering_key)
         if key is not None and key in blocked:

@@ -235,9 +235,9 @@ class OutboxRelay:
         return False
 
     def _serve(self, conn: psycopg.Connection[Any], stop: threading.Event) -> None:
-        """Recover once, then relay batches; a Kafka problem backs off and tries again
-        (rows are kept), it never ends the relay, and neither does anything else but a
-        lost database connection (:meth:`run` connects again)."""
+        """Recover once, then relay batches. Nothing but a lost database connection
+        ends this (then :meth:`run` connects again): a Kafka problem, or anything
+        unexpected, backs off a poll interval and tries again, the rows kept."""
         conn.execute("LISTEN job_outbox")
         positions = KafkaPositions(self._settings)
         recovered = False
