@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
+from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_CLASS, QueueTopics
 from jobcore.tracing import current_trace
 from schemas.codec import EnvelopeCodec
@@ -153,13 +154,24 @@ def _check_horizon(delay_s: float, what: str) -> None:
         )
 
 
-def build_job(request: JobRequest, *, codec: EnvelopeCodec, now: float, job_id: str) -> Job:
+def build_job(
+    request: JobRequest,
+    *,
+    codec: EnvelopeCodec,
+    now: float,
+    job_id: str,
+    classes: PriorityClasses | None = None,
+) -> Job:
     """The envelope for ``request``; raises PayloadError (or ValueError for a ``run_at``
-    too far ahead) before anything could be sent.
+    too far ahead, or a priority class not in ``classes``) before anything could be
+    sent. ``enqueue`` checks the class where it picks the topic; a staged job has no
+    topic yet, so staging passes its ``classes`` here.
 
     ``run_at_ms`` is ``now`` for a job due now, else its due time: a job is delayed
     exactly when ``run_at_ms > created_at_ms`` (see :func:`destination`).
     """
+    if classes is not None and request.priority is not None:
+        classes.check(request.priority)
     now_ms = int(now * 1000)
     due_ms = request.due_ms(now)
     return Job(

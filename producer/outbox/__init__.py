@@ -5,12 +5,14 @@ exists exactly when the business data does; ``producer outbox relay`` moves
 committed rows to Kafka. Needs psycopg 3 (``pip install 'kafka-lease-queue[outbox]'``).
 """
 
+from producer.outbox.failures import OnDead
 from producer.outbox.relay import OutboxRelay, OutboxStats, RelayConfig
 from producer.outbox.schema import SCHEMA_SQL, init_schema
 from producer.outbox.staging import Outbox, StagedJob, raw_connection, stage, stage_many
 
 __all__ = [
     "SCHEMA_SQL",
+    "OnDead",
     "Outbox",
     "OutboxRelay",
     "OutboxStats",

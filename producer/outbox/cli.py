@@ -1,4 +1,5 @@
-"""``producer outbox``: create the outbox table, and relay staged jobs to Kafka."""
+"""``producer outbox``: create the outbox tables, relay staged jobs to Kafka, and
+handle the rows the relay set aside (``dead``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from jobcore.durations import POSITIVE_DURATION, shown
 from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.live_topic import LivePublisher, default_instance
 from producer.api import EnqueueError, JobProducer
+from producer.outbox.dead_cli import dead
+from producer.outbox.failures import OnDead
 from producer.outbox.metrics import serve_metrics
 from producer.outbox.relay import OutboxRelay, RelayConfig
 from producer.outbox.report import RelayReporter, database_of, report_publisher
@@ -39,10 +42,14 @@ def outbox() -> None:
     """Enqueue in the application's own transaction through a job_outbox table."""
 
 
-@outbox.command("init", short_help="Create the job_outbox table, index and trigger.")
+outbox.add_command(dead)
+
+
+@outbox.command("init", short_help="Create the job_outbox tables, index and trigger.")
 @_DSN
 def init(dsn: str) -> None:
-    """Create job_outbox (safe to run again). The same SQL ships as
+    """Create job_outbox and job_outbox_dead (safe to run again, and how an existing
+    outbox gets the tables a newer relay needs). The same SQL ships as
     producer/outbox/schema.sql for migration tools."""
     try:
         init_schema(dsn)
@@ -77,6 +84,22 @@ def init(dsn: str) -> None:
     help="How often to report rows waiting and the lag to the dashboard's "
     "PREFIX._outbox_relays topic (3s, 500ms).",
 )
+@click.option(
+    "--missing-topic-grace",
+    type=POSITIVE_DURATION,
+    default=shown(600.0),
+    show_default=True,
+    help="How long a row whose topic does not exist waits (its tenant backs off) before "
+    "it is set aside in job_outbox_dead (10m, 30s).",
+)
+@click.option(
+    "--on-dead",
+    type=click.Choice([o.value for o in OnDead]),
+    default=OnDead.BLOCK.value,
+    show_default=True,
+    help="block: later rows of a dead row's ordering key wait for `producer outbox dead "
+    "retry` or `drop`; continue: the key goes on without it.",
+)
 @schema_path_option()
 @log_level_option()
 @bootstrap_option
@@ -89,6 +112,8 @@ def relay(
     tiers: str,
     metrics_port: int | None,
     publish_interval: float,
+    missing_topic_grace: float,
+    on_dead: str,
     schema_paths: Sequence[str],
     log_level: str,
     bootstrap: str | None,
@@ -108,7 +133,13 @@ def relay(
         delay_tiers = DelayTiers.parse(tiers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--retry-tiers") from None
-    config = RelayConfig(dsn=dsn, batch=batch, poll_interval_s=poll_interval)
+    config = RelayConfig(
+        dsn=dsn,
+        batch=batch,
+        poll_interval_s=poll_interval,
+        missing_topic_grace_s=missing_topic_grace,
+        on_dead=OnDead(on_dead),
+    )
     try:
         with JobProducer(
             settings, registry=registry, prefix=env.topic_prefix, tiers=delay_tiers
@@ -149,7 +180,8 @@ def _serve(relay: OutboxRelay, dsn: str, metrics_port: int | None, report: LiveP
 
 
 def _check_database(dsn: str) -> None:
-    """A wrong DSN, or a database without the outbox table, fails here in one line."""
+    """A wrong DSN, or a database without the outbox tables (none, or from before
+    job_outbox_dead), fails here in one line."""
     try:
         with psycopg.connect(dsn, connect_timeout=10) as conn:
             conn.execute("SELECT 1 FROM job_outbox_relay")
@@ -157,6 +189,16 @@ def _check_database(dsn: str) -> None:
         raise click.ClickException(
             f"{database_of(dsn)} (from --dsn) has no job_outbox table; create it: "
             "producer outbox init --dsn ... (or apply producer/outbox/schema.sql)"
+        ) from None
+    except psycopg.Error as exc:
+        raise click.ClickException(_db_problem(dsn, exc)) from None
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            conn.execute("SELECT 1 FROM job_outbox_dead LIMIT 0")
+    except psycopg.errors.UndefinedTable:
+        raise click.ClickException(
+            f"{database_of(dsn)} (from --dsn) has no job_outbox_dead table (an outbox from "
+            "an older release); add it: producer outbox init --dsn ... (safe to run again)"
         ) from None
     except psycopg.Error as exc:
         raise click.ClickException(_db_problem(dsn, exc)) from None

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the outbox relay: rows waiting, relay lag, rows relayed.
+"""Prometheus metrics of the outbox relay: rows waiting, relay lag, rows set aside,
+rows relayed.
 
 Read from the table at scrape time, so every relay (active or standby) reports
 the same backlog, and a stuck relay shows as a growing lag.
@@ -34,6 +35,12 @@ class RelayCollector(Collector):
         )
         yield GaugeMetricFamily(
             "outbox_lag_seconds", "age of the oldest staged row (0 when none)", stats.lag_s
+        )
+        yield GaugeMetricFamily(
+            "outbox_dead_rows",
+            "rows set aside in job_outbox_dead: they wait for `producer outbox dead retry` "
+            "or `drop`",
+            stats.dead,
         )
         yield GaugeMetricFamily(
             "outbox_relay_active", "1 when this relay holds the lock", int(stats.active)

@@ -16,6 +16,12 @@ them again. What is left is at least once (the job id stays the handler's
 idempotency key): a relay cut off from PostgreSQL while its produce still
 completes.
 
+A row that cannot be sent is that row's failure, never the relay's
+(:mod:`producer.outbox.failures`): a retriable one holds back only its (queue,
+tenant), with a capped exponential backoff; one that can never be sent is set
+aside in ``job_outbox_dead`` (:mod:`producer.outbox.dead`) in the transaction
+that deletes it, and the rows behind it go on (:mod:`producer.outbox.batch`).
+
 A trigger's ``NOTIFY job_outbox`` wakes the relay when a staging transaction
 commits; the poll interval is the fallback (a lost notification, a restart).
 """
@@ -24,28 +30,30 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from concurrent.futures import wait as wait_all
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from jobcore.kafka import KafkaException, KafkaSettings
-from producer.api import Delivered, EnqueueError, JobProducer
+from producer.api import EnqueueError, JobProducer
+from producer.outbox.batch import Batcher, BatchOutcome
+from producer.outbox.dead import COUNT as DEAD_COUNT
+from producer.outbox.dead import blocked_keys, move
+from producer.outbox.failures import OnDead, RowFailures
 from producer.outbox.marks import Marks
 from producer.outbox.recovery import KafkaPositions
-from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry
-from schemas.job import Job
+from schemas.codec import EnvelopeCodec, SchemaRegistry
 
-__all__ = ["LOCK_KEY", "OutboxRelay", "OutboxStats", "RelayConfig"]
+__all__ = ["LOCK_KEY", "BatchOutcome", "OutboxRelay", "OutboxStats", "RelayConfig"]
 
 log = logging.getLogger(__name__)
 
 # The advisory lock that makes one relay active per database ("job_outbox" as a number).
 LOCK_KEY = 0x6A6F625F6F7574
 CHANNEL = "job_outbox"
-_SELECT = "SELECT id, envelope FROM job_outbox ORDER BY id LIMIT %s"
 _DELETE = "DELETE FROM job_outbox WHERE id = ANY(%s)"
 _RELAY_STATE = "SELECT inflight_max_id, marks FROM job_outbox_relay"
 _MARK_INFLIGHT = "UPDATE job_outbox_relay SET inflight_max_id = %s, marks = %s::jsonb"
@@ -54,8 +62,8 @@ _CLEAR_INFLIGHT = "UPDATE job_outbox_relay SET inflight_max_id = NULL"
 _INFLIGHT = "SELECT EXISTS (SELECT 1 FROM job_outbox WHERE id <= %s)"
 _DELETE_LANDED = "DELETE FROM job_outbox WHERE id <= %s AND job_id = ANY(%s)"
 _STATS = (
-    "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(staged_at)), 0) "
-    "FROM job_outbox"
+    "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(staged_at)), 0), "
+    f"({DEAD_COUNT}) FROM job_outbox"
 )
 
 
@@ -64,12 +72,27 @@ class RelayConfig:
     dsn: str
     batch: int = 500
     poll_interval_s: float = 1.0
+    # A row whose topic is missing waits this long (a queue being created) before
+    # it is set aside.
+    missing_topic_grace_s: float = 600.0
+    on_dead: OnDead = OnDead.BLOCK
+    # A retriable failure holds its (queue, tenant) back base * 2^(n-1), at most max.
+    backoff_base_s: float = 0.2
+    backoff_max_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if not self.poll_interval_s > 0:
             raise ValueError(f"poll interval must be > 0 seconds, got {self.poll_interval_s}")
+        if self.missing_topic_grace_s < 0:
+            raise ValueError(
+                f"missing topic grace must be >= 0 seconds, got {self.missing_topic_grace_s}"
+            )
+        if not 0 < self.backoff_base_s <= self.backoff_max_s:
+            raise ValueError(
+                f"backoff must be 0 < base <= max, got {self.backoff_base_s}, {self.backoff_max_s}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,18 +103,7 @@ class OutboxStats:
     waiting: int
     lag_s: float
     relayed: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class BatchPlan:
-    sends: list[tuple[int, Job, str]]  # (row id, job, topic), in staging order
-    failures: dict[int, str]
-
-
-@dataclass(frozen=True, kw_only=True)
-class BatchOutcome:
-    delivered: dict[int, Delivered]  # row id -> where its record landed
-    failures: dict[int, str]
+    dead: int = 0  # rows set aside in job_outbox_dead
 
 
 class OutboxRelay:
@@ -108,15 +120,29 @@ class OutboxRelay:
         settings: KafkaSettings,
         *,
         registry: SchemaRegistry | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
         self._producer = producer
         self._settings = settings
-        self._codec = EnvelopeCodec(registry if registry is not None else SchemaRegistry())
+        self._monotonic = monotonic
+        self._failures = RowFailures(
+            grace_s=config.missing_topic_grace_s,
+            backoff_base_s=config.backoff_base_s,
+            backoff_max_s=config.backoff_max_s,
+        )
+        self._batcher = Batcher(
+            producer=producer,
+            codec=EnvelopeCodec(registry if registry is not None else SchemaRegistry()),
+            failures=self._failures,
+            batch=config.batch,
+            on_dead=config.on_dead,
+        )
         self._marks = Marks()
         self.active = threading.Event()
         self.relayed = 0
         self.recovered = 0
+        self.set_aside = 0  # rows this relay moved to job_outbox_dead
 
     def run(self, stop: threading.Event) -> None:
         """Wait for the lock, then relay until ``stop``; a lost database connection
@@ -140,6 +166,7 @@ class OutboxRelay:
             waiting=int(row[0]),
             lag_s=float(row[1]),
             relayed=self.relayed,
+            dead=int(row[2]),
         )
 
     def recover(self, conn: psycopg.Connection[Any], positions: KafkaPositions) -> int:
@@ -161,34 +188,36 @@ class OutboxRelay:
         return done
 
     def relay_batch(self, conn: psycopg.Connection[Any], positions: KafkaPositions) -> int:
-        """Send up to one batch of rows and delete those the broker acknowledged;
-        returns how many rows were read. Raises EnqueueError when some were not
-        delivered (they stay, and are sent again on the next pass)."""
-        rows = conn.execute(_SELECT, (self._config.batch,)).fetchall()
-        if not rows:
+        """One pass: send up to one batch of rows, delete those the broker acknowledged
+        and set aside those that can never be sent; returns how many rows it handled
+        (sent or set aside). A row that failed retriably stays, and its tenant backs
+        off; no row's failure raises."""
+        now = self._monotonic()
+        blocked = blocked_keys(conn) if self._config.on_dead is OnDead.BLOCK else set()
+        plan = self._batcher.plan(conn, now, blocked)
+        if not plan.size:
             return 0
-        plan = self._plan(rows)
-        for topic in sorted({topic for _, _, topic in plan.sends} - set(self._marks.positions)):
+        for topic in sorted({s.topic for s in plan.sends} - set(self._marks.positions)):
             self._marks = self._marks.with_topic(topic, positions.ends(topic))
-        conn.execute(_MARK_INFLIGHT, (max(r[0] for r in rows), self._marks.to_json()))
-        outcome = self._send(plan)
-        self._finish(conn, outcome)
-        if outcome.failures:
-            row_id, reason = next(iter(outcome.failures.items()))
-            raise EnqueueError(
-                f"{len(outcome.failures)} of {len(rows)} outbox rows were not relayed "
-                f"(first: row {row_id}: {reason}); they stay in job_outbox"
-            )
-        return len(rows)
+        if plan.sends:
+            inflight = max(s.row_id for s in plan.sends)
+            conn.execute(_MARK_INFLIGHT, (inflight, self._marks.to_json()))
+        self._finish(conn, self._batcher.send(plan, now))
+        return plan.size
 
     def _finish(self, conn: psycopg.Connection[Any], outcome: BatchOutcome) -> None:
-        """Delete the acknowledged rows and move the marks past them, in one transaction."""
+        """Delete the acknowledged rows, set aside the dead ones and move the marks
+        past them, in one transaction."""
         self._marks = self._marks.advance(outcome.delivered.values())
         with conn.transaction():
             if outcome.delivered:
                 conn.execute(_DELETE, (list(outcome.delivered),))
+            for row in outcome.dead:
+                move(conn, row.row_id, job_type=row.job_type, ordering_key=row.ordering_key,
+                     reason=row.reason, error=row.error)  # fmt: skip
             conn.execute(_FINISH_BATCH, (self._marks.to_json(),))
         self.relayed += len(outcome.delivered)
+        self.set_aside += len(outcome.dead)
 
     def _lead(self, conn: psycopg.Connection[Any], stop: threading.Event) -> bool:
         """Take the advisory lock, waiting on standby until it is free or ``stop``."""
@@ -206,8 +235,9 @@ class OutboxRelay:
         return False
 
     def _serve(self, conn: psycopg.Connection[Any], stop: threading.Event) -> None:
-        """Recover once, then relay batches; a Kafka problem backs off and tries again
-        (rows are kept), it never ends the relay."""
+        """Recover once, then relay batches. Nothing but a lost database connection
+        ends this (then :meth:`run` connects again): a Kafka problem, or anything
+        unexpected, backs off a poll interval and tries again, the rows kept."""
         conn.execute("LISTEN job_outbox")
         positions = KafkaPositions(self._settings)
         recovered = False
@@ -217,9 +247,15 @@ class OutboxRelay:
                     if not recovered:
                         self.recover(conn, positions)
                         recovered = True
-                    full = self.relay_batch(conn, positions) == self._config.batch
+                    full = self.relay_batch(conn, positions) >= self._config.batch
+                except psycopg.OperationalError:
+                    raise
                 except (EnqueueError, KafkaException, TimeoutError) as exc:
                     log.error("outbox relay: %s; trying again", exc)
+                    stop.wait(self._config.poll_interval_s)
+                    continue
+                except Exception:
+                    log.exception("outbox relay: unexpected error; trying again")
                     stop.wait(self._config.poll_interval_s)
                     continue
                 if not full:
@@ -228,32 +264,11 @@ class OutboxRelay:
             positions.close()
 
     def _wait(self, conn: psycopg.Connection[Any]) -> None:
-        """Until a staging transaction commits, or the poll interval passes."""
-        for _ in conn.notifies(timeout=self._config.poll_interval_s, stop_after=1):
+        """Until a staging transaction commits, a tenant's backoff ends, or the poll
+        interval passes."""
+        timeout = self._config.poll_interval_s
+        due = self._failures.next_due_s(self._monotonic())
+        if due is not None:
+            timeout = max(0.001, min(timeout, due))
+        for _ in conn.notifies(timeout=timeout, stop_after=1):
             pass
-
-    def _plan(self, rows: Sequence[tuple[Any, ...]]) -> BatchPlan:
-        """Each row's job and topic; a row that cannot be sent is a failure, not a stop."""
-        sends: list[tuple[int, Job, str]] = []
-        failures: dict[int, str] = {}
-        for row_id, envelope in rows:
-            try:
-                job = self._codec.decode(bytes(envelope))
-                sends.append((row_id, job, self._producer.destination_of(job)))
-            except (DecodeError, EnqueueError) as exc:
-                failures[row_id] = str(exc)
-        return BatchPlan(sends=sends, failures=failures)
-
-    def _send(self, plan: BatchPlan) -> BatchOutcome:
-        """Produce in staging order (a tenant's partition keeps it) and wait for all."""
-        futures = {row_id: self._producer.send_job(job) for row_id, job, _ in plan.sends}
-        wait_all(futures.values())
-        failures = dict(plan.failures)
-        delivered: dict[int, Delivered] = {}
-        for row_id, future in futures.items():
-            error = future.exception()
-            if error is None:
-                delivered[row_id] = future.result()
-            else:
-                failures[row_id] = str(error)
-        return BatchOutcome(delivered=delivered, failures=failures)

@@ -35,3 +35,28 @@ CREATE TABLE IF NOT EXISTS job_outbox_relay (
     marks           jsonb NOT NULL DEFAULT '{}'
 );
 INSERT INTO job_outbox_relay DEFAULT VALUES ON CONFLICT DO NOTHING;
+
+-- Rows the relay set aside because they can never be sent (too large, unknown priority
+-- class, a topic missing past --missing-topic-grace, not authorised, undecodable): moved
+-- here with the reason, in the transaction that deletes them from job_outbox, and kept
+-- with their columns so `producer outbox dead retry` can stage them again (the same job
+-- id) or `producer outbox dead drop` can forget them. Created on an existing database
+-- too: running this file again is how a deployment upgrades.
+CREATE TABLE IF NOT EXISTS job_outbox_dead (
+    id           bigserial PRIMARY KEY,
+    outbox_id    bigint NOT NULL,
+    job_id       text NOT NULL,
+    queue        text NOT NULL,
+    tenant_id    text NOT NULL,
+    envelope     bytea NOT NULL,
+    staged_at    timestamptz NOT NULL,
+    type         text,
+    ordering_key text,
+    reason       text NOT NULL,
+    error        text NOT NULL,
+    dead_at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- Under --on-dead block the relay reads the ordering keys that have a dead row each pass.
+CREATE INDEX IF NOT EXISTS job_outbox_dead_key ON job_outbox_dead (queue, tenant_id, ordering_key)
+    WHERE ordering_key IS NOT NULL;

@@ -9,7 +9,10 @@ rows to Kafka.
 A staged job is built and validated exactly as :meth:`JobProducer.enqueue` builds
 it (:func:`producer.request.build_job`): a bad payload raises ``PayloadError``
 before anything is written, and the job id is assigned here, so the application
-can store it with its order.
+can store it with its order. What ``enqueue`` learns only from Kafka is checked
+here too, since a staged row the relay can never send is found only later: the
+priority class must be one of ``JOBS_PRIORITY_CLASSES``, and the record must fit
+the producer's ``message.max.bytes``.
 """
 
 from __future__ import annotations
@@ -22,11 +25,19 @@ from typing import Any
 
 import psycopg
 
+from jobcore.priority import PriorityClasses
 from producer.request import JobRequest, build_job
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
+from schemas.job_headers import job_headers
 
-__all__ = ["Outbox", "StagedJob", "raw_connection", "stage", "stage_many"]
+__all__ = ["MAX_RECORD_BYTES", "Outbox", "StagedJob", "raw_connection", "stage", "stage_many"]
+
+# librdkafka's default message.max.bytes: a larger record is refused by produce() (what
+# `enqueue` raises at once). A relay whose --kafka-config raises it: pass the same.
+MAX_RECORD_BYTES = 1_000_000
+# What librdkafka adds to a record's key, value and headers when it checks that limit.
+_RECORD_OVERHEAD = 36
 
 INSERT = "INSERT INTO job_outbox (job_id, queue, tenant_id, envelope) VALUES (%s, %s, %s, %s)"
 
@@ -47,7 +58,9 @@ class Outbox:
 
     Holds the schema registry (loaded once), so make one and reuse it. ``clock``
     (epoch seconds) stamps ``created_at`` and turns a ``delay`` into a due time,
-    counted from staging.
+    counted from staging. ``classes`` (default: ``JOBS_PRIORITY_CLASSES``, as the
+    relay reads it) are the priority classes a request may name; ``max_record_bytes``
+    is the relay producer's ``message.max.bytes``.
     """
 
     def __init__(
@@ -55,22 +68,43 @@ class Outbox:
         *,
         registry: SchemaRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        classes: PriorityClasses | None = None,
+        max_record_bytes: int = MAX_RECORD_BYTES,
     ) -> None:
         self._codec = EnvelopeCodec(registry if registry is not None else SchemaRegistry())
         self._clock = clock
+        self._classes = classes if classes is not None else PriorityClasses.from_env()
+        self._max_bytes = max_record_bytes
 
     def build(self, requests: Iterable[JobRequest]) -> list[StagedJob]:
         """Every request built and validated before any row is written."""
         staged = []
         for index, request in enumerate(requests):
             try:
-                job = build_job(
-                    request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex
-                )
+                job = build_job(request, codec=self._codec, now=self._clock(),
+                                job_id=uuid.uuid4().hex, classes=self._classes)  # fmt: skip
+                envelope = self._codec.encode(job)
+                self._check_size(job, envelope)
             except PayloadError as exc:
                 raise PayloadError(f"request {index}: {exc}") from exc
-            staged.append(StagedJob(job=job, envelope=self._codec.encode(job)))
+            except ValueError as exc:
+                raise ValueError(f"request {index}: {exc}") from exc
+            staged.append(StagedJob(job=job, envelope=envelope))
         return staged
+
+    def _check_size(self, job: Job, envelope: bytes) -> None:
+        """Refuse a record the relay's producer would refuse as too large, counted as
+        librdkafka counts it (key, value, headers and the record's overhead)."""
+        headers = [(k.encode(), v) for k, v in job_headers(job, envelope)]
+        size = (_RECORD_OVERHEAD + len(job.tenant_id.encode()) + len(envelope)
+                + sum(_varint(len(k)) + len(k) + _varint(len(v)) + len(v)
+                      for k, v in headers))  # fmt: skip
+        if size > self._max_bytes:
+            raise PayloadError(
+                f"job of type {job.type!r} for queue {job.queue!r} is {size} bytes as a "
+                f"record; Kafka takes at most {self._max_bytes} (message.max.bytes): make "
+                "the payload smaller, e.g. store the data and pass its id"
+            )
 
     def stage(self, conn: psycopg.Connection[Any], request: JobRequest) -> str:
         """Insert one job in ``conn``'s current transaction; returns its job id."""
@@ -97,6 +131,15 @@ class Outbox:
         async with conn.cursor() as cur:
             await cur.executemany(INSERT, [s.row() for s in staged])
         return [s.job.job_id for s in staged]
+
+
+def _varint(n: int) -> int:
+    """Bytes of ``n`` as a zigzag varint, as a record header's lengths are written."""
+    zigzag, size = n << 1, 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
 
 
 def stage(

@@ -12,8 +12,9 @@ import os
 import re
 import shutil
 import subprocess
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -23,6 +24,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from leasekeeper.metrics import COUNTERS, EngineCollector
 from leasekeeper.ready_targets import DEFAULT_READY_TARGETS
+from producer.outbox import metrics as outbox_metrics
+from producer.outbox.relay import OutboxRelay, OutboxStats
 
 ALERTS = Path(__file__).resolve().parents[2] / "docs" / "alerts"
 RULES = ALERTS / "leasekeeper-rules.yml"
@@ -125,6 +128,48 @@ def promtool() -> str:
     "command", [["check", "rules", RULES.name], ["test", "rules", RULE_TESTS.name]]
 )
 def test_promtool_accepts_the_rules_and_their_tests(command: list[str]) -> None:
+    done = subprocess.run([promtool(), *command], cwd=ALERTS, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+OUTBOX_RULES = ALERTS / "outbox-rules.yml"
+OUTBOX_RULE_TESTS = ALERTS / "outbox-rules.test.yml"
+
+
+class _StatsRelay:
+    """What the relay's collector reads: fixed stats, no database."""
+
+    def stats(self, conn: object) -> OutboxStats:
+        return OutboxStats(active=True, waiting=4, lag_s=2.5, relayed=9, dead=3)
+
+
+def outbox_exported(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    monkeypatch.setattr(outbox_metrics.psycopg, "connect", lambda *a, **k: nullcontext())
+    registry = CollectorRegistry()
+    registry.register(outbox_metrics.RelayCollector(cast(OutboxRelay, _StatsRelay()), "dsn"))
+    text = generate_latest(registry).decode()
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_the_outbox_rule_reads_the_dead_rows_the_relay_exports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    samples = outbox_exported(monkeypatch)
+    assert samples["outbox_dead_rows"] == 3
+    data = yaml.safe_load(OUTBOX_RULES.read_text())
+    (rule,) = [rule for group in data["groups"] for rule in group["rules"]]
+    assert rule["alert"] == "OutboxDeadRows" and rule["labels"]["severity"] == "warning"
+    names = set(re.findall(r"\boutbox_[a-z_]+\b", rule["expr"]))
+    assert names == {"outbox_dead_rows"} and names <= set(samples)
+    doc = (ALERTS.parent / "outbox.md").read_text()
+    assert f"```yaml\n{OUTBOX_RULES.read_text()}```" in doc, "outbox.md quotes the rules file"
+
+
+@pytest.mark.parametrize(
+    "command", [["check", "rules", OUTBOX_RULES.name], ["test", "rules", OUTBOX_RULE_TESTS.name]]
+)
+def test_promtool_accepts_the_outbox_rule_and_its_tests(command: list[str]) -> None:
     done = subprocess.run([promtool(), *command], cwd=ALERTS, capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

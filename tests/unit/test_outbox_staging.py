@@ -4,7 +4,7 @@ SQLAlchemy helper, and the relay's settings checks."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -12,11 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from jobcore.kafka import KafkaException, KafkaSettings, make_producer
+from jobcore.priority import PriorityClasses
 from producer.api import Delivered
 from producer.outbox import SCHEMA_SQL, Outbox, RelayConfig, raw_connection
 from producer.outbox.marks import Marks
 from producer.request import JobRequest, build_job
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
+from schemas.job_headers import job_headers
 
 NOW = 1_700_000_000.0
 RECEIPT = {"order_id": 7, "email": "a@example.com", "amount_cents": 1999}
@@ -108,3 +111,59 @@ def test_raw_connection_unwraps_a_sqlalchemy_connection_or_session() -> None:
 def test_raw_connection_refuses_another_driver_with_the_fix() -> None:
     with pytest.raises(TypeError, match=r"postgresql\+psycopg://"):
         raw_connection(_SaConnection(_Fairy(object())))
+
+
+def test_staging_refuses_an_unknown_priority_class_naming_the_known_ones() -> None:
+    typo = JobRequest(queue="q", type="send_receipt", payload=RECEIPT, tenant_id="a",
+                      priority="urgnet")  # fmt: skip
+    good = JobRequest(queue="q", type="send_receipt", payload=RECEIPT, tenant_id="a")
+    with pytest.raises(ValueError, match=r"request 1: unknown priority class 'urgnet'") as err:
+        Outbox().build([good, typo])
+    assert "critical, default, bulk" in str(err.value)
+    classes = PriorityClasses.parse("urgent=5,default=1")
+    (staged,) = Outbox(classes=classes).build([replace(typo, priority="urgent")])
+    assert staged.job.priority_class == "urgent"
+
+
+def receipt_of(size: int) -> JobRequest:
+    payload = {**RECEIPT, "email": "a" * size}
+    return JobRequest(queue="q", type="send_receipt", payload=payload, tenant_id="acme")
+
+
+def test_staging_refuses_an_envelope_too_large_for_kafka() -> None:
+    with pytest.raises(PayloadError, match=r"request 0: .* bytes as a record; Kafka takes at "
+                       r"most 1000000 \(message.max.bytes\)"):  # fmt: skip
+        Outbox().build([receipt_of(1_000_000)])
+    assert Outbox().build([receipt_of(900_000)])
+    with pytest.raises(PayloadError, match="at most 2000"):
+        Outbox(max_record_bytes=2_000).build([receipt_of(2_000)])
+
+
+def test_staging_counts_a_record_as_the_producer_does() -> None:
+    """librdkafka's own size check (produce() with the same message.max.bytes; no
+    broker needed) refuses exactly the records staging refuses."""
+    limit = 2_000
+    outbox = Outbox(max_record_bytes=limit)
+    producer = make_producer(
+        KafkaSettings(bootstrap="127.0.0.1:1"), **{"message.max.bytes": limit, "log_level": 0}
+    )
+    verdicts = []
+    try:
+        for size in range(1_600, 1_800):
+            staged = Outbox().build([receipt_of(size)])[0]
+            try:
+                producer.produce("t", key=b"acme", value=staged.envelope,
+                                 headers=job_headers(staged.job, staged.envelope))  # fmt: skip
+                producer_takes = True
+            except KafkaException:
+                producer_takes = False
+            try:
+                outbox.build([receipt_of(size)])
+                staging_takes = True
+            except PayloadError:
+                staging_takes = False
+            verdicts.append((size, staging_takes, producer_takes))
+    finally:
+        producer.purge()
+    assert [v for v in verdicts if v[1] != v[2]] == []
+    assert {v[1] for v in verdicts} == {True, False}
