@@ -182,26 +182,20 @@ def _serve(relay: OutboxRelay, dsn: str, metrics_port: int | None, report: LiveP
 def _check_database(dsn: str) -> None:
     """A wrong DSN, or a database without the outbox tables (none, or from before
     job_outbox_dead), fails here in one line."""
-    try:
-        with psycopg.connect(dsn, connect_timeout=10) as conn:
-            conn.execute("SELECT 1 FROM job_outbox_relay")
-    except psycopg.errors.UndefinedTable:
-        raise click.ClickException(
-            f"{database_of(dsn)} (from --dsn) has no job_outbox table; create it: "
-            "producer outbox init --dsn ... (or apply producer/outbox/schema.sql)"
-        ) from None
-    except psycopg.Error as exc:
-        raise click.ClickException(_db_problem(dsn, exc)) from None
-    try:
-        with psycopg.connect(dsn, connect_timeout=10) as conn:
-            conn.execute("SELECT 1 FROM job_outbox_dead LIMIT 0")
-    except psycopg.errors.UndefinedTable:
-        raise click.ClickException(
-            f"{database_of(dsn)} (from --dsn) has no job_outbox_dead table (an outbox from "
-            "an older release); add it: producer outbox init --dsn ... (safe to run again)"
-        ) from None
-    except psycopg.Error as exc:
-        raise click.ClickException(_db_problem(dsn, exc)) from None
+    checks = (
+        ("SELECT 1 FROM job_outbox_relay", "has no job_outbox table; create it: producer "
+         "outbox init --dsn ... (or apply producer/outbox/schema.sql)"),
+        ("SELECT 1 FROM job_outbox_dead LIMIT 0", "has no job_outbox_dead table (an outbox "
+         "from an older release); add it: producer outbox init --dsn ... (safe to run again)"),
+    )  # fmt: skip
+    for query, missing in checks:
+        try:
+            with psycopg.connect(dsn, connect_timeout=10) as conn:
+                conn.execute(query.encode())
+        except psycopg.errors.UndefinedTable:
+            raise click.ClickException(f"{database_of(dsn)} (from --dsn) {missing}") from None
+        except psycopg.Error as exc:
+            raise click.ClickException(_db_problem(dsn, exc)) from None
 
 
 def _db_problem(dsn: str, exc: psycopg.Error) -> str:
