@@ -430,6 +430,9 @@ class KeyBook:
         line.returning.discard(entry.seq)
         line.out.pop(entry.seq, None)
         self._dirty.add(entry.line)
+        # Empty when the copy has not been fetched yet: it makes its line anew then, and
+        # a line whose copy is skipped unfetched (cancelled) must not stay forever.
+        self._forget_if_empty(entry.line)
 
     def return_dropped(self, entry: LaneEntry) -> None:
         """A copy back was given up (the partition moved): it is still in the lane."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jobcore.control import Cancellation
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.dlq.replay import replay_job
 from leasekeeper.engine import EngineConfig, LeaseEngine
@@ -109,3 +110,26 @@ def test_under_block_a_replay_waits_in_its_key_line_and_is_not_skipped(tmp_path:
     (waiting,) = deliver(engine, CopyKind.LANE)
     assert waiting.job is not None and waiting.job.job_id == "job-0"
     assert waiting.job.replay_count == dead.replay_count + 1, "the replay itself waits"
+
+
+def test_a_line_whose_copy_back_is_skipped_when_fetched_is_forgotten(tmp_path: Path) -> None:
+    """A job copied back from the lane and skipped when fetched (cancelled meanwhile)
+    leaves its line empty: it must not stay in memory for good."""
+    clock = Clock()
+    retries = RetryPolicies(default=RetryPolicy(jitter=Jitter.NONE))
+    config = EngineConfig(lease_s=10, retries=retries)
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
+    engine.assign(TP, 0)
+    engine.offer(TP, 0, ordered(0), b"x")
+    (grant,) = engine.claim("w", 10, 0)
+    settle(engine, grant, Outcome.NACK)
+    deliver(engine, CopyKind.LANE)
+    clock.now += 3600
+    engine.promote_due()
+    (back,) = deliver(engine, CopyKind.RETURN)  # back in the class topic
+    engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
+    assert back.lane is not None
+    engine.offer(TP, 1, back.lane.job, b"x")  # fetched and skipped: cancelled
+    deliver(engine, CopyKind.LANE_DROP)
+    engine.promote_due()
+    assert engine._ordering.keys._lines == {}
