@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from jobcore.kafka import (
     Consumer,
@@ -35,6 +34,7 @@ from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.family_consumer import FamilyConsumer
 from leasekeeper.fetch_path import gather
+from leasekeeper.lane_loads import LaneLoads
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import partitions_line
 from leasekeeper.ordering_lane import LaneFeed
@@ -154,6 +154,7 @@ class ConsumerLoop:
         self.control: ControlFeed | None = None
         self.breakers: BreakerFeed | None = None
         self.lane: LaneFeed | None = None
+        self._lanes = LaneLoads(engine)  # class partitions whose lane entries are not read
         self._last_commit = self._clock()  # nothing to commit before the first fetch
         self._last_reap = 0.0
         self.commits = 0
@@ -190,11 +191,12 @@ class ConsumerLoop:
             self._consumer.close()
 
     def _step(self) -> None:
+        self._lanes.step(self.lane)
         room = self._apply_backpressure()
         # Never fetch more than the window takes: the bound holds in records, and
         # in bytes up to one batch. A paused consumer still serves callbacks.
         due: list[tuple[TopicPart, int, JobHead, bytes]] = []
-        messages = self._fetch(max(1, min(self._config.batch_size, room)))
+        messages = self._lanes.admit(self._fetch(max(1, min(self._config.batch_size, room))))
         i, n = 0, len(messages)
         while i < n:
             # The common records on the compiled fast path; the first that needs more
@@ -453,7 +455,7 @@ class ConsumerLoop:
             wanted |= over
             room = headroom
         wanted |= self._overflow.copying(assignment)
-        wanted |= self._gate.held() & assignment
+        wanted |= (self._gate.held() | self._lanes.waiting()) & assignment
         # A partition whose copy cannot be produced fetches nothing more to fail on.
         wanted |= set(self._outbox.blocked()) & assignment
         self._set_paused(wanted, assignment)
@@ -639,7 +641,11 @@ class ConsumerLoop:
             self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
             self._assignment.add(TopicPart(tp.topic, tp.partition))
             self._fresh.add(TopicPart(tp.topic, tp.partition))
-        self._assign_lines(consumer, committed)
+        if self.lane is not None:  # else ordering within this life only (not connected)
+            tps = [TopicPart(tp.topic, tp.partition) for tp in committed]
+            self._lanes.assigned(
+                consumer, [tp for tp in tps if self._gate.tier_of(tp.topic) is None]
+            )
         self._assigned_once.add(id(consumer))
         if self._every_family_assigned():
             self._engine.assignment_received()
@@ -656,32 +662,13 @@ class ConsumerLoop:
             return True
         return all(id(c) in self._assigned_once for c in families.values())
 
-    def _assign_lines(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Per-key ordering: the lane read to its end, then each class partition's lines
-        with its end offset (see ``KeyBook.assign``)."""
-        classes = [tp for tp in partitions if self._gate.tier_of(tp.topic) is None]
-        lane = self.lane
-        if not classes or lane is None:
-            return  # no lane read (not connected yet): ordering within this life only
-        until_done(lane.catch_up, what="reading the ordering lane", stop=self._stop,
-                   watch=self._watch, backoff=self._backoff)  # fmt: skip
-        for tp in classes:
-            high = until_done(
-                partial(_end_offset, consumer, tp),
-                what="reading the end offsets of assigned partitions",
-                stop=self._stop,
-                watch=self._watch,
-                backoff=self._backoff,
-            )
-            part = TopicPart(tp.topic, tp.partition)
-            self._engine.assign_lines(part, high, lane.entries(part))
-
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Hand partitions over: stop dispatching them, let their jobs in flight finish
         within the grace period, commit what is resolved (and the progress beyond it),
         then let go. Jobs still leased after the grace are run again by the next owner."""
         moving = {TopicPart(tp.topic, tp.partition) for tp in partitions}
         self._gate.forget(moving)
+        self._lanes.forget(moving, self.lane)
         self._engine.begin_revoke(moving)
         left = self._drain(moving)
         self.commit(only=moving, patience_s=HANDOVER_COMMIT_PATIENCE_S)
@@ -711,6 +698,7 @@ class ConsumerLoop:
             partitions_line((tp.topic, tp.partition) for tp in lost),
         )
         self._gate.forget(lost)
+        self._lanes.forget(lost, self.lane)
         for tp in lost:
             self._engine.revoke(tp)
         self._assignment -= lost
@@ -725,6 +713,7 @@ class ConsumerLoop:
         leasekeeper exits non-zero for its supervisor."""
         lost = set(self._engine.assigned())
         self._gate.forget(lost)
+        self._lanes.forget(lost, self.lane)
         for tp in lost:
             self._engine.revoke(tp)
         self._assignment.clear()
@@ -783,11 +772,6 @@ class ConsumerLoop:
             self._outbox.pump()
             self._producer.poll(0)
             self._engine.expire()
-
-
-def _end_offset(consumer: Consumer, tp: TopicPartition) -> int:
-    _, high = consumer.get_watermark_offsets(tp, timeout=10)
-    return int(high)
 
 
 def _worth_waiting(error: KafkaError) -> bool:

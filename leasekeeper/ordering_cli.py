@@ -46,6 +46,7 @@ def _lane(queue: str, settings: KafkaSettings, topics: QueueTopics) -> list[Lane
                     on_operator=lambda *_: None)  # fmt: skip
     try:
         feed.catch_up()
+        loaded = {} if feed.missing else feed.load(set(feed.offsets), timeout_s=60.0)
     finally:
         feed.close()
     if feed.missing:
@@ -53,7 +54,8 @@ def _lane(queue: str, settings: KafkaSettings, topics: QueueTopics) -> list[Lane
             f"queue {queue!r} has no ordering lane {topics.ordering}: run `producer "
             f"create-queue {queue} --partitions N` to add it"
         )
-    return sorted(feed.index.values(), key=lambda e: (e.line.tenant, e.line.key, e.seq))
+    entries = [entry for part in loaded.values() for entry in part]
+    return sorted(entries, key=lambda e: (e.line.tenant, e.line.key, e.seq))
 
 
 def _codec() -> EnvelopeCodec:

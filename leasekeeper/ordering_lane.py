@@ -7,9 +7,13 @@ record carries the whole job, so the lane is a copy of the job like a retry
 tier is (the job never lives only in local state). When the job goes back into
 its class topic, the owner deletes its record with a tombstone.
 
-Every leasekeeper reads the lane whole (``LaneFeed``): at start, and again up to
-its end whenever it is assigned a class partition, so the new owner of a line
-knows what of it is out before any of it runs. Records of the owner's own lines
+Every leasekeeper reads the lane whole (``LaneFeed``), but keeps of it only each
+live record's place (partition, seq, lane offset): no job, not even of its own
+partitions, so the lane may grow while a key stays blocked without every
+leasekeeper holding it. When it is assigned a class partition, it reads the
+records of that partition again by their offsets (``load``), on the loop's
+thread after the rebalance callback (see ``lane_loads``), so the new owner of a
+line knows what of it is out before any of it runs. Records of the owner's own lines
 are written by the owner (as copies, through the outbox); the one other writer
 is an operator (``leasekeeper ordering skip|replay``), whose records say so
 (``writer: operator``) and are applied to the owner's lines.
@@ -25,10 +29,11 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from jobcore.kafka import (
     OFFSET_BEGINNING,
+    Consumer,
     KafkaError,
     KafkaSettings,
     Message,
@@ -92,8 +97,9 @@ def parse_lane_key(key: bytes) -> tuple[TopicPart, int]:
 
 
 class LaneFeed:
-    """Reads ``jobs.Q.ordering`` into an index by record key; operator records are
-    also handed to ``on_operator`` (the engine applies them to the lines it owns)."""
+    """Reads ``jobs.Q.ordering`` into an index of each live record's lane offset; the
+    operator records of the partitions loaded here are also handed to
+    ``on_operator`` (the engine applies them to the lines it owns)."""
 
     def __init__(
         self,
@@ -113,10 +119,16 @@ class LaneFeed:
         self._consumer = make_consumer(settings, f"ordering-reader-{uuid.uuid4().hex[:8]}")
         self._assigned = False
         self.missing = False
-        self.index: dict[bytes, LaneEntry] = {}
-
-    def entries(self, tp: TopicPart) -> Iterable[LaneEntry]:
-        return [entry for entry in self.index.values() if entry.line.tp == tp]
+        # Every live record's lane offset, by class partition and seq: its place only.
+        self.offsets: dict[TopicPart, dict[int, int]] = {}
+        # Partitions loaded here (and not let go since): their operator records count.
+        self._owned: set[TopicPart] = set()
+        # A ``load`` under way: its partitions, the entries of theirs read so far by
+        # lane offset (None: malformed), and the reader's range [_start, _next).
+        self._reader: Consumer | None = None
+        self._loading: frozenset[TopicPart] = frozenset()
+        self._found: dict[int, LaneEntry | None] = {}
+        self._start = self._next = -1
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read every record written so far; TimeoutError if that takes longer. A
@@ -165,24 +177,102 @@ class LaneFeed:
             self._apply(message)
 
     def _apply(self, message: Message) -> None:
-        key, value = message.key(), message.value()
+        key = message.key()
         if message.error() is not None or key is None:
             return
+        try:
+            tp, seq = parse_lane_key(key)
+        except ValueError:
+            log.warning("ignoring a record on %s with a malformed key %r", self._topic, key)
+            return
+        value = message.value()
         if value is None:
-            self.index.pop(key, None)
-            writer = message.headers() or []
-            if (("writer", OPERATOR.encode())) in writer:
-                tp, seq = parse_lane_key(key)
+            seqs = self.offsets.get(tp)
+            if seqs is not None and seqs.pop(seq, None) is not None and not seqs:
+                del self.offsets[tp]
+            if ("writer", OPERATOR.encode()) in (message.headers() or []):
                 self._on_operator(tp, seq, None)
             return
+        offset: int = message.offset()  # type: ignore[assignment]  # set: no error
+        self.offsets.setdefault(tp, {})[seq] = offset
+        if tp not in self._owned:
+            return  # not decoded: its job is read again if the partition comes here
         try:
             entry, writer_id = decode_entry(value, self._codec)
         except (ValueError, KeyError, TypeError, DecodeError) as exc:
             log.warning("ignoring a malformed record on %s: %s", self._topic, exc)
             return
-        self.index[key] = entry
         if writer_id == OPERATOR:
             self._on_operator(entry.line.tp, entry.seq, entry)
 
+    # -- the entries of partitions assigned here ------------------------------------
+
+    def load(self, tps: set[TopicPart], timeout_s: float) -> dict[TopicPart, list[LaneEntry]]:
+        """The lane entries of ``tps`` (class partitions just assigned), with the lane
+        read to its end, each partition's in seq order; from then on their operator
+        records go to ``on_operator``. Only their records are read again, from the
+        lowest of their offsets on. TimeoutError if that takes longer than
+        ``timeout_s``: the next call for the same partitions goes on from there."""
+        deadline = time.monotonic() + timeout_s
+        if self._loading != frozenset(tps):
+            self._loading, self._found, self._start, self._next = frozenset(tps), {}, -1, -1
+        while True:
+            self.catch_up(max(0.0, deadline - time.monotonic()))
+            wanted = {o for tp in tps for o in self.offsets.get(tp, {}).values()}
+            missing = wanted - self._found.keys()
+            if not missing:
+                break
+            self._read(missing, deadline)
+        loaded: dict[TopicPart, list[LaneEntry]] = {}
+        for tp in tps:
+            places = sorted(self.offsets.get(tp, {}).items())
+            loaded[tp] = [e for _seq, o in places if (e := self._found[o]) is not None]
+        self._owned |= tps
+        self._loading, self._found, self._start, self._next = frozenset(), {}, -1, -1
+        return loaded
+
+    def let_go(self, tps: set[TopicPart]) -> None:
+        """Partitions moved away: their operator records no longer count here."""
+        self._owned -= tps
+        if self._loading & tps:
+            self._loading, self._found, self._start, self._next = frozenset(), {}, -1, -1
+
+    def _read(self, missing: set[int], deadline: float) -> None:
+        """Read the lane on from where the last call stopped, up to the highest offset
+        in ``missing``; from the lowest again when it lies behind (a record compacted
+        away meanwhile, whose newer one the next catch-up brings)."""
+        low, high = min(missing), max(missing)
+        if self._reader is None:
+            self._reader = make_consumer(self._settings, f"ordering-load-{uuid.uuid4().hex[:8]}")
+        if self._next < 0 or low < self._start or high < self._next:
+            self._reader.assign([TopicPartition(self._topic, 0, low)])
+            self._start = self._next = low
+        while self._next <= high:
+            for message in self._reader.consume(500, timeout=0.2):
+                offset: int = message.offset()  # type: ignore[assignment]
+                if message.error() is None:
+                    self._next = offset + 1
+                    self._keep(message, offset)
+            if self._next <= high and time.monotonic() > deadline:
+                raise TimeoutError(f"{self._topic} not read for {sorted(self._loading)} in time")
+
+    def _keep(self, message: Message, offset: int) -> None:
+        key, value = message.key(), message.value()
+        if key is None or value is None:
+            return
+        try:
+            tp, _seq = parse_lane_key(key)
+        except ValueError:
+            return
+        if tp not in self._loading:
+            return
+        try:
+            self._found[offset] = decode_entry(value, self._codec)[0]
+        except (ValueError, KeyError, TypeError, DecodeError) as exc:
+            log.warning("ignoring a malformed record on %s: %s", self._topic, exc)
+            self._found[offset] = None
+
     def close(self) -> None:
         self._consumer.close()
+        if self._reader is not None:
+            self._reader.close()

@@ -127,11 +127,11 @@ class Producer:
 class Lane:
     """The ordering lane, empty."""
 
-    def catch_up(self) -> None:
-        pass
+    def load(self, tps: set[TopicPart], timeout_s: float) -> dict[TopicPart, list[LaneEntry]]:
+        return {tp: [] for tp in tps}
 
-    def entries(self, tp: TopicPart) -> list[LaneEntry]:
-        return []
+    def let_go(self, tps: set[TopicPart]) -> None:
+        pass
 
     def poll(self) -> None:
         pass
