@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from producer.outbox.dead import DeadRow, Selection, dead_rows, drop, retry
+from producer.outbox.dsn import dsn_option
 from producer.outbox.failures import DeadReason
 from producer.outbox.report import database_of
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -43,22 +44,13 @@ def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def _dsn(command: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--dsn",
-        required=True,
-        help="PostgreSQL connection string of the application's database "
-        "(e.g. 'host=db dbname=shop user=app' or postgresql://...).",
-    )(command)
-
-
 @click.group("dead")
 def dead() -> None:
     """Rows the relay set aside because they can never be sent (job_outbox_dead)."""
 
 
 @dead.command("list")
-@_dsn
+@dsn_option
 @_filters
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
@@ -80,7 +72,7 @@ def list_(
 
 
 @dead.command("retry")
-@_dsn
+@dsn_option
 @click.argument("ids", nargs=-1, type=int)
 @click.option("--all", "every", is_flag=True, help="Every row the filters match.")
 @_filters
@@ -103,7 +95,7 @@ def retry_(
 
 
 @dead.command("drop")
-@_dsn
+@dsn_option
 @click.argument("ids", nargs=-1, type=int)
 @click.option("--all", "every", is_flag=True, help="Every row the filters match.")
 @_filters

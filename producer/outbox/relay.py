@@ -101,7 +101,10 @@ class RelayConfig:
                 f"backoff must be 0 < base <= max, got {self.backoff_base_s}, {self.backoff_max_s}"
             )
         if self.lock_timeout_s < 1:
-            raise ValueError(f"lock timeout must be >= 1 second, got {self.lock_timeout_s}")
+            raise ValueError(
+                f"lock timeout must be at least 1 second (--lock-timeout), "
+                f"got {self.lock_timeout_s}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
