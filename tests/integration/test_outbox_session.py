@@ -5,6 +5,7 @@ Real PostgreSQL (the suite's private cluster) and Kafka."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -56,6 +57,16 @@ def test_staging_on_an_autocommit_connection_is_refused_and_writes_nothing(db: s
         with conn.transaction():  # a transaction block on it is a transaction
             Outbox().stage(conn, request)
     assert waiting(db) == 1
+
+
+def test_async_staging_on_an_autocommit_connection_is_refused(db: str) -> None:
+    async def stage() -> None:
+        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+            await Outbox().stage_async(conn, receipt("q", 1))
+
+    with pytest.raises(ValueError, match="autocommit connection outside a transaction"):
+        asyncio.run(stage())
+    assert waiting(db) == 0
 
 
 def test_the_dsn_is_read_from_the_environment_or_a_file(
