@@ -22,7 +22,7 @@ from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.live_topic import LivePublisher, default_instance
 from producer.api import EnqueueError, JobProducer
 from producer.outbox.dead_cli import dead
-from producer.outbox.dsn import dsn_option
+from producer.outbox.dsn import dsn_option, dsn_source
 from producer.outbox.failures import OnDead
 from producer.outbox.metrics import serve_metrics
 from producer.outbox.relay import OutboxRelay, RelayConfig
@@ -195,8 +195,8 @@ def _check_database(dsn: str) -> None:
             conn.execute("SELECT 1 FROM job_outbox_relay")
     except psycopg.errors.UndefinedTable:
         raise click.ClickException(
-            f"{database_of(dsn)} (from --dsn) has no job_outbox table; create it: "
-            "producer outbox init --dsn ... (or apply producer/outbox/schema.sql)"
+            f"{database_of(dsn)} (from {dsn_source()}) has no job_outbox table; create it: "
+            "producer outbox init with the same database (or apply producer/outbox/schema.sql)"
         ) from None
     except psycopg.Error as exc:
         raise click.ClickException(_db_problem(dsn, exc)) from None
@@ -205,8 +205,9 @@ def _check_database(dsn: str) -> None:
             conn.execute("SELECT 1 FROM job_outbox_dead LIMIT 0")
     except psycopg.errors.UndefinedTable:
         raise click.ClickException(
-            f"{database_of(dsn)} (from --dsn) has no job_outbox_dead table (an outbox from "
-            "an older release); add it: producer outbox init --dsn ... (safe to run again)"
+            f"{database_of(dsn)} (from {dsn_source()}) has no job_outbox_dead table (an "
+            "outbox from an older release); add it: producer outbox init with the same "
+            "database (safe to run again)"
         ) from None
     except psycopg.Error as exc:
         raise click.ClickException(_db_problem(dsn, exc)) from None
@@ -217,9 +218,9 @@ def _db_problem(dsn: str, exc: psycopg.Error) -> str:
     try:
         where = database_of(dsn)
     except psycopg.Error:
-        return f"--dsn is not a valid PostgreSQL connection string: {exc}"
+        return f"{dsn_source()} is not a valid PostgreSQL connection string: {exc}"
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return (
-        f"cannot use PostgreSQL at {where} (from --dsn): {reason}; check the DSN, "
+        f"cannot use PostgreSQL at {where} (from {dsn_source()}): {reason}; check the DSN, "
         "that the server runs, and the user's rights"
     )

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from producer.outbox.dead import DeadRow, Selection, dead_rows, drop, retry
-from producer.outbox.dsn import dsn_option
+from producer.outbox.dsn import dsn_option, dsn_source
 from producer.outbox.failures import DeadReason
 from producer.outbox.report import database_of
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -134,8 +134,8 @@ def _with_db(dsn: str, action: Callable[[psycopg.Connection[Any]], _T]) -> _T:
             return action(conn)
     except psycopg.errors.UndefinedTable:
         raise click.ClickException(
-            f"{_where(dsn)} (from --dsn) has no job_outbox_dead table; create it: "
-            "producer outbox init --dsn ... (safe on an existing outbox)"
+            f"{_where(dsn)} (from {dsn_source()}) has no job_outbox_dead table; create it: "
+            "producer outbox init with the same database (safe on an existing outbox)"
         ) from None
     except psycopg.errors.UniqueViolation as exc:
         detail = exc.diag.message_detail or str(exc).strip().splitlines()[0]
@@ -146,8 +146,8 @@ def _with_db(dsn: str, action: Callable[[psycopg.Connection[Any]], _T]) -> _T:
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise click.ClickException(
-            f"cannot use PostgreSQL at {_where(dsn)} (from --dsn): {reason}; check the DSN, "
-            "that the server runs, and the user's rights"
+            f"cannot use PostgreSQL at {_where(dsn)} (from {dsn_source()}): {reason}; check "
+            "the DSN, that the server runs, and the user's rights"
         ) from None
 
 

@@ -16,9 +16,10 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-__all__ = ["ENV_OUTBOX_DSN", "dsn_option"]
+__all__ = ["ENV_OUTBOX_DSN", "dsn_option", "dsn_source"]
 
 ENV_OUTBOX_DSN = "OUTBOX_DSN"
+_SOURCE = "producer.outbox.dsn_source"
 
 
 def dsn_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,14 +47,22 @@ def dsn_option(command: Callable[..., Any]) -> Callable[..., Any]:
     )(with_dsn)
 
 
+def dsn_source() -> str:
+    """Where the command's DSN came from, for an error naming what to fix."""
+    ctx = click.get_current_context(silent=True)
+    return str(ctx.meta.get(_SOURCE, "--dsn")) if ctx is not None else "--dsn"
+
+
 def _resolve(dsn: str | None, dsn_file: Path | None) -> str:
+    ctx = click.get_current_context()
+    source = ctx.get_parameter_source("dsn")
     if dsn_file is None:
         if not dsn:
             raise click.UsageError(
                 f"no database: pass --dsn-file PATH, set {ENV_OUTBOX_DSN}, or pass --dsn DSN"
             )
+        ctx.meta[_SOURCE] = ENV_OUTBOX_DSN if source is ParameterSource.ENVIRONMENT else "--dsn"
         return dsn
-    source = click.get_current_context().get_parameter_source("dsn")
     if dsn and source is ParameterSource.COMMANDLINE:
         raise click.UsageError("--dsn and --dsn-file both given: pass one of them")
     try:
@@ -66,4 +75,5 @@ def _resolve(dsn: str | None, dsn_file: Path | None) -> str:
         raise click.BadParameter(
             f"{dsn_file} is empty; write the connection string in it", param_hint="--dsn-file"
         )
+    ctx.meta[_SOURCE] = f"--dsn-file {dsn_file}"
     return text

@@ -89,6 +89,11 @@ def test_the_dsn_is_read_from_the_environment_or_a_file(
     assert "--dsn-file PATH, set OUTBOX_DSN, or pass --dsn" in none.output
     both = runner.invoke(producer_cli, ["outbox", "init", "--dsn", db, "--dsn-file", str(secret)])
     assert both.exit_code == 2 and "pass one of them" in both.output
+    wrong = runner.invoke(producer_cli, ["outbox", "init"], env={"OUTBOX_DSN": db + "_gone"})
+    assert wrong.exit_code == 1 and "(from OUTBOX_DSN)" in wrong.output, wrong.output
+    secret.write_text(db + "_gone")
+    wrong = runner.invoke(producer_cli, ["outbox", "dead", "list", "--dsn-file", str(secret)])
+    assert wrong.exit_code == 1 and f"(from --dsn-file {secret})" in wrong.output, wrong.output
 
 
 def start_relay(dsn: str, kafka: KafkaSettings, log: Path) -> subprocess.Popen[bytes]:
