@@ -42,7 +42,7 @@ import psycopg
 
 from jobcore.kafka import KafkaException, KafkaSettings
 from producer.api import EnqueueError, JobProducer
-from producer.outbox.batch import Batcher, BatchOutcome
+from producer.outbox.batch import Batcher, BatchOutcome, BatchPlan
 from producer.outbox.dead import COUNT as DEAD_COUNT
 from producer.outbox.dead import blocked_keys, move
 from producer.outbox.failures import OnDead, RowFailures
@@ -212,19 +212,29 @@ class OutboxRelay:
         plan = self._batcher.plan(conn, now, blocked)
         if not plan.size:
             return 0
+        marks = self._marks(conn, plan, positions, now)
         if plan.sends:
-            # Fresh marks, for this batch's topics only: recovery reads no more than
-            # what was written while this batch was in flight.
-            marks = Marks()
-            with Heartbeat(conn, self._ping_s):
-                for topic in sorted({s.topic for s in plan.sends}):
-                    marks = marks.with_topic(topic, positions.ends(topic))
             inflight = max(s.row_id for s in plan.sends)
             conn.execute(_MARK_INFLIGHT, (inflight, marks.to_json()))
         with Heartbeat(conn, self._ping_s):
             outcome = self._batcher.send(plan, now)
         self._finish(conn, outcome)
         return plan.size
+
+    def _marks(
+        self, conn: psycopg.Connection[Any], plan: BatchPlan, positions: KafkaPositions, now: float
+    ) -> Marks:
+        """Fresh marks for this batch's topics only, so recovery reads no more than
+        what was written while the batch was in flight. A topic whose ends cannot be
+        read fails its rows, not the batch ("Rows that cannot be sent")."""
+        marks = Marks()
+        with Heartbeat(conn, self._ping_s):
+            for topic in sorted({s.topic for s in plan.sends}):
+                try:
+                    marks = marks.with_topic(topic, positions.ends(topic))
+                except (EnqueueError, KafkaException) as exc:
+                    self._batcher.withhold(plan, topic, exc, now)
+        return marks
 
     def _finish(self, conn: psycopg.Connection[Any], outcome: BatchOutcome) -> None:
         """Delete the acknowledged rows, set aside the dead ones and clear the

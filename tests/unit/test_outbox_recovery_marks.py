@@ -14,12 +14,12 @@ import psycopg
 import pytest
 
 from jobcore.kafka import KafkaSettings
-from producer.api import Delivered, JobProducer
+from producer.api import Delivered, EnqueueError, JobProducer
 from producer.outbox.marks import Marks
 from producer.outbox.recovery import KafkaPositions
 from producer.outbox.relay import BatchOutcome, OutboxRelay, RelayConfig
 from schemas.job import Job
-from tests.unit.test_outbox_relay_rows import Cur, FakeConn, job
+from tests.unit.test_outbox_relay_rows import Cur, FakeConn, FakeProducer, job
 
 TOPIC = "jobs.q"
 # Longer ranges than this cannot be read within recovery's time limit.
@@ -174,3 +174,31 @@ def test_a_partition_added_to_a_topic_after_earlier_batches_is_recovered() -> No
         relay.relay_batch(db, cast(KafkaPositions, topic))
     assert relay_on(topic).recover(db, cast(KafkaPositions, topic)) == 1
     assert conn.rows == {}
+
+
+@dataclass
+class TwoTopics:
+    """``jobs.gone``'s partitions cannot be read (deleted since the producer saw it)."""
+
+    def ends(self, topic: str) -> dict[int, int]:
+        if topic == "jobs.gone":
+            raise EnqueueError("cannot read the partitions of jobs.gone (unknown)")
+        return {0: 0}
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_topic_whose_ends_cannot_be_read_holds_back_its_rows_not_the_batch() -> None:
+    conn, producer = RelayConn(), FakeProducer()
+    gone = conn.stage(job(1, queue="gone", tenant="x"))
+    conn.stage(job(2, queue="gone", tenant="x"))
+    for n in range(3, 6):
+        conn.stage(job(n, queue="q", tenant="y"))
+    relay = OutboxRelay(
+        RelayConfig(dsn="x"), cast(JobProducer, producer), cast(KafkaSettings, None)
+    )
+    db = cast(psycopg.Connection[Any], conn)
+    assert relay.relay_batch(db, cast(KafkaPositions, TwoTopics())) == 3  # no raise
+    assert sorted(conn.rows) == [gone, gone + 1]  # its tenant backs off; the rest went on
+    assert producer.sends == ["row3", "row4", "row5"] and relay.relayed == 3
