@@ -199,6 +199,29 @@ class Batcher:
                 results.append((send, future.result() if error is None else error))
         return results
 
+    def withhold(self, plan: BatchPlan, topic: str, exc: BaseException, now: float) -> None:
+        """Take the rows to ``topic`` out of ``plan``, judged as if their produce had
+        failed with ``exc`` (the relay could not read the topic's partition ends for
+        the crash marks): that is those rows' failure, never the relay's. A tenant
+        that backs off keeps its later rows too, as after a failed produce."""
+        failed: set[Tenant] = set()
+        stopped: set[Key] = set()
+        kept: list[Send] = []
+        for send in plan.sends:
+            if send.tenant in failed or (send.key is not None and send.key in stopped):
+                continue
+            if send.topic != topic:
+                kept.append(send)
+                continue
+            dead = self._judge(send.row_id, send.job, send.tenant, exc, topic, now)
+            if dead is None:
+                failed.add(send.tenant)
+            else:
+                plan.dead.append(dead)
+                if send.key is not None and self._on_dead is OnDead.BLOCK:
+                    stopped.add(send.key)
+        plan.sends = kept
+
     def _judge(
         self, row_id: int, job: Job, tenant: Tenant, exc: BaseException, topic: str, now: float
     ) -> Dead | None:

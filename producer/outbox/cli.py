@@ -22,19 +22,13 @@ from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
 from jobcore.live_topic import LivePublisher, default_instance
 from producer.api import EnqueueError, JobProducer
 from producer.outbox.dead_cli import dead
+from producer.outbox.dsn import dsn_option, dsn_source
 from producer.outbox.failures import OnDead
 from producer.outbox.metrics import serve_metrics
 from producer.outbox.relay import OutboxRelay, RelayConfig
 from producer.outbox.report import RelayReporter, database_of, report_publisher
 from producer.outbox.schema import init_schema
 from schemas.codec import SchemaRegistry
-
-_DSN = click.option(
-    "--dsn",
-    required=True,
-    help="PostgreSQL connection string of the application's database "
-    "(e.g. 'host=db dbname=shop user=app' or postgresql://...).",
-)
 
 
 @click.group()
@@ -46,7 +40,7 @@ outbox.add_command(dead)
 
 
 @outbox.command("init", short_help="Create the job_outbox tables, index and trigger.")
-@_DSN
+@dsn_option
 def init(dsn: str) -> None:
     """Create job_outbox and job_outbox_dead (safe to run again, and how an existing
     outbox gets the tables a newer relay needs). The same SQL ships as
@@ -59,7 +53,7 @@ def init(dsn: str) -> None:
 
 
 @outbox.command("relay", short_help="Move staged jobs to Kafka (one active, others standby).")
-@_DSN
+@dsn_option
 @click.option("--batch", type=click.IntRange(min=1), default=500, show_default=True)
 @click.option(
     "--poll-interval",
@@ -100,6 +94,15 @@ def init(dsn: str) -> None:
     help="block: later rows of a dead row's ordering key wait for `producer outbox dead "
     "retry` or `drop`; continue: the key goes on without it.",
 )
+@click.option(
+    "--lock-timeout",
+    type=POSITIVE_DURATION,
+    default=shown(10.0),
+    show_default=True,
+    help="The database ends the session of a relay silent this long (stopped, its host "
+    "or network gone), so a standby takes over within this plus --poll-interval; at "
+    "least 1s (10s, 5s).",
+)
 @schema_path_option()
 @log_level_option()
 @bootstrap_option
@@ -114,6 +117,7 @@ def relay(
     publish_interval: float,
     missing_topic_grace: float,
     on_dead: str,
+    lock_timeout: float,
     schema_paths: Sequence[str],
     log_level: str,
     bootstrap: str | None,
@@ -133,13 +137,17 @@ def relay(
         delay_tiers = DelayTiers.parse(tiers)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--retry-tiers") from None
-    config = RelayConfig(
-        dsn=dsn,
-        batch=batch,
-        poll_interval_s=poll_interval,
-        missing_topic_grace_s=missing_topic_grace,
-        on_dead=OnDead(on_dead),
-    )
+    try:
+        config = RelayConfig(
+            dsn=dsn,
+            batch=batch,
+            poll_interval_s=poll_interval,
+            missing_topic_grace_s=missing_topic_grace,
+            on_dead=OnDead(on_dead),
+            lock_timeout_s=lock_timeout,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     try:
         with JobProducer(
             settings, registry=registry, prefix=env.topic_prefix, tiers=delay_tiers
@@ -184,16 +192,19 @@ def _check_database(dsn: str) -> None:
     job_outbox_dead), fails here in one line."""
     checks = (
         ("SELECT 1 FROM job_outbox_relay", "has no job_outbox table; create it: producer "
-         "outbox init --dsn ... (or apply producer/outbox/schema.sql)"),
+         "outbox init with the same database (or apply producer/outbox/schema.sql)"),
         ("SELECT 1 FROM job_outbox_dead LIMIT 0", "has no job_outbox_dead table (an outbox "
-         "from an older release); add it: producer outbox init --dsn ... (safe to run again)"),
+         "from an older release); add it: producer outbox init with the same database "
+         "(safe to run again)"),
     )  # fmt: skip
     for query, missing in checks:
         try:
             with psycopg.connect(dsn, connect_timeout=10) as conn:
                 conn.execute(query.encode())
         except psycopg.errors.UndefinedTable:
-            raise click.ClickException(f"{database_of(dsn)} (from --dsn) {missing}") from None
+            raise click.ClickException(
+                f"{database_of(dsn)} (from {dsn_source()}) {missing}"
+            ) from None
         except psycopg.Error as exc:
             raise click.ClickException(_db_problem(dsn, exc)) from None
 
@@ -203,9 +214,9 @@ def _db_problem(dsn: str, exc: psycopg.Error) -> str:
     try:
         where = database_of(dsn)
     except psycopg.Error:
-        return f"--dsn is not a valid PostgreSQL connection string: {exc}"
+        return f"{dsn_source()} is not a valid PostgreSQL connection string: {exc}"
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return (
-        f"cannot use PostgreSQL at {where} (from --dsn): {reason}; check the DSN, "
+        f"cannot use PostgreSQL at {where} (from {dsn_source()}): {reason}; check the DSN, "
         "that the server runs, and the user's rights"
     )

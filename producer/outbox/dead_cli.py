@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from producer.outbox.dead import DeadRow, Selection, dead_rows, drop, retry
+from producer.outbox.dsn import dsn_option, dsn_source
 from producer.outbox.failures import DeadReason
 from producer.outbox.report import database_of
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -43,22 +44,13 @@ def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def _dsn(command: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--dsn",
-        required=True,
-        help="PostgreSQL connection string of the application's database "
-        "(e.g. 'host=db dbname=shop user=app' or postgresql://...).",
-    )(command)
-
-
 @click.group("dead")
 def dead() -> None:
     """Rows the relay set aside because they can never be sent (job_outbox_dead)."""
 
 
 @dead.command("list")
-@_dsn
+@dsn_option
 @_filters
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, for scripts.")
@@ -80,7 +72,7 @@ def list_(
 
 
 @dead.command("retry")
-@_dsn
+@dsn_option
 @click.argument("ids", nargs=-1, type=int)
 @click.option("--all", "every", is_flag=True, help="Every row the filters match.")
 @_filters
@@ -103,7 +95,7 @@ def retry_(
 
 
 @dead.command("drop")
-@_dsn
+@dsn_option
 @click.argument("ids", nargs=-1, type=int)
 @click.option("--all", "every", is_flag=True, help="Every row the filters match.")
 @_filters
@@ -142,8 +134,8 @@ def _with_db(dsn: str, action: Callable[[psycopg.Connection[Any]], _T]) -> _T:
             return action(conn)
     except psycopg.errors.UndefinedTable:
         raise click.ClickException(
-            f"{_where(dsn)} (from --dsn) has no job_outbox_dead table; create it: "
-            "producer outbox init --dsn ... (safe on an existing outbox)"
+            f"{_where(dsn)} (from {dsn_source()}) has no job_outbox_dead table; create it: "
+            "producer outbox init with the same database (safe on an existing outbox)"
         ) from None
     except psycopg.errors.UniqueViolation as exc:
         detail = exc.diag.message_detail or str(exc).strip().splitlines()[0]
@@ -154,8 +146,8 @@ def _with_db(dsn: str, action: Callable[[psycopg.Connection[Any]], _T]) -> _T:
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise click.ClickException(
-            f"cannot use PostgreSQL at {_where(dsn)} (from --dsn): {reason}; check the DSN, "
-            "that the server runs, and the user's rights"
+            f"cannot use PostgreSQL at {_where(dsn)} (from {dsn_source()}): {reason}; check "
+            "the DSN, that the server runs, and the user's rights"
         ) from None
 
 

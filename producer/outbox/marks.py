@@ -1,18 +1,20 @@
 """Per-partition offsets below every record a relay batch may write (pure).
 
-Stored before a batch is produced; after a crash, the records the batch did write
-are at or above these offsets, so the next relay reads only from there to find
-them. A lower bound is enough, so a partition the last batch did not write to
-keeps its older mark.
+Stored before a batch is produced, fresh for that batch: the current ends of every
+partition of the topics the batch writes to, and nothing else. After a crash, the
+records the batch did write are at or above these offsets, so the next relay reads
+only from there to find them, and only the records written while that one batch
+was in flight. Marks kept across batches would go stale on a shared topic (a delay
+tier every leasekeeper writes, a class partition the relay's tenants rarely hash
+to) and recovery would read weeks of other producers' records; a partition added
+to a topic since an older mark would not be read at all.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-from producer.api import Delivered
 
 __all__ = ["Marks"]
 
@@ -25,16 +27,8 @@ class Marks:
         return topic in self.positions
 
     def with_topic(self, topic: str, ends: Mapping[int, int]) -> Marks:
-        """A topic seen for the first time, marked at its partitions' current ends."""
+        """``topic`` marked at its partitions' current ends (every partition)."""
         return Marks(positions={**self.positions, topic: dict(ends)})
-
-    def advance(self, delivered: Iterable[Delivered]) -> Marks:
-        """Past the records a finished batch wrote (never backwards)."""
-        positions = {topic: dict(parts) for topic, parts in self.positions.items()}
-        for d in delivered:
-            parts = positions.setdefault(d.topic, {})
-            parts[d.partition] = max(parts.get(d.partition, 0), d.offset + 1)
-        return Marks(positions=positions)
 
     def to_json(self) -> str:
         return json.dumps(

@@ -2,15 +2,18 @@
 
 One relay is active at a time: it holds a PostgreSQL advisory lock on its
 session, and the others wait on standby, trying the lock every poll interval, so
-one takes over when the active relay's session ends (a crash closes it).
+one takes over when the active relay's session ends: a crash closes it, and the
+server ends the session of a relay that is stopped or cut off after the lock
+timeout (:mod:`producer.outbox.lock`).
 
 The active relay reads rows in staging order (``id``), produces them with the
 idempotent ``acks=all`` producer (:meth:`JobProducer.send_job`, the topic choice
 and checks of ``enqueue``), waits for the broker's acknowledgements and only then
 deletes the rows it acknowledged. A relay killed between produce and delete
 leaves the rows; before producing, though, it stored the batch's highest row id
-and, per partition, an offset below every record the batch may write
-(``job_outbox_relay``). The relay that takes over reads those partitions from
+and, per partition of the topics it writes, an offset below every record the
+batch may write, fresh for that batch (``job_outbox_relay``,
+:mod:`producer.outbox.marks`). The relay that takes over reads those partitions from
 there and deletes the rows whose job ids already landed, so it does not send
 them again. What is left is at least once (the job id stays the handler's
 idempotency key): a relay cut off from PostgreSQL while its produce still
@@ -39,10 +42,11 @@ import psycopg
 
 from jobcore.kafka import KafkaException, KafkaSettings
 from producer.api import EnqueueError, JobProducer
-from producer.outbox.batch import Batcher, BatchOutcome
+from producer.outbox.batch import Batcher, BatchOutcome, BatchPlan
 from producer.outbox.dead import COUNT as DEAD_COUNT
 from producer.outbox.dead import blocked_keys, move
 from producer.outbox.failures import OnDead, RowFailures
+from producer.outbox.lock import Heartbeat, connect, ping, ping_interval
 from producer.outbox.marks import Marks
 from producer.outbox.recovery import KafkaPositions
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -57,7 +61,7 @@ CHANNEL = "job_outbox"
 _DELETE = "DELETE FROM job_outbox WHERE id = ANY(%s)"
 _RELAY_STATE = "SELECT inflight_max_id, marks FROM job_outbox_relay"
 _MARK_INFLIGHT = "UPDATE job_outbox_relay SET inflight_max_id = %s, marks = %s::jsonb"
-_FINISH_BATCH = "UPDATE job_outbox_relay SET inflight_max_id = NULL, marks = %s::jsonb"
+_FINISH_BATCH = "UPDATE job_outbox_relay SET inflight_max_id = NULL, marks = '{}'::jsonb"
 _CLEAR_INFLIGHT = "UPDATE job_outbox_relay SET inflight_max_id = NULL"
 _INFLIGHT = "SELECT EXISTS (SELECT 1 FROM job_outbox WHERE id <= %s)"
 _DELETE_LANDED = "DELETE FROM job_outbox WHERE id <= %s AND job_id = ANY(%s)"
@@ -79,6 +83,9 @@ class RelayConfig:
     # A retriable failure holds its (queue, tenant) back base * 2^(n-1), at most max.
     backoff_base_s: float = 0.2
     backoff_max_s: float = 30.0
+    # The server ends the lock session after this long without a statement, so a
+    # stopped or cut-off relay's lock goes; the relay pings at a third of it.
+    lock_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.batch < 1:
@@ -92,6 +99,11 @@ class RelayConfig:
         if not 0 < self.backoff_base_s <= self.backoff_max_s:
             raise ValueError(
                 f"backoff must be 0 < base <= max, got {self.backoff_base_s}, {self.backoff_max_s}"
+            )
+        if self.lock_timeout_s < 1:
+            raise ValueError(
+                f"lock timeout must be at least 1 second (--lock-timeout), "
+                f"got {self.lock_timeout_s}"
             )
 
 
@@ -138,7 +150,7 @@ class OutboxRelay:
             batch=config.batch,
             on_dead=config.on_dead,
         )
-        self._marks = Marks()
+        self._ping_s = ping_interval(config.lock_timeout_s)
         self.active = threading.Event()
         self.relayed = 0
         self.recovered = 0
@@ -149,7 +161,7 @@ class OutboxRelay:
         drops the lock and the relay starts over (on standby if another took it)."""
         while not stop.is_set():
             try:
-                with psycopg.connect(self._config.dsn, autocommit=True) as conn:
+                with connect(self._config.dsn, self._config.lock_timeout_s) as conn:
                     if self._lead(conn, stop):
                         self._serve(conn, stop)
             except psycopg.OperationalError as exc:
@@ -174,11 +186,14 @@ class OutboxRelay:
         already landed, so they are not sent twice; returns how many."""
         row = conn.execute(_RELAY_STATE).fetchone()
         assert row is not None, "job_outbox_relay is empty: run producer outbox init"
-        inflight, self._marks = row[0], Marks.from_json(row[1])
+        inflight, marks = row[0], Marks.from_json(row[1])
         if inflight is None:
             return 0
         pending = conn.execute(_INFLIGHT, (inflight,)).fetchone()
-        found = positions.landed(self._marks) if pending and pending[0] else set()
+        found: set[str] = set()
+        if pending and pending[0]:
+            with Heartbeat(conn, self._ping_s):
+                found = positions.landed(marks)
         with conn.transaction():
             done = conn.execute(_DELETE_LANDED, (inflight, list(found))).rowcount
             conn.execute(_CLEAR_INFLIGHT)
@@ -197,25 +212,40 @@ class OutboxRelay:
         plan = self._batcher.plan(conn, now, blocked)
         if not plan.size:
             return 0
-        for topic in sorted({s.topic for s in plan.sends} - set(self._marks.positions)):
-            self._marks = self._marks.with_topic(topic, positions.ends(topic))
+        marks = self._marks(conn, plan, positions, now)
         if plan.sends:
             inflight = max(s.row_id for s in plan.sends)
-            conn.execute(_MARK_INFLIGHT, (inflight, self._marks.to_json()))
-        self._finish(conn, self._batcher.send(plan, now))
+            conn.execute(_MARK_INFLIGHT, (inflight, marks.to_json()))
+        with Heartbeat(conn, self._ping_s):
+            outcome = self._batcher.send(plan, now)
+        self._finish(conn, outcome)
         return plan.size
 
+    def _marks(
+        self, conn: psycopg.Connection[Any], plan: BatchPlan, positions: KafkaPositions, now: float
+    ) -> Marks:
+        """Fresh marks for this batch's topics only, so recovery reads no more than
+        what was written while the batch was in flight. A topic whose ends cannot be
+        read fails its rows, not the batch ("Rows that cannot be sent")."""
+        marks = Marks()
+        with Heartbeat(conn, self._ping_s):
+            for topic in sorted({s.topic for s in plan.sends}):
+                try:
+                    marks = marks.with_topic(topic, positions.ends(topic))
+                except (EnqueueError, KafkaException) as exc:
+                    self._batcher.withhold(plan, topic, exc, now)
+        return marks
+
     def _finish(self, conn: psycopg.Connection[Any], outcome: BatchOutcome) -> None:
-        """Delete the acknowledged rows, set aside the dead ones and move the marks
-        past them, in one transaction."""
-        self._marks = self._marks.advance(outcome.delivered.values())
+        """Delete the acknowledged rows, set aside the dead ones and clear the
+        in-flight mark, in one transaction."""
         with conn.transaction():
             if outcome.delivered:
                 conn.execute(_DELETE, (list(outcome.delivered),))
             for row in outcome.dead:
                 move(conn, row.row_id, job_type=row.job_type, ordering_key=row.ordering_key,
                      reason=row.reason, error=row.error)  # fmt: skip
-            conn.execute(_FINISH_BATCH, (self._marks.to_json(),))
+            conn.execute(_FINISH_BATCH)
         self.relayed += len(outcome.delivered)
         self.set_aside += len(outcome.dead)
 
@@ -231,7 +261,8 @@ class OutboxRelay:
             if not announced:
                 log.info("outbox relay: standby (another relay holds the lock)")
                 announced = True
-            stop.wait(self._config.poll_interval_s)
+            # The attempt is the standby's ping too: never longer apart than that.
+            stop.wait(min(self._config.poll_interval_s, self._ping_s))
         return False
 
     def _serve(self, conn: psycopg.Connection[Any], stop: threading.Event) -> None:
@@ -252,23 +283,29 @@ class OutboxRelay:
                     raise
                 except (EnqueueError, KafkaException, TimeoutError) as exc:
                     log.error("outbox relay: %s; trying again", exc)
-                    stop.wait(self._config.poll_interval_s)
+                    self._pause(conn, stop)
                     continue
                 except Exception:
                     log.exception("outbox relay: unexpected error; trying again")
-                    stop.wait(self._config.poll_interval_s)
+                    self._pause(conn, stop)
                     continue
                 if not full:
                     self._wait(conn)
         finally:
             positions.close()
 
+    def _pause(self, conn: psycopg.Connection[Any], stop: threading.Event) -> None:
+        """A poll interval after an error, the lock kept meanwhile."""
+        with Heartbeat(conn, self._ping_s):
+            stop.wait(self._config.poll_interval_s)
+
     def _wait(self, conn: psycopg.Connection[Any]) -> None:
-        """Until a staging transaction commits, a tenant's backoff ends, or the poll
-        interval passes."""
-        timeout = self._config.poll_interval_s
+        """Until a staging transaction commits, a tenant's backoff ends, the poll
+        interval passes, or the lock session is due a ping (then it gets one)."""
+        timeout = min(self._config.poll_interval_s, self._ping_s)
         due = self._failures.next_due_s(self._monotonic())
         if due is not None:
             timeout = max(0.001, min(timeout, due))
         for _ in conn.notifies(timeout=timeout, stop_after=1):
             pass
+        ping(conn)

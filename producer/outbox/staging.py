@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from jobcore.priority import PriorityClasses
 from producer.request import JobRequest, build_job
@@ -114,6 +115,7 @@ class Outbox:
         self, conn: psycopg.Connection[Any], requests: Iterable[JobRequest]
     ) -> list[str]:
         """Insert jobs in ``conn``'s current transaction, in order; returns their ids."""
+        _check_transaction(conn)
         staged = self.build(requests)
         with conn.cursor() as cur:
             cur.executemany(INSERT, [s.row() for s in staged])
@@ -127,10 +129,23 @@ class Outbox:
         self, conn: psycopg.AsyncConnection[Any], requests: Iterable[JobRequest]
     ) -> list[str]:
         """:meth:`stage_many` on an async connection."""
+        _check_transaction(conn)
         staged = self.build(requests)
         async with conn.cursor() as cur:
             await cur.executemany(INSERT, [s.row() for s in staged])
         return [s.job.job_id for s in staged]
+
+
+def _check_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Refuse an autocommit connection outside a transaction block: the row would
+    commit at once, and the job run even if the business transaction later fails,
+    which is what the outbox is for. ``with conn.transaction():`` on it is fine."""
+    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        raise ValueError(
+            "cannot stage on an autocommit connection outside a transaction: the job "
+            "would commit at once, even if the business transaction fails; stage inside "
+            "`with conn.transaction():` or on a connection with autocommit off"
+        )
 
 
 def _varint(n: int) -> int:

@@ -90,7 +90,7 @@ class FakeConn:
                               "tenant": row.tenant, "type": job_type, "ordering_key": key,
                               "reason": reason, "error": error})  # fmt: skip
             return Cur()
-        if text.startswith(("UPDATE job_outbox_relay", "LISTEN")):
+        if text.startswith(("UPDATE job_outbox_relay", "LISTEN", "SET ")) or text == "SELECT 1":
             return Cur()
         raise AssertionError(f"unexpected statement: {text}")
 
