@@ -31,7 +31,7 @@ from leasekeeper.inspect_view import fetch_snapshot
 from producer import JobProducer, JobRequest, ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import DeadLetter
-from tests.apps.recording import SCHEMAS, Event, read_events, read_log
+from tests.apps.recording import SCHEMAS, Event, count_log, read_events, read_log
 
 BIN = Path(sys.executable).parent
 
@@ -279,6 +279,15 @@ class System:
 
     def ack_events(self) -> list[Event]:
         return read_log(self.recordings, "acks")
+
+    def in_flight(self) -> Counter[int]:
+        """Jobs started and not yet acked, per worker process: the acks are counted
+        first, so a job that starts and is acked between the two reads is not counted
+        as acked without its start (which made the count negative under load)."""
+        acked = count_log(self.recordings, "acks")
+        running = count_log(self.recordings, "starts")
+        running.subtract(acked)
+        return running
 
     def runs(self) -> Counter[str]:
         return Counter(read_events(self.recordings, "runs"))

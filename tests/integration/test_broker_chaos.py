@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -223,8 +222,7 @@ def replace_busiest_worker(
     chosen: list[WorkerProcess] = []
 
     def busy() -> bool:
-        running = Counter(e.pid for e in system.starts())
-        running.subtract(e.pid for e in system.ack_events())
+        running = system.in_flight()
         load = {running[w.process.pid]: w for w in workers if w.process is not None}
         chosen[:] = [load[max(load)]]
         return max(load) > 0
