@@ -6,6 +6,7 @@ did, row by row, so an operator sees which jobs came back and which are gone.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -71,22 +72,30 @@ def list_(
     console.print(_table(rows))
 
 
+def _chosen(command: Callable[[str, Selection], None]) -> Callable[..., None]:
+    """The options of a command that acts on chosen dead rows (ids, or ``--all``,
+    narrowed by the filters), handed to ``command`` as one ``Selection``."""
+
+    @functools.wraps(command)
+    def chosen(
+        dsn: str,
+        ids: Sequence[int],
+        every: bool,
+        queue: str | None,
+        tenant: str | None,
+        reason: str | None,
+    ) -> None:
+        command(dsn, _selection(ids, every, queue, tenant, reason))
+
+    every = click.option("--all", "every", is_flag=True, help="Every row the filters match.")
+    return dsn_option(click.argument("ids", nargs=-1, type=int)(every(_filters(chosen))))
+
+
 @dead.command("retry")
-@dsn_option
-@click.argument("ids", nargs=-1, type=int)
-@click.option("--all", "every", is_flag=True, help="Every row the filters match.")
-@_filters
-def retry_(
-    dsn: str,
-    ids: Sequence[int],
-    every: bool,
-    queue: str | None,
-    tenant: str | None,
-    reason: str | None,
-) -> None:
+@_chosen
+def retry_(dsn: str, selection: Selection) -> None:
     """Stage rows again at the end of job_outbox (same job ids) once the cause is fixed;
     the rows of their ordering keys that waited go behind them."""
-    selection = _selection(ids, every, queue, tenant, reason)
     codec = EnvelopeCodec(SchemaRegistry())
     done = _with_db(dsn, lambda conn: retry(conn, selection, codec))
     for row, new_id in done:
@@ -95,20 +104,9 @@ def retry_(
 
 
 @dead.command("drop")
-@dsn_option
-@click.argument("ids", nargs=-1, type=int)
-@click.option("--all", "every", is_flag=True, help="Every row the filters match.")
-@_filters
-def drop_(
-    dsn: str,
-    ids: Sequence[int],
-    every: bool,
-    queue: str | None,
-    tenant: str | None,
-    reason: str | None,
-) -> None:
+@_chosen
+def drop_(dsn: str, selection: Selection) -> None:
     """Delete rows for good (their jobs never run); their ordering keys go on."""
-    selection = _selection(ids, every, queue, tenant, reason)
     done = _with_db(dsn, lambda conn: drop(conn, selection))
     for row in done:
         click.echo(f"dropped dead row {row.id} (job {row.job_id}, queue {row.queue})")
