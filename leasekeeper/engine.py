@@ -120,7 +120,8 @@ class LeaseEngine:
                                    wake=self._work_arrived, policy=policy,
                                    class_weights=config.class_weights,
                                    tenants=config.tenants)  # fmt: skip
-        self._ordering = OrderingGate(keys=KeyBook(on_dead=config.on_dead, full=reader.full),
+        keys = KeyBook(on_dead=config.on_dead, full=reader.full, keep_jobs=config.lane_jobs_here)
+        self._ordering = OrderingGate(keys=keys,
                                       book=self._book, window=self._window, store=store,
                                       counters=self.counters, reader=reader,
                                       add=lambda requests: self._copies.add(requests),

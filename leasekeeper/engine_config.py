@@ -61,6 +61,10 @@ class EngineConfig:
     # Per-key ordering: when a line's head is dead-lettered, the line goes on, or
     # stays blocked until an operator replays or skips it (docs/ordering.md).
     on_dead: OnDead = OnDead.CONTINUE
+    # Whether a held ordered job keeps its payload here once its lane record is durable.
+    # The service keeps places only (False) and reads the job back from the lane when it
+    # goes home; True serves a leasekeeper without a lane to read (the unit tests').
+    lane_jobs_here: bool = True
     # The ids of jobs acked here are kept this long, this many at most, and a later
     # copy of one of them is skipped (see leasekeeper/resolved_ids).
     resolved_ids: int = DEFAULT_MAX_IDS

@@ -33,6 +33,7 @@ OUTBOX_COUNTERS = {
     "shrunk": "copies too large for their topic, dead-lettered with less history or no payload",
     "blocked_events": "copies that became blocked (not authorised, unknown topic): alerts raised",
     "schema_waits": "copy sends put off because the Schema Registry could not give a schema",
+    "lane_waits": "held ordered jobs' copies home put off until their job was read from the lane",
     "status_dropped": (
         "job status records dropped (not authorised, unknown status topic, or the topic down "
         "while the records waiting for it reached their cap)"

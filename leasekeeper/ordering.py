@@ -102,11 +102,20 @@ class KeyBook:
     """The lines of the partitions this leasekeeper owns (under the engine's lock)."""
 
     def __init__(
-        self, *, on_dead: OnDead = OnDead.CONTINUE, full: Callable[[Pending], Job] = _decoded
+        self,
+        *,
+        on_dead: OnDead = OnDead.CONTINUE,
+        full: Callable[[Pending], Job] = _decoded,
+        keep_jobs: bool = True,
     ) -> None:
-        """``full``: a pending job's whole envelope (the lane keeps whole jobs)."""
+        """``full``: a pending job's whole envelope (the lane keeps whole jobs).
+        ``keep_jobs=False``: an entry whose lane record is durable (or read from the
+        lane) keeps the job's place and id only, so a line blocked behind its head holds
+        no payloads here however long it grows; its job is read back from the lane when
+        it goes home (``LaneFeed.job_of``, on the copy's way out)."""
         self.on_dead = on_dead
         self._full = full
+        self._keep_jobs = keep_jobs
         self._lines: dict[LineId, _Line] = {}
         self._class_of: dict[tuple[str, str], str] = {}  # (tenant, key) -> class topic
         self._dirty: set[LineId] = set()
@@ -324,10 +333,16 @@ class KeyBook:
         return self._class_of.get((line_id.tenant, line_id.key), line_id.topic)
 
     def sent(self, entry: LaneEntry) -> None:
-        """The entry's lane copy is durable."""
+        """The entry's lane copy is durable: from now on the lane has the job."""
         line = self._lines.get(entry.line)
         if line is not None:
             line.sending.pop(entry.seq, None)
+            if line.out.get(entry.seq) is entry:
+                line.out[entry.seq] = self._kept(entry)
+
+    def _kept(self, entry: LaneEntry) -> LaneEntry:
+        """What is kept here of a lane entry whose record is durable."""
+        return entry if self._keep_jobs else entry.without_job()
 
     def stays(self, entry: LaneEntry) -> Pending | None:
         """The entry's lane copy did not fit the lane (nothing was written): the job
@@ -449,7 +464,7 @@ class KeyBook:
         self._settling.begin(tp, end_offset)
         for entry in entries:
             if entry.line.tp == tp:
-                self._line(entry.line).out[entry.seq] = entry
+                self._line(entry.line).out[entry.seq] = self._kept(entry)
                 self._out_lines.add(entry.line)
 
     def operator_at(self, tp: TopicPart, seq: int, entry: LaneEntry | None) -> None:
@@ -467,7 +482,7 @@ class KeyBook:
         if entry is None:
             del line.out[seq]
         else:
-            line.out[seq] = entry
+            line.out[seq] = self._kept(entry)
             self._out_lines.add(line_id)
         self._dirty.add(line_id)
         self._forget_if_empty(line_id)
@@ -495,7 +510,7 @@ class KeyBook:
             head = line.head_out()
             if head is None:
                 continue
-            views.append(BlockedLine(line=line_id, head_seq=head.seq, job_id=head.job.job_id,
+            views.append(BlockedLine(line=line_id, head_seq=head.seq, job_id=head.job_id,
                                      state=head.state, due_ms=head.due_ms, reason=head.reason,
                                      held=len(line.out) - 1))  # fmt: skip
         return sorted(views, key=lambda v: (v.line.topic, v.line.partition, v.line.key))

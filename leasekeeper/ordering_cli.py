@@ -95,7 +95,7 @@ def list_lane(
     for (tenant, key), entries in heads.items():
         head = entries[0]
         # Keys, tenants, ids and reasons are the producer's and handlers' text.
-        line = (f"{key} (tenant {tenant}): head job {head.job.job_id} {head.state.value}, "
+        line = (f"{key} (tenant {tenant}): head job {head.job_id} {head.state.value}, "
                 f"{len(entries) - 1} behind it; {head.reason}")  # fmt: skip
         click.echo(printable(line))
 
@@ -128,7 +128,7 @@ def _operator_command(name: str, *, replay: bool, doc: str) -> click.Command:
             )
         _write(settings, topics, dead[0], replay=replay, timeout_s=connect_timeout_s)
         what = "runs again" if replay else "is skipped; the key goes on"
-        job_id = dead[0].job.job_id
+        job_id = dead[0].job_id
         click.echo(printable(f"ordering key {key} (tenant {tenant}): dead job {job_id} {what}"))
 
     return command
@@ -147,6 +147,7 @@ def _write(
 
     value = None
     if replay:
+        assert entry.job is not None  # read from the lane record, job and all
         again = replace(entry, state=LaneState.RETRYING, due_ms=time.time_ns() // 1_000_000,
                         reason="replayed by an operator",
                         job=replace(entry.job, attempt=0, run_at_ms=0))  # fmt: skip

@@ -35,6 +35,7 @@ from jobcore.kafka import (
     OFFSET_BEGINNING,
     Consumer,
     KafkaError,
+    KafkaException,
     KafkaSettings,
     Message,
     TopicPartition,
@@ -45,6 +46,7 @@ from jobcore.kafka import (
 from leasekeeper.leases import TopicPart
 from leasekeeper.ordering import LaneEntry, LaneState, LineId
 from schemas.codec import DecodeError, EnvelopeCodec
+from schemas.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +54,25 @@ VERSION = 1
 OPERATOR = "operator"
 # While the lane topic is missing, how often the feed looks for it again (seconds).
 RECHECK_S = 30.0
+# How long one read of a job back from the lane may take on the loop's thread, and
+# how long after one failed the next is not tried (seconds): a lane that does not
+# answer must not stall the loop once per job waiting to go home.
+JOB_READ_S = 1.0
+JOB_READ_QUIET_S = 1.0
+# A job read back lies at most this many records ahead of the reader's position:
+# read on to it rather than seek (the jobs of a line go home in lane order).
+READ_ON_RECORDS = 1_000
+
+
+class LaneUnavailable(Exception):
+    """A lane entry's job cannot be read back from the lane now (not indexed yet, the
+    lane not answering): its copy back waits and is built again after a backoff."""
 
 
 def encode_entry(entry: LaneEntry, codec: EnvelopeCodec, writer: str = "") -> bytes:
     line = entry.line
+    if entry.job is None:
+        raise ValueError(f"lane entry {entry.record_key} has no job to write")
     return json.dumps(
         {
             "v": VERSION,
@@ -129,6 +146,11 @@ class LaneFeed:
         self._loading: frozenset[TopicPart] = frozenset()
         self._found: dict[int, LaneEntry | None] = {}
         self._start = self._next = -1
+        # Jobs read back one by one for their copy home (``job_of``): its own reader,
+        # its next offset, and until when it is not tried after a failure.
+        self._fetcher: Consumer | None = None
+        self._fetch_next = -1
+        self._quiet_until = float("-inf")
 
     def catch_up(self, timeout_s: float = 60.0) -> None:
         """Read every record written so far; TimeoutError if that takes longer. A
@@ -272,7 +294,67 @@ class LaneFeed:
             log.warning("ignoring a malformed record on %s: %s", self._topic, exc)
             self._found[offset] = None
 
+    # -- jobs read back by their place ----------------------------------------------
+
+    def job_of(self, entry: LaneEntry) -> Job:
+        """The job of a lane entry kept by its place only (``KeyBook(keep_jobs=False)``),
+        read from its lane record for its copy back into its class topic; on the loop's
+        thread, for at most ``JOB_READ_S``. LaneUnavailable when the record is not
+        indexed yet (its write not read back here yet) or the lane does not answer."""
+        if entry.job is not None:
+            return entry.job
+        now = self._monotonic()
+        if now < self._quiet_until:
+            raise LaneUnavailable(f"{self._topic} did not answer a moment ago")
+        offset = self.offsets.get(entry.line.tp, {}).get(entry.seq)
+        if offset is None:
+            raise LaneUnavailable(f"{entry.record_key} not read from {self._topic} yet")
+        try:
+            job = self._job_at(offset, entry, time.monotonic() + JOB_READ_S)
+        except LaneUnavailable:
+            self._quiet_until = self._monotonic() + JOB_READ_QUIET_S
+            raise
+        except KafkaException as exc:
+            self._quiet_until = self._monotonic() + JOB_READ_QUIET_S
+            raise LaneUnavailable(f"{self._topic}: {exc}") from exc
+        return job
+
+    def _job_at(self, offset: int, entry: LaneEntry, deadline: float) -> Job:
+        if self._fetcher is None:
+            self._fetcher = make_consumer(self._settings, f"ordering-back-{uuid.uuid4().hex[:8]}")
+        if (
+            self._fetch_next < 0
+            or not self._fetch_next <= offset <= self._fetch_next + READ_ON_RECORDS
+        ):
+            self._fetcher.assign([TopicPartition(self._topic, 0, offset)])
+            self._fetch_next = offset
+        while True:
+            # One at a time: what follows the job stays in the reader for the next.
+            for message in self._fetcher.consume(1, timeout=0.1):
+                if message.error() is not None:
+                    continue
+                at: int = message.offset()  # type: ignore[assignment]  # set: no error
+                self._fetch_next = at + 1
+                if at < offset:
+                    continue
+                value = message.value()
+                if at > offset or value is None or message.key() != entry.record_key.encode():
+                    # Compacted away meanwhile: the feed's index brings the newer record.
+                    self._fetch_next = -1
+                    raise LaneUnavailable(f"{entry.record_key} moved on {self._topic}")
+                try:
+                    job = decode_entry(value, self._codec)[0].job
+                except (ValueError, KeyError, TypeError, DecodeError) as exc:
+                    raise LaneUnavailable(f"{entry.record_key} does not decode: {exc}") from exc
+                assert job is not None
+                return job
+            if time.monotonic() > deadline:
+                self._fetch_next = -1
+                raise LaneUnavailable(f"{entry.record_key} not read from {self._topic} in time")
+
     def close(self) -> None:
         self._consumer.close()
         if self._reader is not None:
             self._reader.close()
+        if self._fetcher is not None:
+            self._fetcher.close()

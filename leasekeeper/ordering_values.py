@@ -7,7 +7,7 @@ here is re-exported by ``leasekeeper.ordering``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from leasekeeper.leases import Pending, TopicPart
@@ -69,10 +69,21 @@ class LaneEntry:
 
     line: LineId
     seq: int
-    job: Job
+    # None once the lane record is durable and the owner keeps places only: the job
+    # is read back from the lane by its offset when it goes home (``LaneFeed.job_of``).
+    job: Job | None
     state: LaneState
     due_ms: int = 0  # RETRYING, HELD: not brought back before
     reason: str = ""  # why it is out (for inspect)
+    stored_id: str = ""  # the job's id once ``job`` is left in the lane
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id if self.job is not None else self.stored_id
+
+    def without_job(self) -> LaneEntry:
+        """The same entry keeping the job's id only (its lane record has the rest)."""
+        return replace(self, job=None, stored_id=self.job_id)
 
     @property
     def record_key(self) -> str:

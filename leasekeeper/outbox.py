@@ -36,11 +36,15 @@ from leasekeeper.copies import CopyKind, CopyRequest, Shrink
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import RateLimit, copy_line
+from leasekeeper.ordering_lane import LaneUnavailable
 from leasekeeper.router import KafkaRouter
 from leasekeeper.status_sender import StatusSender
 from schemas.confluent import SchemaUnavailable
 
 log = logging.getLogger(__name__)
+
+# A copy home waiting this many tries for its job from the ordering lane is logged.
+LANE_WAIT_WARN_AFTER = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +127,7 @@ class Outbox:
             "blocked_events": 0,
             "status_dropped": 0,
             "schema_waits": 0,
+            "lane_waits": 0,
         }
         self._status_warned_at = float("-inf")
         self._schema_warned_at = float("-inf")
@@ -174,6 +179,9 @@ class Outbox:
             record = self._router.record(request, entry.shrink)
         except SchemaUnavailable as exc:
             self._schema_wait(entry, str(exc), now)
+            return True
+        except LaneUnavailable as exc:
+            self._lane_wait(entry, str(exc), now)
             return True
         entry.topic = record.topic
         try:
@@ -260,6 +268,18 @@ class Outbox:
             log.warning("%s waits for its envelope's schema, retrying with backoff (the "
                         "Schema Registry does not answer): %s",
                         entry.request.describe, reason)  # fmt: skip
+
+    def _lane_wait(self, entry: _Entry, reason: str, now: float) -> None:
+        """A held ordered job's copy home needs its job read back from the ordering lane,
+        which cannot give it now: tried again after a backoff (its line waits; the job is
+        in the lane meanwhile). Logged at WARNING past the first few tries only: its own
+        record just written and not read back yet is the usual, harmless case."""
+        self._back_off(entry, now)
+        self._counters["lane_waits"] += 1
+        self._waiting.append(entry)
+        level = logging.WARNING if entry.attempts == LANE_WAIT_WARN_AFTER else logging.DEBUG
+        log.log(level, "%s waits for its job from the ordering lane, retrying with "
+                "backoff: %s", entry.request.describe, reason)  # fmt: skip
 
     def _drop_status(self, reason: str) -> None:
         """A status record that cannot be produced is dropped, never blocks a partition:

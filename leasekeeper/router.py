@@ -26,7 +26,8 @@ from leasekeeper.copies import (
     without_payload,
 )
 from leasekeeper.leases import TopicPart
-from leasekeeper.ordering_lane import encode_entry
+from leasekeeper.ordering_lane import LaneUnavailable, encode_entry
+from leasekeeper.ordering_values import LaneEntry
 from schemas.codec import EnvelopeCodec
 from schemas.confluent import SchemaUnavailable
 from schemas.job import DeadLetter, DeadLetterReason, Job
@@ -59,8 +60,12 @@ class KafkaRouter:
         tiers: DelayTiers,
         clock: Callable[[], float] = time.time,
         classes: Sequence[str] = (DEFAULT_CLASS,),
+        lane_job: Callable[[LaneEntry], Job] | None = None,
     ) -> None:
+        """``lane_job``: the job of a lane entry kept by its place only, read back from
+        the lane (``LaneFeed.job_of``) for its copy home; may raise LaneUnavailable."""
         self._codec = codec
+        self._lane_job = lane_job
         self._topics = topics
         self._tiers = tiers
         self._clock = clock
@@ -144,6 +149,10 @@ class KafkaRouter:
         assert entry is not None
         if request.kind is CopyKind.RETURN:
             job = entry.job
+            if job is None:
+                if self._lane_job is None:
+                    raise LaneUnavailable(f"{entry.record_key}: no lane to read its job from")
+                job = self._lane_job(entry)
             value = self._codec.encode(job)
             return OutRecord(topic=entry.line.topic, key=job.tenant_id.encode(), value=value,
                              headers=tuple(job_headers(job, value)))  # fmt: skip

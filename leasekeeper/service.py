@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -138,10 +138,13 @@ class LeaseKeeperService:
         codec = EnvelopeCodec(self._schemas())
         self._producer = make_producer(config.kafka)
         classes = tuple(config.engine.class_weights)
-        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers, classes=classes)
+        # A held ordered job's payload lives in the lane only; the router reads it back
+        # from there (on the loop's thread) when the job goes home.
+        router = KafkaRouter(codec=codec, topics=self.topics, tiers=config.tiers, classes=classes,
+                             lane_job=lambda entry: self._lane.job_of(entry))  # fmt: skip
         self.engine = LeaseEngine(
             store=self._store,
-            config=config.engine,
+            config=replace(config.engine, lane_jobs_here=False),
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
             ),

@@ -148,7 +148,7 @@ def test_a_partition_assigned_later_gets_its_entries_and_its_held_jobs_return_in
     book = KeyBook()
     book.assign(tp, 0, loaded[tp])
     back = book.returns(0, lambda tp: 0)
-    assert [e.job.job_id for e in back] == ["p1-10", "p1-11", "p1-12", "p1-14"]
+    assert [e.job_id for e in back] == ["p1-10", "p1-11", "p1-12", "p1-14"]
 
 
 def test_a_load_cut_short_goes_on_where_it_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
