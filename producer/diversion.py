@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from itertools import islice
 
 from jobcore.kafka import Consumer, KafkaException, KafkaSettings, committed_offsets, make_consumer
 from jobcore.topics import QueueTopics
@@ -129,7 +130,7 @@ class Diverter:
         delivered, switch = self._switch_point(key)
         if not delivered:
             # Without its switch a diverted job could overtake the tenant's older ones.
-            self._postponed[key] = self._clock() + POSTPONE_S
+            self._postpone(key)
             return self._locked_ready(key)
         self._postponed.pop(key, None)
         with self._lock:
@@ -159,9 +160,21 @@ class Diverter:
                 consumer.close()
             self._consumers.clear()
 
+    def _postpone(self, key: tuple[str, str]) -> None:
+        """Keep ``key``'s flood in the ready topic for ``POSTPONE_S``. A postponement
+        that has run out promises nothing, so past ``MAX_BUCKETS`` tenants only those
+        still running are kept: tenant ids are unbounded, this map must not be."""
+        now = self._clock()
+        with self._lock:
+            self._postponed[key] = now + POSTPONE_S
+            if len(self._postponed) > MAX_BUCKETS:
+                self._postponed = {k: at for k, at in self._postponed.items() if at > now}
+
     def _ready(self, key: tuple[str, str]) -> Route:
-        """A route to the ready topic, remembered as the tenant's last (the lock held)."""
+        """A route to the ready topic, remembered as the tenant's last (the lock held);
+        moved to the end of the map, so that its oldest keys are its quietest."""
         route = Route(key[0], lock=self._lock, marks=self._marks, key=key)
+        self._last_ready.pop(key, None)
         self._last_ready[key] = route
         if len(self._last_ready) > MAX_BUCKETS:
             self._prune()
@@ -236,10 +249,10 @@ class Diverter:
             return consumer
 
     def _prune(self) -> None:
-        """Forget the settled last records of tenants not being diverted, in the order
-        the tenants first came (the dict's order), half of them at most: a tenant of
-        10,000 others that has been quiet since has had its jobs run."""
-        for key in list(self._last_ready)[: MAX_BUCKETS // 2]:
+        """Forget the settled last records of tenants not being diverted, the quietest
+        first (the dict's order), half of them at most: a tenant of 10,000 others that
+        has been quiet since has had its jobs run."""
+        for key in list(islice(self._last_ready, MAX_BUCKETS // 2)):
             future = self._last_ready[key].future
             if future is not None and future.done() and key not in self._gate.diversions:
                 del self._last_ready[key]

@@ -20,7 +20,8 @@ from collections import OrderedDict
 
 from schemas.job import Job
 
-REMEMBERED = 100_000
+# As many as the other maps keyed by tenant or key keep beyond their active entries.
+REMEMBERED = 10_000
 
 
 class KeyClasses:

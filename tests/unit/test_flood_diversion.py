@@ -295,3 +295,30 @@ def test_only_a_tenant_past_half_its_burst_is_tracked() -> None:
     lefts = [flood.take(KEY) for _ in range(11)]
     assert lefts[-1] == -1
     assert [flood.watched(left) for left in lefts[:-1]] == [False] * 5 + [True] * 5
+
+
+def test_the_diverters_notes_keep_the_recent_tenants_only() -> None:
+    """Tenant ids are unbounded (issue 36 item 5): the notes per (topic, tenant), the
+    last ready record and the postponements, keep at most ``MAX_BUCKETS`` tenants
+    besides those still in play, however many tenants one producer ever wrote."""
+    clock = Clock()
+    router = diverter(1, clock)
+    for n in range(3 * MAX_BUCKETS):
+        tenant = f"tenant-{n}"
+        first = router.route(job(tenant), "jobs.q")
+        assert first is not None
+        first.future = Future()
+        first.future.set_result("j")  # its only ready record landed
+        second = router.route(job(tenant), "jobs.q")
+        assert second is not None and second.topic == "jobs.q.overflow"
+        router._gate.diversions.clear()  # its flood ended
+        late = router.route(job(f"slow-{n}"), "jobs.q")
+        assert late is not None and late.future is None  # still being produced...
+        again = router.route(job(f"slow-{n}"), "jobs.q")
+        assert again is not None and again.topic == "jobs.q"  # ...so its flood is postponed
+        late.future = again.future = Future()
+        late.future.set_exception(RuntimeError("message timed out"))  # later, it failed
+        clock.now += POSTPONE_S / 100
+    assert len(router._last_ready) <= 2 * MAX_BUCKETS
+    assert len(router._postponed) <= MAX_BUCKETS + 100, "only postponements still running"
+    assert len(router._marks) <= len(router._last_ready)
