@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from leasekeeper.leases import Pending, TopicPart
 from schemas.job import Job
+from schemas.vocabulary import OnDead
 
 __all__ = [
     "BlockedLine",
@@ -24,13 +25,6 @@ __all__ = [
     "line_of",
     "seq_of",
 ]
-
-
-class OnDead(StrEnum):
-    """What a line does when its head is dead-lettered."""
-
-    CONTINUE = "continue"  # the next job runs
-    BLOCK = "block"  # nothing runs until an operator replays or skips the dead job
 
 
 class LaneState(StrEnum):

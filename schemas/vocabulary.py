@@ -3,14 +3,16 @@
 Error classes name a failed attempt in a job's history (``AttemptError.error_class``);
 the ones listed here are written by the system itself, any other is a handler's
 exception class name. Dead-letter reasons say why the system moved a record to the
-DLQ (``DeadLetter.reason``). Outcomes are what a worker reports for a lease.
+DLQ (``DeadLetter.reason``). Outcomes are what a worker reports for a lease. What an
+ordering key does when one of its jobs dies is one choice for the leasekeeper's lines
+and the outbox relay's rows alike (``OnDead``).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DeadLetterReason", "ErrorClass", "Outcome"]
+__all__ = ["DeadLetterReason", "ErrorClass", "OnDead", "Outcome"]
 
 
 class ErrorClass(StrEnum):
@@ -44,3 +46,12 @@ class Outcome(StrEnum):
     ACK = "ack"
     NACK = "nack"
     RELEASE = "release"  # not run: the attempt is given back
+
+
+class OnDead(StrEnum):
+    """What an ordering key does when one of its jobs dies: a leasekeeper's line whose
+    head is dead-lettered (``leasekeeper serve --on-dead``), or the outbox relay's key
+    whose row is set aside as dead (``producer outbox relay --on-dead``)."""
+
+    CONTINUE = "continue"  # the key's next job runs (is relayed) without it
+    BLOCK = "block"  # nothing more of the key until an operator replays, retries or drops it

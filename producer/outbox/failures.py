@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from jobcore.kafka import KafkaError, ProduceFailure, classify_produce_error
+from schemas.vocabulary import OnDead
 
-__all__ = ["DeadReason", "OnDead", "RowFailures", "Tenant", "Verdict", "classify"]
+__all__ = ["Classification", "DeadReason", "OnDead", "RowFailures", "Tenant", "classify"]
 
 Tenant = tuple[str, str]  # (queue, tenant id): the unit a retriable failure holds back
 
@@ -47,15 +48,8 @@ class DeadReason(StrEnum):
     INVALID = "invalid job"
 
 
-class OnDead(StrEnum):
-    """What a dead row does to the later rows of its ordering key."""
-
-    BLOCK = "block"  # they wait until `producer outbox dead retry` or `drop`
-    CONTINUE = "continue"  # the key goes on without it
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
+class Classification:
     """One failure, sorted: ``dead`` for good, else retriable (``missing_topic`` names
     a topic that does not exist, for good once past the grace)."""
 
@@ -64,22 +58,22 @@ class Verdict:
     missing_topic: str | None = None
 
 
-def classify(exc: BaseException, *, topic: str) -> Verdict:
+def classify(exc: BaseException, *, topic: str) -> Classification:
     """Sort an exception raised on a row's way to Kafka (its destination check, its
     produce, its delivery report); ``topic`` is where it was going, when known."""
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, ValueError):  # the priority class check, or a queue name
         reason = DeadReason.UNKNOWN_CLASS if "priority class" in text else DeadReason.INVALID
-        return Verdict(error=text, dead=reason)
+        return Classification(error=text, dead=reason)
     code = _kafka_code(text)
     missing = _MISSING.search(text)
     if code in _UNKNOWN_TOPIC or (code is None and missing is not None):
-        return Verdict(error=text, missing_topic=missing.group(1) if missing else topic)
+        return Classification(error=text, missing_topic=missing.group(1) if missing else topic)
     if code in _NOT_AUTHORISED:
-        return Verdict(error=text, dead=DeadReason.NOT_AUTHORISED)
+        return Classification(error=text, dead=DeadReason.NOT_AUTHORISED)
     if code is not None and classify_produce_error(KafkaError(code)) is ProduceFailure.TOO_LARGE:
-        return Verdict(error=text, dead=DeadReason.TOO_LARGE)
-    return Verdict(error=text)
+        return Classification(error=text, dead=DeadReason.TOO_LARGE)
+    return Classification(error=text)
 
 
 def _kafka_code(text: str) -> int | None:
@@ -100,7 +94,7 @@ class RowFailures:
         self._backoff: dict[Tenant, tuple[int, float]] = {}  # tenant -> (failures, until)
         self._missing: dict[str, float] = {}  # topic -> first failure naming it
 
-    def judge(self, verdict: Verdict, tenant: Tenant, now: float) -> DeadReason | None:
+    def judge(self, verdict: Classification, tenant: Tenant, now: float) -> DeadReason | None:
         """The reason to set the row aside, or None: then ``tenant`` backs off."""
         if verdict.dead is not None:
             return verdict.dead
