@@ -91,7 +91,7 @@ class DlqPage:
         return self.older is None and self.newer is None and not self.cut_short
 
 
-class _Record(NamedTuple):
+class _Letter(NamedTuple):
     offset: int
     timestamp_ms: int
     value: bytes | None
@@ -109,7 +109,7 @@ class _Lane:
     older: bool
     edge: int
     bound: int
-    held: deque[_Record] = field(default_factory=deque)
+    held: deque[_Letter] = field(default_factory=deque)
     chunks: int = 0
 
     def exhausted(self) -> bool:
@@ -134,10 +134,10 @@ class _Reader:
         self.topic = topic
         self.read = 0
 
-    def chunk(self, partition: int, start: int, end: int) -> list[_Record]:
+    def chunk(self, partition: int, start: int, end: int) -> list[_Letter]:
         tp = TopicPartition(self.topic, partition, start)
         self.consumer.assign([tp])
-        found: list[_Record] = []
+        found: list[_Letter] = []
         deadline = time.monotonic() + _IDLE_TIMEOUT_S
         position = start
         while position < end:
@@ -154,7 +154,7 @@ class _Reader:
                 offset = message.offset()
                 if offset is not None and start <= offset < end:
                     deadline = time.monotonic() + _IDLE_TIMEOUT_S
-                    found.append(_Record(offset, message.timestamp()[1], message.value()))
+                    found.append(_Letter(offset, message.timestamp()[1], message.value()))
             (now,) = self.consumer.position([TopicPartition(self.topic, partition)])
             position = max(position, now.offset)  # steps over control records too
             if position < end and time.monotonic() > deadline:
@@ -197,7 +197,7 @@ def _lanes(ranges: list[PartitionRange], cursor: Cursor | None, *, older: bool) 
 def _merge(
     lanes: list[_Lane],
     reader: _Reader,
-    decode: Callable[[int, _Record], DlqEntry],
+    decode: Callable[[int, _Letter], DlqEntry],
     selection: DeadLetterFilter,
     size: int,
 ) -> tuple[list[DlqEntry], bool]:
@@ -255,7 +255,7 @@ def read_page(
         starts = Cursor(tuple((lane.partition, lane.bound) for lane in lanes))
         reader = _Reader(consumer, topic)
 
-        def decode(partition: int, record: _Record) -> DlqEntry:
+        def decode(partition: int, record: _Letter) -> DlqEntry:
             return decode_entry(codec, partition, record.offset, record.value)
 
         entries, cut_short = _merge(lanes, reader, decode, selection, size)

@@ -24,7 +24,6 @@ ALLOWED = {
     "Outcome": {"producer/schema_check.py", "workers/middleware.py", "schemas/vocabulary.py"},
     "Settlement": {"leasekeeper/leases.py", "workers/messages.py"},
     "Verdict": {"leasekeeper/ordering_values.py", "leasekeeper/dashboard/access.py"},
-    "_Record": {"leasekeeper/status_sender.py", "leasekeeper/dlq/paging.py"},
 }
 
 
