@@ -18,7 +18,7 @@ LIMIT = 400
 # Modules over the limit today, with the most lines each may have. Lower a number
 # when a module shrinks; delete the entry once it is under the limit.
 ALLOWED = {
-    "leasekeeper/consumer_loop.py": 623,
+    "leasekeeper/consumer_loop.py": 477,
     "leasekeeper/engine.py": 745,
     "jobcore/kafka.py": 725,
     "leasekeeper/cli.py": 693,
