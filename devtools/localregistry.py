@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from devtools.localkafka.distribution import cache_root
+from devtools.dev_cluster import cache_root
 
 __all__ = ["APICURIO_VERSION", "LocalRegistry", "RegistryUnavailable", "find_java", "obtain"]
 

@@ -4,7 +4,6 @@ in as values; nothing here is a global singleton."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
@@ -45,36 +44,16 @@ class BootstrapOrigin(StrEnum):
     DEFAULT = "default"
 
 
-def dev_kafka_state_file(environ: dict[str, str] | None = None) -> Path:
-    """Where ``leasekeeper dev kafka start`` records its pids and address."""
-    env = os.environ if environ is None else environ
-    explicit = env.get(ENV_LOCAL_KAFKA_DIR)
-    if explicit:
-        return Path(explicit) / "state.json"
-    cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "kafka-lease-queue" / "dev-cluster" / "state.json"
-
-
 def recorded_dev_bootstrap(environ: dict[str, str] | None = None) -> str | None:
     """The address of a local Kafka started by ``dev kafka start`` whose processes
-    still run, so a second terminal without ``export KAFKA_BOOTSTRAP`` finds it."""
+    still run, so a second terminal without ``export KAFKA_BOOTSTRAP`` finds it.
+    The record belongs to the development tools, imported here only when asked: an
+    image without them has no local Kafka to find."""
     try:
-        state = json.loads(dev_kafka_state_file(environ).read_text())
-        pids = [int(p) for p in state["pids"]]
-        bootstrap = str(state["bootstrap"])
-    except (OSError, ValueError, KeyError, TypeError):
+        from devtools.dev_cluster import recorded_bootstrap
+    except ImportError:
         return None
-    return bootstrap if pids and all(_alive(pid) for pid in pids) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return recorded_bootstrap(environ)
 
 
 DEFAULT_LEASE_S = 30

@@ -257,9 +257,8 @@ class LeaseKeeperService:
         self._thread.start()
 
     def _connect(self) -> None:
-        """Tier topics exist and the control feed is read to its end (cancellations
-        and dedupe keys are known before the first job is offered), retrying while
-        the cluster is unreachable."""
+        """Tier topics exist and the control feed is read to its end (cancellations and
+        dedupe keys are known before the first job), retrying while Kafka is unreachable."""
         watch = self.config.kafka.watch
         until_done(
             self._ensure_tier_topics, what="checking the queue topics", stop=self._stop, watch=watch
@@ -396,8 +395,9 @@ class LeaseKeeperService:
             pass
         except Exception as exc:
             self.failure = _failure(exc)
-            if self.failure.exit_code == 2 or isinstance(exc, KafkaException):
-                # Kafka's own words say it all (e.g. fenced); a traceback adds nothing.
+            if self.failure.exit_code == 2:  # a setup mistake: serve says it, once
+                log.debug("%s", self.failure.message)
+            elif isinstance(exc, KafkaException):  # Kafka's words say it all (e.g. fenced)
                 log.error("%s", self.failure.message)
             else:
                 log.exception("the Kafka loop failed; stopping the leasekeeper")

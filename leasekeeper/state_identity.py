@@ -79,10 +79,20 @@ class StateMismatch(Exception):
     def __init__(self, state_dir: Path, differences: list[str]) -> None:
         super().__init__(
             f"state dir {state_dir} belongs to another cluster, group or topic "
-            f"({'; '.join(differences)}): start with --reset-state to wipe it, "
-            "or use another --state-dir"
+            f"({_gist(differences)})\n"
+            "start with --reset-state to wipe it, or use another --state-dir"
         )
         self.differences = differences
+
+
+def _gist(differences: list[str]) -> str:
+    """The first difference and how many more; with another cluster, that alone. A
+    reset local Kafka changes every topic's id with its own, and listing them all
+    buried the fix under a screenful of ids."""
+    if differences[0].startswith("cluster id"):
+        return differences[0]
+    more = len(differences) - 1
+    return differences[0] + (f", and {more} more" if more else "")
 
 
 def check_identity(

@@ -1,11 +1,11 @@
 """A real Apache Kafka the project runs itself: fetch the jars, start, stop, chaos."""
 
+from devtools.dev_cluster import cache_root
 from devtools.localkafka.cluster import BrokerNode, LocalKafka, SaslListener, free_port
 from devtools.localkafka.distribution import (
     DEFAULT_KAFKA_VERSION,
     KafkaDistribution,
     KafkaUnavailable,
-    cache_root,
     obtain,
 )
 

@@ -122,7 +122,9 @@ class LocalKafka:
         """Format storage, start every node, and wait until all answer metadata."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self.cluster_id or _random_cluster_id()
-        self.nodes = [
+        # Nodes given beforehand (a stopped cluster's, read back by ``layout``) keep
+        # their ports and data: formatting leaves formatted storage alone.
+        self.nodes = self.nodes or [
             BrokerNode(
                 node_id=i + 1,
                 port=free_port(),

@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools.dev_cluster import cache_root
+
 DEFAULT_KAFKA_VERSION = "4.4.0"
 SCALA_VERSION = "2.13"
 POM = Path(__file__).with_name("pom.xml")
@@ -40,11 +42,6 @@ class KafkaDistribution:
     @property
     def classpath(self) -> str:
         return str(self.libs / "*")
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kafka-lease-queue"
 
 
 def kafka_version() -> str:

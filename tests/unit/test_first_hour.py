@@ -21,7 +21,6 @@ from jobcore.config import (
     BootstrapOrigin,
     Environment,
     default_leasekeeper_target,
-    dev_kafka_state_file,
     recorded_dev_bootstrap,
 )
 from jobcore.durations import DURATION, parse_duration, shown
@@ -227,18 +226,24 @@ def test_enqueue_takes_a_job_request_whole() -> None:
 def test_dev_kafka_records_its_address_where_the_commands_look(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from devtools.localkafka import cli as local_kafka_cli
+    from devtools import dev_cluster
 
-    for name, value in (("LOCAL_KAFKA_DIR", None), ("XDG_CACHE_HOME", str(tmp_path))):
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
-        assert local_kafka_cli._state_file() == dev_kafka_state_file()
-        assert local_kafka_cli._state_file().parent == local_kafka_cli.state_dir()
+    monkeypatch.delenv("LOCAL_KAFKA_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    default = tmp_path / "kafka-lease-queue" / "dev-cluster"
+    assert dev_cluster.state_file() == default / "state.json"
     explicit = tmp_path / "cluster"  # --state-dir, or LOCAL_KAFKA_DIR read by click
+    assert dev_cluster.state_file(explicit) == explicit / "state.json"
     monkeypatch.setenv("LOCAL_KAFKA_DIR", str(explicit))
-    assert local_kafka_cli._state_file(explicit) == dev_kafka_state_file()
+    assert dev_cluster.state_file() == explicit / "state.json"
+    explicit.mkdir()
+    dev_cluster.ClusterRecord(bootstrap="127.0.0.1:4242", pids=(os.getpid(),)).write(
+        dev_cluster.state_file()
+    )
+    assert recorded_dev_bootstrap() == "127.0.0.1:4242"
+    # Stopped: the record keeps the address for the next start, but no command uses it.
+    dev_cluster.ClusterRecord(bootstrap="127.0.0.1:4242", pids=()).write(explicit / "state.json")
+    assert recorded_dev_bootstrap() is None
 
 
 @pytest.mark.parametrize("seconds", [0.25, 1.0, 10.0, 30.0, 90.0, 600.0, 3600.0, 86400.0])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from devtools.localkafka import free_port
 from jobcore.kafka import KafkaSettings, KafkaSetupError
 from leasekeeper import cli
 from leasekeeper.service import Failure, LeaseKeeperService, ServeConfig
+from leasekeeper.state_identity import StateIdentity, StateMismatch
 
 
 class _DyingLoop:
@@ -89,3 +91,37 @@ def test_serve_exits_with_the_failure_code_and_one_line(
     assert result.exit_code == code
     assert "Error: it broke" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_state_dir_of_another_cluster_is_said_once_in_at_most_two_lines_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After the local Kafka was wiped every topic id differs with the cluster's: the
+    error listed them all (~900 characters) and was printed twice (log and error)."""
+    state_dir = tmp_path / "state"
+    recorded = StateIdentity(
+        cluster_id="A" * 22, group_id="g", topic_ids={f"jobs.q.t{n}": "x" * 22 for n in range(20)}
+    )
+    found = StateIdentity(
+        cluster_id="B" * 22, group_id="g", topic_ids={f"jobs.q.t{n}": "y" * 22 for n in range(20)}
+    )
+    mismatch = StateMismatch(state_dir, recorded.differences(found))
+
+    def refused(self: LeaseKeeperService) -> None:
+        raise mismatch
+
+    monkeypatch.setattr(LeaseKeeperService, "_connect", refused)
+    listen = f"unix:{tmp_path / 'lk.sock'}"
+    args = ["serve", "--queue", "q", "--state-dir", str(state_dir),
+            "--bootstrap", f"127.0.0.1:{free_port()}", "--listen", listen]  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 2, result.output
+    said = result.output + caplog.text
+    assert said.count("belongs to another cluster") == 1, said
+    lines = result.output[result.output.index("Error: state dir") :].splitlines()
+    assert lines[0].startswith(f"Error: state dir {state_dir} belongs to another cluster")
+    assert "(cluster id recorded AAAA" in lines[0]
+    assert lines[1] == "start with --reset-state to wipe it, or use another --state-dir"
+    # Two lines, the first short once the path (any length) is set aside.
+    assert len(lines[0]) - len(str(state_dir)) <= 140, lines[0]

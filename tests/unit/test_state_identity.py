@@ -56,7 +56,7 @@ def test_a_store_recorded_for_cluster_a_refuses_cluster_b_with_the_fix(
     assert f"state dir {tmp_path / 'state'}" in message
     assert "cluster id recorded A, found B" in message
     assert "--reset-state" in message and "--state-dir" in message
-    assert "\n" not in message
+    assert message.count("\n") == 1  # the problem, then the fix
     assert len(acked_offsets(store)) == 3  # refused: nothing wiped
 
 
