@@ -24,6 +24,7 @@ from jobcore.config import AUTH_METADATA_KEY
 from jobcore.delay_tiers import parse_duration
 from jobcore.terminal_text import escaped, printable
 from leasekeeper.limit_lines import limit_lines
+from leasekeeper.unhandled_view import unhandled_lines
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -67,6 +68,8 @@ def render_snapshot(
         f"member {escaped(snapshot.get('member'))}  "
         f"ready {snapshot['ready']}  commits {snapshot.get('commits')}"
     )
+    for line in unhandled_lines(snapshot, now):
+        console.print(line, highlight=False)
     queue = str(snapshot.get("queue") or "")
     console.print(_partitions_table(snapshot["partitions"], queue, wide))
     leases = [lease for p in snapshot["partitions"] for lease in p["leases"]]

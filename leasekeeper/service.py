@@ -144,7 +144,7 @@ class LeaseKeeperService:
                              lane_job=lambda entry: self._lane.job_of(entry))  # fmt: skip
         self.engine = LeaseEngine(
             store=self._store,
-            config=replace(config.engine, lane_jobs_here=False),
+            config=replace(config.engine, lane_jobs_here=False, queue=config.queue),
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
             ),
