@@ -1,19 +1,26 @@
-"""A job whose type no connected worker runs: warned about within a minute, in the
-log, in ``inspect`` (text and JSON) and on the dashboard, and no longer once a worker
-for it connects."""
+"""Silent waits speak. A job whose type no connected worker runs: warned about within
+a minute, in the log, in ``inspect`` (text and JSON) and on the dashboard, and no
+longer once a worker for it connects. A leasekeeper whose brokers do not answer says
+Kafka is down."""
 
 from __future__ import annotations
 
 import io
+import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
+from jobcore.kafka import KafkaSettings
+from leasekeeper import cli
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.inspect_view import render_snapshot
+from leasekeeper.service import LeaseKeeperService, ServeConfig
 from leasekeeper.store import LeaseStore
 from tests.unit.test_engine import Clock
 from tests.unit.test_engine_channel import TP, typed
@@ -130,3 +137,25 @@ def test_the_queue_page_shows_the_wait() -> None:
     assert "vidéo&lt;b&gt;" in html and "orders@lk-1" in html and "email, sms" in html
     assert "Start a worker that registers" in html
     assert unhandled_section([{"instance": "x", "snapshot": _snapshot()}], NOW_MS) == ""
+
+
+def test_inspect_says_kafka_is_down_while_no_broker_answers(tmp_path: Path) -> None:
+    socket = f"unix:{tmp_path / 'lk.sock'}"
+    config = ServeConfig(queue="q", kafka=KafkaSettings(bootstrap="127.0.0.1:1"),
+                         state_dir=tmp_path / "state", listen=socket,
+                         publish_interval_s=0)  # fmt: skip
+    service = LeaseKeeperService(config)
+    # Not the Kafka loop: its connect attempt waits 10 s for an answer, and stop() for it.
+    service._thread = threading.Thread(target=service._stop.wait, daemon=True)
+    service.start()
+    try:
+        assert service.kafka_probe.checked.wait(30)
+        as_json = CliRunner().invoke(cli.main, ["inspect", "--json", "--target", socket])
+        as_text = CliRunner().invoke(cli.main, ["inspect", "--target", socket])
+    finally:
+        service.stop()
+    assert as_json.exit_code == 0, as_json.output
+    snapshot = json.loads(as_json.output)
+    assert snapshot["kafka"] == "down" and snapshot["unhandled"] == []
+    assert as_text.exit_code == 0, as_text.output
+    assert "kafka down" in as_text.output
