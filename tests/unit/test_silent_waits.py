@@ -1,7 +1,7 @@
 """Silent waits speak. A job whose type no connected worker runs: warned about within
 a minute, in the log, in ``inspect`` (text and JSON) and on the dashboard, and no
 longer once a worker for it connects. A leasekeeper whose brokers do not answer says
-Kafka is down."""
+Kafka is down. A worker started before its leasekeeper's socket exists says so."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ from leasekeeper.service import LeaseKeeperService, ServeConfig
 from leasekeeper.store import LeaseStore
 from tests.unit.test_engine import Clock
 from tests.unit.test_engine_channel import TP, typed
+from tests.unit.test_worker_support import Envelopes, FakeLeaseKeeper, running_worker, start_server
+from workers.app import App
+from workers.context import JobContext
 
 
 def _engine(path: Path, clock: Clock) -> LeaseEngine:
@@ -159,3 +162,44 @@ def test_inspect_says_kafka_is_down_while_no_broker_answers(tmp_path: Path) -> N
     assert snapshot["kafka"] == "down" and snapshot["unhandled"] == []
     assert as_text.exit_code == 0, as_text.output
     assert "kafka down" in as_text.output
+
+
+class _Warned(logging.Handler):
+    """Each WARNING of the worker's client, and an event set at the first."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+        self.first = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        self.first.set()
+
+
+def test_a_worker_started_before_its_socket_says_so_then_connects_when_it_appears(
+    tmp_path: Path,
+) -> None:
+    sock = tmp_path / "lk.sock"
+    app, ran = App("test"), threading.Event()
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        ran.set()
+
+    warned = _Warned()
+    logger = logging.getLogger("workers.client")
+    logger.addHandler(warned)
+    server = None
+    try:
+        with running_worker(app, f"unix:{sock}"):
+            assert warned.first.wait(10)  # at the first claim
+            server = start_server(FakeLeaseKeeper([Envelopes()("noop")]), sock)
+            assert ran.wait(30)  # it kept retrying, and connected
+    finally:
+        logger.removeHandler(warned)
+        if server is not None:
+            server.stop(0).wait()
+    (line,) = warned.lines
+    assert f"no socket at {sock} (the path does not exist)" in line
+    assert "until it appears" in line and "leasekeeper serve --queue" in line
