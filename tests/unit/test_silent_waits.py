@@ -18,7 +18,11 @@ from rich.console import Console
 
 from jobcore.kafka import KafkaSettings
 from leasekeeper import cli
+from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.kafka_view import QueueOffsets
+from leasekeeper.dashboard.pages import queue_page
 from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.fleet import fleet_record
 from leasekeeper.inspect_view import render_snapshot
 from leasekeeper.service import LeaseKeeperService, ServeConfig
 from leasekeeper.store import LeaseStore
@@ -131,15 +135,26 @@ def test_inspect_shows_the_wait_with_its_fix() -> None:
     assert "Start a worker that registers 'vidéo<b>'" in text
 
 
-def test_the_queue_page_shows_the_wait() -> None:
-    from leasekeeper.dashboard.pages import unhandled_section
+class _Offsets:
+    """The dashboard's Kafka view of a queue with nothing to show."""
 
-    records = [{"instance": "orders@lk-1", "snapshot": _snapshot(unhandled=[WAIT])}]
-    html = unhandled_section(records, NOW_MS)
+    def offsets(self, queue: str) -> QueueOffsets:
+        return QueueOffsets(queue=queue, ready=(), tiers={}, dlq_depth=0, oldest_ready_ms=None)
+
+
+def test_the_queue_page_shows_the_wait_a_leasekeeper_published() -> None:
+    fleet = FleetState()
+    snapshot = _snapshot(unhandled=[WAIT])
+    record = fleet_record(snapshot, instance="orders@lk-1", now_ms=NOW_MS, max_leases=10)
+    fleet.apply("orders@lk-1", json.dumps(record).encode())
+    html = queue_page("", "orders", fleet, _Offsets(), NOW_MS)  # type: ignore[arg-type]
     assert "No worker runs these job types" in html
     assert "vidéo&lt;b&gt;" in html and "orders@lk-1" in html and "email, sms" in html
     assert "Start a worker that registers" in html
-    assert unhandled_section([{"instance": "x", "snapshot": _snapshot()}], NOW_MS) == ""
+    quiet = FleetState()
+    record = fleet_record(_snapshot(), instance="orders@lk-1", now_ms=NOW_MS, max_leases=10)
+    quiet.apply("orders@lk-1", json.dumps(record).encode())
+    assert "No worker runs" not in queue_page("", "orders", quiet, _Offsets(), NOW_MS)  # type: ignore[arg-type]
 
 
 def test_inspect_says_kafka_is_down_while_no_broker_answers(tmp_path: Path) -> None:
