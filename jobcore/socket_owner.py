@@ -25,7 +25,14 @@ from typing import NamedTuple
 
 from jobcore.config import ENV_TRUST_OWNER, socket_directory
 
-__all__ = ["OTHERS_WRITE", "ROOT_UID", "OwnerProblem", "ownership_problem", "target_problem"]
+__all__ = [
+    "OTHERS_WRITE",
+    "ROOT_UID",
+    "OwnerProblem",
+    "ownership_problem",
+    "socket_absent",
+    "target_problem",
+]
 
 ROOT_UID = 0
 # The write bits a worker refuses on a socket's directory (the leasekeeper refuses
@@ -72,7 +79,7 @@ def target_problem(target: str, trust_owner: int | None = None) -> str | None:
     Made once per channel, never per job."""
     if not target.startswith("unix:"):
         return None
-    sock = Path(target.removeprefix("unix:").removeprefix("//"))
+    sock = _socket_path(target)
     default = sock.parent.absolute() == socket_directory().absolute()
     owners = {os.getuid()}
     if not default:
@@ -90,6 +97,26 @@ def target_problem(target: str, trust_owner: int | None = None) -> str | None:
         if found is not None:
             return f"refusing to connect: the leasekeeper {found.text}\n{_fix(found, default)}"
     return None
+
+
+def socket_absent(target: str) -> str | None:
+    """What is missing where a ``unix:`` target should be (its directory, the socket,
+    or a socket in place of another file), or None: for the warning of a worker that
+    started first or was given the wrong path. Made once per outage, never per job."""
+    if not target.startswith("unix:"):
+        return None
+    sock = _socket_path(target)
+    if not sock.parent.is_dir():
+        return f"the socket directory {sock.parent} does not exist"
+    if not sock.exists():
+        return f"no socket at {sock} (the path does not exist)"
+    if not sock.is_socket():
+        return f"{sock} is not a socket"
+    return None
+
+
+def _socket_path(target: str) -> Path:
+    return Path(target.removeprefix("unix:").removeprefix("//"))
 
 
 def _fix(found: OwnerProblem, default: bool) -> str:

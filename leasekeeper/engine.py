@@ -707,15 +707,11 @@ class LeaseEngine:
 
     def snapshot(self) -> EngineSnapshot:
         with self._lock:
-            return engine_view.snapshot(
-                book=self._book,
-                window=self._window,
-                budget=self._budget,
-                counters=self.counters,
-                settling_in=self._core.settling(),
-                workers=self._unhandled.workers.snapshot(now_ms(self._clock)),
-                mono=self._monotonic(),
-            )
+            return engine_view.snapshot(book=self._book, window=self._window,
+                                        budget=self._budget, counters=self.counters,
+                                        settling_in=self._core.settling(),
+                                        unhandled=self._unhandled, now_ms=now_ms(self._clock),
+                                        mono=self._monotonic())  # fmt: skip
 
     def fairness(self) -> FairnessSnapshot:
         """Per priority class and per tenant: what ``inspect`` and the metrics show."""

@@ -42,6 +42,8 @@ class EngineConfig:
     unknown_type_grace_s: float = 600.0
     # A worker counts as connected this long after its last claim.
     worker_seen_s: float = 60.0
+    # The queue's name, for the warnings the engine logs (empty in unit tests).
+    queue: str = ""
     # Priority class → dispatch weight (each class also has its own topic).
     class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
     # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).

@@ -27,6 +27,7 @@ from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.snapshots import EngineSnapshot, LeaseView, PartitionView
 from leasekeeper.store import LeaseStore, NoteKind
+from leasekeeper.unhandled import UnhandledSweep
 from leasekeeper.window import ReadyWindow
 from schemas.job_headers import JobHead
 
@@ -38,10 +39,11 @@ def snapshot(
     budget: RetryBudget,
     counters: Counters,
     settling_in: bool,
-    workers: dict[str, list[str]],
+    unhandled: UnhandledSweep,
+    now_ms: int,
     mono: float,
 ) -> EngineSnapshot:
-    """``mono`` is monotonic seconds now (lease ages and expiries)."""
+    """``mono`` is monotonic seconds now (lease ages and expiries); ``now_ms`` epoch ms."""
     return EngineSnapshot(
         retry_budget=budget.snapshot(),
         partitions=tuple(_partition_view(s, mono) for s in book.parts.values()),
@@ -53,7 +55,8 @@ def snapshot(
         in_flight_by_tenant=_in_flight_by_tenant(book),
         counters=replace(counters),
         settling_in=settling_in,
-        workers=workers,
+        workers=unhandled.workers.snapshot(now_ms),
+        unhandled=unhandled.waits,
     )
 
 

@@ -24,6 +24,7 @@ from jobcore.config import AUTH_METADATA_KEY
 from jobcore.delay_tiers import parse_duration
 from jobcore.terminal_text import escaped, printable
 from leasekeeper.limit_lines import limit_lines
+from leasekeeper.unhandled_view import unhandled_lines
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -67,6 +68,8 @@ def render_snapshot(
         f"member {escaped(snapshot.get('member'))}  "
         f"ready {snapshot['ready']}  commits {snapshot.get('commits')}"
     )
+    for line in [*kafka_lines(snapshot), *unhandled_lines(snapshot, now)]:
+        console.print(line, highlight=False)
     queue = str(snapshot.get("queue") or "")
     console.print(_partitions_table(snapshot["partitions"], queue, wide))
     leases = [lease for p in snapshot["partitions"] for lease in p["leases"]]
@@ -91,6 +94,14 @@ def render_snapshot(
         console.print(line, highlight=False)
     for line in blocked_key_lines(snapshot, now):
         console.print(line, highlight=False)
+
+
+def kafka_lines(snapshot: dict[str, Any]) -> list[str]:
+    """Kafka "down" (no broker answers) or still "connecting", with the last error."""
+    kafka, why = snapshot.get("kafka"), snapshot.get("kafka_last_error")
+    if kafka in (None, "connected"):
+        return []
+    return [f"[bold red]kafka {escaped(kafka)}[/]" + (f": {escaped(why)}" if why else "")]
 
 
 # Blocked ordering keys listed by inspect before "… N more".

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import grpc
 
-from jobcore.control import STATUS_SWITCH_KEY, StatusSwitchedOff
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
     Consumer,
@@ -27,7 +26,6 @@ from jobcore.kafka import (
     make_admin,
     make_consumer,
     make_producer,
-    produce_reliably,
     topic_ids,
 )
 from jobcore.priority import PriorityClasses
@@ -36,7 +34,6 @@ from jobcore.schema_registry import RegistrySettings, open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker_feed import BreakerFeed
-from leasekeeper.clocks import now_ms
 from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
@@ -45,6 +42,7 @@ from leasekeeper.dlq_watch import DlqWatch
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.family_consumer import FamilyConsumer, family_instance_id, topic_families
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
+from leasekeeper.kafka_probe import KafkaProbe
 from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.ordering_lane import LaneFeed
@@ -56,6 +54,7 @@ from leasekeeper.rpc import RpcCounters, start_rpc_server
 from leasekeeper.snapshots import LeaseKeeperSnapshot
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
 from leasekeeper.status_sender import StatusSender
+from leasekeeper.status_switch import announce_status_switch
 from leasekeeper.store import LeaseStore
 from leasekeeper.switch_hold import CommitReader
 from leasekeeper.tier_gate import TierGate
@@ -144,7 +143,7 @@ class LeaseKeeperService:
                              lane_job=lambda entry: self._lane.job_of(entry))  # fmt: skip
         self.engine = LeaseEngine(
             store=self._store,
-            config=replace(config.engine, lane_jobs_here=False),
+            config=replace(config.engine, lane_jobs_here=False, queue=config.queue),
             budget=RetryBudget(
                 share=config.retry_budget_share, min_retries=config.retry_budget_floor
             ),
@@ -173,6 +172,7 @@ class LeaseKeeperService:
                               on_operator=self.engine.lane_operator)  # fmt: skip
         self.failure: Failure | None = None
         self.connected = threading.Event()
+        self.kafka_probe = KafkaProbe(config.kafka, self.topics.ready)
         self.gate = TierGate(config.tiers, self.topics, classes=classes)
         overrides: dict[str, object] = {
             "partition.assignment.strategy": "cooperative-sticky",
@@ -254,6 +254,7 @@ class LeaseKeeperService:
         if self.config.metrics_port:
             serve_metrics(self.snapshot_dict, self.config.queue, self.config.metrics_port,
                           self.config.ready_targets)  # fmt: skip
+        self.kafka_probe.start()
         self._thread.start()
 
     def _connect(self) -> None:
@@ -349,26 +350,12 @@ class LeaseKeeperService:
             classes=PriorityClasses(weights=self.config.engine.class_weights),
             status_retention_ms=self.config.status_retention_ms,
         )
-        self._announce_status_switch()
+        instance = self.config.instance_id or default_instance()
+        announce_status_switch(self._producer, self.topics.status,
+                               on=self.config.engine.status_records, instance=instance)  # fmt: skip
 
     def _status_sender(self, on_dropped: Callable[[str], None]) -> StatusSender:
         return StatusSender(self.config.kafka, self.topics.status, on_dropped=on_dropped)
-
-    def _announce_status_switch(self) -> None:
-        """Say on the status topic whether this queue's jobs get status records, so a
-        lookup that finds none can tell "switched off" from "not finished"."""
-        on = self.config.engine.status_records
-        instance = self.config.instance_id or default_instance()
-        value = None if on else StatusSwitchedOff(at_ms=now_ms(time.time), instance=instance)
-        produce_reliably(
-            self._producer,
-            self.topics.status,
-            key=STATUS_SWITCH_KEY,
-            value=value.encode() if value is not None else None,
-            on_delivery=_switch_reported,
-        )
-        if self._producer.flush(10) > 0:
-            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
 
     def _check_state_identity(self) -> None:
         """Before any partition's state is loaded: is the state dir this queue's? (The
@@ -423,7 +410,7 @@ class LeaseKeeperService:
             commits=self.loop.commits,
             held_tiers=self.gate.snapshot(),
             outbox=self.outbox.view(),
-            kafka="connected" if self.connected.is_set() else "connecting",
+            kafka=self.kafka_probe.state(self.connected.is_set()),
             kafka_last_error=self.config.kafka.watch.last_reason(),
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
@@ -445,6 +432,7 @@ class LeaseKeeperService:
 
     def stop(self, grace_s: float = 5.0) -> None:
         self._stop.set()
+        self.kafka_probe.stop()
         if self._publisher is not None:
             self._publisher.stop()
         if self._dlq is not None:
@@ -466,9 +454,3 @@ def _failure(exc: Exception) -> Failure:
     if isinstance(exc, StateMismatch) or classify(exc) is ErrorKind.SETUP:
         return Failure(message=str(exc), exit_code=2)
     return Failure(message=f"the Kafka loop failed: {exc}", exit_code=1)
-
-
-def _switch_reported(error: KafkaError | None, message: object) -> None:
-    """The switch record only informs lookups: a failure is worth a warning, no more."""
-    if error is not None:
-        log.warning("could not record the status switch on the status topic: %s", error)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from leasekeeper.engine_config import Counters
 from leasekeeper.ordering import BlockedLine
 from leasekeeper.retry_budget import BudgetSnapshot
+from leasekeeper.unhandled_view import UnhandledWait
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
     from leasekeeper.breaker import BreakerView
@@ -72,6 +73,8 @@ class EngineSnapshot:
     counters: Counters
     settling_in: bool
     workers: dict[str, list[str]]
+    # Ready jobs of a type no connected worker runs, waiting for the DLQ (unhandled).
+    unhandled: tuple[UnhandledWait, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -86,6 +89,7 @@ class EngineSnapshot:
             "counters": asdict(self.counters),
             "settling_in": self.settling_in,
             "workers": dict(self.workers),
+            "unhandled": [w.to_dict() for w in self.unhandled],
         }
 
 

@@ -25,7 +25,7 @@ from typing import Final, TypeVar
 import grpc
 
 from jobcore.config import AUTH_METADATA_KEY, RPC_MESSAGE_BYTES
-from jobcore.socket_owner import target_problem
+from jobcore.socket_owner import socket_absent, target_problem
 from schemas import worker_pb2
 from schemas.worker_pb2_grpc import LeaseKeeperStub
 from workers.channel_errors import LeaseKeeperRejected, LeaseKeeperUnavailable, UntrustedSocket
@@ -91,6 +91,10 @@ class ReconnectBackoff:
 
 # A worker with no leasekeeper says so again after this long, then at doubling intervals.
 STILL_DOWN_FIRST_S = 30.0
+_UNTIL_IT_APPEARS = (
+    ", and on until it appears (is `leasekeeper serve --queue QUEUE` running? the "
+    "worker's --queue or --target must name its socket)"
+)
 
 
 class LeaseKeeperClient:
@@ -333,8 +337,14 @@ class LeaseKeeperClient:
             failures = self._failures
             still_down = self._still_down(failures)
         channel.close()
-        level = logging.WARNING if failures == 1 else logging.DEBUG
-        log.log(level, "leasekeeper at %s unavailable; reconnecting in %.2fs", self.target, delay)
+        if failures == 1:
+            # A worker may start before its leasekeeper: say what is missing, and go on.
+            absent = socket_absent(self.target)
+            log.warning("leasekeeper at %s unavailable%s; reconnecting in %.2fs%s", self.target,
+                        f": {absent}" if absent else "", delay,
+                        _UNTIL_IT_APPEARS if absent else "")  # fmt: skip
+        else:
+            log.debug("leasekeeper at %s unavailable; reconnecting in %.2fs", self.target, delay)
         if still_down is not None:
             log.warning(
                 "still no leasekeeper at %s after %.0f s; retrying (is `leasekeeper serve "

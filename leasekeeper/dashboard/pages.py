@@ -15,6 +15,7 @@ from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
 from leasekeeper.dashboard.kafka_view import KafkaView, QueueOffsets
 from leasekeeper.dlq.entries import format_ms
+from leasekeeper.unhandled_view import unhandled_text
 
 __all__ = [
     "cron_section",
@@ -22,6 +23,7 @@ __all__ = [
     "overview_page",
     "queue_page",
     "scheduled_page",
+    "unhandled_section",
 ]
 
 Snapshot = dict[str, Any]
@@ -87,6 +89,7 @@ def queue_page(base: str, queue: str, fleet: FleetState, kafka: KafkaView, now_m
     return live(
         "queue",
         _summary_cards(offsets, now_ms)
+        + unhandled_section(records, now_ms)
         + "<h2>Partitions</h2>"
         + _partitions(offsets, records)
         + "<h2>Tenants</h2>"
@@ -96,6 +99,23 @@ def queue_page(base: str, queue: str, fleet: FleetState, kafka: KafkaView, now_m
         + "<h2>Retry tiers</h2>"
         + table(("tier topic", "backlog"), sorted(offsets.tiers.items()), numeric=(1,))
         + f"<p>{link(base, f'dlq/{queue}', 'Dead letters')}: {offsets.dlq_depth}</p>",
+    )
+
+
+def unhandled_section(records: list[Snapshot], now_ms: int) -> str:
+    """Ready jobs no connected worker runs, first on the queue's page: they wait
+    silently until the DLQ takes them, and the fix is outside the queue."""
+    rows = [
+        (record.get("instance"), wait.get("type"), wait.get("jobs"),
+         ", ".join(wait.get("handled") or ()) or "-", unhandled_text(wait, now_ms))
+        for record in records
+        for wait in record["snapshot"].get("unhandled") or ()
+    ]  # fmt: skip
+    if not rows:
+        return ""
+    headers = ("leasekeeper", "job type", "ready", "connected workers run", "what to do")
+    return '<h2 class="bad">No worker runs these job types</h2>' + table(
+        headers, rows, numeric=(2,)
     )
 
 

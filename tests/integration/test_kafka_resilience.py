@@ -98,7 +98,7 @@ def test_serve_waits_for_kafka_answers_inspect_meanwhile_then_runs_jobs(
             lk.assert_alive()
             snap = lk.snapshot()
             log = lk.log.read_text()
-            return snap is not None and snap["kafka"] == "connecting" and "retrying in" in log
+            return snap is not None and snap["kafka"] == "down" and "retrying in" in log
 
         wait_until(waiting, 60, "inspect to answer while the leasekeeper retries")
         assert "leasekeeper_" in _metrics(metrics_port)
