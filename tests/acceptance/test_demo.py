@@ -146,6 +146,9 @@ def test_ctrl_c_stops_producer_workers_leasekeeper_then_its_own_kafka(
     ], demo.text()
     assert "stopped: leasekeeper exited with 0" in stopped, demo.text()
     assert not any("killed" in line for line in stopped), demo.text()
+    # Stopped by the demo, not by the terminal's Ctrl-C: the broker names the signal.
+    broker = demo.log("kafka/node-1/server.log")
+    assert re.findall(r"Terminating process due to signal (\w+)", broker) == ["SIGTERM"]
     leasekeeper = demo.log("leasekeeper.log")
     assert leasekeeper.rstrip().endswith("leasekeeper stopped"), leasekeeper[-2000:]
     assert not any(loss in leasekeeper for loss in LOSS), leasekeeper[-2000:]
