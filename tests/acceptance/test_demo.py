@@ -47,7 +47,7 @@ LOSS = ("status records were not written", "dropped")
 
 
 @dataclass
-class Demo:
+class DemoRun:
     process: subprocess.Popen[bytes]
     output: Path
     workdir: Path
@@ -90,7 +90,7 @@ def port_8700_taken() -> Iterator[None]:
         yield
 
 
-def start_demo(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Demo:
+def start_demo(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> DemoRun:
     output = tmp_path / "demo.out"
     workdir = tmp_path / "work"
     clean = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP", "LOG_LEVEL")}
@@ -103,14 +103,14 @@ def start_demo(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, as a terminal's job is
         )
-    return Demo(process=process, output=output, workdir=workdir)
+    return DemoRun(process=process, output=output, workdir=workdir)
 
 
 @pytest.fixture
-def demos() -> Iterator[list[Demo]]:
+def demos() -> Iterator[list[DemoRun]]:
     """Demos a failed test left running, stopped in order (their children and Kafka
     are in sessions of their own: killing the demo would orphan them)."""
-    started: list[Demo] = []
+    started: list[DemoRun] = []
     yield started
     for demo in started:
         if demo.process.poll() is None:
@@ -123,7 +123,7 @@ def demos() -> Iterator[list[Demo]]:
 
 @pytest.mark.slow  # starts a Kafka of its own, as `make run` does
 def test_ctrl_c_stops_producer_workers_leasekeeper_then_its_own_kafka(
-    tmp_path: Path, demos: list[Demo]
+    tmp_path: Path, demos: list[DemoRun]
 ) -> None:
     demo = start_demo(tmp_path)
     demos.append(demo)
@@ -199,7 +199,7 @@ def test_the_demo_shows_every_page_and_loses_no_status_record(
     kafka: KafkaSettings,
     unique: str,
     tmp_path: Path,
-    demos: list[Demo],
+    demos: list[DemoRun],
     port_8700_taken: None,
 ) -> None:
     queue = f"demo{unique}"
