@@ -32,6 +32,7 @@ $(COMPILED): $(STAMP) setup.py compiled_modules.txt $(HOT_PATH)
 	@if [ "$${JOBS_COMPILE:-1}" = 0 ]; then \
 	  echo "JOBS_COMPILE=0: the hot path runs as plain Python"; \
 	else \
+	  echo "mypyc: compiling the hot path to C, a few minutes the first time (JOBS_COMPILE=0 make run skips it)"; \
 	  $(PY) setup.py -q build_ext --inplace >/dev/null; \
 	  find leasekeeper workers schemas jobcore -name '*.so' -exec touch {} +; \
 	fi

@@ -1,7 +1,8 @@
 """The demo's worker app: receipts and image resizes with realistic hiccups.
 
 Run it with ``workers run examples.demo_app:app``. A few receipts fail with a
-transient error, so the demo shows retries as well as successes.
+transient error, so the demo shows retries as well as successes, and a receipt for a
+negative amount fails for good, so it shows dead letters too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from workers.app import App
 from workers.context import JobContext
+from workers.errors import Permanent
 
 app = App("demo")
 
@@ -23,6 +25,8 @@ class PartnerTimeout(Exception):
 @app.job("send_receipt")
 def send_receipt(ctx: JobContext, payload: dict[str, Any]) -> None:
     # job_id is the idempotency key a real mail API would receive.
+    if payload["amount_cents"] < 0:
+        raise Permanent(f"order {payload['order_id']}: a refund is not a receipt")
     time.sleep(random.uniform(0.02, 0.08))
     if random.random() < 0.05:
         raise PartnerTimeout(f"mail API timed out for order {payload['order_id']}")

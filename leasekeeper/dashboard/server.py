@@ -35,6 +35,7 @@ from leasekeeper.dashboard.hosts import HostCheck, HostRefusal
 from leasekeeper.dashboard.html import e, layout, link, live
 from leasekeeper.dashboard.job_lookup import job_page, lookup
 from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.dashboard.login import COOKIE, LOGIN_PATH, login
 from leasekeeper.dashboard.pages import (
     leasekeepers_page,
     overview_page,
@@ -86,6 +87,7 @@ class Response:
     status: HTTPStatus
     body: str
     content_type: str = "text/html; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def _page(d: Dashboard, title: str, active: str, body: str) -> Response:
@@ -258,7 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _request(self) -> Request:
         cookie = SimpleCookie(self.headers.get("Cookie", ""))
-        token = cookie["dashboard_token"].value if "dashboard_token" in cookie else None
+        token = cookie[COOKIE].value if COOKIE in cookie else None
         return Request(
             method=self.command,
             peer=self.client_address[0],
@@ -273,16 +275,19 @@ class _Handler(BaseHTTPRequestHandler):
         if refusal is not None:
             self._refuse_host(refusal, head=method == "HEAD")
             return
-        request = self._request()
-        verdict = d.policy.check(request)
-        if verdict is not Verdict.OK:
-            self._refuse(verdict)
-            return
         url = urlsplit(self.path)
         path = url.path
         if d.base and (path == d.base or path.startswith(d.base + "/")):
             path = path[len(d.base) :]
         query = url.query
+        if path == LOGIN_PATH and method in ("GET", "HEAD"):  # before: it brings the token
+            self._send(self._login(query), head=method == "HEAD")
+            return
+        request = self._request()
+        verdict = d.policy.check(request)
+        if verdict is not Verdict.OK:
+            self._refuse(verdict)
+            return
         if method == "POST":
             query = "&".join(q for q in (query, self._form()) if q)
         try:
@@ -296,6 +301,15 @@ class _Handler(BaseHTTPRequestHandler):
         except (KafkaException, DlqError) as exc:
             response = _error(d, HTTPStatus.SERVICE_UNAVAILABLE, f"Kafka: {exc}")
         self._send(response, head=method == "HEAD")
+
+    def _login(self, query: str) -> Response:
+        d = self.dashboard
+        answer = login(d.policy.token, query, d.base)
+        if answer.set_cookie is None or answer.location is None:
+            return _error(d, answer.status, answer.message)
+        log.info("%s logged in with the token", self.address_string())
+        headers = (("Location", answer.location), ("Set-Cookie", answer.set_cookie))
+        return Response(status=answer.status, body="", headers=headers)
 
     def _form(self) -> str:
         length = int(self.headers.get("Content-Length") or 0)
@@ -328,6 +342,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Referrer-Policy", "same-origin")
         if challenge:
             self.send_header("WWW-Authenticate", 'Basic realm="job queue dashboard"')
+        for name, value in response.headers:
+            self.send_header(name, value)
         self.end_headers()
         if not head:
             self.wfile.write(data)
