@@ -19,14 +19,14 @@ LIMIT = 400
 # when a module shrinks; delete the entry once it is under the limit.
 ALLOWED = {
     "leasekeeper/consumer_loop.py": 477,
-    "leasekeeper/engine.py": 745,
+    "leasekeeper/engine.py": 741,
     "jobcore/kafka.py": 725,
     "leasekeeper/cli.py": 693,
     "producer/api.py": 587,
     "leasekeeper/ordering.py": 527,
     "leasekeeper/breaker.py": 512,
     "workers/runtime.py": 498,
-    "leasekeeper/service.py": 474,
+    "leasekeeper/service.py": 456,
     "leasekeeper/store.py": 465,
     "producer/cli.py": 451,
     "leasekeeper/lease_core.py": 451,
