@@ -1,6 +1,6 @@
 """``inspect job`` for a job the leasekeeper no longer holds: how it ended, from
-``jobs.Q.status`` (the record the leasekeeper wrote when it succeeded, died or
-was cancelled).
+``jobs.Q.status`` (the record the leasekeeper wrote when it succeeded, died, was
+cancelled or was skipped as a duplicate).
 
 Only tried when the leasekeeper does not hold a whole job id, and only when
 Kafka is named (``--bootstrap``/``KAFKA_BOOTSTRAP``, ``--kafka-config``/``KAFKA_CONFIG``,
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from jobcore.config import Environment
 from jobcore.control import JobStatus
+from jobcore.job_state import state_of
 from jobcore.kafka import KafkaException, KafkaSetupError
 from jobcore.status import StatusError, StatusReader
 from jobcore.topics import QueueTopics
@@ -75,7 +76,7 @@ def status_view(status: JobStatus) -> dict[str, object]:
     """A finished job as ``inspect job`` shows it."""
     view: dict[str, object] = {
         "job_id": status.job_id,
-        "state": status.state.value,
+        "state": state_of(status).value,
         "member_knows": False,
         "ended_at_ms": status.at_ms,
         "attempt": status.attempt,
@@ -88,4 +89,6 @@ def status_view(status: JobStatus) -> dict[str, object]:
         view["last_error"] = status.last_error
     if status.duration_s is not None:
         view["duration_s"] = status.duration_s
+    if status.duplicate_of:
+        view["duplicate_of"] = status.duplicate_of
     return view
