@@ -24,9 +24,11 @@ __all__ = ["JobWhere", "job_page", "lookup"]
 
 @dataclass(frozen=True, kw_only=True)
 class JobWhere(JobReport):
-    """The shared report, and the leasekeeper that holds a leased job."""
+    """The shared report, and the leasekeeper that holds a leased job and its lease id
+    (``topic/partition/offset``: where the page reads the job itself)."""
 
     leasekeeper: str | None = None
+    lease_id: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -47,6 +49,7 @@ def lookup(
                         worker=str(lease.get("worker")),
                         attempt=int(lease.get("attempt", 0)),
                         leasekeeper=str(record.get("instance")),
+                        lease_id=lease.get("lease_id"),
                     )
     notes = []
     for queue in queues:

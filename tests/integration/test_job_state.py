@@ -1,10 +1,12 @@
 """One answer to "where is my job?": for a delayed, a skipped, a leased and a finished
 job, ``JobProducer.status()`` (the status topic, and the dashboard), the dashboard's
 ``/api/job`` and ``leasekeeper inspect job`` give the same state wherever each can
-know it, and say which source to ask where they cannot."""
+know it, and say which source to ask where they cannot; the Job page shows the
+leased job itself."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -46,7 +48,11 @@ def dashboard(system: System) -> Iterator[str]:
     site = Dashboard(
         fleet=fleet,
         kafka=KafkaView(system.kafka, prefix),
-        actions=Actions(kafka=system.kafka, prefix=prefix, codec=EnvelopeCodec(SchemaRegistry())),
+        actions=Actions(
+            kafka=system.kafka,
+            prefix=prefix,
+            codec=EnvelopeCodec(SchemaRegistry(extra_dirs=[SCHEMAS])),
+        ),
         policy=AccessPolicy(token="t0ken"),
     )
     server = DashboardServer(site, "127.0.0.1", 0)
@@ -58,10 +64,14 @@ def dashboard(system: System) -> Iterator[str]:
     reader.stop()
 
 
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return str(response.read().decode())
+
+
 def from_api(url: str, system: System, job_id: str) -> JobReport:
     query = urllib.parse.urlencode({"id": job_id, "queue": system.queue})
-    with urllib.request.urlopen(f"{url}/api/job?{query}", timeout=60) as response:
-        return from_answer(json.loads(response.read()), source="api")
+    return from_answer(json.loads(get(f"{url}/api/job?{query}")), source="api")
 
 
 def from_leasekeeper(system: System, job_id: str) -> JobReport:
@@ -135,6 +145,10 @@ def test_every_reader_gives_the_same_state_where_it_can_know_it(
         ]
         assert {facts(r) for r in leased} == {facts(leased[0])}, leased
         assert leased[0].state is JobState.LEASED and leased[0].attempt == 1
+        page = html.unescape(get(f"{dashboard}/job?{urllib.parse.urlencode({'id': long})}"))
+        job_facts = ("<td>task</td>", "<td>tenant-0</td>", "one</td><td>0<", '"sleep_ms": 30000')
+        assert all(shown in page for shown in job_facts), page
+        assert "enqueued</td><td>20" in page  # an ISO time
         unknown = status(long)
         assert (unknown.state, unknown.note) == (JobState.NOT_FOUND, STATUS_TOPIC_KNOWS)
 

@@ -24,13 +24,15 @@ from jobcore.job_state import (
 from jobcore.kafka import KafkaSettings
 from leasekeeper.dashboard import job_lookup
 from leasekeeper.dashboard.fleet_view import FleetState
+from leasekeeper.dashboard.job_detail import job_at, job_section
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.finished import status_view
 from leasekeeper.leases import TopicPart
 from leasekeeper.store import LeaseStore
 from producer import lookup as producer_lookup
 from producer.status import CancelAnswer, CancelOutcome, ended
-from schemas.job import Job
+from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.job import AttemptError, Job
 
 SKIPPED = JobStatus(job_id="dup", state=JobEnd.CANCELLED, at_ms=5, attempt=0,
                     reason=CancelledHow.DUPLICATE.value, duplicate_of="orig")  # fmt: skip
@@ -189,3 +191,17 @@ def test_cancel_says_a_skipped_duplicate_already_ended() -> None:
     assert (
         answer.message(str) == "not cancelled: job dup already skipped at 5 as a duplicate of orig"
     )
+
+
+def test_the_job_page_shows_the_job_its_history_and_an_undecodable_payload_s_size() -> None:
+    failed = AttemptError(attempt=1, at_ms=0, worker="w-9", error_class="ValueError",
+                          message="bad input", traceback="")  # fmt: skip
+    held = Job(job_id="j", queue="q", tenant_id="acme", type="nosuchtype", payload=b"abc",
+               created_at_ms=0, attempt=1, errors=(failed,))  # fmt: skip
+    shown = job_section(held, EnvelopeCodec(SchemaRegistry()))
+    for fact in ("<td>nosuchtype</td>", "<td>acme</td>", "1970-01-01T00:00:00Z", "<td>w-9</td>",
+                 "bad input", "3 bytes, not decoded here"):  # fmt: skip
+        assert fact in shown
+    assert "names no record" in job_section(job_at(KafkaSettings(bootstrap="x:1"),
+                                                   EnvelopeCodec(SchemaRegistry()), "nope"),
+                                            EnvelopeCodec(SchemaRegistry()))  # fmt: skip
