@@ -17,6 +17,9 @@ What each source can know:
 - ``leasekeeper inspect job`` on the leasekeeper that owns the job's partition:
   ready, delayed (until when), leased, skipped, cancelled; an ended job through
   the status topic when Kafka is named.
+
+A new fact about a job (its result, its progress) is a field of ``JobReport``,
+so that every reader shows it the same way.
 """
 
 from __future__ import annotations
