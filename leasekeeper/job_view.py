@@ -12,18 +12,21 @@ from __future__ import annotations
 from enum import StrEnum
 
 from jobcore.control import Cancellation
+from jobcore.job_state import JobState as Shared
 from leasekeeper.store import JobNote, NoteKind
 
 
 class JobState(StrEnum):
-    """The states ``inspect job`` reports; ``UNKNOWN`` and ``AMBIGUOUS`` exit 1."""
+    """The states ``inspect job`` reports: the shared ones (``jobcore.job_state``), and
+    three of its own that say what this leasekeeper does not know (``from_inspect``
+    reads them as not found); ``UNKNOWN`` and ``AMBIGUOUS`` exit 1."""
 
-    READY = "ready"
-    DELAYED = "delayed"
-    LEASED = "leased"
-    CANCELLED = "cancelled"
+    READY = Shared.READY.value
+    DELAYED = Shared.DELAYED.value
+    LEASED = Shared.LEASED.value
+    CANCELLED = Shared.CANCELLED.value
     CANCEL_RECORDED = "cancellation recorded"
-    SKIPPED_DUPLICATE = "skipped"
+    SKIPPED_DUPLICATE = Shared.SKIPPED.value
     UNKNOWN = "unknown"
     AMBIGUOUS = "ambiguous"
 

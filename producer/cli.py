@@ -328,7 +328,7 @@ def status(
     connect_timeout_s: float,
 ) -> None:
     """Say where JOB_ID of QUEUE is (leased, with its worker) or how it ended (succeeded,
-    dead with the reason, cancelled), and which source said so. Exits 1 when not found."""
+    dead, cancelled, skipped as a duplicate), naming the source. Exits 1 when not found."""
     queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
     env = environment()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)

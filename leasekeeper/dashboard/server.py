@@ -33,6 +33,7 @@ from leasekeeper.dashboard.dlq_pages import dlq_entry_page, dlq_list_page
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.hosts import HostCheck, HostRefusal
 from leasekeeper.dashboard.html import e, layout, link, live
+from leasekeeper.dashboard.job_detail import job_at, job_section
 from leasekeeper.dashboard.job_lookup import job_page, lookup
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.login import COOKIE, LOGIN_PATH, login
@@ -169,7 +170,11 @@ def _job_query(d: Dashboard, query: str) -> tuple[str, list[str]]:
 def _job(d: Dashboard, query: str) -> Response:
     job_id, queues = _job_query(d, query)
     found = lookup(d.actions, d.fleet, queues, job_id, d.now_ms()) if job_id else None
-    return _page(d, "Job", "job", job_page(d.base, job_id, found, can_act=not d.policy.read_only))
+    body = job_page(d.base, job_id, found, can_act=not d.policy.read_only)
+    if found is not None and found.lease_id:
+        held = job_at(d.actions.kafka, d.actions.codec, found.lease_id)
+        body += job_section(held, d.actions.codec)
+    return _page(d, "Job", "job", body)
 
 
 def _overview_json(d: Dashboard) -> dict[str, object]:
