@@ -44,6 +44,7 @@ from producer.flood import FloodGate, FloodPolicy
 from producer.lookup import JobLookup, lookup
 from producer.ordering_keys import KeyClasses
 from producer.request import JobRequest, build_job, destination
+from producer.status import CancelAnswer
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
 from schemas.job_headers import job_headers
@@ -276,16 +277,27 @@ class JobProducer:
         it does not (see :meth:`_destination`)."""
         return self._destination(job)
 
-    def cancel(self, queue: str, job_id: str, *, reason: str = "") -> None:
-        """Record that job ``job_id`` of ``queue`` must not run; returns once the broker
-        acknowledged the record.
+    def cancel(
+        self, queue: str, job_id: str, *, reason: str = "", wait_s: float = 10.0
+    ) -> CancelAnswer:
+        """Cancel job ``job_id`` of ``queue`` unless it already ended, and say which case
+        applied, as ``producer cancel`` does: the answer's ``outcome``, ``message()`` and
+        ``exit_code``, waiting up to ``wait_s`` for a leasekeeper's (``producer.cancel``).
 
         The leasekeepers of the queue read ``jobs.Q.control`` whole: a cancelled job
         is skipped wherever it waits (a delay tier, the ready topic), and a running
-        one loses its lease. Cancelling a job that already finished, or an unknown
-        id, records the fact and changes nothing. Raises CancelError when the
-        cancellation was not recorded.
+        one loses its lease. Raises CancelError when the cancellation was not recorded.
         """
+        from producer.cancel import cancel_job  # which builds on this class
+
+        topics = QueueTopics(queue=queue, prefix=self._prefix)
+        return cancel_job(self._settings, self, topics, job_id, reason=reason, wait_s=wait_s)
+
+    def record_cancellation(self, queue: str, job_id: str, *, reason: str = "") -> None:
+        """Record that job ``job_id`` of ``queue`` must not run; returns once the broker
+        acknowledged the record, without asking how the job ended. Cancelling a job
+        that already finished, or an unknown id, records the fact and changes nothing.
+        Raises CancelError when the cancellation was not recorded."""
         if not job_id:
             raise ValueError("job_id must be a non-empty string")
         if self._closed.is_set():
