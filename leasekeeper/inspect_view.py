@@ -311,8 +311,8 @@ def _partitions_table(partitions: list[dict[str, Any]], queue: str, wide: bool) 
         (t, sum(p["unresolved_count"] + len(p["leases"]) for p in ps)) for t, ps in tiers.items()
     ]
     if all_empty(held):
-        parts = sum(len(rows) for rows in tiers.values())
-        table.add_row(f"  {tiers_line(list(tiers))}", f"{parts} parts", "-", "-", "-", "0")
+        every = sum(len(rows) for rows in tiers.values())
+        table.add_row(f"  {tiers_line(list(tiers))}", f"{every} parts", "-", "-", "-", "0")
         tiers = {}
     for topic, rows in tiers.items():
         unresolved = sum(p["unresolved_count"] for p in rows)
