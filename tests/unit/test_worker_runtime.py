@@ -629,7 +629,7 @@ def test_a_worker_short_of_room_settles_at_the_usual_interval(
 
 def acked_noop_jobs(envelopes: Envelopes, sock: Path, jobs: int, **options: Any) -> FakeLeaseKeeper:
     """Run ``jobs`` no-op jobs through a worker built with ``options``; the fake
-    leasekeeper once every one of them is acked (10 s at most)."""
+    leasekeeper once every one of them is acked (60 s at most: a guard against a hang)."""
     app = App("test")
 
     @app.job("noop")
@@ -638,7 +638,7 @@ def acked_noop_jobs(envelopes: Envelopes, sock: Path, jobs: int, **options: Any)
 
     fake = FakeLeaseKeeper([envelopes("noop", {"n": n}) for n in range(jobs)])
     with serving(fake, sock) as target, running_worker(app, target, **options):
-        wait_until(lambda: len(fake.outcomes("ack")) == jobs, what=f"{jobs} acks")
+        wait_until(lambda: len(fake.outcomes("ack")) == jobs, 60, what=f"{jobs} acks")
     return fake
 
 

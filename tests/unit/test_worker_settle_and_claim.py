@@ -113,7 +113,7 @@ def test_settlements_of_a_failed_combined_call_are_retried_not_lost(
         serving(fake, sock) as target,
         running_worker(_noop_app(), target, concurrency=4, prefetch=2, settle_interval_s=0.05),
     ):
-        wait_until(lambda: len(fake.outcomes("ack")) == JOBS, what=f"{JOBS} acks")
+        wait_until(lambda: len(fake.outcomes("ack")) == JOBS, 60, what=f"{JOBS} acks")
 
     assert fake.failures == 0, "the refused Settles all happened"
     _acked_once(fake)
