@@ -41,9 +41,13 @@ def _wait(what: str, check: Callable[[], object], timeout_s: float) -> Any:
 
 
 def _api(base: str, token: str, path: str) -> Any:
+    """The dashboard's JSON answer; None while it does not answer yet."""
     request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.loads(answer.read())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
+    except OSError:
+        return None
 
 
 def _browser() -> Any:
@@ -53,7 +57,7 @@ def _browser() -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--window-size=1280,1000", "--disable-gpu"):  # fmt: skip
+                 "--window-size=1280,1400", "--disable-gpu"):  # fmt: skip
         options.add_argument(flag)
     driver = shutil.which("chromedriver") or "chromedriver"
     return webdriver.Chrome(service=Service(executable_path=driver), options=options)
@@ -82,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
                "--queue", QUEUE]  # fmt: skip
     if options.bootstrap:
         command += ["--bootstrap", options.bootstrap]
-    env = {**os.environ, "COLUMNS": "200"}
+    env = {**os.environ, "COLUMNS": "200", "LOG_LEVEL": "debug"}  # workers name each job
     demo = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                             start_new_session=True, env=env)  # fmt: skip
     try:
@@ -94,11 +98,19 @@ def main(argv: list[str] | None = None) -> None:
         queue = QUEUE
 
         def overview() -> dict[str, Any]:
-            queues: dict[str, Any] = _api(base, token, "/api/overview")["queues"]
+            answer = _api(base, token, "/api/overview") or {}
+            queues: dict[str, Any] = answer.get("queues", {})
             return queues
 
         _wait("a dead letter", lambda: (overview().get(queue) or {}).get("dlq_depth"), 240)
-        done = _wait("a finished job", lambda: SUCCEEDED.findall(text()), 60)
+        worker_log = work / "demo" / "worker-0.log"
+        done = _wait(
+            "a finished job",
+            lambda: (
+                worker_log.exists() and SUCCEEDED.findall(worker_log.read_text(errors="replace"))
+            ),
+            60,
+        )
         browser = _browser()
         try:
             browser.get(f"{base}/login?token={token}")
