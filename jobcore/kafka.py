@@ -40,6 +40,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from jobcore.client_hook import install_clients, installed_clients
+from jobcore.client_logging import RepeatFilter as RepeatFilter
+from jobcore.client_logging import client_logger
+
 __all__ = [
     "OFFSET_BEGINNING",
     "OFFSET_END",
@@ -70,6 +74,7 @@ __all__ = [
     "describe_setup_error",
     "end_offsets",
     "group_offsets",
+    "install_clients",
     "is_retriable",
     "make_admin",
     "make_consumer",
@@ -88,44 +93,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class RepeatFilter(logging.Filter):
-    """Drops a log line that repeats one seen within ``window_s``: a client whose
-    broker is down says "Connect ... failed" a few times a second, and one line per
-    window tells a person as much. Digits are ignored when comparing, since counts
-    and durations change between otherwise identical lines."""
-
-    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self._window_s = window_s
-        self._clock = clock
-        self._seen: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = "".join(c for c in record.getMessage() if not c.isdigit())
-        now = self._clock()
-        with self._lock:
-            last = self._seen.get(key)
-            if last is not None and now - last < self._window_s:
-                return False
-            if len(self._seen) > 1000:
-                self._seen.clear()
-            self._seen[key] = now
-        return True
-
-
-def _client_logger() -> logging.Logger:
-    """The logger librdkafka's own lines go to (the client's ``logger`` setting), so
-    they are never printed raw as ``%3|...`` on the terminal: WARNING and up by
-    default, each repeat once per window."""
-    logger = logging.getLogger("librdkafka")
-    if not any(isinstance(f, RepeatFilter) for f in logger.filters):
-        logger.addFilter(RepeatFilter())
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
-    return logger
 
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
@@ -282,7 +249,7 @@ class KafkaSettings:
         return {
             "bootstrap.servers": self.bootstrap,
             "client.id": self.client_id,
-            "logger": _client_logger(),
+            "logger": client_logger(),
             **self.extra,
             "error_cb": self.watch,
         }
@@ -306,6 +273,8 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
         "compression.type": "lz4",
         **overrides,
     }
+    if (clients := installed_clients()) is not None:
+        return clients.producer(config)  # type: ignore[no-any-return]
     return Producer(config)
 
 
@@ -321,6 +290,8 @@ def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> C
         "isolation.level": "read_committed",
         **overrides,
     }
+    if (clients := installed_clients()) is not None:
+        return clients.consumer(config)  # type: ignore[no-any-return]
     return Consumer(config)
 
 
@@ -332,6 +303,8 @@ def make_share_consumer(settings: KafkaSettings, group_id: str, **overrides: Any
         "share.acknowledgement.mode": "explicit",
         **overrides,
     }
+    if (clients := installed_clients()) is not None:
+        return clients.share_consumer(config)  # type: ignore[no-any-return]
     return ShareConsumer(config)
 
 
@@ -371,6 +344,8 @@ def topic_config(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> 
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
+    if (clients := installed_clients()) is not None:
+        return clients.admin(settings.base())  # type: ignore[no-any-return]
     return AdminClient(settings.base())
 
 
