@@ -11,6 +11,7 @@ from typing import Any
 
 from jobcore.kafka import KafkaError, KafkaException, TopicPartition
 from memkafka.cluster import Cluster, unknown
+from memkafka.records import topic_partition
 
 __all__ = ["MemoryAdmin", "metadata"]
 
@@ -151,7 +152,7 @@ class MemoryAdmin:
         for request in requests:
             with self._cluster.lock:
                 commits = self._cluster.group(request.group_id).commits
-                parts = [TopicPartition(t, p, o, m) for (t, p), (o, m) in sorted(commits.items())]
+                parts = [topic_partition(t, p, o, m) for (t, p), (o, m) in sorted(commits.items())]
             futures[request.group_id] = _done(
                 Answer(group_id=request.group_id, topic_partitions=parts)
             )

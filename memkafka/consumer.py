@@ -17,7 +17,7 @@ from jobcore.kafka import (
     TopicPartition,
 )
 from memkafka.cluster import Cluster
-from memkafka.records import MemoryMessage
+from memkafka.records import MemoryMessage, topic_partition
 
 __all__ = ["MemoryConsumer"]
 
@@ -189,8 +189,10 @@ class MemoryConsumer:
                 continue
             records = log.read(max(position, log.low), limit - len(found))
             found += [MemoryMessage.of(topic, partition, r) for r in records]
-            if records:
+            if records and records[-1] is not log.records[-1]:
                 self._positions[(topic, partition)] = records[-1].offset + 1
+            elif position < log.high:  # read to the end, past any compacted tail
+                self._positions[(topic, partition)] = log.high
         return found
 
     def pause(self, partitions: list[TopicPartition]) -> None:
@@ -236,7 +238,7 @@ class MemoryConsumer:
         self._cluster.commit(
             self.group_id, {(tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in offsets}
         )
-        answer = [TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata)
+        answer = [topic_partition(tp.topic, tp.partition, tp.offset, tp.metadata)
                   for tp in offsets]  # fmt: skip
         if asynchronous:
             self._answers.append((None, answer))
@@ -258,7 +260,7 @@ class MemoryConsumer:
                 else self._cluster.committed(self.group_id, tp.topic, tp.partition)
             )  # fmt: skip
             offset, metadata = commit if commit is not None else (OFFSET_INVALID, None)
-            found.append(TopicPartition(tp.topic, tp.partition, offset, metadata))
+            found.append(topic_partition(tp.topic, tp.partition, offset, metadata))
         return found
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:

@@ -6,9 +6,9 @@ import random
 import zlib
 from dataclasses import dataclass
 
-from jobcore.kafka import KafkaError
+from jobcore.kafka import KafkaError, TopicPartition
 
-__all__ = ["MemoryMessage", "StoredRecord", "partition_of"]
+__all__ = ["MemoryMessage", "StoredRecord", "partition_of", "topic_partition"]
 
 # ``Message.timestamp()``'s type for a timestamp the producer set (TIMESTAMP_CREATE_TIME).
 CREATE_TIME = 1
@@ -104,3 +104,12 @@ def partition_of(key: bytes | None, partitions: int, rng: random.Random) -> int:
     if not key:
         return rng.randrange(partitions)
     return zlib.crc32(key) % partitions
+
+
+def topic_partition(
+    topic: str, partition: int, offset: int, metadata: str | None
+) -> TopicPartition:
+    """A TopicPartition with ``metadata`` when there is some (it refuses None)."""
+    if metadata is None:
+        return TopicPartition(topic, partition, offset)
+    return TopicPartition(topic, partition, offset, metadata)
