@@ -87,9 +87,8 @@ def test_keyed_records_land_where_the_real_producer_puts_them(cluster: Cluster) 
     landed: dict[bytes, int] = {}
     producer = make_producer(SETTINGS)
     for key in KEY_PARTITIONS:
-        producer.produce(
-            topic, key=key, value=b"", on_delivery=lambda _, m: landed.update({m.key(): m.partition()})
-        )
+        remember = lambda _, m: landed.update({m.key(): m.partition()})  # noqa: E731
+        producer.produce(topic, key=key, value=b"", on_delivery=remember)
     producer.flush(1)
     assert landed == KEY_PARTITIONS
 
