@@ -201,6 +201,10 @@ class MemoryConsumer:
     def resume(self, partitions: list[TopicPartition]) -> None:
         self._paused.difference_update((tp.topic, tp.partition) for tp in partitions)
 
+    def paused(self) -> list[TopicPartition]:
+        """The paused partitions (a memkafka extra: librdkafka has no such call)."""
+        return [TopicPartition(t, p) for t, p in sorted(self._paused)]
+
     def seek(self, partition: TopicPartition) -> None:
         part = (partition.topic, partition.partition)
         if part not in self._positions:

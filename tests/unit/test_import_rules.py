@@ -96,13 +96,11 @@ def test_leasekeeper_never_imports_the_producer_even_inside_functions() -> None:
     assert [str(i) for i in imports_in("leasekeeper") if _from(i, "producer")] == []
 
 
-def test_the_runtime_never_imports_the_memory_cluster() -> None:
-    """Tests install it behind ``jobcore.kafka``'s factories; the runtime cannot tell."""
+def test_the_memory_cluster_stays_out_of_the_runtime() -> None:
+    """Tests install it behind ``jobcore.kafka``'s factories; the runtime cannot tell.
+    It imports no Kafka client and no runtime package but ``jobcore``."""
     uses = [str(i) for package in RUNTIME for i in imports_in(package) if _from(i, "memkafka")]
     assert uses == []
-
-
-def test_the_memory_cluster_imports_no_kafka_client_and_no_runtime_but_jobcore() -> None:
     others = ("confluent_kafka", "leasekeeper", "producer", "workers", "devtools")
     wrong = [str(i) for i in imports_in("memkafka") if any(_from(i, o) for o in others)]
     assert wrong == []
