@@ -83,7 +83,8 @@ class Fault:
 class Cluster:
     """Topics, groups and commits in memory. ``clock`` gives record timestamps (epoch
     seconds); ``auto_create`` makes a topic of ``default_partitions`` on first use
-    (off by default, as the project creates its topics)."""
+    (off by default, as the project creates its topics); a commit's metadata of
+    ``metadata_max_bytes`` or more is refused (the broker's ``offset.metadata.max.bytes``)."""
 
     def __init__(
         self,
@@ -92,12 +93,14 @@ class Cluster:
         auto_create: bool = False,
         default_partitions: int = 1,
         seed: int = 0,
+        metadata_max_bytes: int = 4096,
     ) -> None:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.clock = clock
         self.auto_create = auto_create
         self.default_partitions = default_partitions
+        self.metadata_max_bytes = metadata_max_bytes
         self.rng = random.Random(seed)
         self.cluster_id = f"memkafka-{seed}"
         self.topics: dict[str, list[PartitionLog]] = {}

@@ -17,7 +17,7 @@ from jobcore.kafka import (
     TopicPartition,
 )
 from memkafka.cluster import Cluster
-from memkafka.records import MemoryMessage, topic_partition
+from memkafka.records import MemoryMessage, RefusedPartition, topic_partition
 
 __all__ = ["MemoryConsumer"]
 
@@ -239,15 +239,28 @@ class MemoryConsumer:
             offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._positions.items())]
         if not offsets:
             raise KafkaException(KafkaError(KafkaError._NO_OFFSET))
-        self._cluster.commit(
-            self.group_id, {(tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in offsets}
-        )
-        answer = [topic_partition(tp.topic, tp.partition, tp.offset, tp.metadata)
-                  for tp in offsets]  # fmt: skip
+        limit = self._cluster.metadata_max_bytes
+        # The broker takes at most limit - 1 bytes (test_memkafka_parity.py shows it).
+        refused = {id(tp) for tp in offsets if len((tp.metadata or "").encode()) >= limit}
+        taken = {(tp.topic, tp.partition): (tp.offset, tp.metadata)
+                 for tp in offsets if id(tp) not in refused}  # fmt: skip
+        self._cluster.commit(self.group_id, taken)
+        answer = [self._answer(tp, id(tp) in refused) for tp in offsets]
+        error = KafkaError(KafkaError.OFFSET_METADATA_TOO_LARGE) if refused else None
         if asynchronous:
-            self._answers.append((None, answer))
+            self._answers.append((error, answer))
             return None
+        if error is not None:
+            raise KafkaException(error)
         return answer
+
+    @staticmethod
+    def _answer(tp: TopicPartition, refused: bool) -> TopicPartition:
+        if not refused:
+            return topic_partition(tp.topic, tp.partition, tp.offset, tp.metadata)
+        part = RefusedPartition(tp.topic, tp.partition, tp.offset, tp.metadata or "")
+        part.refusal = KafkaError(KafkaError.OFFSET_METADATA_TOO_LARGE)
+        return part
 
     def _serve_answers(self) -> None:
         answers, self._answers = self._answers, []

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from jobcore.kafka import KafkaError, TopicPartition
 
-__all__ = ["MemoryMessage", "StoredRecord", "partition_of", "topic_partition"]
+__all__ = ["MemoryMessage", "RefusedPartition", "StoredRecord", "partition_of", "topic_partition"]
 
 # ``Message.timestamp()``'s type for a timestamp the producer set (TIMESTAMP_CREATE_TIME).
 CREATE_TIME = 1
@@ -113,3 +113,14 @@ def topic_partition(
     if metadata is None:
         return TopicPartition(topic, partition, offset)
     return TopicPartition(topic, partition, offset, metadata)
+
+
+class RefusedPartition(TopicPartition):
+    """A partition of a commit the broker refused, with its error (a TopicPartition's
+    own ``error`` cannot be set from Python)."""
+
+    refusal: KafkaError | None = None
+
+    @property
+    def error(self) -> KafkaError | None:  # type: ignore[override]
+        return self.refusal

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from jobcore.kafka import (
+    KafkaException,
     KafkaSettings,
     Message,
     TopicPartition,
@@ -99,6 +100,22 @@ def _commit_and_seek(kafka: KafkaSettings) -> dict[str, Any]:
     }
 
 
+def _metadata_limit(kafka: KafkaSettings) -> dict[str, Any]:
+    """The broker's ``offset.metadata.max.bytes`` (4096 by default) refuses a commit
+    whose metadata reaches it: 4095 bytes are taken, 4096 are not."""
+    topic = _topic(kafka, partitions=1)
+    consumer = make_consumer(kafka, f"parity-{uuid.uuid4().hex[:8]}")
+    found: dict[str, Any] = {}
+    for size in (4095, 4096):
+        try:
+            consumer.commit(offsets=[TopicPartition(topic, 0, 1, "m" * size)], asynchronous=False)
+            found[str(size)] = None
+        except KafkaException as exc:
+            found[str(size)] = exc.args[0].code()
+    consumer.close()
+    return found
+
+
 def _second_member(kafka: KafkaSettings) -> dict[str, Any]:
     """Two members of one group (the eager range assignor): the first gives
     everything back and gets its half again; the second gets the other half."""
@@ -133,9 +150,10 @@ def _second_member(kafka: KafkaSettings) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize(
-    "scenario", [_keyed_partitions, _commit_and_seek, _second_member], ids=lambda f: f.__name__
-)
+SCENARIOS = [_keyed_partitions, _commit_and_seek, _metadata_limit, _second_member]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
 def test_the_memory_cluster_answers_as_the_broker_does(kafka: KafkaSettings, scenario: Any) -> None:
     real = scenario(kafka)
     with _backend(kafka, memory=True):

@@ -151,6 +151,31 @@ def test_a_commit_keeps_its_metadata_and_an_async_one_is_answered_in_poll(cluste
     assert cluster.committed("g", topic, 0) == (7, "span")
 
 
+def test_metadata_over_the_brokers_limit_is_refused_partition_by_partition(
+    cluster: Cluster,
+) -> None:
+    """As ``offset.metadata.max.bytes`` (4096 by default) refuses it: the committer
+    shrinks the refused partition's metadata and commits again."""
+    topic = _topic("t", 2)
+    answers: list[tuple[int | None, list[tuple[int, int | None]]]] = []
+
+    def answered(err: KafkaError | None, tps: list[TopicPartition]) -> None:
+        codes = [(tp.partition, tp.error and tp.error.code()) for tp in tps]
+        answers.append((err and err.code(), codes))
+
+    consumer = make_consumer(SETTINGS, "g", on_commit=answered)
+    big = "m" * 4096
+    with pytest.raises(KafkaException) as refused:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 5, big)], asynchronous=False)
+    assert refused.value.args[0].code() == KafkaError.OFFSET_METADATA_TOO_LARGE
+    offsets = [TopicPartition(topic, 0, 5, big), TopicPartition(topic, 1, 5, "m" * 4095)]
+    consumer.commit(offsets=offsets, asynchronous=True)
+    consumer.consume(1, timeout=0)
+    too_large = KafkaError.OFFSET_METADATA_TOO_LARGE
+    assert answers == [(too_large, [(0, too_large), (1, None)])]
+    assert [tp.offset for tp in consumer.committed(offsets)] == [-1001, 5]
+
+
 def test_a_new_member_starts_at_the_commit_and_pause_seek_position_hold(cluster: Cluster) -> None:
     topic = _topic("t", 1)
     producer = make_producer(SETTINGS)
