@@ -131,17 +131,14 @@ class _Tx:
 @dataclass
 class FakeProducer:
     """Checks classes as JobProducer does; refuses the job ids of ``refuse`` with
-    their error, and names a missing topic for the queues of ``missing``."""
+    their error."""
 
     refuse: dict[str, KafkaError] = field(default_factory=dict)
-    missing: set[str] = field(default_factory=set)
     classes: PriorityClasses = field(default_factory=PriorityClasses)
     sends: list[str] = field(default_factory=list)
 
     def destination_of(self, job: Job) -> str:
         self.classes.check(job.priority_class)
-        if job.queue in self.missing:
-            raise EnqueueError(f"queue {job.queue!r} has no topic jobs.{job.queue} (None)")
         return f"jobs.{job.queue}"
 
     def send_job(self, job: Job) -> Future[Delivered]:
