@@ -49,6 +49,7 @@ class MemoryConsumer:
         self._paused: set[Part] = set()
         self._answers: list[tuple[KafkaError | None, list[TopicPartition]]] = []
         self._closed = False
+        self._lost = False
 
     # -- membership ----------------------------------------------------------------
 
@@ -108,14 +109,26 @@ class MemoryConsumer:
             self._positions.pop(part, None)
             self._paused.discard(part)
 
-    def lose(self) -> None:
-        """The group fenced this member (a session that expired): ``on_lost``, no commit."""
+    def fence(self) -> None:
+        """The group drops this member (its session expired, a static id took its
+        place): at its next poll it hears ``on_lost`` (no commit can be made for
+        those partitions any more) and joins again, as librdkafka does."""
+        if self.group_id is not None and self.subscription:
+            self._lost = True
+            self._cluster.leave(self.group_id, self)
+
+    def _serve_loss(self) -> None:
+        if not self._lost:
+            return
+        self._lost = False
         parts = sorted(self._positions)
         callback = self._callbacks.get("lost") or self._callbacks.get("revoke")
         if callback is not None and parts:
             callback(self, [TopicPartition(t, p) for t, p in parts])
         self._positions.clear()
         self._paused.clear()
+        assert self.group_id is not None
+        self._cluster.join(self.group_id, self)
 
     # -- assignment ------------------------------------------------------------------
 
@@ -165,6 +178,7 @@ class MemoryConsumer:
             raise RuntimeError("Consumer closed")
         deadline = time.monotonic() + (FOREVER_S if timeout < 0 else timeout)
         while True:
+            self._serve_loss()
             self._serve_group()
             self._serve_answers()
             with self._cluster.lock:
@@ -292,6 +306,7 @@ class MemoryConsumer:
         """Leave the group (revoking this member's partitions first), as librdkafka does."""
         if self._closed:
             return
+        self._lost = False
         if self.group_id is not None and self.subscription:
             self._leave()
         self._serve_answers()

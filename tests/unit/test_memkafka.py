@@ -133,6 +133,29 @@ def test_a_cooperative_member_gives_up_only_what_moves(cluster: Cluster) -> None
     assert [tp.partition for tp in first.assignment()] == [0, 1]
 
 
+def test_a_fenced_member_hears_on_lost_at_its_next_poll_and_joins_again(
+    cluster: Cluster,
+) -> None:
+    topic = _topic("t", 2)
+    events: list[tuple[str, list[int]]] = []
+
+    def record(what: str) -> Any:
+        return lambda _, tps: events.append((what, [tp.partition for tp in tps]))
+
+    first = make_consumer(SETTINGS, "g")
+    first.subscribe([topic], on_assign=record("assign"), on_revoke=record("revoke"),
+                    on_lost=record("lost"))  # fmt: skip
+    first.consume(1, timeout=0)
+    second = make_consumer(SETTINGS, "g")
+    second.subscribe([topic])
+    first.fence()
+    second.consume(1, timeout=0)
+    assert [tp.partition for tp in second.assignment()] == [0, 1]  # the survivor's now
+    first.consume(1, timeout=0)
+    # Rejoined as the newest member, it takes the second half.
+    assert events == [("assign", [0, 1]), ("lost", [0, 1]), ("assign", [1])]
+
+
 def test_a_commit_keeps_its_metadata_and_an_async_one_is_answered_in_poll(cluster: Cluster) -> None:
     topic = _topic("t", 2)
     answers: list[tuple[KafkaError | None, list[tuple[int, int, str]]]] = []
