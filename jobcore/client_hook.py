@@ -9,9 +9,12 @@ so the real loop, relay and feeds run in-process with no broker.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast
 
-__all__ = ["ClientFactory", "install_clients", "installed_clients"]
+__all__ = ["ClientFactory", "build_client", "install_clients", "installed_clients"]
+
+Client = TypeVar("Client")
 
 
 class ClientFactory(Protocol):
@@ -39,3 +42,14 @@ def install_clients(factory: ClientFactory | None) -> ClientFactory | None:
 
 def installed_clients() -> ClientFactory | None:
     return _installed[0]
+
+
+def build_client(
+    kind: str, real: Callable[[dict[str, Any]], Client], config: dict[str, Any]
+) -> Client:
+    """``real(config)``, or the installed factory's client of ``kind`` (``producer``,
+    ``consumer``, ``share_consumer``, ``admin``) built from the same config."""
+    factory = _installed[0]
+    if factory is None:
+        return real(config)
+    return cast(Client, getattr(factory, kind)(config))

@@ -93,6 +93,8 @@ class CancelledHow(StrEnum):
 
     WAITING = "cancelled while waiting"
     RUNNING = "lease ended while running"
+    # Skipped as a duplicate of ``JobStatus.duplicate_of``: it never ran.
+    DUPLICATE = "skipped as a duplicate"
 
 
 # A status record stays small: the whole history is in the dead letter.
@@ -112,12 +114,18 @@ class JobStatus:
     queueing inflate); None when not reported (a cancelled job, a lease that
     expired, older records).
 
+    A job skipped as a duplicate of a dedupe key is recorded as cancelled
+    (``CancelledHow.DUPLICATE``) with ``duplicate_of``, the job that holds the key:
+    ``decode`` refuses a state it does not know, so a new state would break every
+    older reader of the topic, while an extra field is ignored by them
+    (``jobcore.job_state`` reads such a record back as skipped).
+
     A slotted class with its own ``__init__``, never changed once made: one is made
     for every job that ends, and compiled, a dataclass keeps its generated
     ``__init__``, run as Python."""
 
-    __slots__ = ("at_ms", "attempt", "duration_s", "job_id", "last_error", "reason", "state",
-                 "worker")  # fmt: skip
+    __slots__ = ("at_ms", "attempt", "duplicate_of", "duration_s", "job_id", "last_error",
+                 "reason", "state", "worker")  # fmt: skip
 
     def __init__(
         self,
@@ -130,6 +138,7 @@ class JobStatus:
         worker: str = "",
         last_error: str = "",
         duration_s: float | None = None,
+        duplicate_of: str = "",
     ) -> None:
         self.job_id = job_id
         self.state = state
@@ -139,10 +148,11 @@ class JobStatus:
         self.worker = worker
         self.last_error = last_error
         self.duration_s = duration_s
+        self.duplicate_of = duplicate_of
 
-    def _fields(self) -> tuple[str, JobEnd, int, int, str, str, str, float | None]:
+    def _fields(self) -> tuple[str, JobEnd, int, int, str, str, str, float | None, str]:
         return (self.job_id, self.state, self.at_ms, self.attempt, self.reason, self.worker,
-                self.last_error, self.duration_s)  # fmt: skip
+                self.last_error, self.duration_s, self.duplicate_of)  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JobStatus) and self._fields() == other._fields()
@@ -153,7 +163,8 @@ class JobStatus:
     def __repr__(self) -> str:
         return (f"JobStatus(job_id={self.job_id!r}, state={self.state!r}, at_ms={self.at_ms}, "
                 f"attempt={self.attempt}, reason={self.reason!r}, worker={self.worker!r}, "
-                f"last_error={self.last_error!r}, duration_s={self.duration_s!r})")  # fmt: skip
+                f"last_error={self.last_error!r}, duration_s={self.duration_s!r}, "
+                f"duplicate_of={self.duplicate_of!r})")  # fmt: skip
 
     @property
     def key(self) -> bytes:
@@ -163,12 +174,14 @@ class JobStatus:
         """The JSON record, built by formatting: one is written for every job that
         ends, and this is about twice as fast as ``json.dumps`` of a dict (the same
         bytes but for spacing; strings escaped by the json module's own encoder)."""
-        duration = "" if self.duration_s is None else f',"duration_s":{round(self.duration_s, 6)!r}'
+        extra = "" if self.duration_s is None else f',"duration_s":{round(self.duration_s, 6)!r}'
+        if self.duplicate_of:
+            extra += f',"duplicate_of":{_text(self.duplicate_of)}'
         return (
             f'{{"v":{VERSION},"job_id":{_text(self.job_id)},"state":"{self.state.value}",'
             f'"at":{int(self.at_ms)},"attempt":{int(self.attempt)},"reason":{_text(self.reason)},'
             f'"worker":{_text(self.worker)},'
-            f'"last_error":{_text(self.last_error[:LAST_ERROR_MAX])}{duration}}}'
+            f'"last_error":{_text(self.last_error[:LAST_ERROR_MAX])}{extra}}}'
         ).encode()
 
     @classmethod
@@ -183,6 +196,7 @@ class JobStatus:
             worker=record.get("worker", ""),
             last_error=record.get("last_error", ""),
             duration_s=_seconds(record.get("duration_s")),
+            duplicate_of=str(record.get("duplicate_of") or ""),
         )
 
 

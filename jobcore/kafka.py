@@ -40,9 +40,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from jobcore.client_hook import install_clients, installed_clients
-from jobcore.client_logging import RepeatFilter as RepeatFilter
-from jobcore.client_logging import client_logger
+from jobcore.client_hook import build_client
+from jobcore.client_log import client_logger
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -74,7 +73,6 @@ __all__ = [
     "describe_setup_error",
     "end_offsets",
     "group_offsets",
-    "install_clients",
     "is_retriable",
     "make_admin",
     "make_consumer",
@@ -273,9 +271,7 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
         "compression.type": "lz4",
         **overrides,
     }
-    if (clients := installed_clients()) is not None:
-        return clients.producer(config)  # type: ignore[no-any-return]
-    return Producer(config)
+    return build_client("producer", Producer, config)
 
 
 def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
@@ -290,9 +286,7 @@ def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> C
         "isolation.level": "read_committed",
         **overrides,
     }
-    if (clients := installed_clients()) is not None:
-        return clients.consumer(config)  # type: ignore[no-any-return]
-    return Consumer(config)
+    return build_client("consumer", Consumer, config)
 
 
 def make_share_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> ShareConsumer:
@@ -303,9 +297,7 @@ def make_share_consumer(settings: KafkaSettings, group_id: str, **overrides: Any
         "share.acknowledgement.mode": "explicit",
         **overrides,
     }
-    if (clients := installed_clients()) is not None:
-        return clients.share_consumer(config)  # type: ignore[no-any-return]
-    return ShareConsumer(config)
+    return build_client("share_consumer", ShareConsumer, config)
 
 
 def set_group_config(
@@ -344,9 +336,7 @@ def topic_config(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> 
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
-    if (clients := installed_clients()) is not None:
-        return clients.admin(settings.base())  # type: ignore[no-any-return]
-    return AdminClient(settings.base())
+    return build_client("admin", AdminClient, settings.base())
 
 
 def cluster_id(settings: KafkaSettings, timeout: float = 30.0) -> str:
@@ -392,8 +382,7 @@ def reachable(settings: KafkaSettings, timeout: float) -> bool:
 
 def wait_for_brokers(bootstrap: str, count: int, timeout: float) -> bool:
     """True once ``count`` brokers answer a metadata request within ``timeout`` s."""
-    # log_level 0: a broker that is still starting refuses connections, and the
-    # probe's job is to notice that quietly, not to print one line per attempt.
+    # log_level 0: a starting broker refuses connections; the probe notes it quietly.
     admin = AdminClient(
         {"bootstrap.servers": bootstrap, "log_level": 0, "socket.connection.setup.timeout.ms": 1000}
     )

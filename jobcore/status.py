@@ -53,7 +53,17 @@ class StatusReader:
     def latest(self, job_id: str, timeout_s: float = 30.0) -> JobStatus | None:
         """The last status of ``job_id`` written before this reader started; on the way,
         whether status records are switched off for the queue (``switched_off``)."""
-        found: JobStatus | None = None
+        key = job_id.encode()
+        return self._scan(lambda k: k == key, timeout_s).get(job_id)
+
+    def by_prefix(self, prefix: str, timeout_s: float = 30.0) -> dict[str, JobStatus]:
+        """The last status of every job whose id starts with ``prefix``, among the
+        ``MAX_SCAN`` most recent records (the window a prefix is looked up in)."""
+        start = prefix.encode()
+        return self._scan(lambda k: k.startswith(start), timeout_s)
+
+    def _scan(self, wanted: Callable[[bytes], bool], timeout_s: float) -> dict[str, JobStatus]:
+        found: dict[str, JobStatus] = {}
         deadline = self._clock() + timeout_s
         while self._position() < self._end and self._clock() < deadline:
             for message in self._consumer.consume(num_messages=500, timeout=0.2):
@@ -61,8 +71,11 @@ class StatusReader:
                     value = message.value()
                     self.switched_off = StatusSwitchedOff.decode(value) if value else None
                     continue
-                status = _status(message, job_id)
-                found = status or found
+                key = message.key()
+                if message.error() is not None or (key is not None and wanted(key)):
+                    status = _status(message, key.decode() if key is not None else "")
+                    if status is not None:
+                        found[status.job_id] = status
         return found
 
     def wait_for(self, job_id: str, timeout_s: float) -> JobStatus | None:

@@ -13,8 +13,9 @@ text passes it through :func:`printable` (plain output) or :func:`escaped`
 from __future__ import annotations
 
 from rich.markup import escape
+from rich.text import Text
 
-__all__ = ["escaped", "printable"]
+__all__ = ["cell", "escaped", "printable"]
 
 # C0 controls (ESC among them), DEL and C1 controls (CSI, OSC, ... in one byte), shown
 # as their escape (``\x1b``) so the text reads as it is and nothing reaches the terminal;
@@ -38,3 +39,13 @@ def escaped(value: object, *, lines: bool = False) -> str:
     """:func:`printable`, with ``rich`` markup escaped: for a table cell or a line
     that ``rich`` reads as markup."""
     return escape(printable(value, lines=lines))
+
+
+def cell(value: object, *, wrap: bool = False) -> Text:
+    """A table cell of :func:`printable` text that keeps to one line, ending in an
+    ellipsis where its column is too narrow (unless ``wrap``): a row of a listing
+    folded letter by letter over eight lines of an 80-column terminal cannot be read.
+    ``Text`` is never read as markup, so nothing needs escaping."""
+    if wrap:
+        return Text(printable(value), overflow="fold")
+    return Text(printable(value), no_wrap=True, overflow="ellipsis")

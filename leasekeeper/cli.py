@@ -593,7 +593,7 @@ def inspect_job(
 ) -> None:
     """Where JOB_ID (or a unique prefix of 8+ characters) is: ready, delayed, leased
     (to whom, which attempt), skipped as a duplicate, or cancelled; for a finished job
-    (whole id, Kafka given) how it ended, from the queue's status topic.
+    (Kafka given) how it ended, from the queue's status topic (its last 1M records).
 
     Exits 1 when this leasekeeper knows no such job, or the prefix is ambiguous.
     """

@@ -15,7 +15,7 @@ from leasekeeper.id_prefix import PrefixError, resolve_prefix
 from leasekeeper.job_reader import JobReader
 from leasekeeper.job_records import NOTE_OVERDUE_MS
 from leasekeeper.job_view import (
-    JobState,
+    InspectState,
     base_view,
     cancel_recorded_view,
     cancelled_view,
@@ -109,7 +109,7 @@ def _jobs_in_hand(
         for lease in state.leases.values():
             job = lease.pending.job
             leased = {
-                "state": JobState.LEASED.value,
+                "state": InspectState.LEASED.value,
                 "worker": lease.worker,
                 "attempt": lease.attempt,
                 "lease_id": lease.pending.lease_id,
@@ -117,11 +117,11 @@ def _jobs_in_hand(
             }
             views[job.job_id] = (_with_job(base_view(job.job_id) | leased, job), lease.pending)
     for pending in window.ready():
-        ready = {"state": JobState.READY.value, "lease_id": pending.lease_id}
+        ready = {"state": InspectState.READY.value, "lease_id": pending.lease_id}
         view = _with_job(base_view(pending.job.job_id) | ready, pending.job)
         views[pending.job.job_id] = (view, pending)
     for due, pending in window.delayed():
-        delayed = {"state": JobState.DELAYED.value, "due_ms": due, "lease_id": pending.lease_id}
+        delayed = {"state": InspectState.DELAYED.value, "due_ms": due, "lease_id": pending.lease_id}
         view = _with_job(base_view(pending.job.job_id) | delayed, pending.job)
         views[pending.job.job_id] = (view, pending)
     return views

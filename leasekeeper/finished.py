@@ -1,8 +1,8 @@
 """``inspect job`` for a job the leasekeeper no longer holds: how it ended, from
-``jobs.Q.status`` (the record the leasekeeper wrote when it succeeded, died or
-was cancelled).
+``jobs.Q.status`` (the record the leasekeeper wrote when it succeeded, died, was
+cancelled or was skipped as a duplicate).
 
-Only tried when the leasekeeper does not hold a whole job id, and only when
+Only tried when the leasekeeper does not hold the job, and only when
 Kafka is named (``--bootstrap``/``KAFKA_BOOTSTRAP``, ``--kafka-config``/``KAFKA_CONFIG``,
 or the address
 ``dev kafka start`` recorded). A
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from jobcore.config import Environment
 from jobcore.control import JobStatus
+from jobcore.job_state import state_of
 from jobcore.kafka import KafkaException, KafkaSetupError
 from jobcore.status import StatusError, StatusReader
 from jobcore.topics import QueueTopics
@@ -28,7 +29,8 @@ _CLIENT_ID = "leasekeeper-inspect"
 # States in which the leasekeeper does not hold the job: it may have ended. A
 # cancellation recorded after a job succeeded does not make it cancelled.
 _NOT_HELD = frozenset({"unknown", "cancellation recorded"})
-# A uuid4 hex id: shorter input is a prefix, which the status topic cannot look up.
+# A uuid4 hex id: shorter input is a prefix (of 8+ characters), looked up among the
+# status topic's most recent records (``jobcore.status.MAX_SCAN``: a million).
 WHOLE_ID = 32
 
 
@@ -51,7 +53,7 @@ def finished_view(
         or env.kafka_config is not None
         or env.dev_bootstrap is not None
     )
-    if view.get("state") not in _NOT_HELD or len(job_id) < max(WHOLE_ID, MIN_PREFIX) or not queue:
+    if view.get("state") not in _NOT_HELD or len(job_id) < MIN_PREFIX or not queue:
         return view
     if not kafka_named:  # no guessing at a default broker: inspect answers at once
         return view
@@ -59,12 +61,21 @@ def finished_view(
         settings = env.kafka(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config)
         topic = QueueTopics(queue=queue, prefix=env.topic_prefix).status
         with StatusReader(settings, topic) as reader:
-            status = reader.latest(job_id, timeout_s=10)
+            if len(job_id) < WHOLE_ID:
+                found = reader.by_prefix(job_id, timeout_s=10)
+            else:
+                whole = reader.latest(job_id, timeout_s=10)
+                found = {} if whole is None else {job_id: whole}
     except (KafkaException, KafkaSetupError, StatusError, ValueError) as exc:
         log.debug("no status for %s: %s", job_id, exc)
         return view
-    if status is None:
+    if len(found) > 1:
+        shown = ", ".join(sorted(found)[:5])
+        problem = f"{len(found)} finished jobs start with {job_id} ({shown}): give more of the id"
+        return {"job_id": job_id, "state": "ambiguous", "member_knows": False, "problem": problem}
+    if not found:
         return view
+    (status,) = found.values()
     ended = status_view(status)
     if "cancelled_at_ms" in view and status.state.value != "cancelled":
         ended["cancellation_recorded_at_ms"] = view["cancelled_at_ms"]
@@ -75,7 +86,7 @@ def status_view(status: JobStatus) -> dict[str, object]:
     """A finished job as ``inspect job`` shows it."""
     view: dict[str, object] = {
         "job_id": status.job_id,
-        "state": status.state.value,
+        "state": state_of(status).value,
         "member_knows": False,
         "ended_at_ms": status.at_ms,
         "attempt": status.attempt,
@@ -88,4 +99,6 @@ def status_view(status: JobStatus) -> dict[str, object]:
         view["last_error"] = status.last_error
     if status.duration_s is not None:
         view["duration_s"] = status.duration_s
+    if status.duplicate_of:
+        view["duplicate_of"] = status.duplicate_of
     return view

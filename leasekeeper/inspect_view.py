@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from jobcore.config import AUTH_METADATA_KEY
-from jobcore.delay_tiers import parse_duration
-from jobcore.terminal_text import escaped, printable
+from jobcore.terminal_text import cell, escaped, printable
 from leasekeeper.limit_lines import limit_lines
+from leasekeeper.tier_rows import all_empty, tier_delay, tiers_line
 from leasekeeper.unhandled_view import unhandled_lines
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
@@ -280,22 +280,19 @@ def _order(p: dict[str, Any], queue: str) -> tuple[bool, float, str, int]:
     """The queue's own topics first, then its tiers from the shortest delay up."""
     topic = p["topic"]
     tier = _is_tier(topic, queue)
-    try:
-        delay = parse_duration(topic.rsplit(".", 1)[-1]) if tier else 0.0
-    except ValueError:
-        delay = float("inf")
-    return (tier, delay, topic, p["partition"])
+    return (tier, tier_delay(topic) if tier else 0.0, topic, p["partition"])
 
 
 def _partitions_table(partitions: list[dict[str, Any]], queue: str, wide: bool) -> Table:
     """The queue's partitions one per row, its retry tiers grouped under it: one row per
-    tier (partitions summed) unless ``wide``, since a queue has partitions x tiers of them."""
+    tier (partitions summed) unless ``wide``, since a queue has partitions x tiers of them,
+    and one row for them all while none holds anything."""
     table = Table(title="partitions", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("topic", no_wrap=True)
     for column in ("partition", "committed", "highest fetched"):
         table.add_column(column, justify="right")
-    table.add_column("unresolved", justify="right", overflow="fold")
-    table.add_column("leases", justify="right")
+    for column in ("unresolved", "leases"):
+        table.add_column(column, justify="right")
     ordered = sorted(partitions, key=lambda p: _order(p, queue))
     tiers: dict[str, list[dict[str, Any]]] = {}
     for p in ordered:
@@ -307,43 +304,45 @@ def _partitions_table(partitions: list[dict[str, Any]], queue: str, wide: bool) 
             str(p["partition"]),
             _offset(p["committed"]),
             _offset(p["highest_fetched"]),
-            _gaps(p["unresolved"], p["unresolved_count"]),
+            cell(_gaps(p["unresolved"], p["unresolved_count"])),
             str(len(p["leases"])),
         )
+    held = [
+        (t, sum(p["unresolved_count"] + len(p["leases"]) for p in ps)) for t, ps in tiers.items()
+    ]
+    if all_empty(held):
+        every = sum(len(rows) for rows in tiers.values())
+        table.add_row(f"  {tiers_line(list(tiers))}", f"{every} parts", "-", "-", "-", "0")
+        tiers = {}
     for topic, rows in tiers.items():
         unresolved = sum(p["unresolved_count"] for p in rows)
         leases = sum(len(p["leases"]) for p in rows)
-        table.add_row(
-            escaped(_short(topic, queue)),
-            f"{len(rows)} parts",
-            "-",
-            "-",
-            str(unresolved),
-            str(leases),
-        )
+        parts = f"{len(rows)} parts"
+        table.add_row(escaped(_short(topic, queue)), parts, "-", "-", str(unresolved), str(leases))
     return table
 
 
 def _leases_table(leases: list[dict[str, Any]]) -> Table:
-    """Leases in flight, oldest first. The job id is never cut or wrapped: it is what
-    a person pastes into ``inspect job``; the other columns give way."""
+    """Leases in flight, oldest first, one line each. The job id is never cut or wrapped:
+    it is what a person pastes into ``inspect job``; the other columns end in an
+    ellipsis where 80 columns run out (``--json`` has them whole)."""
     table = Table(
         title="leases in flight", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False
     )
     table.add_column("job id", no_wrap=True)
     for column in ("type", "tenant", "worker"):
-        table.add_column(column, overflow="fold")
-    for column in ("attempt", "age", "expires"):
+        table.add_column(column)
+    for column in ("try", "age", "expires"):
         table.add_column(column, no_wrap=True, justify="right")
     for lease in sorted(leases, key=lambda x: -x["age_s"])[:50]:
         table.add_row(
             escaped(lease["job_id"]),
-            escaped(lease["type"]),
-            escaped(lease["tenant"]),
-            escaped(lease["worker"]),
+            cell(lease["type"]),
+            cell(lease["tenant"]),
+            cell(lease["worker"]),
             str(lease["attempt"]),
-            f"{lease['age_s']:.1f} s",
-            f"in {lease['expires_in_s']:.1f} s",
+            f"{lease['age_s']:.1f}s",
+            f"in {lease['expires_in_s']:.1f}s",
         )
     return table
 

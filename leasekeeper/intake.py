@@ -129,6 +129,10 @@ class Intake:
                 pending, NoteKind.SKIPPED_DUPLICATE, seen_ms=at, original=original
             )
             batch.note(note)
+            # A status record like a finished job's, so every reader can tell.
+            ended = records.ended(pending, JobEnd.CANCELLED, attempt=0, at_ms=at,
+                                  how=CancelledHow.DUPLICATE, duplicate_of=original)  # fmt: skip
+            self._copies.add([ended])
         else:
             # After the dedupe key's check: a user's key keeps its own window.
             return self._acked_before(state, pending)

@@ -1,10 +1,10 @@
 """What the engine records about how a job ended or where it waits (pure values).
 
-Two kinds: status records for ``jobs.Q.status`` (succeeded, dead, cancelled),
-sent by the outbox as ``STATUS`` copies that resolve nothing, so an offset never
-waits for them; and notes by job id in the RocksDB store (delayed, skipped as a
-duplicate, cancelled) for ``inspect job``. Kept apart from the engine so that it
-only decides when to write them.
+Two kinds: status records for ``jobs.Q.status`` (succeeded, dead, cancelled,
+skipped as a duplicate), sent by the outbox as ``STATUS`` copies that resolve
+nothing, so an offset never waits for them; and notes by job id in the RocksDB
+store (delayed, skipped as a duplicate, cancelled) for ``inspect job``. Kept apart
+from the engine so that it only decides when to write them.
 """
 
 from __future__ import annotations
@@ -31,12 +31,14 @@ def ended(
     how: CancelledHow | None = None,
     worker: str = "",
     run_s: float = 0.0,
+    duplicate_of: str = "",
 ) -> CopyRequest:
     """The status record of a job in hand that ended ``end`` (run by ``worker``, its
-    handler running ``run_s`` by the worker's own clock; 0: not reported)."""
+    handler running ``run_s`` by the worker's own clock; 0: not reported), or was
+    skipped as a duplicate of ``duplicate_of``."""
     status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=at_ms, attempt=attempt,
                        reason=how.value if how else "", worker=worker,
-                       duration_s=_reported(run_s))  # fmt: skip
+                       duration_s=_reported(run_s), duplicate_of=duplicate_of)  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
                        generation=pending.generation, status=status)  # fmt: skip
 

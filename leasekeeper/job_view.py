@@ -12,18 +12,21 @@ from __future__ import annotations
 from enum import StrEnum
 
 from jobcore.control import Cancellation
+from jobcore.job_state import JobState as Shared
 from leasekeeper.store import JobNote, NoteKind
 
 
-class JobState(StrEnum):
-    """The states ``inspect job`` reports; ``UNKNOWN`` and ``AMBIGUOUS`` exit 1."""
+class InspectState(StrEnum):
+    """The states ``inspect job`` reports: the shared ones (``jobcore.job_state``), and
+    three of its own that say what this leasekeeper does not know (``from_inspect``
+    reads them as not found); ``UNKNOWN`` and ``AMBIGUOUS`` exit 1."""
 
-    READY = "ready"
-    DELAYED = "delayed"
-    LEASED = "leased"
-    CANCELLED = "cancelled"
+    READY = Shared.READY.value
+    DELAYED = Shared.DELAYED.value
+    LEASED = Shared.LEASED.value
+    CANCELLED = Shared.CANCELLED.value
     CANCEL_RECORDED = "cancellation recorded"
-    SKIPPED_DUPLICATE = "skipped"
+    SKIPPED_DUPLICATE = Shared.SKIPPED.value
     UNKNOWN = "unknown"
     AMBIGUOUS = "ambiguous"
 
@@ -44,7 +47,7 @@ def note_view(note: JobNote, cancellation: Cancellation | None) -> dict[str, obj
     where = {"topic": note.topic, "partition": note.partition, "offset": note.offset}
     if note.kind is NoteKind.SKIPPED_DUPLICATE:
         view.update(
-            state=JobState.SKIPPED_DUPLICATE.value,
+            state=InspectState.SKIPPED_DUPLICATE.value,
             duplicate_of=note.duplicate_of,
             skipped_at_ms=note.seen_ms,
             **where,
@@ -52,22 +55,22 @@ def note_view(note: JobNote, cancellation: Cancellation | None) -> dict[str, obj
         return view
     if note.kind in _CANCELLED_HOW:
         view.update(
-            state=JobState.CANCELLED.value,
+            state=InspectState.CANCELLED.value,
             how=_CANCELLED_HOW[note.kind],
             **where,
             **(_cancelled(cancellation) if cancellation else {"cancelled_at_ms": note.seen_ms}),
         )
         return view
-    view.update(state=JobState.DELAYED.value, due_ms=note.due_ms, **where)
+    view.update(state=InspectState.DELAYED.value, due_ms=note.due_ms, **where)
     if cancellation is not None:
-        view.update(state=JobState.CANCELLED.value, **_cancelled(cancellation))
+        view.update(state=InspectState.CANCELLED.value, **_cancelled(cancellation))
     return view
 
 
 def cancelled_view(job_id: str, cancellation: Cancellation) -> dict[str, object]:
     """A job in hand that is cancelled: it will be skipped, or its lease ended."""
     view = base_view(job_id)
-    view.update(state=JobState.CANCELLED.value, **_cancelled(cancellation))
+    view.update(state=InspectState.CANCELLED.value, **_cancelled(cancellation))
     return view
 
 
@@ -75,13 +78,13 @@ def cancel_recorded_view(job_id: str, cancellation: Cancellation) -> dict[str, o
     """A cancellation for a job this leasekeeper does not hold: recorded, nothing more."""
     view = base_view(job_id)
     view.update(
-        state=JobState.CANCEL_RECORDED.value, member_knows=False, **_cancelled(cancellation)
+        state=InspectState.CANCEL_RECORDED.value, member_knows=False, **_cancelled(cancellation)
     )
     return view
 
 
 def unknown_view(job_id: str, problem: str = "") -> dict[str, object]:
-    state = JobState.AMBIGUOUS if problem else JobState.UNKNOWN
+    state = InspectState.AMBIGUOUS if problem else InspectState.UNKNOWN
     view = base_view(job_id)
     view.update(state=state.value, member_knows=False)
     if problem:

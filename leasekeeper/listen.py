@@ -131,9 +131,10 @@ def prepare_socket_dir(path: Path, socket_mode: int) -> None:
     )
     if found is None:
         return
-    if found.writable:
+    if found.writable:  # /tmp among them: changing its mode would break the machine
         raise ListenError(
-            f"{found.text}: `chmod go-w {directory}` or give --listen a path in a private directory"
+            f"{found.text}, so anyone could replace the socket: give --listen a path in a "
+            "directory only you can write to (unix:DIR/NAME.sock; serve creates DIR 0700)"
         )
     raise ListenError(f"{found.text}: give --listen a path in a directory you own")
 

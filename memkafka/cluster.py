@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobcore.kafka import KafkaError, install_clients
+from jobcore.client_hook import install_clients
+from jobcore.kafka import KafkaError
 from memkafka.records import Headers, StoredRecord
 
 if TYPE_CHECKING:

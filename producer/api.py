@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
@@ -39,15 +39,24 @@ from jobcore.kafka import (
 from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
 from producer.diversion import Diverter, Route
+from producer.errors import CancelError, EnqueueError, MissingTopic
 from producer.flood import FloodGate, FloodPolicy
 from producer.lookup import JobLookup, lookup
 from producer.ordering_keys import KeyClasses
 from producer.request import JobRequest, build_job, destination
+from producer.status import CancelAnswer
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
 from schemas.job_headers import job_headers
 
-__all__ = ["CancelError", "Delivered", "EnqueueError", "JobProducer", "JobRequest"]
+__all__ = [
+    "CancelError",
+    "Delivered",
+    "EnqueueError",
+    "JobProducer",
+    "JobRequest",
+    "MissingTopic",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,30 +81,6 @@ class Delivered:
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         assert topic is not None and partition is not None and offset is not None
         return cls(job_id=job_id, topic=topic, partition=partition, offset=offset)
-
-
-class EnqueueError(Exception):
-    """Kafka did not acknowledge some jobs: ``failures`` maps their ids to the reason.
-
-    ``delivered`` lists the ids of a batch that did land, so a caller can retry
-    only the rest (re-enqueueing a delivered job would run it twice).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        failures: Mapping[str, str] | None = None,
-        delivered: Sequence[str] = (),
-    ) -> None:
-        super().__init__(message)
-        self.failures = dict(failures or {})
-        self.delivered = list(delivered)
-
-
-class CancelError(Exception):
-    """The cancellation was not recorded (no control topic, or Kafka refused it): the
-    job may still run, so the caller must know rather than assume it was stopped."""
 
 
 class JobProducer:
@@ -292,16 +277,27 @@ class JobProducer:
         it does not (see :meth:`_destination`)."""
         return self._destination(job)
 
-    def cancel(self, queue: str, job_id: str, *, reason: str = "") -> None:
-        """Record that job ``job_id`` of ``queue`` must not run; returns once the broker
-        acknowledged the record.
+    def cancel(
+        self, queue: str, job_id: str, *, reason: str = "", wait_s: float = 10.0
+    ) -> CancelAnswer:
+        """Cancel job ``job_id`` of ``queue`` unless it already ended, and say which case
+        applied, as ``producer cancel`` does: the answer's ``outcome``, ``message()`` and
+        ``exit_code``, waiting up to ``wait_s`` for a leasekeeper's (``producer.cancel``).
 
         The leasekeepers of the queue read ``jobs.Q.control`` whole: a cancelled job
         is skipped wherever it waits (a delay tier, the ready topic), and a running
-        one loses its lease. Cancelling a job that already finished, or an unknown
-        id, records the fact and changes nothing. Raises CancelError when the
-        cancellation was not recorded.
+        one loses its lease. Raises CancelError when the cancellation was not recorded.
         """
+        from producer.cancel import cancel_job  # which builds on this class
+
+        topics = QueueTopics(queue=queue, prefix=self._prefix)
+        return cancel_job(self._settings, self, topics, job_id, reason=reason, wait_s=wait_s)
+
+    def record_cancellation(self, queue: str, job_id: str, *, reason: str = "") -> None:
+        """Record that job ``job_id`` of ``queue`` must not run; returns once the broker
+        acknowledged the record, without asking how the job ended. Cancelling a job
+        that already finished, or an unknown id, records the fact and changes nothing.
+        Raises CancelError when the cancellation was not recorded."""
         if not job_id:
             raise ValueError("job_id must be a non-empty string")
         if self._closed.is_set():
@@ -536,7 +532,7 @@ class JobProducer:
             raise EnqueueError(f"cannot look up topic {topic}: {exc}") from exc
         error = metadata.topics[topic].error if topic in metadata.topics else None
         if topic not in metadata.topics or error is not None:
-            raise EnqueueError(f"{missing} ({error}){'; ' + fix if fix else ''}")
+            raise MissingTopic(f"{missing} ({error}){'; ' + fix if fix else ''}")
         self._known_topics.add(topic)
 
     def _serve_delivery_reports(self) -> None:

@@ -28,10 +28,10 @@ def cancel_job(
 ) -> CancelAnswer:
     """Cancel ``job_id`` unless it already ended; wait up to ``wait_s`` for the answer.
 
-    Raises what ``JobProducer.cancel`` raises when the cancellation was not recorded.
+    Raises CancelError when the cancellation was not recorded.
     """
     if not _has_status_topic(settings, topics):
-        producer.cancel(topics.queue, job_id, reason=reason)
+        producer.record_cancellation(topics.queue, job_id, reason=reason)
         return CancelAnswer(job_id=job_id, outcome=CancelOutcome.RECORDED)
     try:
         reader = StatusReader(settings, topics.status)
@@ -44,7 +44,7 @@ def cancel_job(
             raise CancelError(f"cancelling job {job_id} was not recorded: {exc}") from exc
         if before is not None and before.state is not JobEnd.CANCELLED:
             return CancelAnswer(job_id=job_id, outcome=ended(before), status=before)
-        producer.cancel(topics.queue, job_id, reason=reason)
+        producer.record_cancellation(topics.queue, job_id, reason=reason)
         if before is not None:  # cancelled before: the leasekeeper already answered
             return CancelAnswer(job_id=job_id, outcome=ended(before), status=before)
         try:

@@ -8,9 +8,8 @@ Settings come from flags or their environment variables (``--bootstrap`` or
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -24,7 +23,7 @@ from jobcore.cli_env import (
     schema_path_option,
     topic_prefix_option,
 )
-from jobcore.cli_errors import FriendlyGroup
+from jobcore.cli_errors import FriendlyGroup, SetupMistake
 from jobcore.cli_kafka import (
     bootstrap_option,
     connect_timeout_option,
@@ -37,12 +36,12 @@ from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.delay_tiers import DEFAULT_TIERS, DelayTiers
 from jobcore.durations import DELAY, DURATION, POSITIVE_DURATION, shown
-from jobcore.kafka import KafkaException, KafkaSettings, KafkaSetupError
+from jobcore.kafka import KafkaException, KafkaSetupError
 from jobcore.priority import PriorityClasses
 from jobcore.terminal_text import printable
 from jobcore.topic_admin import STATUS_RETENTION_HELP, ensure_queue_topics, retention_ms
 from jobcore.topics import QueueTopics
-from producer.api import CancelError, EnqueueError, JobProducer
+from producer.api import CancelError, EnqueueError, JobProducer, MissingTopic
 from producer.cancel import DEFAULT_WAIT_S, cancel_job
 from producer.durations import parse_at
 from producer.lookup import NOT_FOUND, NOT_SEEN
@@ -51,8 +50,9 @@ from producer.lookup import lookup as job_lookup
 from producer.request import JobRequest
 from producer.scheduler.cli import cron
 from producer.schemas_cli import schemas
+from producer.sending import parse_payload, send
 from producer.status import StatusError
-from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.codec import EnvelopeCodec
 
 _CLIENT_ID = "producer-cli"
 _T = TypeVar("_T")
@@ -224,7 +224,7 @@ def enqueue(
         request = JobRequest(
             queue=queue,
             type=job_type,
-            payload=_parse_payload(payload_json),
+            payload=parse_payload(payload_json),
             tenant_id=tenant,
             dedupe_key=dedupe_key,
             run_at=run_at,
@@ -241,9 +241,17 @@ def enqueue(
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
-    require_kafka(settings, connect_timeout_s)
     try:
-        job_id = _send(settings, registry, request, prefix=env.topic_prefix, tiers=tiers)
+        job_id = send(
+            settings,
+            registry,
+            request,
+            prefix=env.topic_prefix,
+            tiers=tiers,
+            connect_timeout_s=connect_timeout_s,
+        )
+    except MissingTopic as exc:
+        raise SetupMistake(str(exc)) from None
     except (ValueError, EnqueueError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None
     click.echo(job_id)
@@ -294,7 +302,11 @@ def cancel(
     try:
         with JobProducer(settings, prefix=env.topic_prefix) as producer:
             answer = cancel_job(settings, producer, topics, job_id, reason=reason, wait_s=wait_s)
-    except (ValueError, CancelError, EnqueueError, KafkaException, KafkaSetupError) as exc:
+    except CancelError as exc:
+        if isinstance(exc.__cause__, MissingTopic):
+            raise SetupMistake(str(exc)) from None
+        raise kafka_failure(exc, settings) from None
+    except (ValueError, EnqueueError, KafkaException, KafkaSetupError) as exc:
         raise kafka_failure(exc, settings) from None
     click.echo(printable(answer.message(_iso)))
     sys.exit(answer.exit_code)
@@ -328,7 +340,7 @@ def status(
     connect_timeout_s: float,
 ) -> None:
     """Say where JOB_ID of QUEUE is (leased, with its worker) or how it ended (succeeded,
-    dead with the reason, cancelled), and which source said so. Exits 1 when not found."""
+    dead, cancelled, skipped as a duplicate), naming the source. Exits 1 when not found."""
     queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
     env = environment()
     settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
@@ -425,27 +437,4 @@ def _outbox_commands() -> click.Command:
     return outbox
 
 
-def _send(
-    settings: KafkaSettings,
-    registry: SchemaRegistry,
-    request: JobRequest,
-    *,
-    prefix: str,
-    tiers: DelayTiers,
-) -> str:
-    """Enqueue ``request`` and wait for the broker's acknowledgement."""
-    with JobProducer(settings, registry=registry, prefix=prefix, tiers=tiers) as producer:
-        return producer.enqueue(request)
-
-
 main.add_command(_outbox_commands())
-
-
-def _parse_payload(text: str) -> Mapping[str, object]:
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--payload is not valid JSON: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise ValueError(f"--payload must be a JSON object, got {type(payload).__name__}")
-    return payload

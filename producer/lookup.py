@@ -3,14 +3,16 @@
 Two sources, and the answer names the one it used:
 
 - the dashboard's JSON API (``dashboard=URL``), which combines the leasekeepers'
-  live snapshots (leased, with the worker) with the status topic; the fast and
-  complete answer;
+  live snapshots (leased, with the worker) with the status topic; it cannot see
+  a ready or delayed job (``inspect job`` on the queue's leasekeeper can);
 - without it, ``jobs.Q.status`` read directly (a scan of its tail): it knows
-  how finished jobs ended (succeeded, dead with the reason, cancelled), not
-  where a waiting one is.
+  how finished jobs ended (succeeded, dead with the reason, cancelled, skipped as
+  a duplicate of which job), not where a waiting one is.
 
 A job neither source knows is reported honestly: "enqueued, not yet seen by a
-leasekeeper" when the caller says when it was enqueued, otherwise "not found yet".
+leasekeeper" when the caller says when it was enqueued, otherwise "not found yet",
+with a note naming the source that can see a waiting job. The states and the
+report are ``jobcore.job_state``'s, shared by every reader.
 """
 
 from __future__ import annotations
@@ -20,8 +22,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from jobcore.job_state import (
+    DASHBOARD_KNOWS,
+    STATUS_TOPIC_KNOWS,
+    JobReport,
+    JobState,
+    from_answer,
+    from_status,
+)
 from jobcore.kafka import KafkaSettings
 from jobcore.status import StatusReader, switched_off_note
 from jobcore.terminal_text import printable
@@ -29,8 +39,8 @@ from jobcore.topics import QueueTopics
 
 __all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "LookupError", "lookup"]
 
-NOT_FOUND = "not found yet"
-NOT_SEEN = "enqueued, not yet seen by a leasekeeper"
+NOT_FOUND = JobState.NOT_FOUND.value
+NOT_SEEN = JobState.NOT_SEEN.value
 
 
 class LookupError(RuntimeError):
@@ -38,24 +48,8 @@ class LookupError(RuntimeError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobLookup:
-    job_id: str
-    state: str  # leased, succeeded, dead, cancelled, NOT_SEEN or NOT_FOUND
-    source: str  # "dashboard URL" or "status topic NAME"
-    queue: str | None = None
-    worker: str | None = None
-    attempt: int | None = None
-    reason: str | None = None
-    last_error: str | None = None
-    at_ms: int | None = None
-    # The handler's own run time in the last attempt, as its worker reported it.
-    duration_s: float | None = None
-    # Why a finished job may be missing: its queue writes no status records.
-    note: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.state in ("succeeded", "dead", "cancelled")
+class JobLookup(JobReport):
+    """The shared report, as ``producer status`` prints it."""
 
     def lines(self, describe_time: Callable[[int], str]) -> list[str]:
         """What ``producer status`` prints; ``describe_time`` renders epoch ms. The
@@ -65,6 +59,8 @@ class JobLookup:
             for k, v in (
                 ("worker", self.worker),
                 ("attempt", self.attempt),
+                ("due", None if self.until_ms is None else describe_time(self.until_ms)),
+                ("duplicate of", self.duplicate_of),
                 ("ran", None if self.duration_s is None else f"{self.duration_s:.3f} s"),
                 ("reason", self.reason),
                 ("last error", self.last_error),
@@ -73,14 +69,14 @@ class JobLookup:
         ]
         when = f" at {describe_time(self.at_ms)}" if self.at_ms else ""
         extra = f" ({', '.join(details)})" if details else ""
-        line = f"job {self.job_id}: {self.state}{when}{extra} [from the {self.source}]"
+        line = f"job {self.job_id}: {self.state.value}{when}{extra} [from the {self.source}]"
         return [printable(line)] + ([f"  {printable(self.note)}"] if self.note else [])
 
 
 def _unknown(
     job_id: str, source: str, enqueued_at_ms: int | None, note: str | None = None
 ) -> JobLookup:
-    state = NOT_SEEN if enqueued_at_ms is not None else NOT_FOUND
+    state = JobState.NOT_SEEN if enqueued_at_ms is not None else JobState.NOT_FOUND
     return JobLookup(job_id=job_id, state=state, source=source, at_ms=enqueued_at_ms, note=note)
 
 
@@ -117,45 +113,18 @@ def lookup(
         source = f"dashboard {dashboard}"
         if found["state"] == NOT_FOUND:
             note = found.get("note")
-            return _unknown(job_id, source, enqueued_at_ms, str(note) if note else None)
-        return _from_answer(job_id, source, found)
+            return _unknown(job_id, source, enqueued_at_ms, str(note) if note else DASHBOARD_KNOWS)
+        return _printable(from_answer(found, source=source))
     topic = QueueTopics(queue=queue, prefix=prefix).status
     source = f"status topic {topic}"
     with StatusReader(settings, topic) as reader:
         status = reader.latest(job_id)
         off = reader.switched_off
     if status is None:
-        note = switched_off_note(queue, off.at_ms) if off is not None else None
+        note = switched_off_note(queue, off.at_ms) if off is not None else STATUS_TOPIC_KNOWS
         return _unknown(job_id, source, enqueued_at_ms, note)
-    return JobLookup(
-        job_id=job_id,
-        state=status.state.value,
-        source=source,
-        queue=queue,
-        attempt=status.attempt,
-        reason=status.reason or None,
-        worker=status.worker or None,
-        last_error=status.last_error or None,
-        at_ms=status.at_ms,
-        duration_s=status.duration_s,
-    )
+    return _printable(from_status(status, source=source, queue=queue))
 
 
-def _from_answer(job_id: str, source: str, found: dict[str, object]) -> JobLookup:
-    def text(key: str) -> str | None:
-        value = found.get(key)
-        return None if value is None else str(value)
-
-    attempt, at_ms, duration = found.get("attempt"), found.get("at_ms"), found.get("duration_s")
-    return JobLookup(
-        job_id=job_id,
-        state=str(found["state"]),
-        source=source,
-        queue=text("queue"),
-        worker=text("worker"),
-        attempt=attempt if isinstance(attempt, int) else None,
-        reason=text("reason"),
-        last_error=text("last_error"),
-        at_ms=at_ms if isinstance(at_ms, int) else None,
-        duration_s=float(duration) if isinstance(duration, int | float) else None,
-    )
+def _printable(report: JobReport) -> JobLookup:
+    return JobLookup(**{f.name: getattr(report, f.name) for f in fields(report)})

@@ -35,6 +35,7 @@ class CancelOutcome(StrEnum):
     LEASE_ENDED = "lease ended while running"
     ALREADY_SUCCEEDED = "not cancelled: already succeeded"
     ALREADY_DEAD = "not cancelled: already dead"
+    ALREADY_SKIPPED = "not cancelled: already skipped as a duplicate"
     NOT_FOUND = "not found yet"
     RECORDED = "cancellation recorded"  # no status topic: the queue predates it
 
@@ -56,6 +57,7 @@ EXIT_CODES = {
     CancelOutcome.LEASE_ENDED: CancelExit.LEASE_ENDED,
     CancelOutcome.ALREADY_SUCCEEDED: CancelExit.ALREADY_ENDED,
     CancelOutcome.ALREADY_DEAD: CancelExit.ALREADY_ENDED,
+    CancelOutcome.ALREADY_SKIPPED: CancelExit.ALREADY_ENDED,
     CancelOutcome.NOT_FOUND: CancelExit.NOT_FOUND,
 }
 
@@ -88,6 +90,11 @@ class CancelAnswer:
             return (
                 f"cancelled {job} while it ran (attempt {status.attempt}): its lease ended at {at}"
             )
+        if self.outcome is CancelOutcome.ALREADY_SKIPPED:
+            return (
+                f"not cancelled: job {job} already skipped at {at} as a duplicate of "
+                f"{status.duplicate_of}"
+            )
         ended = "succeeded" if status.state is JobEnd.SUCCEEDED else f"died ({status.reason})"
         return f"not cancelled: job {job} already {ended} at {at} (attempt {status.attempt})"
 
@@ -98,6 +105,8 @@ def ended(status: JobStatus) -> CancelOutcome:
         return CancelOutcome.ALREADY_SUCCEEDED
     if status.state is JobEnd.DEAD:
         return CancelOutcome.ALREADY_DEAD
+    if status.duplicate_of:
+        return CancelOutcome.ALREADY_SKIPPED
     if status.reason == CancelledHow.RUNNING.value:
         return CancelOutcome.LEASE_ENDED
     return CancelOutcome.CANCELLED_WAITING

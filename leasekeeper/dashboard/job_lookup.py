@@ -2,14 +2,17 @@
 
 A job held by a leasekeeper right now shows as leased (with its worker); a job
 that ended shows its status record (succeeded, dead with the reason,
-cancelled). Anything else is reported honestly as not found yet: it may be
-ready or delayed in Kafka, or not enqueued at all.
+cancelled, skipped as a duplicate of which job). Anything else is reported
+honestly as not found yet, with a note naming the source that can see a ready
+or delayed job (``inspect job`` on the queue's leasekeeper). The states and the
+report are ``jobcore.job_state``'s, shared by every reader.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from jobcore.job_state import DASHBOARD_KNOWS, JobReport, JobState, from_status
 from jobcore.status import switched_off_note
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetState
@@ -20,20 +23,12 @@ __all__ = ["JobWhere", "job_page", "lookup"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class JobWhere:
-    job_id: str
-    state: str  # leased, succeeded, dead, cancelled, not found yet
-    queue: str | None = None
-    worker: str | None = None
-    attempt: int | None = None
-    reason: str | None = None
-    last_error: str | None = None
-    at_ms: int | None = None
-    # The handler's run time in the last attempt, as its worker reported it.
-    duration_s: float | None = None
+class JobWhere(JobReport):
+    """The shared report, and the leasekeeper that holds a leased job and its lease id
+    (``topic/partition/offset``: where the page reads the job itself)."""
+
     leasekeeper: str | None = None
-    # Why a job may be missing although it finished: its queue records no statuses.
-    note: str | None = None
+    lease_id: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -48,11 +43,13 @@ def lookup(
                 if lease.get("job_id") == job_id:
                     return JobWhere(
                         job_id=job_id,
-                        state="leased",
+                        state=JobState.LEASED,
+                        source="live snapshots",
                         queue=str(record.get("queue")),
                         worker=str(lease.get("worker")),
                         attempt=int(lease.get("attempt", 0)),
                         leasekeeper=str(record.get("instance")),
+                        lease_id=lease.get("lease_id"),
                     )
     notes = []
     for queue in queues:
@@ -60,23 +57,19 @@ def lookup(
         if status is None and switched_off is not None:
             notes.append(switched_off_note(queue, switched_off.at_ms))
         if status is not None:
-            return JobWhere(
-                job_id=job_id,
-                state=status.state.value,
-                queue=queue,
-                attempt=status.attempt,
-                reason=status.reason or None,
-                worker=status.worker or None,
-                last_error=status.last_error or None,
-                at_ms=status.at_ms,
-                duration_s=status.duration_s,
-            )
-    return JobWhere(job_id=job_id, state="not found yet", note="; ".join(notes) or None)
+            source = f"status topic {actions.topics(queue).status}"
+            return JobWhere(**asdict(from_status(status, source=source, queue=queue)))
+    return JobWhere(
+        job_id=job_id,
+        state=JobState.NOT_FOUND,
+        source="live snapshots and status topics",
+        note="; ".join(notes) or DASHBOARD_KNOWS,
+    )
 
 
 def _cancel_form(base: str, found: JobWhere) -> str:
     """Cancel is offered for a job that has not finished, in a queue we know."""
-    if found.queue is None or found.state != "leased":
+    if found.queue is None or found.state is not JobState.LEASED:
         return ""
     return (
         f'<form method="post" action="{e(base + "/job/cancel")}">'
@@ -96,19 +89,23 @@ def job_page(base: str, job_id: str, found: JobWhere | None, *, can_act: bool = 
     if found is None:
         return form
     shown = {k: v for k, v in found.to_dict().items() if v is not None}
-    rows = [(k, v) for k, v in shown.items() if k not in ("at_ms", "duration_s", "note")]
+    hidden = ("at_ms", "until_ms", "duration_s", "note")
+    rows = [(k, v) for k, v in shown.items() if k not in hidden]
+    if found.until_ms is not None:
+        rows.append(("due", format_ms(found.until_ms)))
     if found.duration_s is not None:
         rows.append(("duration", f"{found.duration_s:.3f} s (handler run time)"))
     if found.at_ms:
         rows.append(("at", format_ms(found.at_ms)))
     note = ""
-    if found.state == "not found yet" and found.note:
+    if found.state is JobState.NOT_FOUND and found.note:
         note = f'<p class="muted" id="job-note">{e(found.note)}.</p>'
-    elif found.state == "not found yet":
+    if found.state is JobState.NOT_FOUND and found.note == DASHBOARD_KNOWS:
         note = (
-            '<p class="muted">Not held by any leasekeeper and not finished: it may be ready '
-            "or delayed in Kafka, not yet seen by a leasekeeper, or not enqueued at all.</p>"
+            '<p class="muted" id="job-note">Not held by any leasekeeper and not finished: it '
+            "may be ready or delayed in Kafka, not yet seen by a leasekeeper, or not enqueued "
+            f"at all; {e(DASHBOARD_KNOWS)}.</p>"
         )
     cancel = _cancel_form(base, found) if can_act else ""
-    state = f'<p id="job-state">{e(found.state)}</p>'
+    state = f'<p id="job-state">{e(found.state.value)}</p>'
     return form + state + table(("field", "value"), rows) + note + cancel

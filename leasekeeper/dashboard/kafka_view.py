@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from jobcore.kafka import (
     Consumer,
+    KafkaException,
     KafkaSettings,
     TopicPartition,
     group_offsets,
@@ -91,9 +92,14 @@ class KafkaView:
     """Cached, batched queries about the queues of one prefix."""
 
     def __init__(
-        self, settings: KafkaSettings, prefix: str, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: KafkaSettings,
+        prefix: str,
+        clock: Callable[[], float] = time.monotonic,
+        timeout_s: float = 10.0,
     ) -> None:
         self._settings = settings
+        self._timeout_s = timeout_s
         self._prefix = prefix
         self._clock = clock
         self._lock = threading.RLock()
@@ -101,12 +107,24 @@ class KafkaView:
         self._heads: Consumer | None = None
         self._cache: dict[object, tuple[float, object]] = {}
 
+    @property
+    def bootstrap(self) -> str:
+        return self._settings.bootstrap
+
     def _cached(self, key: object, compute: Callable[[], object]) -> object:
+        """A value or a failure, kept ``CACHE_S``: with Kafka down, each page says so at
+        once rather than after its own timeout."""
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and self._clock() - hit[0] < CACHE_S:
+                if isinstance(hit[1], KafkaException):
+                    raise hit[1]
                 return hit[1]
-            value = compute()
+            try:
+                value = compute()
+            except KafkaException as exc:
+                self._cache[key] = (self._clock(), exc)
+                raise
             self._cache[key] = (self._clock(), value)
             return value
 
@@ -114,7 +132,7 @@ class KafkaView:
         """Topic name -> partition count."""
 
         def compute() -> dict[str, int]:
-            metadata = self._admin.list_topics(timeout=10)
+            metadata = self._admin.list_topics(timeout=self._timeout_s)
             return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
 
         found = self._cached("topics", compute)

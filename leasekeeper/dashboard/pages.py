@@ -15,6 +15,7 @@ from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
 from leasekeeper.dashboard.kafka_view import KafkaView, QueueOffsets
 from leasekeeper.dlq.entries import format_ms
+from leasekeeper.tier_rows import all_empty, by_delay, tiers_line
 from leasekeeper.unhandled_view import unhandled_text
 
 __all__ = [
@@ -97,7 +98,7 @@ def queue_page(base: str, queue: str, fleet: FleetState, kafka: KafkaView, now_m
         + _classes(records)
         + _blocked_keys(records, now_ms)
         + "<h2>Retry tiers</h2>"
-        + table(("tier topic", "backlog"), sorted(offsets.tiers.items()), numeric=(1,))
+        + table(("tier topic", "backlog"), tier_rows(offsets.tiers), numeric=(1,))
         + f"<p>{link(base, f'dlq/{queue}', 'Dead letters')}: {offsets.dlq_depth}</p>",
     )
 
@@ -117,6 +118,13 @@ def unhandled_section(records: list[Snapshot], now_ms: int) -> str:
     return '<h2 class="bad">No worker runs these job types</h2>' + table(
         headers, rows, numeric=(2,)
     )
+
+
+def tier_rows(tiers: dict[str, int]) -> list[tuple[str, int]]:
+    """A queue's tier backlogs from the shortest delay up, or one row for them all
+    while every one is empty (``leasekeeper.tier_rows``)."""
+    rows = by_delay(tiers.items())
+    return [(tiers_line(list(tiers)), 0)] if all_empty(rows) else rows
 
 
 def _summary_cards(offsets: QueueOffsets, now_ms: int) -> str:
@@ -284,7 +292,7 @@ def scheduled_page(base: str, fleet: FleetState, kafka: KafkaView, now_ms: int) 
     tiers = [
         (Raw(link(base, f"queues/{q}", q)), topic, n)
         for q, offsets in kafka.many(fleet.queues(now_ms)).items()
-        for topic, n in sorted(offsets.tiers.items())
+        for topic, n in tier_rows(offsets.tiers)
     ]
     return live(
         "scheduled",

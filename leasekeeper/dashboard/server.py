@@ -29,10 +29,12 @@ from leasekeeper.dashboard.actions import (
     page_cursors,
     selection_from_query,
 )
+from leasekeeper.dashboard.answers import Response, api_error, kafka_trouble, no_queue
 from leasekeeper.dashboard.dlq_pages import dlq_entry_page, dlq_list_page
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.hosts import HostCheck, HostRefusal
 from leasekeeper.dashboard.html import e, layout, link, live
+from leasekeeper.dashboard.job_detail import job_at, job_section
 from leasekeeper.dashboard.job_lookup import job_page, lookup
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dashboard.login import COOKIE, LOGIN_PATH, login
@@ -82,14 +84,6 @@ class Dashboard:
         return every[:OVERVIEW_MAX], every[OVERVIEW_MAX:]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Response:
-    status: HTTPStatus
-    body: str
-    content_type: str = "text/html; charset=utf-8"
-    headers: tuple[tuple[str, str], ...] = ()
-
-
 def _page(d: Dashboard, title: str, active: str, body: str) -> Response:
     html = layout(title=title, base=d.base, active=active, body=body, read_only=d.policy.read_only)
     return Response(status=HTTPStatus.OK, body=html)
@@ -100,8 +94,8 @@ def _json(value: object) -> Response:
 
 
 def _error(d: Dashboard, status: HTTPStatus, message: str) -> Response:
-    page = _page(d, status.phrase, "", f'<p class="bad">{e(message)}</p>')
-    return Response(status=status, body=page.body)
+    page = _page(d, status.phrase, "", f'<p class="bad" id="problem">{e(message)}</p>')
+    return Response(status=status, body=page.body, message=message)
 
 
 def get(d: Dashboard, path: str, query: str) -> Response:
@@ -113,6 +107,7 @@ def get(d: Dashboard, path: str, query: str) -> Response:
         body += live("relays", relays_section(d.relays.current(now), now))
         return _page(d, "Overview", "", body)
     if path == "/leasekeepers":
+        d.kafka.topics()  # with Kafka down, say so rather than list no leasekeepers
         return _page(d, "Leasekeepers and workers", "leasekeepers", leasekeepers_page(d.fleet, now))
     if path == "/scheduled":
         return _page(d, "Scheduled", "scheduled", scheduled_page(d.base, d.fleet, d.kafka, now))
@@ -130,6 +125,9 @@ def get(d: Dashboard, path: str, query: str) -> Response:
 
 
 def _queue_routes(d: Dashboard, path: str, query: str) -> Response:
+    named = re.match(r"/(?:queues|dlq)/([^/]+)", path)
+    if named and named.group(1) not in (known := d.queues()):
+        return _error(d, HTTPStatus.NOT_FOUND, no_queue(named.group(1), known))
     if m := re.fullmatch(f"/queues/{_QUEUE}", path):
         body = queue_page(d.base, m.group(1), d.fleet, d.kafka, d.now_ms())
         return _page(d, f"Queue {m.group(1)}", "", body)
@@ -169,7 +167,11 @@ def _job_query(d: Dashboard, query: str) -> tuple[str, list[str]]:
 def _job(d: Dashboard, query: str) -> Response:
     job_id, queues = _job_query(d, query)
     found = lookup(d.actions, d.fleet, queues, job_id, d.now_ms()) if job_id else None
-    return _page(d, "Job", "job", job_page(d.base, job_id, found, can_act=not d.policy.read_only))
+    body = job_page(d.base, job_id, found, can_act=not d.policy.read_only)
+    if found is not None and found.lease_id:
+        held = job_at(d.actions.kafka, d.actions.codec, found.lease_id)
+        body += job_section(held, d.actions.codec)
+    return _page(d, "Job", "job", body)
 
 
 def _overview_json(d: Dashboard) -> dict[str, object]:
@@ -299,7 +301,10 @@ class _Handler(BaseHTTPRequestHandler):
         except FilterError as exc:
             response = _error(d, HTTPStatus.BAD_REQUEST, str(exc))
         except (KafkaException, DlqError) as exc:
-            response = _error(d, HTTPStatus.SERVICE_UNAVAILABLE, f"Kafka: {exc}")
+            trouble = kafka_trouble(exc, d.kafka.bootstrap)
+            response = _error(d, HTTPStatus.SERVICE_UNAVAILABLE, trouble)
+        if path.startswith("/api/") and response.status >= HTTPStatus.BAD_REQUEST:
+            response = api_error(response.status, response.message)
         self._send(response, head=method == "HEAD")
 
     def _login(self, query: str) -> Response:

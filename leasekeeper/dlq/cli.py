@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from jobcore.cli_env import environment, schema_path_option, topic_prefix_option
-from jobcore.cli_errors import FriendlyGroup
+from jobcore.cli_errors import FriendlyGroup, SetupMistake
 from jobcore.cli_kafka import (
     bootstrap_option,
     connect_timeout_option,
@@ -41,7 +41,7 @@ from jobcore.kafka import (
 from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
-from leasekeeper.dlq.reader import DlqError, read_dead_letters
+from leasekeeper.dlq.reader import DlqError, MissingDlq, read_dead_letters
 from leasekeeper.dlq.render import (
     detail,
     entries_table,
@@ -175,6 +175,8 @@ def _dlq_errors(settings: KafkaSettings) -> Iterator[None]:
     answer (the credential problem a client reported, when there is one)."""
     try:
         yield
+    except MissingDlq as exc:
+        raise SetupMistake(str(exc)) from None
     except DlqError as exc:
         raise click.ClickException(str(exc)) from exc
     except (KafkaException, KafkaSetupError, TimeoutError) as exc:

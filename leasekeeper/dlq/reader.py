@@ -43,6 +43,10 @@ class DlqError(RuntimeError):
     """The DLQ cannot be read: no such topic, a broker error, or no progress."""
 
 
+class MissingDlq(DlqError):
+    """The queue has no DLQ topic: a mistyped or missing queue, a setup mistake (exit 2)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PartitionRange:
     """Offsets ``start`` (inclusive) to ``end`` (exclusive) of one partition."""
@@ -89,8 +93,13 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
     metadata = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
     found = metadata.topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
-        reason = found.error if found is not None else "unknown topic"
-        raise DlqError(f"cannot read {topic}: {reason}; is the queue name right?")
+        error = found.error if found is not None else None
+        if error is None or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise MissingDlq(
+                f"cannot read {topic}: no such topic; is the queue name right? "
+                "(`producer create-queue` creates a queue's topics)"
+            )
+        raise DlqError(f"cannot read {topic}: {error.str()}")
     return sorted(found.partitions)
 
 

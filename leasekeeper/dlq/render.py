@@ -17,8 +17,9 @@ from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
-from jobcore.terminal_text import escaped
+from jobcore.terminal_text import cell, escaped
 from leasekeeper.dlq.entries import DlqEntry, format_ms
 from schemas.codec import DecodeError, EnvelopeCodec, SchemaError
 
@@ -77,24 +78,25 @@ def summary(entry: DlqEntry) -> dict[str, Any]:
 
 
 def entries_table(entries: Iterable[DlqEntry], title: str, *, wide: bool = False) -> Table:
-    """Dead letters, one per row. The id and the time are never cut or wrapped (they are
-    what ``dlq show`` and ``--since`` take); the tenant and the reason get columns of
-    their own only when ``wide``, so that 80 columns suffice otherwise."""
+    """Dead letters, one line each: the other columns end in an ellipsis where 80
+    columns run out, so a screen of them stays a list to scan. The id and the time are
+    never cut (they are what ``dlq show`` and ``--since`` take). ``wide`` gives the
+    tenant and the reason columns of their own and wraps rather than cuts."""
     table = Table(title=escaped(title), box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("job id", no_wrap=True)
-    table.add_column("type", overflow="fold")
+    table.add_column("type", max_width=None if wide else 16)
     if wide:
-        table.add_column("tenant", overflow="fold")
-        table.add_column("reason", overflow="fold")
+        table.add_column("tenant")
+        table.add_column("reason")
     table.add_column("tries", no_wrap=True, justify="right")
     table.add_column("died at", no_wrap=True)
-    table.add_column("last error", overflow="fold", ratio=1)
+    table.add_column("last error")
     for entry in entries:
         table.add_row(*_entry_cells(entry, wide))
     return table
 
 
-def _entry_cells(entry: DlqEntry, wide: bool) -> list[str]:
+def _entry_cells(entry: DlqEntry, wide: bool) -> list[Text]:
     row = summary(entry)
     last = row["last_error_class"]
     error = f"{last}: {_clip(row['last_error_message'], 60)}" if last else _clip(row["detail"], 70)
@@ -104,7 +106,8 @@ def _entry_cells(entry: DlqEntry, wide: bool) -> list[str]:
     if wide:
         cells += [row["tenant"] or "-", row["reason"] or "-"]
     attempts = f"{row['attempts']}/{row['max_attempts']}" if entry.job else "-"
-    return [escaped(cell) for cell in (*cells, attempts, row["died_at"] or "-", error or "-")]
+    cells += [attempts, row["died_at"] or "-", error or "-"]
+    return [cell(text, wrap=wide) for text in cells]
 
 
 def detail(entry: DlqEntry, codec: EnvelopeCodec) -> dict[str, Any]:

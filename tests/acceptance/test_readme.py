@@ -22,7 +22,37 @@ def readme_blocks() -> dict[str, str]:
 
 
 def test_readme_has_the_examples_this_test_runs() -> None:
-    assert {"tour", "receipts.py", "enqueue.py"} <= set(readme_blocks())
+    assert {"tour", "receipts.py", "enqueue.py", "priorities", "tenants.toml"} <= set(
+        readme_blocks()
+    )
+
+
+def test_the_readme_priorities_example_runs(
+    tmp_path: Path, kafka_bootstrap: str, unique: str
+) -> None:
+    """The ``password_reset`` enqueue and the ``serve`` line with its ``tenants.toml``, as
+    written, on a queue of this test's own prefix: the job is sent, and the leasekeeper
+    starts with those flags and that file and holds the job."""
+    blocks = readme_blocks()
+    (tmp_path / "tenants.toml").write_text(blocks["tenants.toml"])
+    env = {**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap, "XDG_RUNTIME_DIR": str(tmp_path),
+           "JOBS_TOPIC_PREFIX": f"readme{unique}"}  # fmt: skip
+    env.pop("LEASEKEEPER_TARGET", None)
+    _shell(f"{BIN}/producer create-queue --queue emails --partitions 1", tmp_path, env)
+    background: list[subprocess.Popen[bytes]] = []
+    try:
+        lines = blocks["priorities"].strip().splitlines()
+        job_id = _run_line(lines[0], tmp_path, env, background).strip()
+        assert re.fullmatch(r"[0-9a-f]{32}", job_id), job_id
+        _run_line(lines[1], tmp_path, env, background)
+        inspect = f"{BIN}/leasekeeper inspect --queue emails --json"
+        wait_until(lambda: _inspect_ok(inspect, tmp_path, env), 60, "the leasekeeper to answer")
+        job = f"{BIN}/leasekeeper inspect job {job_id} --queue emails"
+        wait_until(lambda: _inspect_ok(job, tmp_path, env), 60, "the leasekeeper to hold the job")
+    finally:
+        for process in background:
+            process.terminate()
+            process.wait(30)
 
 
 def _command(line: str, tmp: Path) -> str:

@@ -100,7 +100,7 @@ def test_inspect_job_finds_finished_and_skipped_jobs_and_refuses_unknown_ids(
     assert finished.stdout.splitlines()[0] == f"job {first}: succeeded"
     assert "  ended_at: " in finished.stdout and " ago)" in finished.stdout
     with JobProducer(system.kafka) as producer:  # the API records, whatever the job did
-        producer.cancel(system.queue, first)
+        producer.record_cancellation(system.queue, first)
 
     def recorded() -> bool:
         return "cancellation_recorded_at" in inspect_job(system, first).stdout

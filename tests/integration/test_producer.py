@@ -312,8 +312,8 @@ def test_cancel_records_the_cancellation_on_the_control_topic(
 ) -> None:
     with JobProducer(kafka, clock=lambda: NOW) as producer:
         job_id = producer.enqueue(queue, "noop", {}, tenant_id="acme", delay=600)
-        producer.cancel(queue, job_id, reason="customer changed their mind")
-        producer.cancel(queue, "unknown-id")  # recorded all the same: harmless
+        producer.record_cancellation(queue, job_id, reason="customer changed their mind")
+        producer.record_cancellation(queue, "unknown-id")  # recorded all the same: harmless
 
     first, second = read_all(kafka, f"jobs.{queue}.control", 2, partitions=1)
     assert first.key() == job_id.encode()

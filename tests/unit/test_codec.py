@@ -319,7 +319,7 @@ def test_arbitrary_bytes_raise_only_decode_error(data: bytes) -> None:
 
 
 def test_registry_lists_the_builtin_job_types(registry: SchemaRegistry) -> None:
-    assert registry.payload_types() == ["noop", "resize_image", "send_receipt"]
+    assert registry.payload_types() == ["noop", "password_reset", "resize_image", "send_receipt"]
 
 
 def test_released_schema_versions_stay_decodable(registry: SchemaRegistry) -> None:
@@ -351,7 +351,7 @@ def test_two_current_versions_of_a_name_are_refused(tmp_path: Path) -> None:
 
 def test_the_same_schema_twice_is_harmless() -> None:
     registry = SchemaRegistry([PACKAGE_SCHEMAS / "jobs"])
-    assert registry.payload_types() == ["noop", "resize_image", "send_receipt"]
+    assert registry.payload_types() == ["noop", "password_reset", "resize_image", "send_receipt"]
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobcore.cli_kafka import unreachable_message
+from jobcore.client_log import RepeatFilter
 from jobcore.config import (
     BootstrapOrigin,
     Environment,
@@ -24,7 +25,7 @@ from jobcore.config import (
     recorded_dev_bootstrap,
 )
 from jobcore.durations import DURATION, parse_duration, shown
-from jobcore.kafka import KafkaSettings, RepeatFilter
+from jobcore.kafka import KafkaSettings
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.service import ServeConfig

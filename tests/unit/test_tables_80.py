@@ -60,6 +60,7 @@ def snapshot(ids: list[str]) -> dict[str, Any]:
     tiers = [f"jobs.emails.retry.{t}" for t in ("1s", "10s", "1m", "10m", "1h", "1d")]
     parts = [partition("jobs.emails", 0, [lease(i) for i in ids])]
     parts += [partition(topic, n) for topic in tiers for n in (0, 1)]
+    parts[-1]["unresolved_count"] = 1  # one tier holds something: every tier gets its row
     return {"queue": "emails", "member": "m", "ready": 0, "commits": 0,
             "partitions": parts, "counters": {}}  # fmt: skip
 
