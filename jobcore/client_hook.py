@@ -1,7 +1,7 @@
 """The one seam where tests put Kafka clients of their own in place of librdkafka's.
 
 ``make_producer``, ``make_consumer``, ``make_admin`` and ``make_share_consumer``
-(``jobcore.kafka``) ask :func:`installed_clients` once per client they build, never
+(``jobcore.kafka``) go through :func:`build_client` once per client they build, never
 per record; with nothing installed they build the real clients. The runtime never
 installs anything: an in-memory cluster for tests (the ``memkafka`` package) does,
 so the real loop, relay and feeds run in-process with no broker.
