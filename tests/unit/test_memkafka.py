@@ -273,3 +273,15 @@ def test_uninstalling_brings_back_the_real_clients() -> None:
     with installed(Cluster()):
         assert type(make_admin(SETTINGS)).__name__ == "MemoryAdmin"
     assert type(make_admin(SETTINGS)).__name__ == "AdminClient"
+
+
+def test_a_memory_consumer_is_given_the_config_the_real_one_would_be(cluster: Cluster) -> None:
+    """The seam hands over the factory's whole config dict: manual commits, the reset
+    policy, the ``on_commit`` callback are read from it as librdkafka reads them."""
+    seen: list[dict[str, Any]] = []
+    real = cluster.consumer
+    cluster.consumer = lambda config: seen.append(config) or real(config)  # type: ignore[method-assign]
+    make_consumer(SETTINGS, "g", on_commit=print)
+    (config,) = seen
+    assert config["group.id"] == "g" and config["on_commit"] is print
+    assert config["enable.auto.commit"] is False and config["auto.offset.reset"] == "earliest"
