@@ -40,6 +40,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from jobcore.client_hook import build_client
 from jobcore.client_log import client_logger
 
 __all__ = [
@@ -270,7 +271,7 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
         "compression.type": "lz4",
         **overrides,
     }
-    return Producer(config)
+    return build_client("producer", Producer, config)
 
 
 def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
@@ -285,7 +286,7 @@ def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> C
         "isolation.level": "read_committed",
         **overrides,
     }
-    return Consumer(config)
+    return build_client("consumer", Consumer, config)
 
 
 def make_share_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> ShareConsumer:
@@ -296,7 +297,7 @@ def make_share_consumer(settings: KafkaSettings, group_id: str, **overrides: Any
         "share.acknowledgement.mode": "explicit",
         **overrides,
     }
-    return ShareConsumer(config)
+    return build_client("share_consumer", ShareConsumer, config)
 
 
 def set_group_config(
@@ -335,7 +336,7 @@ def topic_config(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> 
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
-    return AdminClient(settings.base())
+    return build_client("admin", AdminClient, settings.base())
 
 
 def cluster_id(settings: KafkaSettings, timeout: float = 30.0) -> str:
@@ -381,8 +382,7 @@ def reachable(settings: KafkaSettings, timeout: float) -> bool:
 
 def wait_for_brokers(bootstrap: str, count: int, timeout: float) -> bool:
     """True once ``count`` brokers answer a metadata request within ``timeout`` s."""
-    # log_level 0: a broker that is still starting refuses connections, and the
-    # probe's job is to notice that quietly, not to print one line per attempt.
+    # log_level 0: a starting broker refuses connections; the probe notes it quietly.
     admin = AdminClient(
         {"bootstrap.servers": bootstrap, "log_level": 0, "socket.connection.setup.timeout.ms": 1000}
     )

@@ -8,6 +8,9 @@
 - Only ``jobcore/kafka.py`` imports the Kafka client (``confluent_kafka``), and only
   ``jobcore/schema_registry.py`` its Schema Registry client; both from public modules.
 - The commands load the Schema Registry client only in registry mode.
+- No runtime package imports ``memkafka`` (the in-memory Kafka for tests), even
+  inside a function; ``memkafka`` imports no Kafka client: it takes the value types
+  (``KafkaError``, ``TopicPartition``) from ``jobcore.kafka``.
 """
 
 from __future__ import annotations
@@ -91,6 +94,17 @@ def test_runtime_packages_keep_their_boundaries(package: str, forbidden: tuple[s
 
 def test_leasekeeper_never_imports_the_producer_even_inside_functions() -> None:
     assert [str(i) for i in imports_in("leasekeeper") if _from(i, "producer")] == []
+
+
+def test_the_memory_cluster_stays_out_of_the_runtime() -> None:
+    """Tests install it behind ``jobcore.kafka``'s factories; the runtime cannot tell.
+    It imports no Kafka client and no runtime package but ``jobcore``."""
+    uses = [str(i) for package in RUNTIME for i in imports_in(package) if _from(i, "memkafka")]
+    assert uses == []
+    others = ("confluent_kafka", "leasekeeper", "producer", "workers", "devtools")
+    wrong = [str(i) for i in imports_in("memkafka") if any(_from(i, o) for o in others)]
+    assert wrong == []
+    assert any(_from(i, "jobcore.kafka") for i in imports_in("memkafka"))
 
 
 def test_only_the_adapters_import_confluent_kafka() -> None:

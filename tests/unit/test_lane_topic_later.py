@@ -1,16 +1,25 @@
 """A lane topic created after the leasekeeper started is read without a restart (N17):
 the feed looks for a missing topic again, at each assignment and every ``RECHECK_S``
-while polling, instead of deciding once for the process's life."""
+while polling, instead of deciding once for the process's life.
+
+The feed runs over the in-memory Kafka (``memkafka``): the topic is created under it
+when the test says, and the feed's own admin and consumer find and read it."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from jobcore.kafka import KafkaSettings
+from jobcore.kafka import KafkaSettings, TopicPartition
+from leasekeeper.leases import TopicPart
 from leasekeeper.ordering_lane import RECHECK_S, LaneFeed
+from leasekeeper.ordering_values import lane_key
+from memkafka import Cluster, installed
 from schemas.codec import EnvelopeCodec, SchemaRegistry
+
+LANE = "jobs.q.ordering"
+CLASS_PART = TopicPart("jobs.q", 0)
 
 
 class Clock:
@@ -21,65 +30,54 @@ class Clock:
         return self.now
 
 
-class FakeConsumer:
-    def __init__(self) -> None:
-        self.assigned: list[Any] = []
-        self.consumed = 0
-
-    def assign(self, tps: list[Any]) -> None:
-        self.assigned.extend(tps)
-
-    def consume(self, n: int, timeout: float) -> list[Any]:
-        self.consumed += 1
-        return []
-
-    def close(self) -> None:
-        pass
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    with installed(Cluster()) as memory:
+        yield memory
 
 
-def feed_with(exists: list[bool], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> LaneFeed:
-    feed = LaneFeed(settings=KafkaSettings(bootstrap="127.0.0.1:9", client_id="t"),
-                    topic="jobs.q.ordering", codec=EnvelopeCodec(SchemaRegistry()),
+def _feed(clock: Clock) -> LaneFeed:
+    return LaneFeed(settings=KafkaSettings(bootstrap="memory", client_id="t"), topic=LANE,
+                    codec=EnvelopeCodec(SchemaRegistry()),
                     on_operator=lambda tp, seq, entry: None, monotonic=clock)  # fmt: skip
-    feed._consumer.close()
-    feed._consumer = FakeConsumer()  # type: ignore[assignment]
-    calls = iter(exists)
-
-    def exists_now() -> bool:
-        feed._checked_at = clock()
-        found = next(calls)
-        feed.missing = not found
-        return found
-
-    monkeypatch.setattr(feed, "_exists", exists_now)
-    return feed
 
 
-def test_polling_finds_a_lane_topic_created_later(monkeypatch: pytest.MonkeyPatch) -> None:
+def _create_lane_with_a_record(cluster: Cluster) -> None:
+    """The topic, with one entry of a partition not loaded here (indexed, not decoded)."""
+    cluster.create_topic(LANE, 1)
+    cluster.append(LANE, 0, lane_key(CLASS_PART, 7).encode(), b"entry", None)
+
+
+def _assigned(feed: LaneFeed) -> list[str]:
+    return [tp.topic for tp in feed._consumer.assignment()]
+
+
+def test_polling_finds_a_lane_topic_created_later(cluster: Cluster) -> None:
     clock = Clock()
-    feed = feed_with([False, False, True], clock, monkeypatch)
+    feed = _feed(clock)
     feed.catch_up()
     assert feed.missing
-    consumer = feed._consumer
-    assert isinstance(consumer, FakeConsumer)
     feed.poll()  # too soon to look again
-    assert consumer.assigned == []
+    assert _assigned(feed) == []
     clock.now += RECHECK_S
     feed.poll()  # still missing
-    assert consumer.assigned == [] and feed.missing
+    assert _assigned(feed) == [] and feed.missing
+    _create_lane_with_a_record(cluster)
+    feed.poll()  # created meanwhile, but not looked for again yet
+    assert _assigned(feed) == [] and feed.missing
     clock.now += RECHECK_S
-    feed.poll()  # created meanwhile: read from its beginning
-    assert [tp.topic for tp in consumer.assigned] == ["jobs.q.ordering"]
-    assert not feed.missing and consumer.consumed == 1
+    feed.poll()  # found: read from its beginning
+    assert _assigned(feed) == [LANE] and not feed.missing
+    assert feed.offsets == {CLASS_PART: {7: 0}}
+    assert feed._consumer.position([TopicPartition(LANE, 0)])[0].offset == 1
 
 
-def test_an_assignment_looks_for_the_lane_topic_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_assignment_looks_for_the_lane_topic_again(cluster: Cluster) -> None:
     clock = Clock()
-    feed = feed_with([False, True], clock, monkeypatch)
+    feed = _feed(clock)
     feed.catch_up()
     assert feed.missing
-    read: list[str] = []
-    monkeypatch.setattr("leasekeeper.ordering_lane.read_to_end",
-                        lambda consumer, tp, apply, timeout: read.append(tp.topic))  # fmt: skip
+    _create_lane_with_a_record(cluster)
     feed.catch_up()  # a partition moved here after the topic was created
-    assert read == ["jobs.q.ordering"] and not feed.missing
+    assert _assigned(feed) == [LANE] and not feed.missing
+    assert feed.offsets == {CLASS_PART: {7: 0}}  # read to its end

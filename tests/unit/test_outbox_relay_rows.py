@@ -1,6 +1,8 @@
 """The outbox relay never dies of a row, and sets aside the rows that can never be
 sent: the real ``OutboxRelay`` over a fake connection (the statements it runs, over
-dicts) and a fake producer that refuses the rows a test names."""
+dicts), and either the real ``JobProducer`` over the in-memory Kafka (``memkafka``,
+whose produce faults refuse rows as a broker does) or a fake producer that refuses
+the rows a test names by job id."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import pytest
 
 from jobcore.kafka import KafkaError, KafkaSettings
 from jobcore.priority import PriorityClasses
+from jobcore.topic_admin import ensure_queue_topics
+from memkafka import Cluster, installed
 from producer.api import Delivered, EnqueueError, JobProducer
 from producer.outbox import relay as relay_module
 from producer.outbox.failures import OnDead
@@ -24,6 +28,7 @@ from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 
 CODEC = EnvelopeCodec(SchemaRegistry())
+SETTINGS = KafkaSettings(bootstrap="memory")
 TOO_LARGE = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
 TIMED_OUT = KafkaError(KafkaError._MSG_TIMED_OUT)
 
@@ -126,17 +131,14 @@ class _Tx:
 @dataclass
 class FakeProducer:
     """Checks classes as JobProducer does; refuses the job ids of ``refuse`` with
-    their error, and names a missing topic for the queues of ``missing``."""
+    their error."""
 
     refuse: dict[str, KafkaError] = field(default_factory=dict)
-    missing: set[str] = field(default_factory=set)
     classes: PriorityClasses = field(default_factory=PriorityClasses)
     sends: list[str] = field(default_factory=list)
 
     def destination_of(self, job: Job) -> str:
         self.classes.check(job.priority_class)
-        if job.queue in self.missing:
-            raise EnqueueError(f"queue {job.queue!r} has no topic jobs.{job.queue} (None)")
         return f"jobs.{job.queue}"
 
     def send_job(self, job: Job) -> Future[Delivered]:
@@ -149,6 +151,33 @@ class FakeProducer:
         else:
             future.set_exception(EnqueueError(f"job {job.job_id} was not delivered: {error}"))
         return future
+
+
+class SentJobs:
+    """The real ``JobProducer`` over the in-memory Kafka, with the job ids it was
+    asked to send: refusals are the cluster's produce faults, a missing queue one
+    whose topic does not exist."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.producer = JobProducer(SETTINGS)
+        self.sends: list[str] = []
+
+    def destination_of(self, job: Job) -> str:
+        return self.producer.destination_of(job)
+
+    def send_job(self, job: Job) -> Future[Delivered]:
+        self.sends.append(job.job_id)
+        return self.producer.send_job(job)
+
+
+@pytest.fixture
+def memory() -> Iterator[SentJobs]:
+    with installed(Cluster()) as cluster:
+        ensure_queue_topics(SETTINGS, "q", partitions=1)
+        sent = SentJobs(cluster)
+        yield sent
+        sent.producer.close()
 
 
 class Positions:
@@ -186,7 +215,9 @@ def job(n: int, *, tenant: str = "t", queue: str = "q", **fields: Any) -> Job:
                created_at_ms=0, **fields)  # fmt: skip
 
 
-def make_relay(producer: FakeProducer, clock: Clock | None = None, **config: Any) -> OutboxRelay:
+def make_relay(
+    producer: FakeProducer | SentJobs, clock: Clock | None = None, **config: Any
+) -> OutboxRelay:
     return OutboxRelay(
         RelayConfig(dsn="x", **config),
         cast(JobProducer, producer),
@@ -210,11 +241,13 @@ def run_until_waits(relay: OutboxRelay, conn: FakeConn, waits: int, monkeypatch:
     return stop
 
 
-def test_poison_rows_filling_a_batch_are_set_aside_and_the_rows_behind_are_relayed() -> None:
-    conn, producer = FakeConn(), FakeProducer()
+def test_poison_rows_filling_a_batch_are_set_aside_and_the_rows_behind_are_relayed(
+    memory: SentJobs,
+) -> None:
+    conn, producer = FakeConn(), memory
     for n in range(1, 13):
         conn.stage(job(n))
-    producer.refuse = {f"row{n}": TOO_LARGE for n in range(1, 5)}
+    memory.cluster.fail_produces("jobs.q", KafkaError.MSG_SIZE_TOO_LARGE, count=4)  # row1-row4
     relay = make_relay(producer, batch=4)
     passes(relay, conn, 4)
     assert conn.rows == {}
@@ -222,6 +255,7 @@ def test_poison_rows_filling_a_batch_are_set_aside_and_the_rows_behind_are_relay
     assert "MSG_SIZE_TOO_LARGE" in conn.dead[0]["error"] and conn.dead[0]["outbox_id"] == 1
     assert relay.relayed == 8 and relay.set_aside == 4
     assert producer.sends.count("row1") == 1  # set aside at once, never sent again
+    assert len(memory.cluster.records("jobs.q")) == 8
 
 
 def test_a_failing_row_does_not_put_the_relay_to_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -354,9 +388,9 @@ def test_the_relay_waits_for_a_notify_no_longer_than_a_tenant_s_backoff(
     assert conn.waits == [0.25] and stop.waited == []
 
 
-def test_a_missing_topic_waits_for_its_grace_then_the_row_is_set_aside() -> None:
+def test_a_missing_topic_waits_for_its_grace_then_the_row_is_set_aside(memory: SentJobs) -> None:
     conn, clock = FakeConn(), Clock()
-    producer = FakeProducer(missing={"gone"})
+    producer = memory  # no topic for queue "gone"
     for n in range(1, 4):
         conn.stage(job(n, queue="gone"))
     conn.stage(job(4))
@@ -382,8 +416,12 @@ def test_a_missing_topic_waits_for_its_grace_then_the_row_is_set_aside() -> None
         (KafkaError.NOT_ENOUGH_REPLICAS, None),
     ],
 )
-def test_failures_are_sorted_as_produce_errors_are(error: int, reason: str | None) -> None:
-    conn, producer = FakeConn(), FakeProducer(refuse={"row1": KafkaError(error)})
+def test_failures_are_sorted_as_produce_errors_are(
+    memory: SentJobs, error: int, reason: str | None
+) -> None:
+    """The real producer's delivery reports, as the broker sends them."""
+    conn = FakeConn()
+    memory.cluster.fail_produces("jobs.q", error)
     conn.stage(job(1))
-    passes(make_relay(producer), conn, 1)
+    passes(make_relay(memory), conn, 1)
     assert conn.dead_ids == ({} if reason is None else {"row1": reason})
