@@ -120,12 +120,16 @@ class JobStatus:
     older reader of the topic, while an extra field is ignored by them
     (``jobcore.job_state`` reads such a record back as skipped).
 
+    ``record`` is where the job's last record was read from (``topic/partition/offset``,
+    a lease id: the record a succeeded job ran from, a dead job's last one), so a
+    reader can show the job itself; empty when unknown (other ends, older records).
+
     A slotted class with its own ``__init__``, never changed once made: one is made
     for every job that ends, and compiled, a dataclass keeps its generated
     ``__init__``, run as Python."""
 
     __slots__ = ("at_ms", "attempt", "duplicate_of", "duration_s", "job_id", "last_error",
-                 "reason", "state", "worker")  # fmt: skip
+                 "reason", "record", "state", "worker")  # fmt: skip
 
     def __init__(
         self,
@@ -139,6 +143,7 @@ class JobStatus:
         last_error: str = "",
         duration_s: float | None = None,
         duplicate_of: str = "",
+        record: str = "",
     ) -> None:
         self.job_id = job_id
         self.state = state
@@ -149,10 +154,11 @@ class JobStatus:
         self.last_error = last_error
         self.duration_s = duration_s
         self.duplicate_of = duplicate_of
+        self.record = record
 
-    def _fields(self) -> tuple[str, JobEnd, int, int, str, str, str, float | None, str]:
+    def _fields(self) -> tuple[str, JobEnd, int, int, str, str, str, float | None, str, str]:
         return (self.job_id, self.state, self.at_ms, self.attempt, self.reason, self.worker,
-                self.last_error, self.duration_s, self.duplicate_of)  # fmt: skip
+                self.last_error, self.duration_s, self.duplicate_of, self.record)  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JobStatus) and self._fields() == other._fields()
@@ -164,7 +170,7 @@ class JobStatus:
         return (f"JobStatus(job_id={self.job_id!r}, state={self.state!r}, at_ms={self.at_ms}, "
                 f"attempt={self.attempt}, reason={self.reason!r}, worker={self.worker!r}, "
                 f"last_error={self.last_error!r}, duration_s={self.duration_s!r}, "
-                f"duplicate_of={self.duplicate_of!r})")  # fmt: skip
+                f"duplicate_of={self.duplicate_of!r}, record={self.record!r})")  # fmt: skip
 
     @property
     def key(self) -> bytes:
@@ -177,6 +183,8 @@ class JobStatus:
         extra = "" if self.duration_s is None else f',"duration_s":{round(self.duration_s, 6)!r}'
         if self.duplicate_of:
             extra += f',"duplicate_of":{_text(self.duplicate_of)}'
+        if self.record:
+            extra += f',"record":{_text(self.record)}'
         return (
             f'{{"v":{VERSION},"job_id":{_text(self.job_id)},"state":"{self.state.value}",'
             f'"at":{int(self.at_ms)},"attempt":{int(self.attempt)},"reason":{_text(self.reason)},'
@@ -197,6 +205,7 @@ class JobStatus:
             last_error=record.get("last_error", ""),
             duration_s=_seconds(record.get("duration_s")),
             duplicate_of=str(record.get("duplicate_of") or ""),
+            record=str(record.get("record") or ""),
         )
 
 

@@ -89,6 +89,9 @@ class JobReport:
     at_ms: int | None = None
     duration_s: float | None = None
     note: str | None = None
+    # Where the job's last record is (``topic/partition/offset``), when the source
+    # knows: a reader can show the job itself from there.
+    record: str | None = None
 
     def __post_init__(self) -> None:
         # Callers that pass the state's text get the state: one spelling of each.
@@ -123,6 +126,7 @@ def from_status(status: JobStatus, *, source: str, queue: str | None = None) -> 
         last_error=status.last_error or None,
         at_ms=status.at_ms,
         duration_s=status.duration_s,
+        record=status.record or None,
     )
 
 
@@ -154,6 +158,7 @@ def from_answer(found: dict[str, object], *, source: str) -> JobReport:
         at_ms=number("at_ms"),
         duration_s=float(duration) if isinstance(duration, int | float) else None,
         note=text("note") if known else f"the source answered {shown!r}",
+        record=text("record"),
     )
 
 

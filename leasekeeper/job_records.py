@@ -38,7 +38,8 @@ def ended(
     skipped as a duplicate of ``duplicate_of``."""
     status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=at_ms, attempt=attempt,
                        reason=how.value if how else "", worker=worker,
-                       duration_s=_reported(run_s), duplicate_of=duplicate_of)  # fmt: skip
+                       duration_s=_reported(run_s), duplicate_of=duplicate_of,
+                       record=pending.lease_id)  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
                        generation=pending.generation, status=status)  # fmt: skip
 
@@ -50,7 +51,7 @@ def succeeded(
     made for every job (``ended`` wraps the rarer ends in a CopyRequest)."""
     return JobStatus(job_id=pending.job.job_id, state=JobEnd.SUCCEEDED, at_ms=at_ms,
                      attempt=attempt, worker=worker,
-                     duration_s=run_s if run_s > 0 else None)  # fmt: skip
+                     duration_s=run_s if run_s > 0 else None, record=pending.lease_id)  # fmt: skip
 
 
 def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequest:
@@ -59,9 +60,16 @@ def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequ
     error = f"{last.error_class}: {last.message}" if last else ""
     status = JobStatus(job_id=job.job_id, state=JobEnd.DEAD, at_ms=at_ms, attempt=job.attempt,
                        reason=reason, worker=last.worker if last else "",
-                       last_error=error, duration_s=_reported(request.run_s))  # fmt: skip
+                       last_error=error, duration_s=_reported(request.run_s),
+                       record=_record_of(request))  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=request.source, offset=request.offset,
                        generation=request.generation, status=status)  # fmt: skip
+
+
+def _record_of(request: CopyRequest) -> str:
+    """The lease id of the record a copy was made from (none for a copy of no record)."""
+    source = request.source
+    return f"{source.topic}/{source.partition}/{request.offset}" if request.offset >= 0 else ""
 
 
 def _reported(run_s: float) -> float | None:

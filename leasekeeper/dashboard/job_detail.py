@@ -1,10 +1,12 @@
 """The Job page's account of the job itself: type, tenant, enqueue time, attempts with
 their history, and the payload, read from the job's own record.
 
-Only a leased job is located: its lease id names the topic, partition and offset
-of the record it runs from (a retried job's record carries its earlier attempts'
-errors). A status record names no record, so a finished job shows its status only;
-a dead job's whole history is in its dead letter (the Dead letters page).
+A leased job is located by its lease id, the topic, partition and offset of the
+record it runs from (a retried job's record carries its earlier attempts' errors);
+a finished one by its status record's ``record``, the record it last ran from (a
+dead job's last attempt is in its dead letter, the Dead letters page). Records
+written before that field existed, and jobs cancelled or skipped, show their
+status only.
 """
 
 from __future__ import annotations

@@ -168,8 +168,9 @@ def _job(d: Dashboard, query: str) -> Response:
     job_id, queues = _job_query(d, query)
     found = lookup(d.actions, d.fleet, queues, job_id, d.now_ms()) if job_id else None
     body = job_page(d.base, job_id, found, can_act=not d.policy.read_only)
-    if found is not None and found.lease_id:
-        held = job_at(d.actions.kafka, d.actions.codec, found.lease_id)
+    where = found.lease_id or found.record if found is not None else None
+    if where:
+        held = job_at(d.actions.kafka, d.actions.codec, where)
         body += job_section(held, d.actions.codec)
     return _page(d, "Job", "job", body)
 

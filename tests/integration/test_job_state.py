@@ -127,6 +127,10 @@ def test_every_reader_gives_the_same_state_where_it_can_know_it(
         ]
         assert {facts(r) for r in ended} == {facts(ended[0])}, ended
         assert ended[0].state is JobState.SUCCEEDED and ended[0].worker
+        # Its status record names the record it ran from: the Job page shows the job.
+        done_page = html.unescape(get(f"{dashboard}/job?{urllib.parse.urlencode({'id': done})}"))
+        shown = ("<td>task</td>", "<td>tenant-0</td>")
+        assert all(fact in done_page for fact in shown), done_page
 
         # A skipped duplicate: its status record tells every source of which job.
         skips = [

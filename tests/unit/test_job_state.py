@@ -27,7 +27,7 @@ from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.job_detail import job_at, job_section
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.finished import status_view
-from leasekeeper.leases import TopicPart
+from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.store import LeaseStore
 from producer import lookup as producer_lookup
 from producer.status import CancelAnswer, CancelOutcome, ended
@@ -205,3 +205,24 @@ def test_the_job_page_shows_the_job_its_history_and_an_undecodable_payload_s_siz
     assert "names no record" in job_section(job_at(KafkaSettings(bootstrap="x:1"),
                                                    EnvelopeCodec(SchemaRegistry()), "nope"),
                                             EnvelopeCodec(SchemaRegistry()))  # fmt: skip
+
+
+def test_a_finished_job_s_status_record_names_the_record_it_last_ran_from(
+    tmp_path: Path,
+) -> None:
+    """So the Job page can show a finished job itself (type, tenant, enqueue time,
+    attempts, payload), not only how it ended; older readers ignore the field."""
+    now = 1_800_000_000.0
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
+                         clock=lambda: now, monotonic=lambda: now)  # fmt: skip
+    tp = TopicPart("jobs.q", 0)
+    engine.assign(tp, 5)
+    engine.offer(tp, 5, Job(job_id="job-5", queue="q", tenant_id="t1", type="noop",
+                            payload=b"", created_at_ms=0), b"x")  # fmt: skip
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)])
+    (status,) = engine.take_statuses()
+    assert (status.state, status.record) == (JobEnd.SUCCEEDED, "jobs.q/0/5")
+    again = JobStatus.decode(status.encode())
+    assert again == status and from_status(again, source="s").record == "jobs.q/0/5"
+    assert "record" not in json.loads(DONE.encode())  # none known: none written
