@@ -6,7 +6,8 @@ not restart the grace), and after ``unknown_type_grace_s`` it is dead-lettered
 as ``UnknownJobType``. No connected worker at all is an outage, not an unknown
 type: nothing is swept then (see ``ConnectedWorkers.handled``).
 
-A type that waits longer than ``WARN_AFTER_MS`` is warned about (logged once, again
+A type that waits longer than ``WARN_AFTER_MS`` (or half the grace, when that is
+shorter: the warning must come well before the dead letters) is warned about (logged once, again
 every ``REPEAT_MS`` while it lasts, and kept in ``waits`` for the snapshot): the
 wait is otherwise silent until the DLQ. It is worked out here, in the periodic
 sweep, from the pass the grace needs anyway; a job's own path never sees it.
@@ -43,6 +44,7 @@ class UnhandledSweep:
         self._store = ctx.store
         self._failures = failures
         self._grace_ms = int(ctx.config.unknown_type_grace_s * 1000)
+        self._warn_after_ms = min(WARN_AFTER_MS, self._grace_ms // 2)
         self._queue = ctx.config.queue
         self.workers = ConnectedWorkers(forget_after_ms=int(ctx.config.worker_seen_s * 1000))
         # The types warned about now, and when each was last logged.
@@ -88,7 +90,7 @@ class UnhandledSweep:
                 handled=runs,
             )
             for job_type, w in sorted(waiting.items())
-            if now - w.since >= WARN_AFTER_MS
+            if now - w.since >= self._warn_after_ms
         )
 
     def _warn(self, waits: tuple[UnhandledWait, ...], now: int) -> None:

@@ -120,6 +120,8 @@ def get(d: Dashboard, path: str, query: str) -> Response:
         return _json(_overview_json(d))
     if path == "/api/job":
         job_id, queues = _job_query(d, query)
+        if (refused := _unknown_queue(d, queues)) is not None:
+            return refused
         return _json(lookup(d.actions, d.fleet, queues, job_id, now).to_dict())
     return _queue_routes(d, path, query)
 
@@ -164,8 +166,22 @@ def _job_query(d: Dashboard, query: str) -> tuple[str, list[str]]:
     return job_id, [queue] if queue else d.fleet.queues(d.now_ms())
 
 
+def _unknown_queue(d: Dashboard, queues: list[str]) -> Response | None:
+    """A queue asked for by name that is malformed (400) or not there (404): said so,
+    never looked up (a malformed name must not reach the status index's reader)."""
+    for queue in queues:
+        if not re.fullmatch(_QUEUE, queue):
+            message = f"invalid queue name {queue!r}: use letters, digits, . _ -"
+            return _error(d, HTTPStatus.BAD_REQUEST, message)
+    if len(queues) == 1 and queues[0] not in (known := d.queues()):
+        return _error(d, HTTPStatus.NOT_FOUND, no_queue(queues[0], known))
+    return None
+
+
 def _job(d: Dashboard, query: str) -> Response:
     job_id, queues = _job_query(d, query)
+    if (refused := _unknown_queue(d, queues)) is not None:
+        return refused
     found = lookup(d.actions, d.fleet, queues, job_id, d.now_ms()) if job_id else None
     body = job_page(d.base, job_id, found, can_act=not d.policy.read_only)
     where = found.lease_id or found.record if found is not None else None

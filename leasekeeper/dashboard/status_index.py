@@ -106,7 +106,13 @@ class StatusIndex:
             queues = self._wanted | set(self._live())
         new = []
         for queue in sorted(queues):
-            topic = QueueTopics(queue=queue, prefix=self._prefix).status
+            try:
+                topic = QueueTopics(queue=queue, prefix=self._prefix).status
+            except ValueError as exc:  # a malformed name: never this thread's end
+                log.warning("not following queue %r: %s", queue, exc)
+                with self._lock:
+                    self._wanted.discard(queue)
+                continue
             if topic in self._followed:
                 continue
             try:

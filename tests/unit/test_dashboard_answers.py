@@ -12,6 +12,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,3 +104,30 @@ def test_kafka_down_gets_pages_that_say_so_and_json_for_the_api(with_kafka_down:
     error = json.loads(body)
     assert error["status"] == 503 and sentence in error["error"]
     assert "KafkaError{" not in error["error"]
+
+
+def test_a_malformed_queue_name_never_ends_the_status_index_s_reader(tmp_path: Path) -> None:
+    """A name asked for through the Job page once reached the index's thread, whose
+    ValueError ended it for good (every later lookup of a finished job then failed)."""
+    from leasekeeper.dashboard.status_index import StatusIndex
+
+    class Ends:
+        def __init__(self) -> None:
+            self.assigned: list[Any] = []
+
+        def get_watermark_offsets(self, tp: object, timeout: float) -> tuple[int, int]:
+            return 0, 0
+
+        def incremental_assign(self, parts: list[Any]) -> None:
+            self.assigned.extend(p.topic for p in parts)
+
+    index = StatusIndex(KafkaSettings(bootstrap="127.0.0.1:1"), "jobs", tmp_path / "index",
+                        live_queues=lambda: ["orders"])  # fmt: skip
+    try:
+        index.want("no/such")
+        consumer = Ends()
+        index._follow_new(consumer)  # type: ignore[arg-type]
+        assert "no/such" not in index._wanted
+        assert consumer.assigned == ["jobs.orders.status"]  # the others still followed
+    finally:
+        index._db.close()
