@@ -255,3 +255,61 @@ def test_a_call_another_thread_saw_fail_still_gets_its_answer(
     if combined:
         assert fake.combined == [(2, 2)], "the claim was made once"
         assert {lease.ref.lease_id for lease in leases} == set(fake.outstanding)
+
+
+class RestartDuringCombined(FakeLeaseKeeper):
+    """Applies the first combined Settle and holds its answer back until the plain
+    Settle that came meanwhile, refused as unavailable, is sent again: the settle
+    thread sees the leasekeeper restart, and has acted on it, while the claim loop's
+    answer is on its way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stalled = threading.Event()
+        self.refused = threading.Event()
+        self.sent_again = threading.Event()
+
+    def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
+        combined = request.HasField("then_claim")
+        with self.cond:
+            stall = combined and not self.stalled.is_set()
+            if stall:
+                self.stalled.set()
+            refuse = not combined and self.stalled.is_set() and not self.refused.is_set()
+            if not combined and not refuse and self.refused.is_set():
+                self.sent_again.set()
+            if refuse:
+                self.refused.set()
+        if refuse:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+        answer = super().Settle(request, context)
+        if stall:
+            self.sent_again.wait(10)
+        return answer
+
+
+def test_a_restart_the_settle_thread_sees_leaves_the_claim_loops_answer_alone(
+    envelopes: Envelopes, sock: Path
+) -> None:
+    """Jobs 5 to 8 run only once the claim loop's combined Settle (of jobs 1 to 4) is
+    under way, so their acks go in a plain Settle meanwhile, which is refused: every
+    job is still acked once, and no lease is left in no worker's hands."""
+    fake = RestartDuringCombined([envelopes() for _ in range(JOBS)], then_claim=True)
+    app = App()
+
+    @app.job("noop")
+    def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
+        if payload["n"] > 4:
+            fake.stalled.wait(10)
+
+    with (
+        serving(fake, sock) as target,
+        # The settle thread waits half a second: the claim loop settles jobs 1 to 4.
+        running_worker(app, target, concurrency=4, prefetch=2, settle_interval_s=0.5),
+    ):
+        wait_until(lambda: len(fake.outcomes("ack")) >= JOBS, 20, what=f"{JOBS} acks",
+                   describe=lambda: f"leased, unsettled: {len(fake.outstanding)}")  # fmt: skip
+
+    assert fake.sent_again.is_set(), "a plain Settle was refused while the combined one waited"
+    _acked_once(fake)
+    assert not fake.outstanding
