@@ -3,7 +3,8 @@
 The leasekeeper is a sidecar that restarts (deploys, crashes). A worker must
 outlive that: when a call finds it gone (``UNAVAILABLE``) the client drops the
 channel and opens a new one on the next call, no sooner than a bounded,
-jittered backoff allows. Transient failures surface as
+jittered backoff allows; the calls other threads still have on the dropped
+channel finish there (``_ended``). Transient failures surface as
 ``LeaseKeeperUnavailable`` so each caller can choose: the claim loop tries
 again, the heartbeat loop waits for its next tick, and a settle is dropped
 (the leasekeeper redelivers an unsettled job: at least once). Failures that
