@@ -3,7 +3,8 @@
 The leasekeeper is a sidecar that restarts (deploys, crashes). A worker must
 outlive that: when a call finds it gone (``UNAVAILABLE``) the client drops the
 channel and opens a new one on the next call, no sooner than a bounded,
-jittered backoff allows. Transient failures surface as
+jittered backoff allows; the calls other threads still have on the dropped
+channel finish there (``_ended``). Transient failures surface as
 ``LeaseKeeperUnavailable`` so each caller can choose: the claim loop tries
 again, the heartbeat loop waits for its next tick, and a settle is dropped
 (the leasekeeper redelivers an unsettled job: at least once). Failures that
@@ -18,7 +19,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Final, TypeVar
 
@@ -30,6 +30,7 @@ from schemas import worker_pb2
 from schemas.worker_pb2_grpc import LeaseKeeperStub
 from workers.channel_errors import LeaseKeeperRejected, LeaseKeeperUnavailable, UntrustedSocket
 from workers.messages import Lease, LeaseRef, LeaseResult, Settlement
+from workers.reconnect import ReconnectBackoff
 from workers.wire import lease, result, settle_id, settlement
 
 __all__ = [
@@ -67,26 +68,6 @@ _REJECTED: Final = frozenset(
         grpc.StatusCode.INVALID_ARGUMENT,
     }
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReconnectBackoff:
-    """Delay before the n-th consecutive reconnect: exponential, capped, half-jittered.
-
-    The jitter keeps the worker processes of one pod from reconnecting to a
-    restarted leasekeeper in lockstep.
-    """
-
-    initial_s: float = 0.05
-    max_s: float = 2.0
-    factor: float = 2.0
-
-    def delay(self, failures: int, rng: random.Random) -> float:
-        if failures <= 0:
-            return 0.0
-        # The exponent is capped so a long outage cannot overflow the float.
-        base = min(self.max_s, self.initial_s * self.factor ** min(failures - 1, 64))
-        return base / 2 + rng.random() * base / 2
 
 
 # A worker with no leasekeeper says so again after this long, then at doubling intervals.
@@ -135,6 +116,10 @@ class LeaseKeeperClient:
         self._channel: grpc.Channel | None = None
         self._stub: LeaseKeeperStub | None = None
         self._generation = 0
+        # Calls under way on each channel (by generation), and the dropped channels
+        # some still use: a dropped channel is closed once its last call has ended.
+        self._calls: dict[int, int] = {}
+        self._dropped: dict[int, grpc.Channel] = {}
         self._failures = 0
         self._reconnect_at = 0.0
         # While it stays unreachable: since when, and when to say so next (30 s, 60 s,
@@ -255,9 +240,12 @@ class LeaseKeeperClient:
         """Close the channel; calls after this (or waiting to reconnect) fail at once."""
         self._closed.set()
         with self._lock:
-            channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None:
-            channel.close()
+            channels = [*self._dropped.values(), self._channel]
+            self._channel, self._stub = None, None
+            self._dropped.clear()
+        for channel in channels:
+            if channel is not None:
+                channel.close()
 
     def __enter__(self) -> LeaseKeeperClient:
         return self
@@ -277,31 +265,49 @@ class LeaseKeeperClient:
         except grpc.RpcError as exc:
             raise self._failed(name, exc, generation) from exc
         except ValueError as closed:  # its own name: compiled, a name has one type
-            # Another thread closed this channel after a failure ("Cannot invoke
-            # RPC on closed channel"): the same outage, seen a moment later.
+            # close() closed this channel ("Cannot invoke RPC on closed channel").
             if not self._replaced(generation):
                 raise
             raise LeaseKeeperUnavailable(f"{name}: {closed}", reconnecting=True) from closed
+        finally:
+            self._ended(generation)
         if self._failures:
             self._recovered(generation)
         return result
 
     def _connected(self) -> tuple[LeaseKeeperStub, int]:
-        """The current stub, opening a new channel once the backoff has passed."""
+        """The current stub, opening a new channel once the backoff has passed; the
+        call is counted on its channel until ``_ended``."""
         while True:
             with self._lock:
                 if self._closed.is_set():
                     raise LeaseKeeperUnavailable("client is closed", reconnecting=True)
-                if self._stub is not None:
-                    return self._stub, self._generation
-                wait = self._reconnect_at - self._clock()
-                if wait <= 0:
+                if self._stub is None and self._reconnect_at <= self._clock():
                     self._channel = self._open_channel()
                     self._stub = LeaseKeeperStub(self._channel)
                     self._generation += 1
-                    return self._stub, self._generation
-            if self._closed.wait(wait):
+                if self._stub is not None:
+                    generation = self._generation
+                    self._calls[generation] = self._calls.get(generation, 0) + 1
+                    return self._stub, generation
+                wait = self._reconnect_at - self._clock()
+            if self._closed.wait(max(0.0, wait)):
                 raise LeaseKeeperUnavailable("client is closed", reconnecting=True)
+
+    def _ended(self, generation: int) -> None:
+        """A call on ``generation``'s channel ended: the last one on a dropped channel
+        closes it. Closing it when a failure drops it would cancel the calls other
+        threads still have on it, answers on their way included: the leasekeeper applied
+        those Settles and Claims, so their acks would be sent again (and refused as
+        stale) and the jobs they leased would wait out their leases in no worker's hands."""
+        with self._lock:
+            left = self._calls.pop(generation, 1) - 1
+            if left > 0:
+                self._calls[generation] = left
+                return
+            channel = self._dropped.pop(generation, None)
+        if channel is not None:
+            channel.close()
 
     def _open_channel(self) -> grpc.Channel:
         problem = target_problem(self.target, self.trust_owner)
@@ -326,17 +332,18 @@ class LeaseKeeperClient:
             return self._closed.is_set() or generation != self._generation or self._stub is None
 
     def _drop_channel(self, generation: int) -> None:
-        """Forget a broken channel once, however many threads saw it fail."""
+        """Forget a broken channel once, however many threads saw it fail; the last
+        call on it closes it (``_ended``)."""
         with self._lock:
-            if generation != self._generation or self._channel is None:
+            channel = self._channel
+            if generation != self._generation or channel is None:
                 return
-            channel, self._channel, self._stub = self._channel, None, None
+            self._dropped[generation], self._channel, self._stub = channel, None, None
             self._failures += 1
             delay = self._backoff.delay(self._failures, self._rng)
             self._reconnect_at = self._clock() + delay
             failures = self._failures
             still_down = self._still_down(failures)
-        channel.close()
         if failures == 1:
             # A worker may start before its leasekeeper: say what is missing, and go on.
             absent = socket_absent(self.target)
