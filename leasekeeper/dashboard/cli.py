@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
 import signal
 import tempfile
@@ -140,6 +142,10 @@ def dashboard(
     acting (replay) always needs it unless --insecure. Every action is logged. Requests
     naming another host than loopback, the --listen host or an --allowed-host are refused."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # A crash in native code (the Kafka client, RocksDB) leaves every thread's Python
+    # stack on stderr instead of a bare exit by signal.
+    with contextlib.suppress(OSError, ValueError):  # stderr is no file (a test's runner)
+        faulthandler.enable()
     host, port = split_listen(listen)
     token = dashboard_token or None
     problem = listen_problem(host, token=token, insecure=insecure)
