@@ -68,8 +68,7 @@ def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequ
 
 def _record_of(request: CopyRequest) -> str:
     """The lease id of the record a copy was made from (none for a copy of no record)."""
-    source = request.source
-    return f"{source.topic}/{source.partition}/{request.offset}" if request.offset >= 0 else ""
+    return request.source.lease_id(request.offset) if request.offset >= 0 else ""
 
 
 def _reported(run_s: float) -> float | None:

@@ -260,9 +260,7 @@ class Outbox:
     def _schema_wait(self, entry: _Entry, reason: str, now: float) -> None:
         """The copy's record needs the envelope decoded, and the registry cannot give its
         schema now: tried again after a backoff. Warned at most once a minute."""
-        self._back_off(entry, now)
-        self._counters["schema_waits"] += 1
-        self._waiting.append(entry)
+        self._put_off(entry, "schema_waits", now)
         if now - self._schema_warned_at >= 60:
             self._schema_warned_at = now
             log.warning("%s waits for its envelope's schema, retrying with backoff (the "
@@ -274,12 +272,16 @@ class Outbox:
         which cannot give it now: tried again after a backoff (its line waits; the job is
         in the lane meanwhile). Logged at WARNING past the first few tries only: its own
         record just written and not read back yet is the usual, harmless case."""
-        self._back_off(entry, now)
-        self._counters["lane_waits"] += 1
-        self._waiting.append(entry)
+        self._put_off(entry, "lane_waits", now)
         level = logging.WARNING if entry.attempts == LANE_WAIT_WARN_AFTER else logging.DEBUG
         log.log(level, "%s waits for its job from the ordering lane, retrying with "
                 "backoff: %s", entry.request.describe, reason)  # fmt: skip
+
+    def _put_off(self, entry: _Entry, counter: str, now: float) -> None:
+        """A copy whose record cannot be built yet: built again after a backoff."""
+        self._back_off(entry, now)
+        self._counters[counter] += 1
+        self._waiting.append(entry)
 
     def _drop_status(self, reason: str) -> None:
         """A status record that cannot be produced is dropped, never blocks a partition:
