@@ -41,6 +41,7 @@ from leasekeeper.leases import (
 from leasekeeper.limit_dispatch import LimitDispatch
 from leasekeeper.ordering_gate import OrderingGate
 from leasekeeper.partition_book import PartitionBook, PartitionState
+from leasekeeper.recent import RECENT_LIMIT
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
 from leasekeeper.started_only import StartedOnly
@@ -50,9 +51,8 @@ from leasekeeper.wire import claimed_size
 from schemas.job import AttemptError
 from schemas.vocabulary import ErrorClass
 
-# Settlements remembered so that a resend (the first answer was lost to an RPC
-# deadline) is answered "applied", not refused as an unknown lease.
-RECENT_SETTLEMENTS = 100_000
+# Settlements kept so a resend (seconds later) is answered "applied", not "unknown lease".
+RECENT_SETTLEMENTS = RECENT_LIMIT
 RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back"
 
 

@@ -24,14 +24,16 @@ from leasekeeper.overflow_lane import OverflowEntry, OverflowLane, merge, split_
 from leasekeeper.overflow_lane import decode as decode_entries
 from leasekeeper.overflow_lane import encode as encode_entries
 from leasekeeper.partition_book import PartitionBook
+from leasekeeper.recent import RECENT_LIMIT
 from leasekeeper.store import LeaseStore
 from leasekeeper.window import ReadyWindow
 
 log = logging.getLogger(__name__)
 
-# Job ids remembered per overflow partition, to skip a second copy of a job (made
-# again after a crash between its delivery and the resolution of its source).
-SEEN_IDS = 20_000
+# Job ids remembered across the overflow partitions owned here, to skip a second copy
+# of a job (made again after a crash between its delivery and the resolution of its
+# source, so at most a commit interval of copies after the first).
+SEEN_IDS = RECENT_LIMIT
 
 
 class OverflowMoves:
@@ -54,7 +56,7 @@ class OverflowMoves:
         self.moved = 0  # copies delivered since start
         # The overflow topic, set by the service: its records are the lane's copies.
         self.topic = ""
-        self._seen: dict[TopicPart, OrderedDict[str, None]] = {}
+        self._seen: OrderedDict[tuple[TopicPart, str], None] = OrderedDict()
         # Partitions whose entries moved on since they were last written.
         self._dirty: set[TopicPart] = set()
         # Copies delivered per partition, and how many of them an accepted commit
@@ -135,12 +137,12 @@ class OverflowMoves:
         the resolution of its source makes one): skipped, the first one runs."""
         if pending.tp.topic != self.topic:
             return False
-        seen = self._seen.setdefault(pending.tp, OrderedDict())
-        if pending.job.job_id in seen:
+        key = (pending.tp, pending.job.job_id)
+        if key in self._seen:
             return True
-        seen[pending.job.job_id] = None
-        if len(seen) > SEEN_IDS:
-            seen.popitem(last=False)
+        self._seen[key] = None
+        if len(self._seen) > SEEN_IDS:
+            self._seen.popitem(last=False)
         return False
 
     # -- copies coming back ----------------------------------------------------
@@ -220,7 +222,8 @@ class OverflowMoves:
     def revoke(self, tp: TopicPart) -> None:
         """The partition's next owner learns the entries from the commit metadata."""
         self.lane.forget(tp)
-        self._seen.pop(tp, None)
+        for key in [key for key in self._seen if key[0] == tp]:
+            del self._seen[key]
         self._dirty.discard(tp)
         self._copied.pop(tp, None)
         self._durable.pop(tp, None)

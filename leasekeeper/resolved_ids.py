@@ -15,8 +15,10 @@ resolving its offset as skipped.
 - **A user's dedupe key is not touched.** Dedupe keys are checked first and keep
   their own window (``--dedupe-window``); this window only answers "did this very
   job already end here?".
-- **Bounded memory.** At most ``max_ids`` ids (50,000 by default, about 10 MB), each
-  for ``window_s`` (10 minutes); the oldest go first.
+- **Bounded memory.** At most ``max_ids`` ids (the recent-keys limit every map keyed
+  by job id keeps, 10,000, about 2 MB), each for ``window_s`` (10 minutes); the
+  oldest go first. A copy comes seconds after its job ended (a relay sending a row
+  again on restart), well inside 10,000 acks at the design peak of 2,300 jobs/s.
 - **Where it lives.** In the leasekeeper's memory. It does not survive a restart,
   and a partition's next owner does not know what the last one resolved: a copy
   arriving after a restart or a move runs again, as any duplicate did before.
@@ -28,9 +30,11 @@ from __future__ import annotations
 
 from collections import deque
 
+from leasekeeper.recent import RECENT_LIMIT
+
 __all__ = ["DEFAULT_MAX_IDS", "DEFAULT_WINDOW_S", "ResolvedIds"]
 
-DEFAULT_MAX_IDS = 50_000
+DEFAULT_MAX_IDS = RECENT_LIMIT
 DEFAULT_WINDOW_S = 600.0
 
 
@@ -41,7 +45,8 @@ class ResolvedIds:
     A dict and a deque of (time, id) in the order the ids ended, not an
     ``OrderedDict``: every job asks the oldest entry's time, and reading the
     front of a deque makes no iterator. An id that ends again leaves its older
-    entry behind, skipped when it comes to the front."""
+    entry behind, skipped when it comes to the front; the deque is what is capped,
+    so those stale entries count against ``max_ids`` too."""
 
     def __init__(
         self, *, max_ids: int = DEFAULT_MAX_IDS, window_s: float = DEFAULT_WINDOW_S
@@ -62,7 +67,7 @@ class ResolvedIds:
             return
         self._ended[job_id] = at_ms
         self._order.append((at_ms, job_id))
-        while len(self._ended) > self._max_ids or len(self._order) > 2 * self._max_ids:
+        while len(self._order) > self._max_ids:
             self._drop_oldest()
 
     def already_ended(self, job_id: str, now_ms: int) -> bool:
