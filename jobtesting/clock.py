@@ -30,7 +30,8 @@ class FakeClock:
 
     def __init__(self, start: float | None = None) -> None:
         self._lock = threading.Lock()
-        self._wall = time.time() if start is None else float(start)
+        # A whole second by default: times in reports and due times read cleanly.
+        self._wall = float(int(time.time())) if start is None else float(start)
         self._monotonic = _MONOTONIC_START
         self._alarms: list[tuple[float, int, Callable[[], None]]] = []
         self._next_alarm = 0
@@ -51,9 +52,20 @@ class FakeClock:
         """Move both clocks ``seconds`` forward, then run the alarms now due."""
         if not seconds >= 0:
             raise ValueError(f"a clock only moves forward: advance({seconds!r})")
+        self._move(lambda wall: wall + seconds)
+
+    def advance_to(self, wall: float) -> None:
+        """Move both clocks forward until ``time()`` is ``wall`` exactly (a due time
+        read in epoch milliseconds is reached, not missed by a rounding)."""
+        self._move(lambda _: wall)
+
+    def _move(self, to: Callable[[float], float]) -> None:
         with self._lock:
-            self._wall += seconds
-            self._monotonic += seconds
+            wall = to(self._wall)
+            if not wall >= self._wall:
+                raise ValueError(f"a clock only moves forward: {wall!r} is in its past")
+            self._monotonic += wall - self._wall
+            self._wall = wall
             now = self._monotonic
             due = [alarm for alarm in self._alarms if alarm[0] <= now]
             self._alarms = [alarm for alarm in self._alarms if alarm[0] > now]

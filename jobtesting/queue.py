@@ -199,7 +199,7 @@ class MemoryQueue:
             due = keeper.next_due_ms()
             if due is None or not advance:
                 return step
-            self.clock.advance(max(0.001, due / 1000 - self.clock.time()))
+            self.clock.advance_to(max(due / 1000, self.clock.time() + 0.001))
             quiet = 0
         raise DrainLimit(
             f"drain stopped after max_steps={max_steps} steps with jobs still to run "
