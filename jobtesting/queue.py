@@ -8,9 +8,11 @@ While a ``MemoryQueue`` is open, every Kafka client the process builds through
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,11 +27,14 @@ from jobcore.priority import PriorityClasses
 from jobcore.topics import QueueTopics
 from jobtesting.clock import FakeClock
 from jobtesting.cluster import QueueCluster
+from jobtesting.cron import MemoryCron
 from jobtesting.leasekeeper import MemoryLeaseKeeper
 from jobtesting.report import Attempt, DrainLimit, DrainReport, End, JobRun
 from jobtesting.worker import MemoryWorker
 from producer.api import JobProducer
 from producer.flood import FloodPolicy
+from producer.scheduler.entry import CronEntry
+from producer.scheduler.service import check_payload
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from workers.app import App
@@ -71,6 +76,7 @@ class MemoryQueue:
         self._keepers: dict[str, MemoryLeaseKeeper] = {}
         self._runs: dict[str, list[Attempt]] = {}
         self._producer: JobProducer | None = None
+        self._cron: MemoryCron | None = None
         self._from = 0  # what ``clear()`` forgot: the writes before this index
         self._closed = False
         self._previous = install_clients(self.cluster)
@@ -162,29 +168,62 @@ class MemoryQueue:
         queue: str | None = None,
         *,
         advance_clock: bool = True,
+        within: float | timedelta | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
     ) -> DrainReport:
         """Run ``queue``'s jobs (None: the one queue enqueued on) with ``app``'s handlers
         until nothing is left to run, and report every job enqueued on it. When only
-        waiting jobs are left (retries, delays), the clock moves to the next one's
-        due time (``advance_clock=False``: they stay pending). Jobs a handler enqueues
-        run too. Raises ``DrainLimit`` after ``max_steps`` loop steps."""
+        waiting jobs are left (retries, delays, cron fires), the clock moves to the
+        next one's due time: without limit, up to ``within`` (seconds or a timedelta,
+        then the clock ends there; needed with cron entries, which fire for ever), or
+        not at all (``advance_clock=False``). Jobs a handler enqueues run too. Raises
+        ``DrainLimit`` after ``max_steps`` loop steps."""
         self._check_open()
         name = self._queue_to_drain(queue)
+        until = self._until(advance_clock, within)
         keeper = self._keeper(name)
         worker = MemoryWorker(app, self._codec, self.clock)
         worker.start()
         try:
-            steps = self._run(keeper, worker, advance_clock, max_steps)
+            steps = self._run(keeper, worker, until, max_steps)
         finally:
             worker.stop()
         return self._report(name, steps)
 
+    def schedule(self, entry: CronEntry) -> None:
+        """Fire ``entry`` on its schedule from now on, in the drains to come (each fire
+        enqueues its job, as the cron scheduler does; ``docs/scheduling.md``). Its
+        payload is checked now, as a scheduler checks it at start."""
+        self._check_open()
+        check_payload(self._codec, entry)
+        if self._cron is None:
+            self._cron = MemoryCron(settings=self.settings, producer=self.producer(),
+                                    clock=self.clock)  # fmt: skip
+        self._cron.add(entry)
+        self._cron.step()  # its fires count from now
+
+    def _until(self, advance: bool, within: float | timedelta | None) -> float:
+        """The latest time a drain may move the clock to."""
+        now = self.clock.time()
+        if not advance:
+            return now
+        if within is None:
+            if self._cron is not None:
+                raise ValueError("cron entries fire for ever: give the drain a horizon, "
+                                 "e.g. drain(app, within=timedelta(days=1))")  # fmt: skip
+            return math.inf
+        seconds = within.total_seconds() if isinstance(within, timedelta) else float(within)
+        if not seconds >= 0:
+            raise ValueError(f"within must be a duration >= 0, got {within!r}")
+        return now + seconds
+
     def _run(
-        self, keeper: MemoryLeaseKeeper, worker: MemoryWorker, advance: bool, max_steps: int
+        self, keeper: MemoryLeaseKeeper, worker: MemoryWorker, until: float, max_steps: int
     ) -> int:
         quiet = 0
         for step in range(1, max_steps + 1):
+            if self._cron is not None:
+                self._cron.step()
             keeper.step()
             leases = keeper.claim(worker.types.runnable)
             for lease in leases:
@@ -196,16 +235,27 @@ class MemoryQueue:
             quiet = 0 if leases or keeper.busy() else quiet + 1
             if quiet < QUIET_STEPS:
                 continue
-            due = keeper.next_due_ms()
-            if due is None or not advance:
+            due = self._next_due(keeper)
+            target = None if due is None else max(due, self.clock.time() + 0.001)
+            if target is None or target > until:
+                if math.isfinite(until) and until > self.clock.time():
+                    self.clock.advance_to(until)
                 return step
-            self.clock.advance_to(max(due / 1000, self.clock.time() + 0.001))
+            self.clock.advance_to(target)
             quiet = 0
         raise DrainLimit(
             f"drain stopped after max_steps={max_steps} steps with jobs still to run "
             f"(a handler that enqueues a job every time it runs?); pass a larger "
             f"max_steps if the work really is that long"
         )
+
+    def _next_due(self, keeper: MemoryLeaseKeeper) -> float | None:
+        """When the next waiting job or cron fire is due (epoch seconds)."""
+        found = [keeper.next_due_ms()]
+        if self._cron is not None:
+            found.append(self._cron.next_due_ms())
+        due = [ms for ms in found if ms is not None]
+        return min(due) / 1000 if due else None
 
     def _report(self, queue: str, steps: int) -> DrainReport:
         ends = self._statuses(queue)
@@ -302,6 +352,8 @@ class MemoryQueue:
             return
         self._closed = True
         try:
+            if self._cron is not None:
+                self._cron.close()
             if self._producer is not None:
                 self._producer.close()
             for keeper in self._keepers.values():

@@ -4,12 +4,14 @@ core and worker path makes of it, on the fake clock (no Kafka, no Java)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from jobtesting import DrainLimit, End, FakeClock, MemoryQueue
 from producer import JobProducer, PayloadError
+from producer.scheduler import CronEntry
 from workers import App, JobContext, Permanent, Retry
 
 RECEIPT = {"order_id": 42, "email": "a@example.com", "amount_cents": 1999}
@@ -205,3 +207,21 @@ def test_a_queue_restores_the_kafka_clients_it_replaced() -> None:
     assert installed_clients() is before
     with pytest.raises(RuntimeError, match="closed"):
         queue.producer()
+
+
+def test_cron_entries_fire_on_the_fake_clock_within_the_horizon(
+    job_queue: MemoryQueue, fake_clock: FakeClock
+) -> None:
+    app = App()
+    fired_at: list[float] = []
+    app.job("noop")(lambda ctx, payload: fired_at.append(fake_clock.time()))
+    start = fake_clock.time()
+    job_queue.schedule(CronEntry(name="hourly", schedule="0 * * * *", queue="ops",
+                                 type="noop", tenant="ops", payload={"n": 1}))  # fmt: skip
+    with pytest.raises(ValueError, match="within="):
+        job_queue.drain(app, "ops")
+    report = job_queue.drain(app, "ops", within=timedelta(hours=3))
+    assert [run.state for run in report] == [End.SUCCEEDED] * 3
+    assert [at % 3600 for at in fired_at] == [0, 0, 0]  # on the hour, each
+    assert fake_clock.time() == start + 3 * 3600
+    job_queue.assert_enqueued(type="noop", tenant="ops", payload={"n": 1}, count=3)
