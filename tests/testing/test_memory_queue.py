@@ -121,6 +121,22 @@ def test_a_delayed_job_cancelled_before_it_is_due_never_runs(
     assert ran == [kept]
 
 
+def test_a_used_dedupe_key_skips_the_later_job_and_a_type_no_handler_runs_waits(
+    job_queue: MemoryQueue, job_producer: JobProducer
+) -> None:
+    app = App()
+    app.job("send_receipt")(lambda ctx, payload: None)
+    first = _receipt(job_producer, 1, dedupe_key="order-1")
+    again = _receipt(job_producer, 1, dedupe_key="order-1")
+    other = job_producer.enqueue("emails", "noop", {"n": 1}, tenant_id="acme")
+    report = job_queue.drain(app)
+    assert [(run.job_id, run.state) for run in report] == [
+        (first, End.SUCCEEDED),
+        (again, End.SKIPPED),
+        (other, End.PENDING),
+    ]
+
+
 def test_retry_after_is_waited_on_the_fake_clock(
     job_queue: MemoryQueue, job_producer: JobProducer, fake_clock: FakeClock
 ) -> None:
