@@ -176,8 +176,8 @@ class MemoryQueue:
         waiting jobs are left (retries, delays, cron fires), the clock moves to the
         next one's due time: without limit, up to ``within`` (seconds or a timedelta,
         then the clock ends there; needed with cron entries, which fire for ever), or
-        not at all (``advance_clock=False``). Jobs a handler enqueues run too. Raises
-        ``DrainLimit`` after ``max_steps`` loop steps."""
+        not at all (``advance_clock=False``). Jobs a handler enqueues on ``queue`` run
+        too. Raises ``DrainLimit`` after ``max_steps`` loop steps."""
         self._check_open()
         name = self._queue_to_drain(queue)
         until = self._until(advance_clock, within)
