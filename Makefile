@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 HOT_PATH := $(shell sed 's/\#.*//' compiled_modules.txt)
 COMPILED := $(VENV)/.compiled
 
-.PHONY: venv compile run test test-unit test-offline lint bench kafka-fetch kafka-start kafka-stop clean proto browser promtool
+.PHONY: venv compile run test test-unit lint bench kafka-fetch kafka-start kafka-stop clean proto browser promtool
 
 # The editable install itself stays plain Python (JOBS_COMPILE=0); `compile` below
 # builds the extensions in place, the one way that works for a source checkout.
@@ -74,16 +74,6 @@ test: $(COMPILED)
 
 test-unit: $(COMPILED)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
-
-## The testing package's tests as a user's machine without Kafka runs them: no
-## network (unshare --net, as root), nothing but the venv on PATH (no java), no broker
-## address and an empty local-Kafka directory. They must pass, not skip.
-test-offline: $(COMPILED)
-	@empty=$$(mktemp -d); \
-	unshare --net env -u KAFKA_BOOTSTRAP -u JAVA_HOME -u KAFKA_HOME \
-	  PATH="$(abspath $(VENV))/bin" LOCAL_KAFKA_DIR="$$empty" XDG_CACHE_HOME="$$empty" \
-	  $(abspath $(PY)) -m pytest tests/testing $(PYTEST_ARGS); \
-	status=$$?; rm -rf "$$empty"; exit $$status
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
