@@ -11,6 +11,7 @@ memory, as a unit-test engine does).
 
 from __future__ import annotations
 
+import random
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,6 +59,7 @@ class MemoryLeaseKeeper:
         tiers: DelayTiers,
         state_dir: Path,
         worker_id: str,
+        seed: int,
     ) -> None:
         self.topics = QueueTopics(queue=queue)
         self._state_dir = state_dir
@@ -75,6 +77,7 @@ class MemoryLeaseKeeper:
             clock=clock.time,
             monotonic=clock.monotonic,
             decode=codec.decode,
+            rng=random.Random(seed),  # the backoff's jitter: the same on every run
         )
         self.engine.overflow_topic(self.topics.overflow)
         self.gate = TierGate(tiers, self.topics, clock_ms=clock.time_ms, classes=classes)

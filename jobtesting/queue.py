@@ -56,7 +56,9 @@ _ENDS = {JobState.SUCCEEDED: End.SUCCEEDED, JobState.DEAD: End.DEAD,
 class MemoryQueue:
     """Queues in memory on a fake clock (``clock``, default a new ``FakeClock``).
     ``schema_dirs`` add payload schemas to those of ``JOBS_SCHEMA_PATH`` and the
-    package, for the producer and the worker alike. Close it (or use ``with``)."""
+    package, for the producer and the worker alike. ``seed`` seeds the leasekeeper's
+    backoff jitter, so a test sees the same delays on every run. Close it (or use
+    ``with``)."""
 
     def __init__(
         self,
@@ -64,9 +66,11 @@ class MemoryQueue:
         clock: FakeClock | None = None,
         schema_dirs: Sequence[str | Path] = (),
         tiers: DelayTiers | None = None,
+        seed: int = 0,
     ) -> None:
         self.clock = clock if clock is not None else FakeClock()
         self.tiers = tiers if tiers is not None else DelayTiers()
+        self._seed = seed
         self.settings = KafkaSettings(bootstrap="memory", client_id="jobtesting")
         self.cluster = QueueCluster(clock=self.clock.time, settings=self.settings,
                                     tiers=self.tiers)  # fmt: skip
@@ -299,6 +303,7 @@ class MemoryQueue:
             keeper = self._keepers[queue] = MemoryLeaseKeeper(
                 queue=queue, settings=self.settings, clock=self.clock, codec=self._codec,
                 tiers=self.tiers, state_dir=self._state_dir / queue, worker_id=WORKER_ID,
+                seed=self._seed,
             )  # fmt: skip
         return keeper
 
