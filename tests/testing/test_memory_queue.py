@@ -180,6 +180,27 @@ def test_a_handler_that_overruns_its_timeout_is_told_and_reported_not_killed(
     )
 
 
+def test_an_async_handler_that_overruns_its_timeout_is_cancelled(
+    job_queue: MemoryQueue, job_producer: JobProducer, fake_clock: FakeClock
+) -> None:
+    app = App()
+    finished: list[int] = []
+
+    @app.job("send_receipt", timeout_s=5)
+    async def send(ctx: JobContext, payload: dict[str, Any]) -> None:
+        if ctx.attempt == 1:
+            fake_clock.advance(6)
+            await asyncio.Event().wait()  # would never return: only a cancel ends it
+        finished.append(ctx.attempt)
+
+    job_id = _receipt(job_producer)
+    run = job_queue.drain(app).job(job_id)
+    assert [(e.attempt, e.error_class, e.timed_out) for e in run.errors] == [
+        (1, "JobTimeout", True)
+    ]
+    assert (run.state, finished) == (End.SUCCEEDED, [2])
+
+
 def test_async_handlers_run_even_from_a_running_event_loop(
     job_queue: MemoryQueue, job_producer: JobProducer
 ) -> None:
