@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from jobcore.progress import JobProgress, checked
 
@@ -21,6 +22,10 @@ class _Signals:
     """
 
     progress: JobProgress | None = None
+    # Set by every report of any job, cleared by the lease monitor when it looks for
+    # reports to send (``take_progress_news``): a worker whose handlers never report
+    # never walks its jobs for them.
+    news: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -106,8 +111,16 @@ class JobContext:
         a call never waits for the network. A ValueError for a fraction outside 0..1
         or NaN, or a longer message; a TypeError for a value that is no number."""
         self._signals.progress = checked(fraction, message)
+        _Signals.news = True
 
     @property
     def last_progress(self) -> JobProgress | None:
         """The latest progress the handler reported, None before the first."""
         return self._signals.progress
+
+
+def take_progress_news() -> bool:
+    """Whether any handler reported progress since the last call (the lease monitor's:
+    it then looks for the values to send)."""
+    news, _Signals.news = _Signals.news, False
+    return news

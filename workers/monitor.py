@@ -101,7 +101,7 @@ class LeaseMonitor:
         if not beats and self._start_report_s is not None:
             beats = self._table.starts_due(now, self._start_report_s)
         if not beats:
-            beats = self._progress.due(self._table.beating(), now)
+            beats = self._progress.due(self._table.beating, now)
         if beats:
             self._beat(beats)
 

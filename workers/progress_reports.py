@@ -7,12 +7,15 @@ next one). Heartbeats come a third of a lease apart, too far apart for a useful
 display, so a value the leasekeeper has not had yet also goes in a heartbeat of
 its own, naming only the leases with news, at most once an ``interval_s``
 (a second): a handler reporting in a tight loop costs the worker one small call a
-second, and a handler that never reports costs nothing.
+second, and a worker whose handlers never report costs a flag read a tick.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from jobcore.progress import JobProgress
+from workers.context import take_progress_news
 from workers.inflight import Held
 from workers.messages import LeaseRef
 
@@ -26,21 +29,29 @@ class ProgressReports:
     """The progress last sent for each lease, and when, so news goes at most once an
     interval. Used by the lease monitor's thread only."""
 
-    def __init__(self, *, interval_s: float = PROGRESS_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        *,
+        interval_s: float = PROGRESS_INTERVAL_S,
+        news: Callable[[], bool] = take_progress_news,
+    ) -> None:
         self._interval_s = interval_s
+        self._news = news
         self._sent: dict[LeaseRef, JobProgress] = {}  # the value last sent, per lease
         self._sent_at = float("-inf")
 
-    def due(self, beating: list[Held], now: float) -> list[Held]:
-        """Those of ``beating`` (every lease still worth extending) whose handler
-        reported a value the leasekeeper has not had, once ``interval_s`` passed
-        since progress was last sent; none otherwise."""
-        if self._sent:  # forget the leases that ended
-            live = {held.ref for held in beating}
-            self._sent = {ref: value for ref, value in self._sent.items() if ref in live}
-        if now < self._sent_at + self._interval_s:
+    def due(self, beating: Callable[[], list[Held]], now: float) -> list[Held]:
+        """The held jobs (of ``beating()``, every lease still worth extending) whose
+        handler reported a value the leasekeeper has not had, once ``interval_s``
+        passed since progress was last sent; none otherwise. The jobs are walked
+        only when some handler reported since the last walk."""
+        if now < self._sent_at + self._interval_s or not self._news():
             return []
-        return [h for h in beating if _news(h, self._sent.get(h.ref))]
+        held = beating()
+        if self._sent:  # forget the leases that ended
+            live = {h.ref for h in held}
+            self._sent = {ref: value for ref, value in self._sent.items() if ref in live}
+        return [h for h in held if _news(h, self._sent.get(h.ref))]
 
     def take(self, beats: list[Held], now: float) -> dict[str, JobProgress]:
         """The latest progress of each of ``beats`` that has one (by lease id), for the

@@ -14,11 +14,12 @@ import pytest
 
 from jobcore.progress import MESSAGE_MAX, JobProgress
 from schemas import worker_pb2
-from workers.context import JobContext
+from workers.context import JobContext, take_progress_news
 from workers.decoding import _new_context
 from workers.inflight import Held, InFlight
 from workers.messages import Lease, LeaseRef, LeaseResult
 from workers.monitor import LeaseMonitor
+from workers.progress_reports import ProgressReports
 from workers.wire import beat
 
 
@@ -190,3 +191,21 @@ def test_a_heartbeat_message_carries_progress_only_for_a_lease_that_has_one() ->
     silent = worker_pb2.LeaseRef.FromString(beat(ref, False, None).SerializeToString())
     assert not silent.HasField("progress")
     assert (silent.lease_id, silent.lease_token) == ("t/0/1", "tok")
+
+
+def test_the_monitor_walks_its_jobs_for_progress_only_after_a_report() -> None:
+    walks: list[int] = []
+    table = InFlight(concurrency=4)
+    held = _held(table, 1)
+
+    def beating() -> list[Held]:
+        walks.append(1)
+        return table.beating()
+
+    take_progress_news()  # whatever earlier tests reported
+    reports = ProgressReports()
+    assert reports.due(beating, now=5.0) == [] and walks == [], "no report: no walk"
+    held.ctx.progress(0.3)
+    assert reports.due(beating, now=5.0) == [held] and walks == [1]
+    reports.take([held], now=5.0)
+    assert reports.due(beating, now=7.0) == [] and walks == [1], "sent, and no news since"
