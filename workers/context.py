@@ -107,8 +107,8 @@ class JobContext:
         """Say how far the job has got: ``fraction`` from 0 to 1 (0.4 for 40%) and an
         optional status line of at most ``jobcore.progress.MESSAGE_MAX`` characters.
         Cheap enough for a tight loop: only the latest value is kept, and it goes to
-        the leasekeeper with the worker's next heartbeat (a second later at most), so
-        a call never waits for the network. A ValueError for a fraction outside 0..1
+        the leasekeeper with one of the worker's heartbeats, within about two seconds,
+        so a call never waits for the network. A ValueError for a fraction outside 0..1
         or NaN, or a longer message; a TypeError for a value that is no number."""
         self._signals.progress = checked(fraction, message)
         _Signals.news = True
