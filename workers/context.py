@@ -22,10 +22,11 @@ class _Signals:
     """
 
     progress: JobProgress | None = None
-    # Set by every report of any job, cleared by the lease monitor when it looks for
-    # reports to send (``take_progress_news``): a worker whose handlers never report
-    # never walks its jobs for them.
-    news: ClassVar[bool] = False
+    # Counts the reports of every job in the process (``progress_reports``): a lease
+    # monitor walks its jobs for values to send only when it changed since its last
+    # walk, so a worker whose handlers never report never does. An increment lost to
+    # a race still changes the count.
+    reports: ClassVar[int] = 0
 
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -111,7 +112,7 @@ class JobContext:
         so a call never waits for the network. A ValueError for a fraction outside 0..1
         or NaN, or a longer message; a TypeError for a value that is no number."""
         self._signals.progress = checked(fraction, message)
-        _Signals.news = True
+        _Signals.reports += 1
 
     @property
     def last_progress(self) -> JobProgress | None:
@@ -119,8 +120,7 @@ class JobContext:
         return self._signals.progress
 
 
-def take_progress_news() -> bool:
-    """Whether any handler reported progress since the last call (the lease monitor's:
-    it then looks for the values to send)."""
-    news, _Signals.news = _Signals.news, False
-    return news
+def progress_reports() -> int:
+    """How many progress reports the handlers of this process have made: a lease
+    monitor looks for values to send when it changed."""
+    return _Signals.reports

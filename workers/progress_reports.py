@@ -7,7 +7,7 @@ next one). Heartbeats come a third of a lease apart, too far apart for a useful
 display, so a value the leasekeeper has not had yet also goes in a heartbeat of
 its own, naming only the leases with news, at most once an ``interval_s``
 (a second): a handler reporting in a tight loop costs the worker one small call a
-second, and a worker whose handlers never report costs a flag read a tick.
+second, and a worker whose handlers never report costs a counter read a tick.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jobcore.progress import JobProgress
-from workers.context import take_progress_news
+from workers.context import progress_reports
 from workers.inflight import Held
 from workers.messages import LeaseRef
 
@@ -33,10 +33,11 @@ class ProgressReports:
         self,
         *,
         interval_s: float = PROGRESS_INTERVAL_S,
-        news: Callable[[], bool] = take_progress_news,
+        reports: Callable[[], int] = progress_reports,
     ) -> None:
         self._interval_s = interval_s
-        self._news = news
+        self._reports = reports
+        self._walked_at = -1  # the count of reports when the jobs were last walked
         self._sent: dict[LeaseRef, JobProgress] = {}  # the value last sent, per lease
         self._sent_at = float("-inf")
 
@@ -45,8 +46,12 @@ class ProgressReports:
         handler reported a value the leasekeeper has not had, once ``interval_s``
         passed since progress was last sent; none otherwise. The jobs are walked
         only when some handler reported since the last walk."""
-        if now < self._sent_at + self._interval_s or not self._news():
+        if now < self._sent_at + self._interval_s:
             return []
+        count = self._reports()
+        if count == self._walked_at:
+            return []
+        self._walked_at = count
         held = beating()
         if self._sent:  # forget the leases that ended
             live = {h.ref for h in held}
