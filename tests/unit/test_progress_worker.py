@@ -11,6 +11,8 @@ from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
 
 import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 from jobcore.progress import MESSAGE_MAX, JobProgress
 from schemas import worker_pb2
@@ -211,3 +213,29 @@ def test_the_monitor_walks_its_jobs_for_progress_only_after_a_report() -> None:
     assert reports.due(beating, now=7.0) == [] and walks == [1, 1], "no report since"
     other = ProgressReports()  # another worker's monitor in the process sees it too
     assert other.due(beating, now=7.0) == [held]
+
+
+def _lease_ref_before_progress() -> type[Message]:
+    """``LeaseRef`` as workers and leasekeepers from before the progress field know it."""
+    proto = descriptor_pb2.FileDescriptorProto(name="before_progress.proto", package="before")
+    ref = proto.message_type.add(name="LeaseRef")
+    for name, number, kind in (
+        ("lease_id", 1, descriptor_pb2.FieldDescriptorProto.TYPE_STRING),
+        ("lease_token", 2, descriptor_pb2.FieldDescriptorProto.TYPE_STRING),
+        ("started", 61, descriptor_pb2.FieldDescriptorProto.TYPE_BOOL),
+    ):
+        ref.field.add(name=name, number=number, type=kind,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)  # fmt: skip
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("before.LeaseRef"))
+
+
+def test_the_wire_stays_compatible_both_ways() -> None:
+    before = _lease_ref_before_progress()
+    sent = beat(LeaseRef(lease_id="t/0/1", token="tok"), True, JobProgress(0.4, "x"))
+    old = before.FromString(sent.SerializeToString())  # an older leasekeeper reads it
+    assert (old.lease_id, old.lease_token, old.started) == ("t/0/1", "tok", True)
+    older = before(lease_id="t/0/2", lease_token="tok", started=True)  # an older worker's
+    new = worker_pb2.LeaseRef.FromString(older.SerializeToString())
+    assert (new.lease_id, new.started, new.HasField("progress")) == ("t/0/2", True, False)
