@@ -2,9 +2,10 @@
 
 Nothing in the runtime (``producer``, ``workers``, ``leasekeeper``) imports this
 package; it imports them. ``eager(app)``: jobs run inline at enqueue
-(``jobtesting.eager``).
+(``jobtesting.eager``), and staged ones at commit (``jobtesting.outbox``).
 """
 
 from jobtesting.eager import Eager, EagerJobDead, EagerRun, eager
+from jobtesting.outbox import EagerOutbox
 
-__all__ = ["Eager", "EagerJobDead", "EagerRun", "eager"]
+__all__ = ["Eager", "EagerJobDead", "EagerOutbox", "EagerRun", "eager"]

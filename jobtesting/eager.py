@@ -33,6 +33,8 @@ What each outcome does in eager mode (the leasekeeper's part, decided here):
   runs.
 
 ``producer.status(queue, job_id)`` answers from the record (source "eager mode").
+``Eager.outbox(on_commit)`` stands in for ``producer.outbox.Outbox``: a staged job
+runs when the transaction commits, and never when it rolls back.
 ``cancel``, ``record_cancellation`` and ``send_job`` need Kafka and say so.
 """
 
@@ -50,6 +52,7 @@ from jobcore.config import schema_path_from_env
 from jobcore.job_state import JobState
 from jobcore.priority import PriorityClasses
 from jobtesting.inline import Attempt, PrivateLoop, lease_for, run_attempt
+from jobtesting.outbox import EagerOutbox
 from producer.api import JobProducer
 from producer.lookup import JobLookup
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -278,6 +281,8 @@ class Eager:
 
     producer: JobProducer
     transport: EagerTransport = field(repr=False)
+    registry: SchemaRegistry = field(repr=False)
+    classes: PriorityClasses | None = field(default=None, repr=False)
 
     @property
     def runs(self) -> list[EagerRun]:
@@ -313,6 +318,11 @@ class Eager:
     def clear(self) -> None:
         """Forget the runs recorded so far."""
         self.transport.clear()
+
+    def outbox(self, on_commit: Callable[[Callable[[], None]], None]) -> EagerOutbox:
+        """An outbox whose staged jobs run once the caller's transaction commits;
+        ``on_commit`` is the framework's hook (Django: ``transaction.on_commit``)."""
+        return EagerOutbox(self.transport, self.registry, self.classes, on_commit)
 
     def close(self) -> None:
         self.producer.close()
@@ -353,4 +363,4 @@ def eager(
     producer = JobProducer(
         None, registry=registry, classes=classes, clock=clock, transport=transport
     )
-    return Eager(producer=producer, transport=transport)
+    return Eager(producer=producer, transport=transport, registry=registry, classes=classes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 from jobcore.job_state import JobState
 from jobcore.kafka import KafkaSettings
 from jobtesting import Eager, EagerJobDead, eager
-from producer import JobProducer, PayloadError
+from producer import JobProducer, JobRequest, PayloadError
 from schemas.codec import SchemaRegistry
 from tests.unit.test_import_rules import RUNTIME, imports_in
 from workers import App, JobContext, Permanent, Retry
@@ -341,3 +341,20 @@ def test_no_runtime_package_imports_the_testing_package() -> None:
     ]
     assert uses == []
     assert any(i.module.startswith("workers") for i in imports_in("jobtesting"))
+
+
+def test_the_eager_outbox_validates_as_staging_does_and_runs_only_at_commit(
+    app: App, jobs: Eager
+) -> None:
+    app.job("send_receipt")(lambda ctx, payload: None)
+    commits: list[Callable[[], None]] = []
+    outbox = jobs.outbox(commits.append)  # the framework's commit hook, held back here
+    good = JobRequest(queue="emails", type="send_receipt", payload=RECEIPT, tenant_id="acme")
+    bad = [good, JobRequest(queue="emails", type="send_receipt", payload={}, tenant_id="acme")]
+    with pytest.raises(PayloadError, match=r"^request 1: send_receipt payload"):
+        outbox.stage_many(None, bad)
+    assert commits == []
+    job_id = outbox.stage(None, good)
+    assert jobs.runs == []  # not before the commit; a rollback would drop the hook
+    commits.pop()()
+    assert [run.job_id for run in jobs.runs] == [job_id]
