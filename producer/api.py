@@ -109,11 +109,6 @@ class JobProducer:
             )
         self._transport = transport
 
-    @property
-    def codec(self) -> EnvelopeCodec:
-        """The codec that validates payloads (a transport that decodes jobs shares it)."""
-        return self._codec
-
     @overload
     def enqueue(self, request: JobRequest, /) -> str: ...
 
