@@ -286,7 +286,8 @@ class Eager:
 
     @property
     def runs(self) -> list[EagerRun]:
-        """Every job enqueued so far, in enqueue order."""
+        """Every job run so far, in the order they ended (a job that a handler enqueued
+        ends before the job whose handler enqueued it)."""
         return self.transport.runs
 
     def run_of(self, job_id: str) -> EagerRun:
