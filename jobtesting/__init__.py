@@ -3,7 +3,7 @@
 ``MemoryQueue`` enqueues with the real producer and runs jobs through the real
 leasekeeper and worker code in-process, on a ``FakeClock``; the pytest plugin
 (``jobtesting.plugin``) gives ``job_queue``, ``job_producer`` and ``fake_clock``.
-``eager(app)`` runs jobs inline at enqueue instead (``jobtesting.eager``), and
+``eager(app)`` runs jobs inline at enqueue instead (``jobtesting.eager_mode``), and
 staged ones at commit (``jobtesting.outbox``).
 
 Nothing heavy is imported until a name is used: the plugin loads this package in
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobtesting.clock import FakeClock
-    from jobtesting.eager import Eager, EagerJobDead, EagerRun, eager
+    from jobtesting.eager_mode import Eager, EagerJobDead, EagerRun, eager
     from jobtesting.outbox import EagerOutbox
     from jobtesting.queue import MemoryQueue
     from jobtesting.report import Attempt, DrainLimit, DrainReport, End, JobRun
@@ -45,10 +45,10 @@ _HOMES = {
     "DrainReport": "jobtesting.report",
     "End": "jobtesting.report",
     "JobRun": "jobtesting.report",
-    "Eager": "jobtesting.eager",
-    "EagerJobDead": "jobtesting.eager",
-    "EagerRun": "jobtesting.eager",
-    "eager": "jobtesting.eager",
+    "Eager": "jobtesting.eager_mode",
+    "EagerJobDead": "jobtesting.eager_mode",
+    "EagerRun": "jobtesting.eager_mode",
+    "eager": "jobtesting.eager_mode",
     "EagerOutbox": "jobtesting.outbox",
 }
 

@@ -5,7 +5,7 @@ finds the handler by type and decodes the payload by its schema, and the handler
 runs inside the worker's middleware chain (``workers.middleware``), through the
 worker's own ``call_sync`` / ``call_async`` which classify what it raised
 (``Retry``, ``Permanent``, any exception). Only the leasekeeper's part (when to
-try again, when a job is dead) is the caller's (``jobtesting.eager``).
+try again, when a job is dead) is the caller's (``jobtesting.eager_mode``).
 
 ``async def`` handlers run on a private event loop in a helper thread, as a
 worker runs them on its loop thread, and the caller blocks until they finish: an

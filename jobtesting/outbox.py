@@ -20,7 +20,7 @@ from producer.request import JobRequest
 from schemas.codec import SchemaRegistry
 
 if TYPE_CHECKING:
-    from jobtesting.eager import EagerTransport
+    from jobtesting.eager_mode import EagerTransport
     from producer.outbox.staging import StagedJob
 
 __all__ = ["EagerOutbox"]

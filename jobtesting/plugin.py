@@ -43,6 +43,6 @@ def job_producer(job_queue: MemoryQueue) -> JobProducer:
 
 
 # -- eager mode ---------------------------------------------------------------------
-# The eager marker (jobs run inline at enqueue, ``jobtesting/eager.py``) is registered
+# The eager marker (jobs run inline at enqueue, ``jobtesting/eager_mode.py``) is registered
 # and handled here: its ``pytest_configure`` (``config.addinivalue_line("markers",
 # ...)``, so that ``--strict-markers`` accepts it) and its fixture go below this line.

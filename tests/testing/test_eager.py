@@ -1,7 +1,7 @@
 """Eager mode: jobs run inline at enqueue through the worker's execution path, with
 the real producer's validation; no Kafka, no leasekeeper.
 
-Each outcome's eager behaviour, as ``jobtesting.eager`` documents it: success,
+Each outcome's eager behaviour, as ``jobtesting.eager_mode`` documents it: success,
 retries (``Retry``, ``Retry(after=)``, an exception) at once up to ``max_attempts``,
 ``Permanent``, a timeout, a job that never succeeds (raised, or recorded), a
 delayed job, and ``async def`` handlers enqueued from a running event loop.
