@@ -34,7 +34,7 @@ from producer.lookup import JobLookup
 from producer.ordering_keys import KeyClasses
 from producer.request import JobRequest, build_job
 from producer.status import CancelAnswer
-from producer.transport import Delivered, KafkaTransport, Transport
+from producer.transport import Delivered, KafkaTransport, Transport, installed_transport
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
 
@@ -97,6 +97,10 @@ class JobProducer:
         self._clock = clock
         self._closed = False
         self._kafka: KafkaTransport | None = None
+        # A transport installed for the whole process (tests) is lent, not owned.
+        self._owns_transport = transport is not None or installed_transport() is None
+        if transport is None:
+            transport = installed_transport()
         if transport is None:
             if settings is None:
                 raise TypeError("JobProducer needs Kafka settings, or a transport")
@@ -312,7 +316,10 @@ class JobProducer:
         if self._closed:
             return
         self._closed = True
-        self._transport.close(timeout)
+        if self._owns_transport:
+            self._transport.close(timeout)
+        else:
+            self._transport.flush(timeout)
 
     def __enter__(self) -> JobProducer:
         return self

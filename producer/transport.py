@@ -42,7 +42,7 @@ from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 from schemas.job_headers import job_headers
 
-__all__ = ["Delivered", "KafkaTransport", "Transport"]
+__all__ = ["Delivered", "KafkaTransport", "Transport", "install_transport", "installed_transport"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,24 @@ class Transport(Protocol):
     def flush(self, timeout: float) -> None: ...
 
     def close(self, timeout: float) -> None: ...
+
+
+_installed: list[Transport | None] = [None]
+
+
+def install_transport(transport: Transport | None) -> Transport | None:
+    """Every ``JobProducer`` made without a transport of its own uses ``transport``
+    from now on (None: Kafka again); returns the one installed before. For tests:
+    code under test that builds its own producer deep inside (eager mode, the
+    ``jobs_eager`` marker of ``jobtesting``) is reached without a change to it. The
+    runtime never installs one. A producer does not close a transport it was lent."""
+    previous = _installed[0]
+    _installed[0] = transport
+    return previous
+
+
+def installed_transport() -> Transport | None:
+    return _installed[0]
 
 
 @dataclass(frozen=True, kw_only=True)
