@@ -16,14 +16,13 @@ an error. Exit status: pytest's.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-import click
 
 HIDDEN = {"java", "javac", "jshell", "keytool"}
 
@@ -53,19 +52,24 @@ def isolation() -> list[str] | None:
     return [unshare, "--net", "--"] if probe.returncode == 0 else None
 
 
-@click.command()
-@click.argument("paths", nargs=-1, required=True)
-@click.option("--pytest-args", default="", help="More arguments for pytest, space-separated.")
-def main(paths: tuple[str, ...], pytest_args: str) -> None:
-    """Run the tests under PATHS with no network, no Java and no Kafka."""
+def main(argv: list[str] | None = None) -> None:
+    """Run the tests under the given paths with no network, no Java and no Kafka.
+    A plain argument parser, not a click command: this reads no setting of the
+    product, it hands the environment on minus what it hides."""
+    parser = argparse.ArgumentParser(prog="python -m devtools.offline_tests")
+    parser.add_argument("paths", nargs="+")
+    parser.add_argument("--pytest-args", default="", help="More pytest arguments, space-separated.")
+    args = parser.parse_args(argv)
+    paths: list[str] = args.paths
+    pytest_args: str = args.pytest_args
     prefix = isolation()
     in_ci = bool(os.environ.get("CI"))
     if prefix is None:
         message = "offline tests: cannot make a network namespace here (needs root and unshare)"
         if in_ci:
-            click.echo(f"{message}; CI must prove they run with no network", err=True)
+            print(f"{message}; CI must prove they run with no network", file=sys.stderr)
             sys.exit(2)
-        click.echo(f"{message}; running them WITHOUT cutting the network", err=True)
+        print(f"{message}; running them WITHOUT cutting the network", file=sys.stderr)
         prefix = []
     with tempfile.TemporaryDirectory(prefix="offline-tests-") as scratch:
         root = Path(scratch)
@@ -76,7 +80,7 @@ def main(paths: tuple[str, ...], pytest_args: str) -> None:
         env["LOCAL_KAFKA_DIR"] = str(root / "kafka")
         command = [*prefix, sys.executable, "-m", "pytest", "-p", "devtools.no_skips", *paths]
         command += pytest_args.split()
-        click.echo("offline tests: " + " ".join(command[len(prefix) :]), err=True)
+        print("offline tests: " + " ".join(command[len(prefix) :]), file=sys.stderr)
         sys.exit(subprocess.run(command, env=env, check=False).returncode)
 
 
