@@ -1,7 +1,7 @@
 """Create a queue's topics: ``jobs.Q`` for ready jobs (and one per priority class),
 ``jobs.Q.overflow`` for a flooding tenant's excess, ``jobs.Q.retry.<tier>`` (and
 ``jobs.Q.<class>.retry.<tier>``) for jobs waiting out a delay, and ``jobs.Q.dlq``
-for dead letters.
+for dead letters, ``jobs.Q.results`` for handlers' return values.
 
 All get the same partition count so a tenant's retries and dead letters sit in the
 partition matching its jobs. Creating an existing queue again is a no-op, but a queue that
@@ -20,6 +20,7 @@ from datetime import timedelta
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin, set_topic_config
 from jobcore.priority import PriorityClasses
+from jobcore.results import RESULTS_PARTITIONS
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics, leasekeepers_topic, outbox_relays_topic
 
 __all__ = [
@@ -125,6 +126,14 @@ def ensure_queue_topics(
             TopicSpec(name=name, partitions=partitions, replication=replication)
             for name in (tiers or DelayTiers()).topics(topics, names)
         ),
+        # Handlers' return values, kept as long as how each job ended (not compacted: a
+        # job run twice may leave two, and a reader takes the first).
+        TopicSpec(
+            name=topics.results,
+            partitions=RESULTS_PARTITIONS,
+            replication=replication,
+            config={"retention.ms": str(status_retention_ms or STATUS_RETENTION_MS)},
+        ),
     ]
     # Small compacted topics every leasekeeper reads whole: one partition each.
     compacted = {"cleanup.policy": "compact,delete", "retention.ms": str(CONTROL_RETENTION_MS)}
@@ -162,6 +171,8 @@ def ensure_queue_topics(
     if status_retention_ms is not None:  # the topic may have existed before
         set_topic_config(settings, topics.status, {"retention.ms": str(status_retention_ms)})
     create_topics(settings, specs)
+    if status_retention_ms is not None:
+        set_topic_config(settings, topics.results, {"retention.ms": str(status_retention_ms)})
     _check_partitions(settings, specs)
     return [spec.name for spec in specs]
 

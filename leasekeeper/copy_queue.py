@@ -46,6 +46,7 @@ _RESOLUTIONS = {
     CopyKind.DEAD: Resolution.DEAD,
     CopyKind.DEAD_RAW: Resolution.DEAD,
     CopyKind.OVERFLOW: Resolution.OVERFLOWED,
+    CopyKind.RESULT: Resolution.ACKED,
 }
 
 
@@ -147,10 +148,14 @@ class CopyQueue:
         taken, self._statuses = self._statuses, []
         return taken
 
-    def done(self, request: CopyRequest) -> None:
-        """Delivered or dropped: no longer in flight for its partition."""
+    def done(self, request: CopyRequest, *, delivered: bool = False) -> None:
+        """Delivered or dropped: no longer in flight for its partition. A delivered
+        result sends its job's status record now, so the status never says "succeeded"
+        before the value can be read."""
         if _counted(request):
             self._book.count_copy(request, -1)
+        if delivered and request.kind is CopyKind.RESULT and request.status is not None:
+            self.add_status(request.status)
 
 
 def _counted(request: CopyRequest) -> bool:
