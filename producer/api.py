@@ -12,6 +12,7 @@ not run.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -28,7 +29,6 @@ from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, schema_path_
 from jobcore.control import Cancellation
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
-    KafkaError,
     KafkaException,
     KafkaSettings,
     Message,
@@ -39,11 +39,12 @@ from jobcore.kafka import (
 from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
 from producer.diversion import Diverter, Route
-from producer.errors import CancelError, EnqueueError, MissingTopic
+from producer.errors import CancelError, EnqueueError, MissingTopic, delivery_reporter
 from producer.flood import FloodGate, FloodPolicy
 from producer.lookup import JobLookup, lookup
 from producer.ordering_keys import KeyClasses
-from producer.request import JobRequest, build_job, destination
+from producer.request import JobRequest, as_request, build_job, destination
+from producer.results import RecentIds, wait_for_result
 from producer.status import CancelAnswer
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
@@ -129,6 +130,7 @@ class JobProducer:
         self._settings = settings
         self._watch = settings.watch
         self._known_topics: set[str] = set()
+        self._enqueued = RecentIds()
         self._no_overflow: dict[str, float] = {}  # topic → when to look again
         policy = flood if flood is not None else FloodPolicy.from_env()
         self._diverter = (
@@ -344,6 +346,27 @@ class JobProducer:
             enqueued_at_ms=enqueued_at_ms,
         )
 
+    def result(self, queue: str, job_id: str, *, timeout: float = 30.0,
+               window_s: float | None = None, enqueued: bool | None = None) -> object:  # fmt: skip
+        """The value job ``job_id`` of ``queue`` returned (None when it returned none),
+        waiting up to ``timeout`` s for it to end; found as well when it ended before the
+        call, within ``window_s`` (default: the results topic's retention). Raises
+        ``JobDied``, ``JobCancelled``, ``ResultTimeout`` or ``JobUnknown`` (all
+        ``ResultError``); a job this producer enqueued, or ``enqueued=True``, is never
+        unknown. See ``producer/results.py``."""
+        known = job_id in self._enqueued if enqueued is None else enqueued
+        topics = QueueTopics(queue=queue, prefix=self._prefix)
+        return wait_for_result(self._settings, topics, job_id, timeout_s=timeout, known=known,
+                               window_s=window_s)  # fmt: skip
+
+    async def result_async(self, queue: str, job_id: str, *, timeout: float = 30.0,
+                           window_s: float | None = None,
+                           enqueued: bool | None = None) -> object:  # fmt: skip
+        """:meth:`result` without blocking the event loop (it waits on a worker thread)."""
+        call = functools.partial(self.result, queue, job_id, timeout=timeout,
+                                 window_s=window_s, enqueued=enqueued)  # fmt: skip
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
     def flush(self, timeout: float = 30) -> None:
         """Wait until every job produced so far was acknowledged or failed.
 
@@ -402,6 +425,7 @@ class JobProducer:
             raise RuntimeError("this JobProducer is closed")
         job = build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
         self._key_classes.check(job)
+        self._enqueued.add(job.job_id)  # ``result`` waits for it as for a known job
         return job
 
     def _send(self, job: Job, topic: str) -> Future[str]:
@@ -474,7 +498,7 @@ class JobProducer:
                 key=key,
                 value=value,
                 headers=headers or [("job_id", record_id.encode())],
-                on_delivery=_reporter(future, record_id, result),
+                on_delivery=delivery_reporter(future, record_id, result),
             )
         except KafkaException as exc:  # refused locally, e.g. larger than message.max.bytes
             future.set_exception(
@@ -548,36 +572,3 @@ def _routed(route: Route, message: Message, job_id: str) -> str:
     assert partition is not None and offset is not None
     route.delivered(partition, offset)
     return job_id
-
-
-def _reporter(
-    future: Future[_T], job_id: str, result: Callable[[Message], _T]
-) -> Callable[[KafkaError | None, Message], None]:
-    def report(error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            future.set_result(result(message))
-        else:
-            future.set_exception(
-                EnqueueError(
-                    f"job {job_id} was not delivered: {error}", failures={job_id: str(error)}
-                )
-            )
-
-    return report
-
-
-def as_request(
-    queue: str | JobRequest,
-    job_type: str | None,
-    payload: Mapping[str, object] | None,
-    options: Mapping[str, Any],
-) -> JobRequest:
-    """The one place the job options become a :class:`JobRequest`, whichever way
-    :meth:`JobProducer.enqueue` was called."""
-    if isinstance(queue, JobRequest):
-        if job_type is not None or payload is not None or options:
-            raise TypeError("give a JobRequest alone, or queue, type, payload and options")
-        return queue
-    if job_type is None or payload is None:
-        raise TypeError("enqueue needs queue, type and payload (or one JobRequest)")
-    return JobRequest(queue=queue, type=job_type, payload=payload, **options)
