@@ -198,7 +198,7 @@ class Outbox:
                 on_delivery=lambda failure, text: self._delivered(entry, failure, text),
                 partition=record.partition,
                 # The overflow lane needs to know where its copies landed (overflow_lane).
-                on_offset=_landed(entry) if record.partition is not None else None,
+                on_offset=_landed(entry) if request.kind is CopyKind.OVERFLOW else None,
             )
         except ProduceError as exc:
             self._failed(entry, exc.failure, str(exc), now=now)
