@@ -126,14 +126,6 @@ def ensure_queue_topics(
             TopicSpec(name=name, partitions=partitions, replication=replication)
             for name in (tiers or DelayTiers()).topics(topics, names)
         ),
-        # Handlers' return values, kept as long as how each job ended (not compacted: a
-        # job run twice may leave two, and a reader takes the first).
-        TopicSpec(
-            name=topics.results,
-            partitions=RESULTS_PARTITIONS,
-            replication=replication,
-            config={"retention.ms": str(status_retention_ms or STATUS_RETENTION_MS)},
-        ),
     ]
     # Small compacted topics every leasekeeper reads whole: one partition each.
     compacted = {"cleanup.policy": "compact,delete", "retention.ms": str(CONTROL_RETENTION_MS)}
@@ -167,13 +159,21 @@ def ensure_queue_topics(
             },
         ),
     ]
-    create_topics(settings, internal)
-    if status_retention_ms is not None:  # the topic may have existed before
-        set_topic_config(settings, topics.status, {"retention.ms": str(status_retention_ms)})
+    # Handlers' return values, kept as long as how each job ended (not compacted: a job
+    # run twice may leave two, and a reader takes the first). Its partition count is the
+    # hash's (``jobcore.results``), whatever the queue's.
+    results = TopicSpec(
+        name=topics.results,
+        partitions=RESULTS_PARTITIONS,
+        replication=replication,
+        config={"retention.ms": str(status_retention_ms or STATUS_RETENTION_MS)},
+    )
+    create_topics(settings, [*internal, results])
+    if status_retention_ms is not None:  # the topics may have existed before
+        for name in (topics.status, topics.results):
+            set_topic_config(settings, name, {"retention.ms": str(status_retention_ms)})
     create_topics(settings, specs)
-    if status_retention_ms is not None:
-        set_topic_config(settings, topics.results, {"retention.ms": str(status_retention_ms)})
-    _check_partitions(settings, specs)
+    _check_partitions(settings, [*specs, results])
     return [spec.name for spec in specs]
 
 

@@ -13,7 +13,10 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from jobcore.results import results_partition
+from jobcore.kafka import KafkaSettings, make_admin, topic_config
+from jobcore.results import RESULTS_PARTITIONS, results_partition
+from jobcore.topic_admin import ensure_queue_topics
+from jobcore.topics import QueueTopics
 from producer import (
     JobCancelled,
     JobDied,
@@ -29,6 +32,7 @@ from tests.apps.recording import SCHEMAS
 from tests.system import System, WorkerProcess, wait_until
 
 APP = "tests.apps.returning:app"
+HOUR_MS = 3600 * 1000
 
 
 def start_worker(system: System, name: str, *extra: str) -> WorkerProcess:
@@ -146,3 +150,17 @@ def test_a_result_over_the_cap_dead_letters_the_job_saying_where_the_value_belon
     assert died.value.reason == "permanent error"
     assert "ResultTooLarge" in died.value.last_error
     assert "store the value elsewhere" in died.value.last_error
+
+
+def test_the_results_topic_keeps_results_as_long_as_status_records(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    queue = f"res{unique}"
+    topics = QueueTopics(queue=queue)
+    ensure_queue_topics(kafka, queue, partitions=2, status_retention_ms=2 * HOUR_MS)
+    metadata = make_admin(kafka).list_topics(topics.results, timeout=10)
+    assert len(metadata.topics[topics.results].partitions) == RESULTS_PARTITIONS
+    assert topic_config(kafka, topics.results)["retention.ms"] == str(2 * HOUR_MS)
+    ensure_queue_topics(kafka, queue, partitions=2, status_retention_ms=36 * HOUR_MS)
+    assert topic_config(kafka, topics.results)["retention.ms"] == str(36 * HOUR_MS)
+    assert topic_config(kafka, topics.status)["retention.ms"] == str(36 * HOUR_MS)
