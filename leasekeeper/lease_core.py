@@ -93,6 +93,7 @@ class LeaseCore:
         self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._results = ResultPath(limit=ctx.config.max_result_bytes, queue=ctx.config.queue,
                                    status_records=ctx.config.status_records)  # fmt: skip
+        copies.remember_results(ctx.resolved, lambda: now_ms(ctx.clock))
 
     # -- claiming -------------------------------------------------------------
 
@@ -354,7 +355,6 @@ class LeaseCore:
         if item.outcome is Outcome.ACK:
             self._counters.acked += 1
             self._breakers.acked(lease)
-            self._resolved.ended(pending.job.job_id, now_ms(self._clock))
             status = None
             if self._config.status_records:  # the hot path: not even built when off
                 status = records.succeeded(pending, attempt=lease.attempt, worker=lease.worker,
@@ -363,6 +363,7 @@ class LeaseCore:
                 self._store_ended(batch, state, pending.offset)
                 actions.append(self._results.copy(lease, item, status))
             else:
+                self._resolved.ended(pending.job.job_id, now_ms(self._clock))
                 batch.acked(pending.tp.topic, pending.tp.partition, pending.offset, lease.token)
                 if status is not None:
                     self._copies.add_status(status)

@@ -204,3 +204,20 @@ def test_the_result_record_goes_to_its_job_s_results_partition() -> None:
     record = router.record(copy)
     assert record.topic == "jobs.q.results" and record.key == b"job-1"
     assert record.value == b"42" and record.partition == results_partition("job-1")
+
+
+def test_a_job_acked_with_a_result_counts_as_ended_here_once_the_result_is_durable(
+    tmp_path: Path,
+) -> None:
+    """A later copy of the job is skipped as already ended only once its value is kept:
+    were the result dropped (its partition moved), the job must run again."""
+    engine = _engine(tmp_path)
+    _ack(engine, b"1")
+    (copy,) = engine.take_copies()
+    again = Job(job_id="job-1", queue="q", tenant_id="t", type="thumb", payload=b"",
+                created_at_ms=0)  # fmt: skip
+    engine.offer(TP, 1, again, b"x")
+    assert engine.counters.resolved_again == 0
+    engine.copy_delivered(copy)
+    engine.offer(TP, 2, again, b"x")
+    assert engine.counters.resolved_again == 1
