@@ -133,7 +133,10 @@ class ResultReader:
             low, self._end = self._consumer.get_watermark_offsets(tp, timeout=10)
         except KafkaException as exc:
             self._consumer.close()
-            raise ResultReadError(f"reading {topic} failed: {exc.args[0]}") from None
+            raise ResultReadError(
+                f"cannot read {topic} ({exc.args[0]}): a queue created before job results "
+                "has none; `producer create-queue` adds it"
+            ) from None
         # No record at or after ``since_ms``: everything there is older; start at the end.
         self._start = self._end if start.offset < 0 else max(low, start.offset)
         self._consumer.assign([TopicPartition(topic, self._partition, self._start)])
@@ -255,7 +258,11 @@ def wait_for_result(
                     found = results.catch_up(deadline + 10.0, clock)
                     return decode_result(found) if found is not None else _ended(ended, queue)
     except (StatusError, KafkaException) as exc:
-        raise ResultReadError(f"reading the status of job {job_id} failed: {exc}") from None
+        raise ResultReadError(
+            f"cannot read the status or result of job {job_id} ({exc}): check that queue "
+            f"{queue} exists with all its topics (`producer create-queue --queue {queue} "
+            f"--partitions N` adds missing ones, {topics.results} among them)"
+        ) from None
     if known:
         raise ResultTimeout(f"job {job_id} of queue {queue} did not end within {timeout_s:g}s",
                             queue=queue, job_id=job_id)  # fmt: skip

@@ -164,3 +164,10 @@ def test_the_results_topic_keeps_results_as_long_as_status_records(
     ensure_queue_topics(kafka, queue, partitions=2, status_retention_ms=36 * HOUR_MS)
     assert topic_config(kafka, topics.results)["retention.ms"] == str(36 * HOUR_MS)
     assert topic_config(kafka, topics.status)["retention.ms"] == str(36 * HOUR_MS)
+
+
+def test_a_queue_without_its_topics_is_a_clear_error(kafka: KafkaSettings, unique: str) -> None:
+    with JobProducer(kafka) as jobs, pytest.raises(ResultError) as raised:
+        jobs.result(f"none{unique}", "abc", timeout=1)
+    assert not isinstance(raised.value, (JobUnknown, ResultTimeout))
+    assert f"producer create-queue --queue none{unique}" in str(raised.value)
