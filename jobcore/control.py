@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from json.encoder import encode_basestring_ascii as _text
 
+from jobcore.progress import JobProgress
+
 VERSION = 1
 
 
@@ -120,6 +122,9 @@ class JobStatus:
     older reader of the topic, while an extra field is ignored by them
     (``jobcore.job_state`` reads such a record back as skipped).
 
+    ``progress`` is how far the job had got when it ended, as its worker last said in
+    a heartbeat (None: it said nothing, or older records).
+
     ``record`` is where the job's last record was read from (``topic/partition/offset``,
     a lease id: the record a succeeded job ran from, a dead job's last one), so a
     reader can show the job itself; empty when unknown (other ends, older records).
@@ -129,7 +134,7 @@ class JobStatus:
     ``__init__``, run as Python."""
 
     __slots__ = ("at_ms", "attempt", "duplicate_of", "duration_s", "job_id", "last_error",
-                 "reason", "record", "state", "worker")  # fmt: skip
+                 "progress", "reason", "record", "state", "worker")  # fmt: skip
 
     def __init__(
         self,
@@ -144,6 +149,7 @@ class JobStatus:
         duration_s: float | None = None,
         duplicate_of: str = "",
         record: str = "",
+        progress: JobProgress | None = None,
     ) -> None:
         self.job_id = job_id
         self.state = state
@@ -155,10 +161,14 @@ class JobStatus:
         self.duration_s = duration_s
         self.duplicate_of = duplicate_of
         self.record = record
+        self.progress = progress
 
-    def _fields(self) -> tuple[str, JobEnd, int, int, str, str, str, float | None, str, str]:
+    def _fields(
+        self,
+    ) -> tuple[str, JobEnd, int, int, str, str, str, float | None, str, str, JobProgress | None]:
         return (self.job_id, self.state, self.at_ms, self.attempt, self.reason, self.worker,
-                self.last_error, self.duration_s, self.duplicate_of, self.record)  # fmt: skip
+                self.last_error, self.duration_s, self.duplicate_of, self.record,
+                self.progress)  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JobStatus) and self._fields() == other._fields()
@@ -170,7 +180,8 @@ class JobStatus:
         return (f"JobStatus(job_id={self.job_id!r}, state={self.state!r}, at_ms={self.at_ms}, "
                 f"attempt={self.attempt}, reason={self.reason!r}, worker={self.worker!r}, "
                 f"last_error={self.last_error!r}, duration_s={self.duration_s!r}, "
-                f"duplicate_of={self.duplicate_of!r}, record={self.record!r})")  # fmt: skip
+                f"duplicate_of={self.duplicate_of!r}, record={self.record!r}, "
+                f"progress={self.progress!r})")  # fmt: skip
 
     @property
     def key(self) -> bytes:
@@ -185,6 +196,8 @@ class JobStatus:
             extra += f',"duplicate_of":{_text(self.duplicate_of)}'
         if self.record:
             extra += f',"record":{_text(self.record)}'
+        if self.progress is not None:
+            extra += _progress(self.progress)
         return (
             f'{{"v":{VERSION},"job_id":{_text(self.job_id)},"state":"{self.state.value}",'
             f'"at":{int(self.at_ms)},"attempt":{int(self.attempt)},"reason":{_text(self.reason)},'
@@ -206,7 +219,18 @@ class JobStatus:
             duration_s=_seconds(record.get("duration_s")),
             duplicate_of=str(record.get("duplicate_of") or ""),
             record=str(record.get("record") or ""),
+            progress=JobProgress.from_fields(
+                record.get("progress"), record.get("progress_message")
+            ),
         )
+
+
+def _progress(progress: JobProgress) -> str:
+    """The record's progress keys (``jobcore.progress``'s JSON form)."""
+    text = f',"progress":{float(progress.fraction)!r}'
+    if progress.message:
+        text += f',"progress_message":{_text(progress.message)}'
+    return text
 
 
 def _seconds(value: object) -> float | None:

@@ -24,10 +24,13 @@ so that every reader shows it the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TypeVar
 
 from jobcore.control import CancelledHow, JobEnd, JobStatus
+from jobcore.progress import JobProgress
 
 __all__ = [
     "DASHBOARD_KNOWS",
@@ -37,6 +40,8 @@ __all__ = [
     "from_answer",
     "from_inspect",
     "from_status",
+    "progress_in",
+    "with_progress",
 ]
 
 
@@ -92,6 +97,10 @@ class JobReport:
     # Where the job's last record is (``topic/partition/offset``), when the source
     # knows: a reader can show the job itself from there.
     record: str | None = None
+    # How far a leased job has got, or a finished one had got, as its worker last
+    # said (``jobcore.progress``): a fraction from 0 to 1 and its message.
+    progress: float | None = None
+    progress_message: str | None = None
 
     def __post_init__(self) -> None:
         # Callers that pass the state's text get the state: one spelling of each.
@@ -100,6 +109,28 @@ class JobReport:
     @property
     def finished(self) -> bool:
         return self.state in ENDED
+
+    @property
+    def progress_text(self) -> str | None:
+        """The progress for people ("40% rendered 800 of 2,000 pages"), None without."""
+        value = JobProgress.from_fields(self.progress, self.progress_message)
+        return None if value is None else value.text()
+
+
+def with_progress(report: Report, value: JobProgress | None) -> Report:
+    """``report`` with a status record's or a lease's progress (unchanged for none)."""
+    if value is None:
+        return report
+    return replace(report, progress=value.fraction, progress_message=value.message or None)
+
+
+def progress_in(found: Mapping[str, object]) -> JobProgress | None:
+    """The progress of a JSON view (``/api/job``, ``inspect job --json``, a lease in a
+    leasekeeper's snapshot)."""
+    return JobProgress.from_fields(found.get("progress"), found.get("progress_message"))
+
+
+Report = TypeVar("Report", bound=JobReport)
 
 
 def state_of(status: JobStatus) -> JobState:
@@ -114,7 +145,7 @@ def state_of(status: JobStatus) -> JobState:
 
 def from_status(status: JobStatus, *, source: str, queue: str | None = None) -> JobReport:
     """A finished job, from its status record."""
-    return JobReport(
+    report = JobReport(
         state=state_of(status),
         job_id=status.job_id,
         source=source,
@@ -128,6 +159,7 @@ def from_status(status: JobStatus, *, source: str, queue: str | None = None) -> 
         duration_s=status.duration_s,
         record=status.record or None,
     )
+    return with_progress(report, status.progress)
 
 
 def from_answer(found: dict[str, object], *, source: str) -> JobReport:
@@ -144,7 +176,7 @@ def from_answer(found: dict[str, object], *, source: str) -> JobReport:
 
     shown, duration = str(found.get("state")), found.get("duration_s")
     known = shown in JobState._value2member_map_
-    return JobReport(
+    report = JobReport(
         state=JobState(shown) if known else JobState.NOT_FOUND,
         job_id=str(found.get("job_id", "")),
         source=source,
@@ -160,6 +192,7 @@ def from_answer(found: dict[str, object], *, source: str) -> JobReport:
         note=text("note") if known else f"the source answered {shown!r}",
         record=text("record"),
     )
+    return with_progress(report, progress_in(found))
 
 
 # ``inspect job`` states that are no job state: the leasekeeper does not know it.
@@ -183,7 +216,7 @@ def from_inspect(view: dict[str, object], *, source: str) -> JobReport:
     shown = str(view.get("state", "unknown"))
     state = JobState.NOT_FOUND if shown in _INSPECT_UNKNOWN else JobState(shown)
     duration = view.get("duration_s")
-    return JobReport(
+    report = JobReport(
         state=state,
         job_id=str(view.get("job_id", "")),
         source=source,
@@ -197,3 +230,4 @@ def from_inspect(view: dict[str, object], *, source: str) -> JobReport:
         duration_s=float(duration) if isinstance(duration, int | float) else None,
         note=text("problem"),
     )
+    return with_progress(report, progress_in(view))

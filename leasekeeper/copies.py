@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum, StrEnum
 
 from jobcore.control import DedupeClaim, JobStatus
+from jobcore.progress import JobProgress
 from leasekeeper.leases import TopicPart
 from leasekeeper.ordering import LaneEntry
 from schemas.job import AttemptError, Job
@@ -90,6 +91,8 @@ class CopyRequest:
     # RETRY, DEAD: the handler's run time in the attempt that failed, as its worker
     # reported it; a dead job's status record carries it once the letter is durable.
     run_s: float = 0.0
+    # RETRY, DEAD of a nacked attempt: its last progress, for a dead job's status record.
+    progress: JobProgress | None = None
     lane: LaneEntry | None = None  # LANE, RETURN, LANE_DROP
     # LANE of a dead head that blocks its line: the dead letter, sent once the lane
     # record is durable (its delivery resolves the offset).

@@ -121,8 +121,8 @@ class CopyQueue:
                 continue  # its partition moved: the next owner reads the job again
             assert request.again is not None
             copy = request.again()
-            if request.run_s:  # a nack's run time, kept for its status record
-                copy = replace(copy, run_s=request.run_s)
+            if request.run_s or request.progress:  # a nack's, kept for its status record
+                copy = replace(copy, run_s=request.run_s, progress=request.progress)
             if copy.kind is CopyKind.HELD:  # still down: it keeps its place and count
                 self._held = [copy, *held[index + 1 :], *self._held]
                 self._held_fails = min(self._held_fails + 1, 16)  # 2**16 s is past the cap

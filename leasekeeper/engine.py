@@ -33,10 +33,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from jobcore.control import JobStatus
+from jobcore.progress import JobProgress
 from jobcore.topics import DEFAULT_CLASS
 from leasekeeper import engine_view
 from leasekeeper.breaker import BreakerBoard, BreakerState, BreakerView, Transition
 from leasekeeper.breaker_gate import BreakerGate
+from leasekeeper.claimer import Claimer
 from leasekeeper.clocks import now_ms
 from leasekeeper.control_state import ControlState
 from leasekeeper.copies import CopyKind, CopyRequest
@@ -107,7 +109,7 @@ class LeaseEngine:
         self._lock = threading.RLock()
         self._closed = False
         self._holding = False  # leasing held back until a commit lands
-        self._claimers: list[_Claimer] = []  # waiting for work, longest first
+        self._claimers: list[Claimer] = []  # waiting for work, longest first
         self._claim_wakeups = 0
         reader = self._reader = JobReader(decode)
         self._resolved = ResolvedIds(max_ids=config.resolved_ids,
@@ -420,7 +422,7 @@ class LeaseEngine:
     def _wait(self, timeout: float, job_types: frozenset[str]) -> None:
         """Wait as a claimer, on a condition of its own over the engine's lock, so that
         arriving work can wake one claimer of its type (see ``_work_arrived``)."""
-        claimer = _Claimer(threading.Condition(self._lock), job_types)
+        claimer = Claimer(threading.Condition(self._lock), job_types)
         self._claimers.append(claimer)
         try:
             self._sleep(claimer.cond, timeout)
@@ -437,7 +439,7 @@ class LeaseEngine:
         type; while it has not taken the lock yet, it takes later arrivals of its
         types too, and wakes nobody else. One that leaves jobs behind wakes the
         next (``_wake_next``)."""
-        chosen: _Claimer | None = None
+        chosen: Claimer | None = None
         for claimer in self._claimers:
             if claimer.types and job_type not in claimer.types:
                 continue
@@ -460,7 +462,7 @@ class LeaseEngine:
             if not claimer.woken:
                 self._wake(claimer)
 
-    def _wake(self, claimer: _Claimer) -> None:
+    def _wake(self, claimer: Claimer) -> None:
         claimer.woken = True
         self._claim_wakeups += 1
         claimer.cond.notify()
@@ -503,11 +505,15 @@ class LeaseEngine:
         return behind
 
     def heartbeat(
-        self, leases: list[tuple[str, str]], started: frozenset[str] = frozenset()
+        self,
+        leases: list[tuple[str, str]],
+        started: frozenset[str] = frozenset(),
+        progress: Mapping[str, JobProgress] | None = None,
     ) -> list[LeaseAnswer]:
-        """Extend leases; ``started`` names those whose handler has started."""
+        """Extend leases; ``started`` names those whose handler has started, ``progress``
+        has the latest progress of some (by lease id), held with their lease."""
         with self._lock:
-            return self._core.heartbeat(leases, started)
+            return self._core.heartbeat(leases, started, progress)
 
     def settle(self, settlements: list[Settlement]) -> list[LeaseAnswer]:
         """Acks are persisted before the answer; nacks are resolved once copied durably."""
@@ -728,14 +734,3 @@ class LeaseEngine:
                                         control=self.control, store=self._store,
                                         now_ms=now_ms(self._clock),
                                         reader=self._reader)  # fmt: skip
-
-
-class _Claimer:
-    """A claim waiting for work: the types it runs (empty: any) and its condition."""
-
-    __slots__ = ("cond", "types", "woken")
-
-    def __init__(self, cond: threading.Condition, types: frozenset[str]) -> None:
-        self.cond = cond
-        self.types = types
-        self.woken = False

@@ -22,7 +22,7 @@ from leasekeeper.job_view import (
     note_view,
     unknown_view,
 )
-from leasekeeper.leases import Pending
+from leasekeeper.leases import Lease, Pending
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.snapshots import EngineSnapshot, LeaseView, PartitionView
@@ -115,6 +115,8 @@ def _jobs_in_hand(
                 "lease_id": lease.pending.lease_id,
                 "until_ms": lease.until_ms,
             }
+            if lease.progress is not None:
+                leased.update(lease.progress.fields())
             views[job.job_id] = (_with_job(base_view(job.job_id) | leased, job), lease.pending)
     for pending in window.ready():
         ready = {"state": InspectState.READY.value, "lease_id": pending.lease_id}
@@ -147,20 +149,25 @@ def _partition_view(state: PartitionState, now: float) -> PartitionView:
         unresolved=state.tracker.unresolved(),
         unresolved_count=state.tracker.unresolved_count(),
         uncommitted=state.tracker.resolutions - state.durable_resolutions,
-        leases=tuple(
-            LeaseView(
-                lease_id=lease.pending.lease_id,
-                job_id=lease.pending.job.job_id,
-                type=lease.pending.job.type,
-                tenant=lease.pending.job.tenant_id,
-                worker=lease.worker,
-                attempt=lease.attempt,
-                age_s=round(now - lease.started_at, 3),
-                expires_in_s=round(lease.deadline - now, 3),
-                started=lease.started,
-            )
-            for lease in state.leases.values()
-        ),
+        leases=tuple(_lease_view(lease, now) for lease in state.leases.values()),
+    )
+
+
+def _lease_view(lease: Lease, now: float) -> LeaseView:
+    """``now`` is monotonic seconds."""
+    progress = lease.progress
+    return LeaseView(
+        lease_id=lease.pending.lease_id,
+        job_id=lease.pending.job.job_id,
+        type=lease.pending.job.type,
+        tenant=lease.pending.job.tenant_id,
+        worker=lease.worker,
+        attempt=lease.attempt,
+        age_s=round(now - lease.started_at, 3),
+        expires_in_s=round(lease.deadline - now, 3),
+        started=lease.started,
+        progress=None if progress is None else progress.fraction,
+        progress_message=progress.message or None if progress is not None else None,
     )
 
 

@@ -101,4 +101,6 @@ def status_view(status: JobStatus) -> dict[str, object]:
         view["duration_s"] = status.duration_s
     if status.duplicate_of:
         view["duplicate_of"] = status.duplicate_of
+    if status.progress is not None:
+        view.update(status.progress.fields())
     return view

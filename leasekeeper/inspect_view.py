@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jobcore.config import AUTH_METADATA_KEY
+from jobcore.job_state import progress_in
 from jobcore.terminal_text import cell, escaped, printable
 from leasekeeper.limit_lines import limit_lines
 from leasekeeper.tier_rows import all_empty, tier_delay, tiers_line
@@ -349,7 +350,7 @@ def _leases_table(leases: list[dict[str, Any]]) -> Table:
 
 # States of ``inspect job`` that mean "not found here": the command exits 1.
 NOT_FOUND_STATES = frozenset({"unknown", "ambiguous"})
-_HIDDEN = frozenset({"job_id", "state", "member_knows", "problem"})
+_HIDDEN = frozenset({"job_id", "state", "member_knows", "problem", "progress_message"})
 
 
 def job_lines(view: dict[str, Any], now_ms: int) -> list[str]:
@@ -367,6 +368,8 @@ def job_lines(view: dict[str, Any], now_ms: int) -> list[str]:
             continue
         if key.endswith("_ms") and isinstance(value, int):
             lines.append(f"  {key[:-3]}: {when(value, now_ms) if value > 0 else 'none'}")
+        elif key == "progress" and (told := progress_in(view)) is not None:
+            lines.append(f"  progress: {printable(told.text())}")
         else:
             lines.append(f"  {key}: {printable(value)}")
     lines.extend(_job_hint(view))

@@ -10,8 +10,9 @@ from the engine so that it only decides when to write them.
 from __future__ import annotations
 
 from jobcore.control import CancelledHow, JobEnd, JobStatus
+from jobcore.progress import JobProgress
 from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.leases import Pending, TopicPart
+from leasekeeper.leases import Lease, Pending, TopicPart
 from leasekeeper.store import JobNote, NoteKind
 from schemas.job import Job
 from schemas.job_headers import JobHead
@@ -32,26 +33,28 @@ def ended(
     worker: str = "",
     run_s: float = 0.0,
     duplicate_of: str = "",
+    progress: JobProgress | None = None,
 ) -> CopyRequest:
     """The status record of a job in hand that ended ``end`` (run by ``worker``, its
     handler running ``run_s`` by the worker's own clock; 0: not reported), or was
-    skipped as a duplicate of ``duplicate_of``."""
+    skipped as a duplicate of ``duplicate_of``; ``progress`` the lease's last."""
     status = JobStatus(job_id=pending.job.job_id, state=end, at_ms=at_ms, attempt=attempt,
                        reason=how.value if how else "", worker=worker,
                        duration_s=_reported(run_s), duplicate_of=duplicate_of,
-                       record=pending.lease_id)  # fmt: skip
+                       record=pending.lease_id, progress=progress)  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=pending.tp, offset=pending.offset,
                        generation=pending.generation, status=status)  # fmt: skip
 
 
-def succeeded(
-    pending: Pending, *, attempt: int, at_ms: int, worker: str, run_s: float
-) -> JobStatus:
-    """The status record of a job acked by ``worker``: a bare value, since one is
-    made for every job (``ended`` wraps the rarer ends in a CopyRequest)."""
+def succeeded(lease: Lease, *, at_ms: int, run_s: float) -> JobStatus:
+    """The status record of a job acked by the lease's worker, with the last progress
+    it reported: a bare value, since one is made for every job (``ended`` wraps the
+    rarer ends in a CopyRequest)."""
+    pending = lease.pending
     return JobStatus(job_id=pending.job.job_id, state=JobEnd.SUCCEEDED, at_ms=at_ms,
-                     attempt=attempt, worker=worker,
-                     duration_s=run_s if run_s > 0 else None, record=pending.lease_id)  # fmt: skip
+                     attempt=lease.attempt, worker=lease.worker,
+                     duration_s=run_s if run_s > 0 else None, record=pending.lease_id,
+                     progress=lease.progress)  # fmt: skip
 
 
 def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequest:
@@ -61,7 +64,7 @@ def died(request: CopyRequest, job: Job, *, reason: str, at_ms: int) -> CopyRequ
     status = JobStatus(job_id=job.job_id, state=JobEnd.DEAD, at_ms=at_ms, attempt=job.attempt,
                        reason=reason, worker=last.worker if last else "",
                        last_error=error, duration_s=_reported(request.run_s),
-                       record=_record_of(request))  # fmt: skip
+                       record=_record_of(request), progress=request.progress)  # fmt: skip
     return CopyRequest(kind=CopyKind.STATUS, source=request.source, offset=request.offset,
                        generation=request.generation, status=status)  # fmt: skip
 

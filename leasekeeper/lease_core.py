@@ -14,10 +14,11 @@ decided, and the engine queues them.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from jobcore.control import CancelledHow, JobEnd
+from jobcore.progress import JobProgress
 from leasekeeper import job_records as records
 from leasekeeper.breaker_gate import BreakerGate
 from leasekeeper.clocks import now_ms
@@ -254,10 +255,13 @@ class LeaseCore:
     # -- heartbeats -------------------------------------------------------------
 
     def heartbeat(
-        self, leases: list[tuple[str, str]], started: frozenset[str] = frozenset()
+        self,
+        leases: list[tuple[str, str]],
+        started: frozenset[str] = frozenset(),
+        progress: Mapping[str, JobProgress] | None = None,
     ) -> list[LeaseAnswer]:
-        """Extend each lease whose token is current; those in ``started`` (lease ids)
-        have started running, so their attempt is spent from now on."""
+        """Extend each lease whose token is current; those in ``started`` (lease ids) have
+        started, their attempt spent from now on; a lease holds its latest ``progress``."""
         answers = []
         now = now_ms(self._clock)
         batch = self._store.batch()
@@ -272,6 +276,8 @@ class LeaseCore:
                 continue
             if not lease.started and lease_id in started:
                 mark_started(lease, now, self._monotonic())
+            if progress and lease_id in progress:
+                lease.progress = progress[lease_id]
             lease.until_ms = now + int(lease.lease_s * 1000)
             lease.deadline = self._monotonic() + lease.lease_s
             self._store_lease(batch, state, lease)
@@ -289,7 +295,7 @@ class LeaseCore:
         at = now_ms(self._clock)
         batch.note(records.skip_note(lease.pending, NoteKind.CANCELLED_RUNNING, seen_ms=at))
         ended = records.ended(lease.pending, JobEnd.CANCELLED, attempt=lease.attempt, at_ms=at,
-                              how=CancelledHow.RUNNING)  # fmt: skip
+                              how=CancelledHow.RUNNING, progress=lease.progress)  # fmt: skip
         self._copies.add([ended])
         state.tracker.resolve(offset)
         self._counters.cancelled += 1
@@ -357,8 +363,7 @@ class LeaseCore:
             self._breakers.acked(lease)
             status = None
             if self._config.status_records:  # the hot path: not even built when off
-                status = records.succeeded(pending, attempt=lease.attempt, worker=lease.worker,
-                                           at_ms=now_ms(self._clock), run_s=item.run_s)  # fmt: skip
+                status = records.succeeded(lease, at_ms=now_ms(self._clock), run_s=item.run_s)
             if item.result:  # resolved (and its status sent) once its record is durable
                 self._store_ended(batch, state, pending.offset)
                 actions.append(self._results.copy(lease, item, status))
@@ -400,7 +405,7 @@ class LeaseCore:
             lease, error, permanent=item.permanent, retry_after_s=item.retry_after_s
         )
         # Kept for the status record if this attempt turns out to be the last.
-        return replace(request, run_s=item.run_s)
+        return replace(request, run_s=item.run_s, progress=lease.progress)
 
     # -- the reaper ---------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from typing import NamedTuple
 
+from jobcore.progress import JobProgress
 from leasekeeper.store import LeaseRecord
 from schemas.job_headers import JobHead
 from schemas.vocabulary import Outcome
@@ -84,6 +85,7 @@ class Lease:
         "deadline",
         "lease_s",
         "pending",
+        "progress",
         "started",
         "started_at",
         "started_ms",
@@ -107,6 +109,10 @@ class Lease:
     # handler started, ``started_at`` is the claim and no timeout_s runs (see
     # ``started_only``).
     started: bool
+    # How far the job has got, as its worker last said in a heartbeat (None: it said
+    # nothing). Held with the lease, so it goes when the lease goes; an ack or a
+    # nack that ends the job puts the last one in its status record.
+    progress: JobProgress | None
 
     def __init__(
         self,
@@ -132,6 +138,7 @@ class Lease:
         self.started_at = started_at
         self.deadline = deadline
         self.started = started
+        self.progress = None
 
     def __repr__(self) -> str:
         return f"Lease({self.pending.lease_id}, worker={self.worker!r}, attempt={self.attempt})"

@@ -31,7 +31,7 @@ from leasekeeper.listen import (
     socket_path,
 )
 from leasekeeper.recent_settles import RecentSettles
-from leasekeeper.wire import claimed_jobs, results, results_size, settlements
+from leasekeeper.wire import claimed_jobs, results, results_size, settlements, told_progress
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -103,6 +103,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         answers = self._engine.heartbeat(
             [(r.lease_id, r.lease_token) for r in request.leases],
             frozenset(r.lease_id for r in request.leases if r.started),
+            told_progress(request.leases),
         )
         return pb.HeartbeatResponse(results=results(answers))
 

@@ -22,7 +22,7 @@ from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.switch_hold import RECHECK_MS, SwitchHolds
-from leasekeeper.tier_gate import TierGate, wall_ms
+from leasekeeper.tier_gate import TierGate
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
@@ -83,7 +83,7 @@ class SlowPath:
         if switch is None or self._switches.passed(switch):
             return True
         offset: int = message.offset()  # type: ignore[assignment]
-        self._hold(tp, offset, wall_ms() + RECHECK_MS)
+        self._hold(tp, offset, self._gate.now_ms() + RECHECK_MS)
         return False
 
     def _read(self, tp: TopicPart, offset: int, message: Message) -> JobHead | None:
@@ -116,7 +116,7 @@ class SlowPath:
         down): the record is fine, so hold its partition and fetch it again later,
         rather than dead-letter a good job; other partitions go on."""
         log.warning("%s/%d@%d waits for its schema: %s", tp.topic, tp.partition, offset, reason)
-        self._hold(tp, offset, wall_ms() + SCHEMA_RETRY_MS)
+        self._hold(tp, offset, self._gate.now_ms() + SCHEMA_RETRY_MS)
 
     def _from_tier(
         self, tier: str, tp: TopicPart, offset: int, job: JobHead, message: Message
@@ -125,7 +125,7 @@ class SlowPath:
         in the engine's timer (the record stays unresolved in Kafka meanwhile); hold the
         partition (seek back, pause) until the head's tier wait is over; or hop to the
         tier that fits the wait that is left."""
-        now = wall_ms()
+        now = self._gate.now_ms()
         value = message.value()
         assert value is not None
         if job.run_at_ms - now < self._gate.tiers.seconds[0] * 1000:

@@ -37,6 +37,17 @@ class LeaseView:
     expires_in_s: float
     # False while the job waits in its worker's prefetch (its handler not started).
     started: bool = True
+    # How far the job has got, as its worker last said (``jobcore.progress``); None
+    # when it said nothing, and then left out of the dict.
+    progress: float | None = None
+    progress_message: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        view = asdict(self)
+        for key in ("progress", "progress_message"):
+            if view[key] is None:
+                del view[key]
+        return view
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +65,7 @@ class PartitionView:
 
     def to_dict(self) -> dict[str, object]:
         view = asdict(self)
-        view["leases"] = [asdict(lease) for lease in self.leases]
+        view["leases"] = [lease.to_dict() for lease in self.leases]
         return view
 
 

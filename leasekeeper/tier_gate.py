@@ -67,6 +67,10 @@ class TierGate:
         """The held partitions, live (the fetch's fast path tests membership)."""
         return self._held
 
+    def now_ms(self) -> int:
+        """The gate's clock (epoch ms): every due time of a delay tier is read on it."""
+        return self._clock_ms()
+
     def release_due(self) -> None:
         """Forget the holds whose time came: those partitions may be fetched again."""
         now = self._clock_ms()

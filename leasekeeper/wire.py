@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+from jobcore.progress import JobProgress
 from leasekeeper.leases import Grant, LeaseAnswer, Outcome, Pending, Settlement
 from schemas import worker_pb2 as pb
 
@@ -140,3 +141,17 @@ def settlements(
             )
         )
     return found
+
+
+def told_progress(leases: Iterable[pb.LeaseRef]) -> dict[str, JobProgress]:
+    """The progress a heartbeat carries, by lease id (none from a worker that reports
+    none, or from one older than the field). A value out of range is dropped and a
+    long message cut (``JobProgress.from_fields``): the worker checks them, this
+    guards the leasekeeper's memory against one that does not."""
+    told: dict[str, JobProgress] = {}
+    for ref in leases:
+        if ref.HasField("progress"):
+            value = JobProgress.from_fields(ref.progress.fraction, ref.progress.message)
+            if value is not None:
+                told[ref.lease_id] = value
+    return told

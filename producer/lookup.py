@@ -66,6 +66,7 @@ class JobLookup(JobReport):
                 ("due", None if self.until_ms is None else describe_time(self.until_ms)),
                 ("duplicate of", self.duplicate_of),
                 ("ran", None if self.duration_s is None else f"{self.duration_s:.3f} s"),
+                ("progress", self.progress_text),
                 ("reason", self.reason),
                 ("last error", self.last_error),
                 ("result", self.result),

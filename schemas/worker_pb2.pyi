@@ -226,26 +226,61 @@ class LeaseRef(_message.Message):
     LEASE_ID_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     STARTED_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.str
     lease_token: _builtins.str
     started: _builtins.bool
     """In a heartbeat: the job's handler has started (it is no longer waiting in the
     worker's prefetch), so a crash from here on spends its attempt.
     """
+    @_builtins.property
+    def progress(self) -> Global___Progress:
+        """In a heartbeat: how far the job has got, as its handler last said (the latest
+        value only; unset when it said nothing). A worker from before this field sends
+        none; a leasekeeper from before it ignores it.
+        """
+
     def __init__(
         self,
         *,
         lease_id: _builtins.str = ...,
         lease_token: _builtins.str = ...,
         started: _builtins.bool = ...,
+        progress: Global___Progress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "lease_token", b"lease_token", "started", b"started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "lease_token", b"lease_token", "progress", b"progress", "started", b"started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LeaseRef: _TypeAlias = LeaseRef  # noqa: Y015
+
+@_typing.final
+class Progress(_message.Message):
+    """A running job's progress (ctx.progress in a handler)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FRACTION_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    fraction: _builtins.float
+    """from 0 to 1"""
+    message: _builtins.str
+    """at most 200 characters; may be empty"""
+    def __init__(
+        self,
+        *,
+        fraction: _builtins.float = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fraction", b"fraction", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Progress: _TypeAlias = Progress  # noqa: Y015
 
 @_typing.final
 class HeartbeatRequest(_message.Message):

@@ -18,20 +18,21 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Final, TypeVar
 
 import grpc
 
 from jobcore.config import AUTH_METADATA_KEY, RPC_MESSAGE_BYTES
+from jobcore.progress import JobProgress
 from jobcore.socket_owner import socket_absent, target_problem
 from schemas import worker_pb2
 from schemas.worker_pb2_grpc import LeaseKeeperStub
 from workers.channel_errors import LeaseKeeperRejected, LeaseKeeperUnavailable, UntrustedSocket
 from workers.messages import Lease, LeaseRef, LeaseResult, Settlement
 from workers.reconnect import ReconnectBackoff
-from workers.wire import lease, result, settle_id, settlement
+from workers.wire import beat, lease, result, settle_id, settlement
 
 __all__ = [
     "LeaseKeeperClient",
@@ -149,18 +150,18 @@ class LeaseKeeperClient:
         return [lease(job) for job in response.jobs]
 
     def heartbeat(
-        self, refs: Sequence[LeaseRef], started: Collection[str] = ()
+        self,
+        refs: Sequence[LeaseRef],
+        started: Collection[str] = (),
+        progress: Mapping[str, JobProgress] | None = None,
     ) -> list[LeaseResult]:
         """Extend many leases in one call; each result says whether its token was current.
-        ``started`` names the leases (by id) whose handler has started."""
+        ``started`` names the leases (by id) whose handler has started; ``progress``
+        has the latest progress of those (by id) whose handler reported one."""
+        told = progress or {}
         request = worker_pb2.HeartbeatRequest(
             worker_id=self.worker_id,
-            leases=[
-                worker_pb2.LeaseRef(
-                    lease_id=r.lease_id, lease_token=r.token, started=r.lease_id in started
-                )
-                for r in refs
-            ],
+            leases=[beat(r, r.lease_id in started, told.get(r.lease_id)) for r in refs],
         )
         response = self._call(
             "Heartbeat",

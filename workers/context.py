@@ -5,15 +5,28 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
+
+from jobcore.progress import JobProgress, checked
 
 
-class _LeaseLoss:
-    """Records once, thread-safely, why the job stopped being ours.
+class _Signals:
+    """What the runtime and a running handler tell each other about one job: why the
+    job stopped being ours (recorded once, thread-safely), and the handler's latest
+    progress, which the lease monitor sends with its next heartbeat.
 
     The ``Event`` is made only when a handler asks for it: most handlers never
     do, and an ``Event`` (a ``Condition`` and its locks) per job is a measurable
     part of a no-op job's cost. ``reason`` alone says whether the lease is lost.
+    Likewise ``progress`` stays the class's None until a handler reports one.
     """
+
+    progress: JobProgress | None = None
+    # Counts the reports of every job in the process (``progress_reports``): a lease
+    # monitor walks its jobs for values to send only when it changed since its last
+    # walk, so a worker whose handlers never report never does. An increment lost to
+    # a race still changes the count.
+    reports: ClassVar[int] = 0
 
     def __init__(self) -> None:
         self.reason: str | None = None
@@ -70,23 +83,44 @@ class JobContext:
     max_attempts: int = 0
     # W3C trace context of the code that enqueued the job (``traceparent``), if any.
     trace: Mapping[str, str] = field(default_factory=dict)
-    _loss: _LeaseLoss = field(default_factory=_LeaseLoss, repr=False, compare=False)
+    _signals: _Signals = field(default_factory=_Signals, repr=False, compare=False)
 
     @property
     def lease_lost(self) -> threading.Event:
         """Set once the lease is gone; a handler may ``wait()`` on it or poll it."""
-        return self._loss.event
+        return self._signals.event
 
     @property
     def lease_lost_reason(self) -> str | None:
         """Why the lease was lost ("stale token", "timed out after 30s", ...), else None."""
-        return self._loss.reason
+        return self._signals.reason
 
     @property
     def is_cancelled(self) -> bool:
         """True when the handler should stop: its result will not be acked."""
-        return self._loss.lost
+        return self._signals.lost
 
     def mark_lease_lost(self, reason: str) -> bool:
         """Runtime use: record the loss; False when it was already recorded."""
-        return self._loss.mark(reason)
+        return self._signals.mark(reason)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """Say how far the job has got: ``fraction`` from 0 to 1 (0.4 for 40%) and an
+        optional status line of at most ``jobcore.progress.MESSAGE_MAX`` characters.
+        Cheap enough for a tight loop: only the latest value is kept, and it goes to
+        the leasekeeper with one of the worker's heartbeats, within about two seconds,
+        so a call never waits for the network. A ValueError for a fraction outside 0..1
+        or NaN, or a longer message; a TypeError for a value that is no number."""
+        self._signals.progress = checked(fraction, message)
+        _Signals.reports += 1
+
+    @property
+    def last_progress(self) -> JobProgress | None:
+        """The latest progress the handler reported, None before the first."""
+        return self._signals.progress
+
+
+def progress_reports() -> int:
+    """How many progress reports the handlers of this process have made: a lease
+    monitor looks for values to send when it changed."""
+    return _Signals.reports

@@ -16,7 +16,7 @@ from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
 from workers.app import App, Handler
-from workers.context import JobContext, _LeaseLoss
+from workers.context import JobContext, _Signals
 from workers.errors import PAYLOAD_DECODE_ERROR, UNKNOWN_JOB_TYPE, Failure, format_traceback
 from workers.messages import Lease
 
@@ -210,6 +210,6 @@ def _new_context(
         "job_id": job_id, "attempt": attempt, "tenant_id": tenant_id, "queue": queue,
         "type": type, "created_at_ms": created_at_ms, "lease_id": lease_id,
         "max_attempts": max_attempts, "trace": {} if trace is None else trace,
-        "_loss": _LeaseLoss(),
+        "_signals": _Signals(),
     })  # fmt: skip
     return ctx

@@ -8,17 +8,23 @@ import inspect
 import logging
 import threading
 from collections.abc import Coroutine
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from jobcore.results import ResultNotSerialisable, ResultTooLarge, encode_result
 from workers.app import Handler
 from workers.context import JobContext
 from workers.errors import Failure, Permanent, classify
-from workers.inflight import Held
 
 log = logging.getLogger(__name__)
 # A job's outcome is logged under the runtime's name, where it was before.
 outcomes = logging.getLogger("workers.runtime")
+
+
+class ResultSlot(Protocol):
+    """Where a handler's encoded return value waits for its ack: the worker's ``Held``
+    (or a test harness's own); left empty when the handler returned None."""
+
+    result: bytes
 
 
 class HandlerReturnedAwaitable(TypeError):
@@ -26,7 +32,7 @@ class HandlerReturnedAwaitable(TypeError):
 
 
 def call_sync(
-    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: Held, limit: int
+    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: ResultSlot, limit: int
 ) -> Failure | None:
     """Run a ``def`` handler; None on success, else the classified failure. Its return
     value, encoded, is kept on ``held`` for the ack (at most ``limit`` bytes).
@@ -52,7 +58,7 @@ def call_sync(
 
 
 async def call_async(
-    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: Held, limit: int
+    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: ResultSlot, limit: int
 ) -> Failure | None:
     """Await an ``async def`` handler; None on success, else the classified failure.
     Its return value, encoded, is kept on ``held`` for the ack, as ``call_sync`` does.

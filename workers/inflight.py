@@ -256,6 +256,11 @@ class InFlight:
                 return beating
             return []
 
+    def beating(self) -> list[Held]:
+        """Every job whose lease is still worth extending (what a heartbeat may name)."""
+        with self._cond:
+            return [h for h in self._held.values() if h.beating]
+
     def waiting_or_running(self) -> int:
         """Jobs that have a handler or wait for one (``concurrency`` minus this is the
         number of handlers a claim would find idle)."""

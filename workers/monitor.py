@@ -11,6 +11,10 @@ is reported in a heartbeat of its own (batched with the others due): the
 leasekeeper gives back the attempt of a job whose lease expires before it
 started (see ``leasekeeper.started_only``). Jobs that finish sooner are
 settled, not reported, so short jobs cost no extra call.
+
+Heartbeats also carry each job's latest progress (``ctx.progress``), and a value
+the leasekeeper has not had goes in a heartbeat of its own at most once a second
+(see ``workers.progress_reports``).
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
+from jobcore.progress import JobProgress
 from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
 from workers.inflight import Held, InFlight, Phase
 from workers.messages import LeaseRef, LeaseResult
+from workers.progress_reports import PROGRESS_INTERVAL_S, ProgressReports
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,11 @@ class HeartbeatClient(Protocol):
     """The one call the monitor needs (``LeaseKeeperClient`` has it)."""
 
     def heartbeat(
-        self, refs: Sequence[LeaseRef], /, started: Collection[str] = ()
+        self,
+        refs: Sequence[LeaseRef],
+        /,
+        started: Collection[str] = (),
+        progress: Mapping[str, JobProgress] | None = None,
     ) -> list[LeaseResult]: ...
 
 
@@ -56,8 +66,10 @@ class LeaseMonitor:
         idle_s: float = 1.0,
         heartbeats: bool = True,
         start_report_s: float | None = None,
+        progress_interval_s: float = PROGRESS_INTERVAL_S,
     ) -> None:
         self._heartbeats = heartbeats
+        self._progress = ProgressReports(interval_s=progress_interval_s)
         self._start_report_s = start_report_s
         self._table = table
         self._client = client
@@ -88,6 +100,8 @@ class LeaseMonitor:
         beats = self._table.beats_due(now)
         if not beats and self._start_report_s is not None:
             beats = self._table.starts_due(now, self._start_report_s)
+        if not beats:
+            beats = self._progress.due(self._table.beating, now)
         if beats:
             self._beat(beats)
 
@@ -104,10 +118,13 @@ class LeaseMonitor:
 
     def _beat(self, beats: list[Held]) -> None:
         started = self._started(beats)
+        refs, started_ids = [held.ref for held in beats], {h.ref.lease_id for h in started}
+        progress = self._progress.take(beats, self._clock())
         try:
-            results = self._client.heartbeat(
-                [held.ref for held in beats], started={h.ref.lease_id for h in started}
-            )
+            if progress:
+                results = self._client.heartbeat(refs, started=started_ids, progress=progress)
+            else:  # no progress to send: the call as it was before progress existed
+                results = self._client.heartbeat(refs, started=started_ids)
         except (LeaseKeeperUnavailable, LeaseKeeperRejected) as exc:
             log.warning("heartbeat for %d lease(s) failed; retrying: %s", len(beats), exc)
             self._table.reschedule(beats, now=self._clock(), retry_s=self._retry_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from typing import Final
 
+from jobcore.progress import JobProgress
 from schemas import worker_pb2
 from workers.messages import Lease, LeaseRef, LeaseResult, Outcome, Settlement
 
@@ -39,6 +40,18 @@ def lease(job: worker_pb2.ClaimedJob) -> Lease:
                  timeout_s=job.timeout_s, created_at_ms=job.created_at_ms,
                  trace=dict(job.trace) if job.trace else {},
                  run_first=job.run_first)  # fmt: skip
+
+
+def beat(ref: LeaseRef, started: bool, progress: JobProgress | None) -> worker_pb2.LeaseRef:
+    """One lease of a heartbeat: whether its handler started, and its latest progress."""
+    if progress is None:
+        return worker_pb2.LeaseRef(lease_id=ref.lease_id, lease_token=ref.token, started=started)
+    return worker_pb2.LeaseRef(
+        lease_id=ref.lease_id,
+        lease_token=ref.token,
+        started=started,
+        progress=worker_pb2.Progress(fraction=progress.fraction, message=progress.message),
+    )
 
 
 def result(result: worker_pb2.LeaseResult) -> LeaseResult:

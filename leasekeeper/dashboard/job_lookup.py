@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from jobcore.job_state import DASHBOARD_KNOWS, JobReport, JobState, from_status
+from jobcore.job_state import (
+    DASHBOARD_KNOWS,
+    JobReport,
+    JobState,
+    from_status,
+    progress_in,
+    with_progress,
+)
 from jobcore.status import switched_off_note
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetState
@@ -41,7 +48,7 @@ def lookup(
         for p in record["snapshot"].get("partitions", []):
             for lease in p.get("leases", []):
                 if lease.get("job_id") == job_id:
-                    return JobWhere(
+                    found = JobWhere(
                         job_id=job_id,
                         state=JobState.LEASED,
                         source="live snapshots",
@@ -51,6 +58,7 @@ def lookup(
                         leasekeeper=str(record.get("instance")),
                         lease_id=lease.get("lease_id"),
                     )
+                    return with_progress(found, progress_in(lease))
     notes = []
     for queue in queues:
         status, switched_off = actions.finished(queue, job_id)
@@ -89,8 +97,10 @@ def job_page(base: str, job_id: str, found: JobWhere | None, *, can_act: bool = 
     if found is None:
         return form
     shown = {k: v for k, v in found.to_dict().items() if v is not None}
-    hidden = ("at_ms", "until_ms", "duration_s", "note")
+    hidden = ("at_ms", "until_ms", "duration_s", "note", "progress", "progress_message")
     rows = [(k, v) for k, v in shown.items() if k not in hidden]
+    if found.progress_text is not None:
+        rows.append(("progress", found.progress_text))
     if found.until_ms is not None:
         rows.append(("due", format_ms(found.until_ms)))
     if found.duration_s is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from jobcore.progress import JobProgress
 from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
@@ -221,6 +222,12 @@ def _blocked_keys(records: list[Snapshot], now_ms: int) -> str:
     return "<h2>Blocked ordering keys</h2>" + table(headers, rows, numeric=(6,))
 
 
+def _progress_cell(lease: Snapshot) -> str:
+    """A lease's progress as its worker last said ("40% rendered ..."), or nothing."""
+    value = JobProgress.from_fields(lease.get("progress"), lease.get("progress_message"))
+    return "" if value is None else value.text()
+
+
 def leasekeepers_page(fleet: FleetState, now_ms: int) -> str:
     records = fleet.current(now_ms)
     rows = []
@@ -258,6 +265,7 @@ def leasekeepers_page(fleet: FleetState, now_ms: int) -> str:
             x.get("worker"),
             x.get("attempt"),
             f"{float(x.get('age_s', 0)):.1f} s",
+            _progress_cell(x),
             instance,
         )
         for instance, x in sorted(_leases(records), key=lambda item: -float(item[1]["age_s"]))
@@ -267,7 +275,7 @@ def leasekeepers_page(fleet: FleetState, now_ms: int) -> str:
         table(headers, rows, numeric=(3, 4, 5))
         + "<h2>Leases in flight</h2>"
         + table(
-            ("job", "type", "tenant", "worker", "attempt", "age", "leasekeeper"),
+            ("job", "type", "tenant", "worker", "attempt", "age", "progress", "leasekeeper"),
             lease_rows,
             numeric=(4, 5),
         ),

@@ -106,10 +106,12 @@ class CronLoop:
             return
         self._fire_due(term)
 
+    def next_due(self) -> datetime | None:
+        """The next fire time while leader; None when not leader or nothing is due."""
+        return None if self._table is None else self._table.next_due()
+
     def _wait_s(self) -> float:
-        if self._table is None:
-            return MAX_WAIT_S
-        due = self._table.next_due()
+        due = self.next_due()
         if due is None:
             return MAX_WAIT_S
         return min(MAX_WAIT_S, max(0.0, due.timestamp() - self._clock()))

@@ -27,7 +27,7 @@ from producer.scheduler.state import KafkaStateLog, ensure_scheduler_topics
 from producer.scheduler.table import Fire
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "check_payload", "enqueue_fire"]
 
 
 class Scheduler:
@@ -104,7 +104,7 @@ class Scheduler:
             loop = CronLoop(
                 leader=leadership,
                 state=state,
-                sink=lambda fire: _enqueue(producer, fire),
+                sink=lambda fire: enqueue_fire(producer, fire),
                 grace=timedelta(seconds=self._options.misfire_grace_s),
                 clock=self._clock,
                 on_fire=self._on_fire,
@@ -125,7 +125,9 @@ class Scheduler:
             self._loop = None
 
 
-def _enqueue(producer: JobProducer, fire: Fire) -> str:
+def enqueue_fire(producer: JobProducer, fire: Fire) -> str:
+    """The job of one fire, with its dedupe key; shared with the testing package, whose
+    cron fires enqueue exactly what a scheduler would."""
     entry = fire.entry
     request = JobRequest(
         queue=entry.queue,

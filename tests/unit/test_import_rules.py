@@ -11,6 +11,8 @@
 - No runtime package imports ``memkafka`` (the in-memory Kafka for tests), even
   inside a function; ``memkafka`` imports no Kafka client: it takes the value types
   (``KafkaError``, ``TopicPartition``) from ``jobcore.kafka``.
+- Nothing of the runtime nor ``memkafka`` imports ``jobtesting`` (the testing package
+  for users' tests), even inside a function; ``jobtesting`` may import them all.
 """
 
 from __future__ import annotations
@@ -105,6 +107,21 @@ def test_the_memory_cluster_stays_out_of_the_runtime() -> None:
     wrong = [str(i) for i in imports_in("memkafka") if any(_from(i, o) for o in others)]
     assert wrong == []
     assert any(_from(i, "jobcore.kafka") for i in imports_in("memkafka"))
+
+
+def test_the_testing_package_stays_out_of_the_runtime() -> None:
+    """It runs the leasekeeper and the worker in one process, which no runtime package
+    may do: it sits above them all."""
+    uses = [
+        str(i)
+        for package in (*RUNTIME, "memkafka")
+        for i in imports_in(package)
+        if _from(i, "jobtesting")
+    ]
+    assert uses == []
+    assert {"leasekeeper", "workers", "producer", "memkafka"} <= {
+        i.module.split(".")[0] for i in imports_in("jobtesting")
+    }
 
 
 def test_only_the_adapters_import_confluent_kafka() -> None:
