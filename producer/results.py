@@ -59,6 +59,8 @@ __all__ = [
 
 # How long one turn of the wait listens to each source before the other.
 _TURN_S = 0.1
+# The least time given to reading what the topics already hold, however short the wait.
+LOOK_S = 10.0
 # Job ids a producer remembers having enqueued: its ``result`` waits for one of them
 # as for a job known to exist (a timeout, never "unknown").
 RECENT_IDS = 100_000
@@ -243,8 +245,10 @@ def wait_for_result(
             StatusReader(settings, topics.status) as status,
             ResultReader(settings, topics.results, job_id, since_ms) as results,
         ):
-            ended = status.latest(job_id, timeout_s=max(1.0, deadline - clock()))
-            found = results.scan(deadline, clock)
+            # What is there already is read whatever the wait (``--wait 0s`` only looks).
+            look = max(deadline, clock() + LOOK_S)
+            ended = status.latest(job_id, timeout_s=look - clock())
+            found = results.scan(look, clock)
             if found is not None:
                 return decode_result(found)
             if ended is not None:
@@ -255,7 +259,7 @@ def wait_for_result(
                     return decode_result(found)
                 ended = status.wait_for(job_id, _TURN_S)
                 if ended is not None:
-                    found = results.catch_up(deadline + 10.0, clock)
+                    found = results.catch_up(clock() + LOOK_S, clock)
                     return decode_result(found) if found is not None else _ended(ended, queue)
     except (StatusError, KafkaException) as exc:
         raise ResultReadError(

@@ -76,7 +76,7 @@ def test_the_value_of_a_job_that_ended_before_the_call_and_of_one_ending_during_
         value = other.result(system.queue, early, timeout=5)
         assert isinstance(value, dict) and value["n"] == 1 and value["attempt"] == 1
         assert asyncio.run(other.result_async(system.queue, early, timeout=5)) == value
-    code, out, _ = cli(system, "result", "--queue", system.queue, early, "--wait", "5s")
+    code, out, _ = cli(system, "result", "--queue", system.queue, early, "--wait", "0s")
     assert code == 0 and json.loads(out) == value
     code, out, _ = cli(system, "status", "--queue", system.queue, early)
     assert code == 0 and f"result {json.dumps(value, separators=(',', ':'))}" in out, out
