@@ -67,10 +67,22 @@ promtool:
 
 ## Run every test suite (unit, integration, acceptance) against a real Kafka
 ## the suite starts itself, or KAFKA_BOOTSTRAP when set.
+# The tests that promise "no Kafka, no Java, no network" (the testing package and the
+# framework examples) run first where none of them exist (devtools/offline_tests.py),
+# then the rest of the suite without them. PYTEST_ARGS runs what it names, plainly.
+OFFLINE_TESTS := tests/testing $(wildcard examples/*/tests)
+
 test: $(COMPILED)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PY) -m devtools.offline_tests $(OFFLINE_TESTS)
+	$(PY) -m devtools.localkafka fetch
+	$(PY) -m devtools.localregistry fetch
+	$(PY) -m pytest $(addprefix --ignore=,$(OFFLINE_TESTS))
+else
 	$(PY) -m devtools.localkafka fetch
 	$(PY) -m devtools.localregistry fetch
 	$(PY) -m pytest $(PYTEST_ARGS)
+endif
 
 test-unit: $(COMPILED)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

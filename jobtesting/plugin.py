@@ -1,4 +1,5 @@
-"""The pytest plugin: ``fake_clock``, ``job_queue`` and ``job_producer`` fixtures.
+"""The pytest plugin: ``fake_clock``, ``job_queue`` and ``job_producer`` fixtures, and
+the ``jobs_eager(app)`` marker with its ``eager_jobs`` fixture.
 
 Registered through the ``pytest11`` entry point, so every pytest session of a project
 that installs this package loads it: it imports nothing of the queue until a test
@@ -14,6 +15,7 @@ import pytest
 
 if TYPE_CHECKING:
     from jobtesting.clock import FakeClock
+    from jobtesting.eager_mode import Eager
     from jobtesting.queue import MemoryQueue
     from producer.api import JobProducer
 
@@ -43,6 +45,54 @@ def job_producer(job_queue: MemoryQueue) -> JobProducer:
 
 
 # -- eager mode ---------------------------------------------------------------------
-# The eager marker (jobs run inline at enqueue, ``jobtesting/eager.py``) is registered
-# and handled here: its ``pytest_configure`` (``config.addinivalue_line("markers",
-# ...)``, so that ``--strict-markers`` accepts it) and its fixture go below this line.
+
+EAGER_MARKER = "jobs_eager"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{EAGER_MARKER}(app, **options): every JobProducer the test builds without a "
+        "transport of its own runs its jobs inline through app (jobtesting.eager)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _jobs_eager_marker(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For a test marked ``jobs_eager(app)``: eager mode installed for every producer
+    made during the test, even deep inside the code under test; gone after it.
+    Unmarked tests pay a marker look-up and import nothing."""
+    marker = request.node.get_closest_marker(EAGER_MARKER)
+    if marker is None:
+        yield
+        return
+    if len(marker.args) != 1:
+        raise pytest.UsageError(
+            f"@pytest.mark.{EAGER_MARKER} takes the worker App as its one argument, "
+            f"got {len(marker.args)} positional arguments"
+        )
+    from jobtesting.eager_mode import eager
+    from producer.transport import install_transport
+
+    with eager(marker.args[0], **marker.kwargs) as jobs:
+        previous = install_transport(jobs.transport)
+        request.node.stash[_EAGER] = jobs
+        try:
+            yield
+        finally:
+            install_transport(previous)
+
+
+@pytest.fixture
+def eager_jobs(request: pytest.FixtureRequest, _jobs_eager_marker: None) -> Eager:
+    """The eager mode of a test marked ``jobs_eager(app)``: what ran, for assertions
+    (``eager_jobs.ran(type=...)``), and its ``producer``."""
+    jobs: Eager | None = request.node.stash.get(_EAGER, None)
+    if jobs is None:
+        raise pytest.UsageError(
+            f"eager_jobs needs the test marked @pytest.mark.{EAGER_MARKER}(app)"
+        )
+    return jobs
+
+
+_EAGER = pytest.StashKey["Eager"]()

@@ -28,7 +28,7 @@ from workers.app import App
 from workers.context import JobContext
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
 from workers.errors import JOB_TIMEOUT, Failure
-from workers.execution import call_async, call_sync
+from workers.execution import Returned, call_async, call_sync
 from workers.messages import Lease, Settlement
 from workers.middleware import MiddlewareChain
 from workers.tracing import default_middleware
@@ -81,7 +81,7 @@ class MemoryWorker:
             if prepared.timeout_s is not None
             else None
         )
-        slot = _Returned()
+        slot = Returned()
         try:
             failure = self._call(prepared, timeout, slot)
         finally:
@@ -104,7 +104,7 @@ class MemoryWorker:
         return Ran(ctx=ctx, settlement=settlement,
                    attempt=_attempt(lease.attempt, failure))  # fmt: skip
 
-    def _call(self, job: Runnable, timeout: _Timeout, slot: _Returned) -> Failure | None:
+    def _call(self, job: Runnable, timeout: _Timeout, slot: Returned) -> Failure | None:
         limit = self.max_result_bytes
         if not job.handler.is_async:
             return self._middleware.run_sync(
@@ -121,15 +121,6 @@ class MemoryWorker:
                 return None
 
         return _run_coroutine(main())
-
-
-class _Returned:
-    """The handler's encoded return value, for its ack (empty: it returned None)."""
-
-    __slots__ = ("result",)
-
-    def __init__(self) -> None:
-        self.result = b""
 
 
 class _Timeout:

@@ -3,15 +3,9 @@ that a command can tell a setup mistake (exit 2) from Kafka failing (exit 1 or 3
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
 
-from jobcore.kafka import KafkaError, Message
-
-__all__ = ["CancelError", "EnqueueError", "MissingTopic", "delivery_reporter"]
-
-_T = TypeVar("_T")
+__all__ = ["CancelError", "EnqueueError", "MissingTopic"]
 
 
 class EnqueueError(Exception):
@@ -42,22 +36,3 @@ class MissingTopic(EnqueueError):
 class CancelError(Exception):
     """The cancellation was not recorded (no control topic, or Kafka refused it): the
     job may still run, so the caller must know rather than assume it was stopped."""
-
-
-def delivery_reporter(
-    future: Future[_T], job_id: str, result: Callable[[Message], _T]
-) -> Callable[[KafkaError | None, Message], None]:
-    """A delivery callback that settles ``future``: ``result(message)``, or an
-    EnqueueError naming ``job_id``."""
-
-    def report(error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            future.set_result(result(message))
-        else:
-            future.set_exception(
-                EnqueueError(
-                    f"job {job_id} was not delivered: {error}", failures={job_id: str(error)}
-                )
-            )
-
-    return report

@@ -27,6 +27,16 @@ class ResultSlot(Protocol):
     result: bytes
 
 
+class Returned:
+    """A ``ResultSlot`` of its own, for a caller that runs a handler without a ``Held``
+    (the test harnesses)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self) -> None:
+        self.result = b""
+
+
 class HandlerReturnedAwaitable(TypeError):
     """A plain ``def`` handler returned an awaitable; it would never run."""
 

@@ -22,7 +22,6 @@ ALLOWED = {
     "leasekeeper/engine.py": 736,
     "jobcore/kafka.py": 689,
     "leasekeeper/cli.py": 693,
-    "producer/api.py": 574,
     "leasekeeper/ordering.py": 527,
     "leasekeeper/breaker.py": 512,
     "workers/runtime.py": 480,

@@ -1,0 +1,1 @@
+"""The shop: orders whose receipts are sent by a job."""
