@@ -1,7 +1,7 @@
 """Create a queue's topics: ``jobs.Q`` for ready jobs (and one per priority class),
 ``jobs.Q.overflow`` for a flooding tenant's excess, ``jobs.Q.retry.<tier>`` (and
 ``jobs.Q.<class>.retry.<tier>``) for jobs waiting out a delay, and ``jobs.Q.dlq``
-for dead letters.
+for dead letters, ``jobs.Q.results`` for handlers' return values.
 
 All get the same partition count so a tenant's retries and dead letters sit in the
 partition matching its jobs. Creating an existing queue again is a no-op, but a queue that
@@ -20,6 +20,7 @@ from datetime import timedelta
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
 from jobcore.kafka import KafkaSettings, TopicSpec, create_topics, make_admin, set_topic_config
 from jobcore.priority import PriorityClasses
+from jobcore.results import RESULTS_PARTITIONS
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics, leasekeepers_topic, outbox_relays_topic
 
 __all__ = [
@@ -158,11 +159,21 @@ def ensure_queue_topics(
             },
         ),
     ]
-    create_topics(settings, internal)
-    if status_retention_ms is not None:  # the topic may have existed before
-        set_topic_config(settings, topics.status, {"retention.ms": str(status_retention_ms)})
+    # Handlers' return values, kept as long as how each job ended (not compacted: a job
+    # run twice may leave two, and a reader takes the first). Its partition count is the
+    # hash's (``jobcore.results``), whatever the queue's.
+    results = TopicSpec(
+        name=topics.results,
+        partitions=RESULTS_PARTITIONS,
+        replication=replication,
+        config={"retention.ms": str(status_retention_ms or STATUS_RETENTION_MS)},
+    )
+    create_topics(settings, [*internal, results])
+    if status_retention_ms is not None:  # the topics may have existed before
+        for name in (topics.status, topics.results):
+            set_topic_config(settings, name, {"retention.ms": str(status_retention_ms)})
     create_topics(settings, specs)
-    _check_partitions(settings, specs)
+    _check_partitions(settings, [*specs, results])
     return [spec.name for spec in specs]
 
 

@@ -20,6 +20,7 @@ RESERVED_SUFFIXES = frozenset(
         "dedupe",
         "breakers",
         "ordering",
+        "results",
     }
 )
 
@@ -123,6 +124,12 @@ class QueueTopics:
     def status(self) -> str:
         """How each job ended (compacted, keyed by job id): read by ``producer cancel``."""
         return f"{self.prefix}.{self.queue}.status"
+
+    @property
+    def results(self) -> str:
+        """Handlers' return values (keyed by job id, partition by ``jobcore.results``'s
+        hash of it, kept as long as status records): read by ``JobProducer.result``."""
+        return f"{self.prefix}.{self.queue}.results"
 
     @property
     def consumer_group(self) -> str:

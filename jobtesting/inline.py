@@ -23,16 +23,20 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from jobcore.results import DEFAULT_RESULT_BYTES
 from workers.app import App
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, prepare
 from workers.errors import JOB_TIMEOUT, Failure
-from workers.execution import call_async, call_sync
+from workers.execution import Returned, call_async, call_sync
 from workers.messages import Lease, LeaseRef
 from workers.middleware import MiddlewareChain
 
 __all__ = ["Attempt", "PrivateLoop", "lease_for", "run_attempt"]
 
 _T = TypeVar("_T")
+# A handler's return value is checked as a worker checks it (JSON, the default cap) and
+# dropped: eager mode has no results topic to write it to.
+RESULT_LIMIT = DEFAULT_RESULT_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +186,8 @@ def _run_sync(chain: MiddlewareChain, job: Runnable) -> Failure | None:
         timer.daemon = True
         timer.start()
     try:
-        failure = chain.run_sync(job.ctx, partial(call_sync, job.handler, job.ctx, job.payload))
+        call = partial(call_sync, job.handler, job.ctx, job.payload, Returned(), RESULT_LIMIT)
+        failure = chain.run_sync(job.ctx, call)
     finally:
         if timer is not None:
             timer.cancel()
@@ -192,9 +197,8 @@ def _run_sync(chain: MiddlewareChain, job: Runnable) -> Failure | None:
 async def _run_async(chain: MiddlewareChain, job: Runnable) -> Failure | None:
     """An async handler past its time limit is cancelled, as a worker cancels it, and
     awaited until it has unwound, so nothing of it runs after the enqueue returned."""
-    task = asyncio.ensure_future(
-        chain.run_async(job.ctx, partial(call_async, job.handler, job.ctx, job.payload))
-    )
+    call = partial(call_async, job.handler, job.ctx, job.payload, Returned(), RESULT_LIMIT)
+    task = asyncio.ensure_future(chain.run_async(job.ctx, call))
     done, _ = await asyncio.wait({task}, timeout=job.timeout_s)
     if done:
         return task.result()

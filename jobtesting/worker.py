@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from jobcore.results import DEFAULT_RESULT_BYTES
 from jobtesting.clock import FakeClock
 from jobtesting.report import Attempt
 from workers.app import App
 from workers.context import JobContext
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
 from workers.errors import JOB_TIMEOUT, Failure
-from workers.execution import call_async, call_sync
+from workers.execution import Returned, call_async, call_sync
 from workers.messages import Lease, Settlement
 from workers.middleware import MiddlewareChain
 from workers.tracing import default_middleware
@@ -56,6 +57,8 @@ class MemoryWorker:
             (*default_middleware(), *app.middleware), clock=clock.monotonic
         )
         self.types = job_types(app, decoder)
+        # The worker's default cap on a return value (``workers run --max-result-bytes``).
+        self.max_result_bytes = DEFAULT_RESULT_BYTES
 
     def start(self) -> None:
         self._middleware.worker_start(self.app)
@@ -78,8 +81,9 @@ class MemoryWorker:
             if prepared.timeout_s is not None
             else None
         )
+        slot = Returned()
         try:
-            failure = self._call(prepared, timeout)
+            failure = self._call(prepared, timeout, slot)
         finally:
             if cancel is not None:
                 cancel()
@@ -93,19 +97,20 @@ class MemoryWorker:
             return Ran(ctx=ctx, settlement=Settlement.nack(lease.ref, failure),
                        attempt=attempt)  # fmt: skip
         settlement = (
-            Settlement.ack(lease.ref, run_s)
+            Settlement.ack(lease.ref, run_s, slot.result)
             if failure is None
             else Settlement.nack(lease.ref, failure, run_s)
         )
         return Ran(ctx=ctx, settlement=settlement,
                    attempt=_attempt(lease.attempt, failure))  # fmt: skip
 
-    def _call(self, job: Runnable, timeout: _Timeout) -> Failure | None:
+    def _call(self, job: Runnable, timeout: _Timeout, slot: Returned) -> Failure | None:
+        limit = self.max_result_bytes
         if not job.handler.is_async:
             return self._middleware.run_sync(
-                job.ctx, partial(call_sync, job.handler, job.ctx, job.payload)
+                job.ctx, partial(call_sync, job.handler, job.ctx, job.payload, slot, limit)
             )
-        call = partial(call_async, job.handler, job.ctx, job.payload)
+        call = partial(call_async, job.handler, job.ctx, job.payload, slot, limit)
 
         async def main() -> Failure | None:
             task = asyncio.ensure_future(self._middleware.run_async(job.ctx, call))

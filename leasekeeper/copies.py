@@ -40,6 +40,9 @@ class CopyKind(StrEnum):
     DEAD_RAW = "dead_raw"  # an undecodable record to the DLQ, byte for byte
     DEDUPE_CLAIM = "dedupe_claim"  # a dedupe key's first job, before the job runs
     STATUS = "status"  # how a job ended, to jobs.Q.status; resolves nothing
+    # An acked job's return value, to jobs.Q.results (leasekeeper/results.py): its
+    # delivery resolves the offset as acked and sends the job's status record.
+    RESULT = "result"
     OVERFLOW = "overflow"  # a flooding tenant's job, to jobs.Q.overflow (overflow_lane)
     # Per-key ordering (leasekeeper/ordering.py): an ordered job to the ordering lane
     # (held, retrying, or dead and blocking), back into its class topic, and its lane
@@ -75,8 +78,8 @@ class CopyRequest:
     delay_s: float = 0.0  # RETRY, PARK
     reason: DeadLetterReason | None = None  # DEAD, DEAD_RAW
     detail: str = ""  # DEAD, DEAD_RAW; PARK: why
-    raw_key: bytes | None = None  # DEAD_RAW
-    raw_value: bytes | None = None  # DEAD_RAW; OVERFLOW: the envelope, when unchanged
+    raw_key: bytes | None = None  # DEAD_RAW; RESULT: the job id
+    raw_value: bytes | None = None  # DEAD_RAW; OVERFLOW: the envelope, when unchanged; RESULT
     # OVERFLOW of a record read from its headers, unchanged: its head, and ``job`` is
     # None. Moving a flood aside must not decode every job of it (the copy's pace is
     # how soon the tenants behind the flood are reached): the fetched bytes and
@@ -84,7 +87,7 @@ class CopyRequest:
     head: JobHead | None = None
     claim: DedupeClaim | None = None  # DEDUPE_CLAIM
     lease_id: str = ""  # DEDUPE_CLAIM: the job waiting for the claim
-    status: JobStatus | None = None  # STATUS
+    status: JobStatus | None = None  # STATUS; RESULT: sent once the result is durable
     # RETRY, DEAD: the handler's run time in the attempt that failed, as its worker
     # reported it; a dead job's status record carries it once the letter is durable.
     run_s: float = 0.0

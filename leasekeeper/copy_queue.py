@@ -26,6 +26,7 @@ from jobcore.control import JobStatus
 from leasekeeper import job_records as records
 from leasekeeper.copies import CopyKind, CopyRequest
 from leasekeeper.partition_book import PartitionBook
+from leasekeeper.resolved_ids import ResolvedIds
 from leasekeeper.store import Resolution
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
@@ -46,6 +47,7 @@ _RESOLUTIONS = {
     CopyKind.DEAD: Resolution.DEAD,
     CopyKind.DEAD_RAW: Resolution.DEAD,
     CopyKind.OVERFLOW: Resolution.OVERFLOWED,
+    CopyKind.RESULT: Resolution.ACKED,
 }
 
 
@@ -73,6 +75,10 @@ class CopyQueue:
         # Off (``--no-status``): status records are dropped here, the one door every
         # one passes, so no path of the engine can write one.
         self._status_records = status_records
+        # Ids of jobs acked here (``resolved_ids``): a job acked with a result joins them
+        # once its result is durable, never before (its copy may yet be dropped).
+        self._resolved: ResolvedIds | None = None
+        self._now_ms: Callable[[], int] = lambda: 0
 
     def add(self, requests: list[CopyRequest]) -> None:
         if self._route is not None and requests:
@@ -147,10 +153,21 @@ class CopyQueue:
         taken, self._statuses = self._statuses, []
         return taken
 
-    def done(self, request: CopyRequest) -> None:
-        """Delivered or dropped: no longer in flight for its partition."""
+    def remember_results(self, resolved: ResolvedIds, now_ms: Callable[[], int]) -> None:
+        """Where a job acked with a result is remembered as ended, once it is durable."""
+        self._resolved, self._now_ms = resolved, now_ms
+
+    def done(self, request: CopyRequest, *, delivered: bool = False) -> None:
+        """Delivered or dropped: no longer in flight for its partition. A delivered
+        result sends its job's status record now, so the status never says "succeeded"
+        before the value can be read."""
         if _counted(request):
             self._book.count_copy(request, -1)
+        if delivered and request.kind is CopyKind.RESULT:
+            if request.status is not None:
+                self.add_status(request.status)
+            if self._resolved is not None and request.raw_key is not None:
+                self._resolved.ended(request.raw_key.decode(), self._now_ms())
 
 
 def _counted(request: CopyRequest) -> bool:

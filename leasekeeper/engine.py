@@ -650,7 +650,7 @@ class LeaseEngine:
         if request.kind is CopyKind.STATUS:
             return
         with self._lock:
-            self._copies.done(request)
+            self._copies.done(request, delivered=True)
             if request.kind is CopyKind.OVERFLOW:
                 self._overflow.delivered(request, -1 if dead else at)
             if self._ordering.delivered(request, dead=dead):

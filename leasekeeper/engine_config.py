@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
+from jobcore.results import MAX_RESULT_BYTES
 from leasekeeper.breaker import BreakerSettings
 from leasekeeper.control_state import ControlState
 from leasekeeper.job_reader import JobReader
@@ -71,6 +72,10 @@ class EngineConfig:
     # copy of one of them is skipped (see leasekeeper/resolved_ids).
     resolved_ids: int = DEFAULT_MAX_IDS
     resolved_window_s: float = DEFAULT_WINDOW_S
+    # The largest result an ack may carry: the ceiling any worker may be configured up
+    # to (each worker enforces its own ``--max-result-bytes``). A larger one, from a
+    # worker that skipped its check, fails its job permanently (leasekeeper/results).
+    max_result_bytes: int = MAX_RESULT_BYTES
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)

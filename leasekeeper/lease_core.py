@@ -43,6 +43,7 @@ from leasekeeper.limit_dispatch import LimitDispatch
 from leasekeeper.ordering_gate import OrderingGate
 from leasekeeper.partition_book import PartitionBook, PartitionState
 from leasekeeper.recent import RECENT_LIMIT
+from leasekeeper.results import ResultPath
 from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.settle_in import SettleIn
 from leasekeeper.started_only import StartedOnly
@@ -91,6 +92,9 @@ class LeaseCore:
         self.settle_in = SettleIn(until=ctx.monotonic() + ctx.config.settle_in_max_s)
         self._started_only = StartedOnly()
         self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._results = ResultPath(limit=ctx.config.max_result_bytes, queue=ctx.config.queue,
+                                   status_records=ctx.config.status_records)  # fmt: skip
+        copies.remember_results(ctx.resolved, lambda: now_ms(ctx.clock))
 
     # -- claiming -------------------------------------------------------------
 
@@ -112,8 +116,9 @@ class LeaseCore:
         grants: list[Grant] = []
         actions: list[CopyRequest] = []
         batch = self._store.batch()
-        running = self._running_by_tenant()
-        skip = {t for t, n in running.items() if self._at_cap(t, n)}
+        tenants = self._config.tenants  # running jobs counted only when a cap is set
+        running: Counter[str] = self._book.running_by_tenant() if tenants.capped else Counter()
+        skip = {t for t, n in running.items() if tenants.at_cap(t, n)}
         accept = self._limits.accept(accept)  # jobs over a rate limit wait
         room = max_bytes
         while len(grants) < max_jobs:
@@ -132,24 +137,10 @@ class LeaseCore:
                 self._limits.granted(pending)
                 tenant = pending.job.tenant_id
                 running[tenant] += 1
-                if self._at_cap(tenant, running[tenant]):
+                if tenants.at_cap(tenant, running[tenant]):
                     skip.add(tenant)
         self._store.write(batch)
         return grants, actions
-
-    def _at_cap(self, tenant: str, running: int) -> bool:
-        cap = self._config.tenants.cap(tenant)
-        return cap is not None and running >= cap
-
-    def _running_by_tenant(self) -> Counter[str]:
-        """Jobs in flight per tenant over every worker of this leasekeeper, counted only
-        when a cap is configured (leases in flight are bounded by worker concurrency)."""
-        running: Counter[str] = Counter()
-        if self._config.tenants.default_cap is None and not self._config.tenants.caps:
-            return running
-        for state in self._book.parts.values():
-            running.update(lease.pending.job.tenant_id for lease in state.leases.values())
-        return running
 
     def _lease(
         self,
@@ -365,16 +356,23 @@ class LeaseCore:
         actions: list[CopyRequest],
     ) -> None:
         pending = lease.pending
+        if item.result:  # over this leasekeeper's cap: a permanent nack saying so
+            item = self._results.checked(item, pending.job.type)
         if item.outcome is Outcome.ACK:
             self._counters.acked += 1
             self._breakers.acked(lease)
-            batch.acked(pending.tp.topic, pending.tp.partition, pending.offset, lease.token)
-            self._resolved.ended(pending.job.job_id, now_ms(self._clock))
+            status = None
             if self._config.status_records:  # the hot path: not even built when off
-                self._copies.add_status(
-                    records.succeeded(lease, at_ms=now_ms(self._clock), run_s=item.run_s)
-                )
-            state.tracker.resolve(pending.offset)
+                status = records.succeeded(lease, at_ms=now_ms(self._clock), run_s=item.run_s)
+            if item.result:  # resolved (and its status sent) once its record is durable
+                self._store_ended(batch, state, pending.offset)
+                actions.append(self._results.copy(lease, item, status))
+            else:
+                self._resolved.ended(pending.job.job_id, now_ms(self._clock))
+                batch.acked(pending.tp.topic, pending.tp.partition, pending.offset, lease.token)
+                if status is not None:
+                    self._copies.add_status(status)
+                state.tracker.resolve(pending.offset)
             self._ordering.finished(pending)
         elif item.outcome is Outcome.RELEASE:
             # Not run: the attempt is given back and the job goes to the front.

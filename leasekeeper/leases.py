@@ -187,7 +187,7 @@ class Settlement:
     """One ack, nack or release as a worker sent it. Slotted, not a dataclass: one is
     made per settled job."""
 
-    __slots__ = ("error_class", "lease_id", "message", "outcome", "permanent",
+    __slots__ = ("error_class", "lease_id", "message", "outcome", "permanent", "result",
                  "retry_after_s", "run_s", "token", "traceback")  # fmt: skip
 
     lease_id: str
@@ -201,6 +201,8 @@ class Settlement:
     # The handler's own run time (not claim-to-settle, which prefetch inflates): the
     # cost weighted fair queuing charges the job's tenant. 0 when not reported.
     run_s: float
+    # An ack's encoded return value (``jobcore.results``); empty when it returned None.
+    result: bytes
 
     def __init__(
         self,
@@ -214,6 +216,7 @@ class Settlement:
         retry_after_s: float = 0.0,
         permanent: bool = False,
         run_s: float = 0.0,
+        result: bytes = b"",
     ) -> None:
         self.lease_id = lease_id
         self.token = token
@@ -224,6 +227,7 @@ class Settlement:
         self.retry_after_s = retry_after_s
         self.permanent = permanent
         self.run_s = run_s
+        self.result = result
 
     def __repr__(self) -> str:
         return f"Settlement({self.lease_id}, {self.outcome.value})"

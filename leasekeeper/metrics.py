@@ -38,6 +38,10 @@ OUTBOX_COUNTERS = {
         "job status records dropped (not authorised, unknown status topic, or the topic down "
         "while the records waiting for it reached their cap)"
     ),
+    "results_dropped": (
+        "job results Kafka refused (not authorised, unknown results topic): dropped, the "
+        "job resolved as acked"
+    ),
 }
 
 

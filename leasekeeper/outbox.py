@@ -14,6 +14,8 @@ failed later:
   stays in its line in the leasekeeper instead (see docs/ordering.md);
 - a rebuild that needs a schema the registry cannot give now (``SchemaUnavailable``):
   backed off like a transient failure, never dead-lettered raw for it;
+- a result refused (not authorised, unknown topic, too large): dropped with a warning,
+  the job resolved as acked (``leasekeeper/results.py``);
 - blocked (not authorised, unknown topic, fatal): never resolved. The partition
   stops (its commit cannot pass the offset and the loop pauses its fetching),
   one ERROR log and the ``blocked`` view raise the alert, and the copy is retried
@@ -126,10 +128,12 @@ class Outbox:
             "shrunk": 0,
             "blocked_events": 0,
             "status_dropped": 0,
+            "results_dropped": 0,
             "schema_waits": 0,
             "lane_waits": 0,
         }
         self._status_warned_at = float("-inf")
+        self._result_warned_at = float("-inf")
         self._schema_warned_at = float("-inf")
         self._view_lock = threading.Lock()
         self._view = OutboxView()
@@ -194,7 +198,7 @@ class Outbox:
                 on_delivery=lambda failure, text: self._delivered(entry, failure, text),
                 partition=record.partition,
                 # The overflow lane needs to know where its copies landed (overflow_lane).
-                on_offset=_landed(entry) if record.partition is not None else None,
+                on_offset=_landed(entry) if request.kind is CopyKind.OVERFLOW else None,
             )
         except ProduceError as exc:
             self._failed(entry, exc.failure, str(exc), now=now)
@@ -232,6 +236,9 @@ class Outbox:
         topic = entry.topic
         if entry.request.kind is CopyKind.STATUS and failure is not ProduceFailure.TRANSIENT:
             self._drop_status(f"{failure.value}: {topic}: {text}")
+            return
+        if entry.request.kind is CopyKind.RESULT and failure is not ProduceFailure.TRANSIENT:
+            self._drop_result(entry, f"{failure.value}: {topic}: {text}")
             return
         if failure is ProduceFailure.TOO_LARGE and entry.request.kind is CopyKind.LANE:
             # Nothing was written: reported as "dead" so that the ordering gate keeps
@@ -298,6 +305,18 @@ class Outbox:
                 reason,
             )
 
+    def _drop_result(self, entry: _Entry, reason: str) -> None:
+        """A result Kafka refuses is dropped and its job resolved as acked: like a status
+        record, it must never stall the partition. Warned at most once a minute."""
+        self._counters["results_dropped"] += 1
+        self._engine.copy_delivered(entry.request)
+        now = self._clock()
+        if now - self._result_warned_at >= 60:
+            self._result_warned_at = now
+            log.warning("job results are being dropped (%d so far; %s): callers waiting for "
+                        "them time out; check that the results topic exists and is writable",
+                        self._counters["results_dropped"], reason)  # fmt: skip
+
     def _block(self, entry: _Entry, reason: str, now: float) -> None:
         self._back_off(entry, now)
         if entry.blocked:
@@ -352,7 +371,13 @@ def _landed(entry: _Entry) -> Callable[[int], None]:
 def _can_shrink(entry: _Entry) -> bool:
     return (
         entry.request.kind
-        not in (CopyKind.DEDUPE_CLAIM, CopyKind.STATUS, CopyKind.RETURN, CopyKind.LANE_DROP)
+        not in (
+            CopyKind.DEDUPE_CLAIM,
+            CopyKind.STATUS,
+            CopyKind.RETURN,
+            CopyKind.LANE_DROP,
+            CopyKind.RESULT,
+        )
         and entry.shrink < Shrink.NO_PAYLOAD
     )
 

@@ -13,6 +13,7 @@ again. The engine's lock guards the book.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -185,6 +186,14 @@ class PartitionBook:
                 self.with_copies.add(state.tp)
             else:
                 self.with_copies.discard(state.tp)
+
+    def running_by_tenant(self) -> Counter[str]:
+        """Jobs leased per tenant over every worker of this leasekeeper (leases in flight
+        are bounded by worker concurrency, so this stays cheap)."""
+        running: Counter[str] = Counter()
+        for state in self.parts.values():
+            running.update(lease.pending.job.tenant_id for lease in state.leases.values())
+        return running
 
     def in_flight(self, tps: set[TopicPart] | None) -> int:
         return sum(

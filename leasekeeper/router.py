@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from jobcore.control import JobStatus
 from jobcore.delay_tiers import DelayTiers
+from jobcore.results import RESULT_HEADERS, results_partition
 from jobcore.topics import DEFAULT_CLASS, QueueTopics
 from leasekeeper.copies import (
     SHORT_HISTORY,
@@ -89,16 +90,25 @@ class KafkaRouter:
         return CopyRequest(kind=CopyKind.STATUS, source=source, offset=0, generation=0,
                            status=status)  # fmt: skip
 
-    def record(self, request: CopyRequest, shrink: Shrink = Shrink.FULL) -> OutRecord:
-        kind = request.kind
-        if kind is CopyKind.DEDUPE_CLAIM:
+    def _keyed(self, request: CopyRequest) -> OutRecord:
+        """A record of the queue's own keyed topics: a dedupe claim, a status, a result."""
+        if request.kind is CopyKind.DEDUPE_CLAIM:
             assert request.claim is not None
             claim = request.claim
             return OutRecord(topic=self._topics.dedupe, key=claim.key, value=claim.encode())
-        if kind is CopyKind.STATUS:
-            assert request.status is not None
-            status = request.status
-            return OutRecord(topic=self._topics.status, key=status.key, value=status.encode())
+        if request.kind is CopyKind.RESULT:
+            assert request.raw_key is not None
+            return OutRecord(topic=self._topics.results, key=request.raw_key,
+                             value=request.raw_value, headers=RESULT_HEADERS,
+                             partition=results_partition(request.raw_key.decode()))  # fmt: skip
+        assert request.status is not None
+        status = request.status
+        return OutRecord(topic=self._topics.status, key=status.key, value=status.encode())
+
+    def record(self, request: CopyRequest, shrink: Shrink = Shrink.FULL) -> OutRecord:
+        kind = request.kind
+        if kind in (CopyKind.DEDUPE_CLAIM, CopyKind.STATUS, CopyKind.RESULT):
+            return self._keyed(request)
         if kind is CopyKind.DEAD_RAW:
             return self._dead_raw(request, shrink)
         if kind in (CopyKind.LANE, CopyKind.RETURN, CopyKind.LANE_DROP):

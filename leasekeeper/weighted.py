@@ -52,6 +52,16 @@ class TenantPolicy:
     def cap(self, tenant: str) -> int | None:
         return self.caps.get(tenant, self.default_cap)
 
+    def at_cap(self, tenant: str, running: int) -> bool:
+        """Whether ``tenant`` runs as many jobs as its cap allows (never, uncapped)."""
+        cap = self.caps.get(tenant, self.default_cap)
+        return cap is not None and running >= cap
+
+    @property
+    def capped(self) -> bool:
+        """Whether any tenant has a cap (otherwise running jobs are not even counted)."""
+        return self.default_cap is not None or bool(self.caps)
+
 
 class _Tenants(Generic[T]):
     """One class's ready jobs per tenant, FIFO within a tenant, and a heap of the

@@ -137,6 +137,7 @@ def settlements(
                 retry_after_s=retry_after,
                 permanent=s.permanent,
                 run_s=run_s if math.isfinite(run_s) and run_s > 0 else 0.0,
+                result=s.result,
             )
         )
     return found

@@ -4,6 +4,7 @@ from jobcore.topic_admin import ensure_queue_topics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.flood import FloodPolicy
 from producer.request import MAX_DELAY, JobRequest
+from producer.results import JobCancelled, JobDied, JobUnknown, ResultError, ResultTimeout
 from schemas.codec import PayloadError
 
 __all__ = [
@@ -11,8 +12,13 @@ __all__ = [
     "CancelError",
     "EnqueueError",
     "FloodPolicy",
+    "JobCancelled",
+    "JobDied",
     "JobProducer",
     "JobRequest",
+    "JobUnknown",
     "PayloadError",
+    "ResultError",
+    "ResultTimeout",
     "ensure_queue_topics",
 ]

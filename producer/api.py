@@ -12,6 +12,7 @@ not run.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -32,7 +33,8 @@ from producer.errors import CancelError, EnqueueError, MissingTopic
 from producer.flood import FloodPolicy
 from producer.lookup import JobLookup
 from producer.ordering_keys import KeyClasses
-from producer.request import JobRequest, build_job
+from producer.request import JobRequest, as_request, build_job
+from producer.results import RecentIds, wait_for_result
 from producer.status import CancelAnswer
 from producer.transport import Delivered, KafkaTransport, Transport, installed_transport
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
@@ -94,6 +96,7 @@ class JobProducer:
         self._prefix = prefix
         self._classes = classes if classes is not None else PriorityClasses.from_env()
         self._key_classes = KeyClasses()
+        self._enqueued = RecentIds()
         self._clock = clock
         self._closed = False
         self._kafka: KafkaTransport | None = None
@@ -296,6 +299,28 @@ class JobProducer:
             queue, job_id, dashboard=dashboard, token=token, enqueued_at_ms=enqueued_at_ms
         )
 
+    def result(self, queue: str, job_id: str, *, timeout: float = 30.0,
+               window_s: float | None = None, enqueued: bool | None = None) -> object:  # fmt: skip
+        """The value job ``job_id`` of ``queue`` returned (None when it returned none),
+        waiting up to ``timeout`` s for it to end; found as well when it ended before the
+        call, within ``window_s`` (default: the results topic's retention). Raises
+        ``JobDied``, ``JobCancelled``, ``ResultTimeout`` or ``JobUnknown`` (all
+        ``ResultError``); a job this producer enqueued, or ``enqueued=True``, is never
+        unknown. See ``producer/results.py``."""
+        kafka = self._kafka_path("result")
+        known = job_id in self._enqueued if enqueued is None else enqueued
+        topics = QueueTopics(queue=queue, prefix=self._prefix)
+        return wait_for_result(kafka.settings, topics, job_id, timeout_s=timeout, known=known,
+                               window_s=window_s)  # fmt: skip
+
+    async def result_async(self, queue: str, job_id: str, *, timeout: float = 30.0,
+                           window_s: float | None = None,
+                           enqueued: bool | None = None) -> object:  # fmt: skip
+        """:meth:`result` without blocking the event loop (it waits on a worker thread)."""
+        call = functools.partial(self.result, queue, job_id, timeout=timeout,
+                                 window_s=window_s, enqueued=enqueued)  # fmt: skip
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
     def flush(self, timeout: float = 30) -> None:
         """Wait until every job produced so far was acknowledged or failed.
 
@@ -345,6 +370,7 @@ class JobProducer:
             raise RuntimeError("this JobProducer is closed")
         job = build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
         self._key_classes.check(job)
+        self._enqueued.add(job.job_id)  # ``result`` waits for it as for a known job
         return job
 
     def _destination(self, job: Job) -> str:
@@ -364,20 +390,3 @@ class JobProducer:
                 f"{type(self._transport).__name__}"
             )
         return self._kafka
-
-
-def as_request(
-    queue: str | JobRequest,
-    job_type: str | None,
-    payload: Mapping[str, object] | None,
-    options: Mapping[str, Any],
-) -> JobRequest:
-    """The one place the job options become a :class:`JobRequest`, whichever way
-    :meth:`JobProducer.enqueue` was called."""
-    if isinstance(queue, JobRequest):
-        if job_type is not None or payload is not None or options:
-            raise TypeError("give a JobRequest alone, or queue, type, payload and options")
-        return queue
-    if job_type is None or payload is None:
-        raise TypeError("enqueue needs queue, type and payload (or one JobRequest)")
-    return JobRequest(queue=queue, type=job_type, payload=payload, **options)

@@ -43,11 +43,14 @@ from jobcore.topic_admin import STATUS_RETENTION_HELP, ensure_queue_topics, rete
 from jobcore.topics import QueueTopics
 from producer.api import CancelError, EnqueueError, JobProducer, MissingTopic
 from producer.cancel import DEFAULT_WAIT_S, cancel_job
+from producer.cli_args import QUEUE_HELP as _QUEUE_HELP
+from producer.cli_args import queue_and_arguments
 from producer.durations import parse_at
 from producer.lookup import NOT_FOUND, NOT_SEEN
 from producer.lookup import LookupError as LookupFailed
 from producer.lookup import lookup as job_lookup
 from producer.request import JobRequest
+from producer.result_cli import result_command
 from producer.scheduler.cli import cron
 from producer.schemas_cli import schemas
 from producer.sending import parse_payload, send
@@ -74,28 +77,6 @@ def _converter(
     return convert
 
 
-_QUEUE_HELP = "The queue (topic jobs.QUEUE), as every command takes it; a first argument works too."
-
-
-def queue_and_arguments(
-    flag: str | None, words: tuple[str, ...], names: tuple[str, ...]
-) -> tuple[str, tuple[str, ...]]:
-    """The queue and the other arguments, whether the queue came as ``--queue Q`` (the
-    spelling of every command) or as the first argument (the older one, kept)."""
-    expected = len(names) + (0 if flag else 1)
-    if len(words) != expected:
-        given = " ".join(words) or "nothing"
-        if flag:
-            wanted = " ".join(names) or "no argument"
-            raise click.UsageError(f"expected {wanted} after --queue {flag}, got {given}")
-        positional = " ".join(("QUEUE", *names))
-        with_flag = " ".join(("--queue QUEUE", *names))
-        raise click.UsageError(f"expected {positional} or {with_flag}, got {given}")
-    if flag:
-        return flag, words
-    return words[0], words[1:]
-
-
 _TIERS = click.option(
     "--retry-tiers",
     "tiers",
@@ -113,6 +94,7 @@ def main() -> None:
 
 main.add_command(cron)
 main.add_command(schemas)
+main.add_command(result_command)
 
 
 @main.command("enqueue", short_help="Enqueue one job; print its id.")

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from jobcore.job_state import (
     DASHBOARD_KNOWS,
@@ -36,6 +36,7 @@ from jobcore.kafka import KafkaSettings
 from jobcore.status import StatusReader, switched_off_note
 from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
+from producer.results import ResultError, stored_result
 
 __all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "LookupError", "lookup"]
 
@@ -49,7 +50,10 @@ class LookupError(RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class JobLookup(JobReport):
-    """The shared report, as ``producer status`` prints it."""
+    """The shared report, as ``producer status`` prints it; with the value a succeeded
+    job returned (as JSON text), when it returned one and it is still kept."""
+
+    result: str | None = None
 
     def lines(self, describe_time: Callable[[int], str]) -> list[str]:
         """What ``producer status`` prints; ``describe_time`` renders epoch ms. The
@@ -65,6 +69,7 @@ class JobLookup(JobReport):
                 ("progress", self.progress_text),
                 ("reason", self.reason),
                 ("last error", self.last_error),
+                ("result", self.result),
             )
             if v is not None
         ]
@@ -124,7 +129,14 @@ def lookup(
     if status is None:
         note = switched_off_note(queue, off.at_ms) if off is not None else STATUS_TOPIC_KNOWS
         return _unknown(job_id, source, enqueued_at_ms, note)
-    return _printable(from_status(status, source=source, queue=queue))
+    report = _printable(from_status(status, source=source, queue=queue))
+    if report.state is not JobState.SUCCEEDED:
+        return report
+    try:
+        value = stored_result(settings, QueueTopics(queue=queue, prefix=prefix), job_id)
+    except ResultError:  # a queue from before results: no results topic to read
+        return report
+    return report if value is None else replace(report, result=value.decode(errors="replace"))
 
 
 def _printable(report: JobReport) -> JobLookup:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
@@ -25,7 +26,7 @@ from jobcore.tracing import current_trace
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 
-__all__ = ["MAX_DELAY", "JobRequest", "build_job", "destination"]
+__all__ = ["MAX_DELAY", "JobRequest", "as_request", "build_job", "destination"]
 
 _INT32 = (-(2**31), 2**31 - 1)
 # An ordering key names a line of jobs (a user, an account): an id, not a document.
@@ -213,3 +214,20 @@ def _check_queue_name(queue: str) -> None:
     """Raise ValueError for a name no topic can have; a name that passed is not checked
     again (a request is built per enqueue, mostly for the same few queues)."""
     QueueTopics(queue=queue)
+
+
+def as_request(
+    queue: str | JobRequest,
+    job_type: str | None,
+    payload: Mapping[str, object] | None,
+    options: Mapping[str, Any],
+) -> JobRequest:
+    """The one place the job options become a :class:`JobRequest`, whichever way
+    :meth:`JobProducer.enqueue` was called."""
+    if isinstance(queue, JobRequest):
+        if job_type is not None or payload is not None or options:
+            raise TypeError("give a JobRequest alone, or queue, type, payload and options")
+        return queue
+    if job_type is None or payload is None:
+        raise TypeError("enqueue needs queue, type and payload (or one JobRequest)")
+    return JobRequest(queue=queue, type=job_type, payload=payload, **options)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cworker.proto\x12\x14leasequeue.worker.v1\"\x83\x01\n\x0c\x43laimRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08max_jobs\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\x12\x11\n\tjob_types\x18\x04 \x03(\t\x12\x17\n\x0freports_started\x18< \x01(\x08\x12\x11\n\tstart_now\x18> \x01(\x05\"\x8d\x03\n\nClaimedJob\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x03 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x0f\n\x07lease_s\x18\x06 \x01(\x05\x12\x0e\n\x06job_id\x18( \x01(\t\x12\x0c\n\x04type\x18) \x01(\t\x12\x11\n\ttenant_id\x18* \x01(\t\x12\r\n\x05queue\x18+ \x01(\t\x12\x0f\n\x07payload\x18, \x01(\x0c\x12\x14\n\x0cmax_attempts\x18- \x01(\x05\x12\x11\n\ttimeout_s\x18. \x01(\x01\x12\x15\n\rcreated_at_ms\x18/ \x01(\x03\x12:\n\x05trace\x18\x30 \x03(\x0b\x32+.leasequeue.worker.v1.ClaimedJob.TraceEntry\x12\x11\n\trun_first\x18\x31 \x01(\x08\x1a,\n\nTraceEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\rClaimResponse\x12.\n\x04jobs\x18\x01 \x03(\x0b\x32 .leasequeue.worker.v1.ClaimedJob\"t\n\x08LeaseRef\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0f\n\x07started\x18= \x01(\x08\x12\x30\n\x08progress\x18> \x01(\x0b\x32\x1e.leasequeue.worker.v1.Progress\"-\n\x08Progress\x12\x10\n\x08\x66raction\x18\x01 \x01(\x01\x12\x0f\n\x07message\x18\x02 \x01(\t\"U\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12.\n\x06leases\x18\x02 \x03(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\"h\n\x0bLeaseResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x04 \x01(\x03\x12\x13\n\x0bretry_later\x18\x05 \x01(\x08\"G\n\x11HeartbeatResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\"\xe3\x01\n\nSettlement\x12-\n\x05lease\x18\x01 \x01(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.leasequeue.worker.v1.Outcome\x12\x13\n\x0b\x65rror_class\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x11\n\ttraceback\x18\x05 \x01(\t\x12\x15\n\rretry_after_s\x18\x06 \x01(\x01\x12\x11\n\tpermanent\x18\x07 \x01(\x08\x12\r\n\x05run_s\x18\x08 \x01(\x01\"\xa4\x01\n\rSettleRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x0bsettlements\x18\x02 \x03(\x0b\x32 .leasequeue.worker.v1.Settlement\x12\x36\n\nthen_claim\x18\x46 \x01(\x0b\x32\".leasequeue.worker.v1.ClaimRequest\x12\x11\n\tsettle_id\x18G \x01(\t\"t\n\x0eSettleResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\x12.\n\x04jobs\x18\x46 \x03(\x0b\x32 .leasequeue.worker.v1.ClaimedJob\" \n\x0eInspectRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"(\n\x0fInspectResponse\x12\x15\n\rsnapshot_json\x18\x01 \x01(\t*B\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x07\n\x03\x41\x43K\x10\x01\x12\x08\n\x04NACK\x10\x02\x12\x0b\n\x07RELEASE\x10\x03\x32\xea\x02\n\x0bLeaseKeeper\x12P\n\x05\x43laim\x12\".leasequeue.worker.v1.ClaimRequest\x1a#.leasequeue.worker.v1.ClaimResponse\x12\\\n\tHeartbeat\x12&.leasequeue.worker.v1.HeartbeatRequest\x1a\'.leasequeue.worker.v1.HeartbeatResponse\x12S\n\x06Settle\x12#.leasequeue.worker.v1.SettleRequest\x1a$.leasequeue.worker.v1.SettleResponse\x12V\n\x07Inspect\x12$.leasequeue.worker.v1.InspectRequest\x1a%.leasequeue.worker.v1.InspectResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0cworker.proto\x12\x14leasequeue.worker.v1\"\x83\x01\n\x0c\x43laimRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x10\n\x08max_jobs\x18\x02 \x01(\x05\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\x12\x11\n\tjob_types\x18\x04 \x03(\t\x12\x17\n\x0freports_started\x18< \x01(\x08\x12\x11\n\tstart_now\x18> \x01(\x05\"\x8d\x03\n\nClaimedJob\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x03 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x0f\n\x07lease_s\x18\x06 \x01(\x05\x12\x0e\n\x06job_id\x18( \x01(\t\x12\x0c\n\x04type\x18) \x01(\t\x12\x11\n\ttenant_id\x18* \x01(\t\x12\r\n\x05queue\x18+ \x01(\t\x12\x0f\n\x07payload\x18, \x01(\x0c\x12\x14\n\x0cmax_attempts\x18- \x01(\x05\x12\x11\n\ttimeout_s\x18. \x01(\x01\x12\x15\n\rcreated_at_ms\x18/ \x01(\x03\x12:\n\x05trace\x18\x30 \x03(\x0b\x32+.leasequeue.worker.v1.ClaimedJob.TraceEntry\x12\x11\n\trun_first\x18\x31 \x01(\x08\x1a,\n\nTraceEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\rClaimResponse\x12.\n\x04jobs\x18\x01 \x03(\x0b\x32 .leasequeue.worker.v1.ClaimedJob\"t\n\x08LeaseRef\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\t\x12\x0f\n\x07started\x18= \x01(\x08\x12\x30\n\x08progress\x18> \x01(\x0b\x32\x1e.leasequeue.worker.v1.Progress\"-\n\x08Progress\x12\x10\n\x08\x66raction\x18\x01 \x01(\x01\x12\x0f\n\x07message\x18\x02 \x01(\t\"U\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12.\n\x06leases\x18\x02 \x03(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\"h\n\x0bLeaseResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x16\n\x0elease_until_ms\x18\x04 \x01(\x03\x12\x13\n\x0bretry_later\x18\x05 \x01(\x08\"G\n\x11HeartbeatResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\"\xf3\x01\n\nSettlement\x12-\n\x05lease\x18\x01 \x01(\x0b\x32\x1e.leasequeue.worker.v1.LeaseRef\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.leasequeue.worker.v1.Outcome\x12\x13\n\x0b\x65rror_class\x18\x03 \x01(\t\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x11\n\ttraceback\x18\x05 \x01(\t\x12\x15\n\rretry_after_s\x18\x06 \x01(\x01\x12\x11\n\tpermanent\x18\x07 \x01(\x08\x12\r\n\x05run_s\x18\x08 \x01(\x01\x12\x0e\n\x06result\x18\t \x01(\x0c\"\xa4\x01\n\rSettleRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x35\n\x0bsettlements\x18\x02 \x03(\x0b\x32 .leasequeue.worker.v1.Settlement\x12\x36\n\nthen_claim\x18\x46 \x01(\x0b\x32\".leasequeue.worker.v1.ClaimRequest\x12\x11\n\tsettle_id\x18G \x01(\t\"t\n\x0eSettleResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.leasequeue.worker.v1.LeaseResult\x12.\n\x04jobs\x18\x46 \x03(\x0b\x32 .leasequeue.worker.v1.ClaimedJob\" \n\x0eInspectRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"(\n\x0fInspectResponse\x12\x15\n\rsnapshot_json\x18\x01 \x01(\t*B\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x07\n\x03\x41\x43K\x10\x01\x12\x08\n\x04NACK\x10\x02\x12\x0b\n\x07RELEASE\x10\x03\x32\xea\x02\n\x0bLeaseKeeper\x12P\n\x05\x43laim\x12\".leasequeue.worker.v1.ClaimRequest\x1a#.leasequeue.worker.v1.ClaimResponse\x12\\\n\tHeartbeat\x12&.leasequeue.worker.v1.HeartbeatRequest\x1a\'.leasequeue.worker.v1.HeartbeatResponse\x12S\n\x06Settle\x12#.leasequeue.worker.v1.SettleRequest\x1a$.leasequeue.worker.v1.SettleResponse\x12V\n\x07Inspect\x12$.leasequeue.worker.v1.InspectRequest\x1a%.leasequeue.worker.v1.InspectResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CLAIMEDJOB_TRACEENTRY']._loaded_options = None
   _globals['_CLAIMEDJOB_TRACEENTRY']._serialized_options = b'8\001'
-  _globals['_OUTCOME']._serialized_start=1659
-  _globals['_OUTCOME']._serialized_end=1725
+  _globals['_OUTCOME']._serialized_start=1675
+  _globals['_OUTCOME']._serialized_end=1741
   _globals['_CLAIMREQUEST']._serialized_start=39
   _globals['_CLAIMREQUEST']._serialized_end=170
   _globals['_CLAIMEDJOB']._serialized_start=173
@@ -54,15 +54,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATRESPONSE']._serialized_start=995
   _globals['_HEARTBEATRESPONSE']._serialized_end=1066
   _globals['_SETTLEMENT']._serialized_start=1069
-  _globals['_SETTLEMENT']._serialized_end=1296
-  _globals['_SETTLEREQUEST']._serialized_start=1299
-  _globals['_SETTLEREQUEST']._serialized_end=1463
-  _globals['_SETTLERESPONSE']._serialized_start=1465
-  _globals['_SETTLERESPONSE']._serialized_end=1581
-  _globals['_INSPECTREQUEST']._serialized_start=1583
-  _globals['_INSPECTREQUEST']._serialized_end=1615
-  _globals['_INSPECTRESPONSE']._serialized_start=1617
-  _globals['_INSPECTRESPONSE']._serialized_end=1657
-  _globals['_LEASEKEEPER']._serialized_start=1728
-  _globals['_LEASEKEEPER']._serialized_end=2090
+  _globals['_SETTLEMENT']._serialized_end=1312
+  _globals['_SETTLEREQUEST']._serialized_start=1315
+  _globals['_SETTLEREQUEST']._serialized_end=1479
+  _globals['_SETTLERESPONSE']._serialized_start=1481
+  _globals['_SETTLERESPONSE']._serialized_end=1597
+  _globals['_INSPECTREQUEST']._serialized_start=1599
+  _globals['_INSPECTREQUEST']._serialized_end=1631
+  _globals['_INSPECTRESPONSE']._serialized_start=1633
+  _globals['_INSPECTRESPONSE']._serialized_end=1673
+  _globals['_LEASEKEEPER']._serialized_start=1744
+  _globals['_LEASEKEEPER']._serialized_end=2106
 # @@protoc_insertion_point(module_scope)

@@ -373,6 +373,7 @@ class Settlement(_message.Message):
     RETRY_AFTER_S_FIELD_NUMBER: _builtins.int
     PERMANENT_FIELD_NUMBER: _builtins.int
     RUN_S_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
     outcome: Global___Outcome.ValueType
     error_class: _builtins.str
     error_message: _builtins.str
@@ -383,6 +384,11 @@ class Settlement(_message.Message):
     """do not retry: straight to the dead-letter queue"""
     run_s: _builtins.float
     """the handler's own run time: the cost weighted fair queuing charges"""
+    result: _builtins.bytes
+    """ACK: the handler's return value, encoded (UTF-8 JSON), at most the result limit
+    (jobcore/results.py). Empty: it returned None, no result record is written. A
+    leasekeeper from before this field ignores it: the job is acked, its value lost.
+    """
     @_builtins.property
     def lease(self) -> Global___LeaseRef: ...
     def __init__(
@@ -396,10 +402,11 @@ class Settlement(_message.Message):
         retry_after_s: _builtins.float = ...,
         permanent: _builtins.bool = ...,
         run_s: _builtins.float = ...,
+        result: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_class", b"error_class", "error_message", b"error_message", "lease", b"lease", "outcome", b"outcome", "permanent", b"permanent", "retry_after_s", b"retry_after_s", "run_s", b"run_s", "traceback", b"traceback"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_class", b"error_class", "error_message", b"error_message", "lease", b"lease", "outcome", b"outcome", "permanent", b"permanent", "result", b"result", "retry_after_s", b"retry_after_s", "run_s", b"run_s", "traceback", b"traceback"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

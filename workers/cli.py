@@ -22,6 +22,7 @@ from jobcore.cli_errors import FriendlyGroup, SetupMistake, log_level_option
 from jobcore.cli_registry import schema_registry_options, schemas_for
 from jobcore.config import ENV_TRUST_OWNER
 from jobcore.durations import DURATION, shown
+from jobcore.results import DEFAULT_RESULT_BYTES, MAX_RESULT_BYTES
 from jobcore.socket_owner import target_problem
 from schemas.codec import EnvelopeCodec, SchemaError
 from workers.app import App
@@ -54,6 +55,7 @@ class RunOptions:
     schema_registry: str | None = None
     schema_registry_config: Path | None = None
     topic_prefix: str = "jobs"
+    max_result_bytes: int = DEFAULT_RESULT_BYTES
 
     def child_command(self, index: int, parent_pid: int) -> list[str]:
         """The command line of child ``index`` under ``--processes`` (the token reaches
@@ -68,6 +70,7 @@ class RunOptions:
             "--log-level", self.log_level,
             "--parent-pid", str(parent_pid),
             "--topic-prefix", self.topic_prefix,
+            "--max-result-bytes", str(self.max_result_bytes),
             *(f"--schema-path={d}" for d in self.schema_dirs),
             *([f"--tls-ca={self.tls_ca}"] if self.tls_ca else []),
             *([f"--trust-owner={self.trust_owner}"] if self.trust_owner is not None else []),
@@ -126,6 +129,14 @@ def main() -> None:
     help="Worker processes to start; signals are forwarded to them.",
 )
 @click.option("--worker-id", help="Name reported to the leasekeeper [HOST-PID].")
+@click.option(
+    "--max-result-bytes",
+    type=click.IntRange(min=1, max=MAX_RESULT_BYTES),
+    default=DEFAULT_RESULT_BYTES,
+    show_default=True,
+    help="Largest return value a handler may send back, JSON-encoded (up to 65536); a "
+    "larger one fails its job: store the value elsewhere and return a reference.",
+)
 @schema_path_option()
 @click.option(
     "--grace",
@@ -160,6 +171,7 @@ def run(
     heartbeats: bool,
     schema_registry: str | None,
     schema_registry_config: Path | None,
+    max_result_bytes: int,
 ) -> None:
     """Run the handlers of MODULE:APP (imported like uvicorn does, from the current directory).
 
@@ -185,6 +197,7 @@ def run(
         schema_registry=schema_registry,
         schema_registry_config=schema_registry_config,
         topic_prefix=env.topic_prefix,
+        max_result_bytes=max_result_bytes,
     )
     logging.basicConfig(
         level=options.log_level,
@@ -273,6 +286,7 @@ def _run_one(
             worker_id=options.worker_id,
             shutdown_grace_s=options.grace_s,
             heartbeats=options.heartbeats,
+            max_result_bytes=options.max_result_bytes,
         )
         gc_tuning.settle_after_startup()  # the app and clients out of the collector's scans
         try:

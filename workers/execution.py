@@ -8,21 +8,44 @@ import inspect
 import logging
 import threading
 from collections.abc import Coroutine
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+from jobcore.results import ResultNotSerialisable, ResultTooLarge, encode_result
 from workers.app import Handler
 from workers.context import JobContext
-from workers.errors import Failure, classify
+from workers.errors import Failure, Permanent, classify
 
 log = logging.getLogger(__name__)
+# A job's outcome is logged under the runtime's name, where it was before.
+outcomes = logging.getLogger("workers.runtime")
+
+
+class ResultSlot(Protocol):
+    """Where a handler's encoded return value waits for its ack: the worker's ``Held``
+    (or a test harness's own); left empty when the handler returned None."""
+
+    result: bytes
+
+
+class Returned:
+    """A ``ResultSlot`` of its own, for a caller that runs a handler without a ``Held``
+    (the test harnesses)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self) -> None:
+        self.result = b""
 
 
 class HandlerReturnedAwaitable(TypeError):
     """A plain ``def`` handler returned an awaitable; it would never run."""
 
 
-def call_sync(handler: Handler, ctx: JobContext, payload: dict[str, Any]) -> Failure | None:
-    """Run a ``def`` handler; None on success, else the classified failure.
+def call_sync(
+    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: ResultSlot, limit: int
+) -> Failure | None:
+    """Run a ``def`` handler; None on success, else the classified failure. Its return
+    value, encoded, is kept on ``held`` for the ack (at most ``limit`` bytes).
 
     Catches ``BaseException`` on purpose: a ``SystemExit`` raised in a pool
     thread would end only that call, and the job must still be settled.
@@ -30,30 +53,63 @@ def call_sync(handler: Handler, ctx: JobContext, payload: dict[str, Any]) -> Fai
     try:
         result = handler.func(ctx, payload)
         # Most handlers return None; ``isawaitable`` asks the ``Awaitable`` ABC.
-        if result is not None and inspect.isawaitable(result):
-            if inspect.iscoroutine(result):
-                result.close()
-            raise HandlerReturnedAwaitable(
-                f"handler for {handler.job_type!r} returned an awaitable; declare it `async def`"
-            )
+        if result is not None:
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()
+                raise HandlerReturnedAwaitable(
+                    f"handler for {handler.job_type!r} returned an awaitable; "
+                    "declare it `async def`"
+                )
+            held.result = kept(result, handler.job_type, limit)
     except BaseException as exc:
         return classify(exc)
     return None
 
 
-async def call_async(handler: Handler, ctx: JobContext, payload: dict[str, Any]) -> Failure | None:
+async def call_async(
+    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: ResultSlot, limit: int
+) -> Failure | None:
     """Await an ``async def`` handler; None on success, else the classified failure.
+    Its return value, encoded, is kept on ``held`` for the ack, as ``call_sync`` does.
 
     A ``CancelledError`` here means the runtime gave up on the job (timeout,
     shutdown) and already settled it, so the failure returned is discarded.
     """
     try:
-        await cast(Coroutine[Any, Any, object], handler.func(ctx, payload))
+        result = await cast(Coroutine[Any, Any, object], handler.func(ctx, payload))
+        if result is not None:
+            held.result = kept(result, handler.job_type, limit)
     except asyncio.CancelledError as exc:
         return classify(exc)
     except Exception as exc:
         return classify(exc)
     return None
+
+
+def kept(value: object, job_type: str, limit: int) -> bytes:
+    """A return value as the bytes its ack carries. One that cannot be carried fails the
+    job as a permanent error (retrying would run the handler again for the same value),
+    dead-lettered with the message that says what to return instead."""
+    try:
+        return encode_result(value, job_type, limit)
+    except (ResultTooLarge, ResultNotSerialisable) as exc:
+        raise Permanent(str(exc)) from exc
+
+
+def log_outcome(ctx: JobContext, failure: Failure | None) -> None:
+    """One line per job: DEBUG when it succeeded, WARNING with what comes next when not."""
+    if failure is None:
+        outcomes.debug("job %s (%s) succeeded", ctx.job_id, ctx.type)
+        return
+    if failure.permanent:
+        then = "permanent, not retried"
+    elif failure.retry_after_s > 0:
+        then = f"retry asked for in {failure.retry_after_s:g}s"
+    else:
+        then = "the leasekeeper decides the retry"
+    outcomes.warning("job %s (%s, attempt %d) failed (%s): %s: %s", ctx.job_id, ctx.type,
+                     ctx.attempt, then, failure.error_class, failure.message)  # fmt: skip
 
 
 class EventLoopThread:

@@ -29,8 +29,8 @@ class Held:
     ``__init__``, run as Python for every job."""
 
     __slots__ = ("answered", "beat_interval_s", "cancel", "ctx", "deadline", "decided",
-                 "lease", "next_beat_at", "phase", "start_reported", "started_at",
-                 "timeout_s", "until_ms")  # fmt: skip
+                 "lease", "next_beat_at", "phase", "result", "start_reported",
+                 "started_at", "timeout_s", "until_ms")  # fmt: skip
 
     def __init__(
         self,
@@ -55,6 +55,8 @@ class Held:
         self.decided = False  # a settlement was queued or deliberately skipped
         self.answered = False  # ...and the leasekeeper answered it, or it was dropped
         self.cancel: Callable[[], object] | None = None
+        # The handler's encoded return value, set on its own thread before it settles.
+        self.result = b""
 
     @property
     def ref(self) -> LeaseRef:

@@ -132,9 +132,10 @@ class LeaseResult:
 class Settlement:
     """An ack, nack (with its classified failure) or release of one lease. ``run_s``:
     the handler's own run time (not claim-to-settle, which prefetch inflates): the
-    leasekeeper charges it to the job's tenant in weighted fair queuing."""
+    leasekeeper charges it to the job's tenant in weighted fair queuing. ``result``:
+    an ack's encoded return value (``jobcore.results``); empty when it returned None."""
 
-    __slots__ = ("failure", "outcome", "ref", "run_s")
+    __slots__ = ("failure", "outcome", "ref", "result", "run_s")
 
     def __init__(
         self,
@@ -143,14 +144,16 @@ class Settlement:
         outcome: Outcome,
         failure: Failure | None = None,
         run_s: float = 0.0,
+        result: bytes = b"",
     ) -> None:
         self.ref = ref
         self.outcome = outcome
         self.failure = failure
         self.run_s = run_s
+        self.result = result
 
-    def _fields(self) -> tuple[LeaseRef, Outcome, Failure | None, float]:
-        return (self.ref, self.outcome, self.failure, self.run_s)
+    def _fields(self) -> tuple[LeaseRef, Outcome, Failure | None, float, bytes]:
+        return (self.ref, self.outcome, self.failure, self.run_s, self.result)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Settlement) and self._fields() == other._fields()
@@ -163,8 +166,8 @@ class Settlement:
                 f"failure={self.failure!r}, run_s={self.run_s})")  # fmt: skip
 
     @classmethod
-    def ack(cls, ref: LeaseRef, run_s: float = 0.0) -> Settlement:
-        return cls(ref=ref, outcome=Outcome.ACK, run_s=run_s)
+    def ack(cls, ref: LeaseRef, run_s: float = 0.0, result: bytes = b"") -> Settlement:
+        return cls(ref=ref, outcome=Outcome.ACK, run_s=run_s, result=result)
 
     @classmethod
     def nack(cls, ref: LeaseRef, failure: Failure, run_s: float = 0.0) -> Settlement:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from jobcore.config import DEFAULT_LEASE_S
+from jobcore.results import DEFAULT_RESULT_BYTES, result_limit
 from workers.app import App
 from workers.async_slots import AsyncSlots
 from workers.batcher import RELAXED_INTERVAL_S, SettleBatcher
@@ -49,7 +50,7 @@ from workers.client import (
 )
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
 from workers.errors import JOB_TIMEOUT, Failure
-from workers.execution import EventLoopThread, call_async, call_sync
+from workers.execution import EventLoopThread, call_async, call_sync, log_outcome
 from workers.handler_threads import HandlerThreads
 from workers.inflight import Held, InFlight, Phase
 from workers.messages import Lease, LeaseResult, Settlement
@@ -109,6 +110,7 @@ class Worker:
         claim_gather_s: float = CLAIM_GATHER_S,
         relaxed_settle_s: float = RELAXED_INTERVAL_S,
         heartbeats: bool = True,
+        max_result_bytes: int = DEFAULT_RESULT_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
@@ -126,6 +128,7 @@ class Worker:
         self._fatal: LeaseKeeperRejected | None = None
         self._abandoned = 0
         self._types = job_types(app, decoder)
+        self._result_limit = result_limit(max_result_bytes)  # a return value's cap
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         self._concurrency, self._prefetch = concurrency, prefetch
@@ -361,7 +364,7 @@ class Worker:
     def _run_sync(self, held: Held, job: Runnable) -> None:
         if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
             return
-        call = partial(call_sync, job.handler, job.ctx, job.payload)
+        call = partial(call_sync, job.handler, job.ctx, job.payload, held, self._result_limit)
         self._finish(held, self._middleware.run_sync(job.ctx, call))
 
     async def _run_async(self, held: Held, job: Runnable, first: bool = False) -> None:
@@ -369,7 +372,7 @@ class Worker:
         try:
             if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
                 return
-            call = partial(call_async, job.handler, job.ctx, job.payload)
+            call = partial(call_async, job.handler, job.ctx, job.payload, held, self._result_limit)
             self._finish(held, await self._middleware.run_async(job.ctx, call))
         finally:
             self._async_slots.release()
@@ -386,11 +389,11 @@ class Worker:
                     )
                     self._table.answer(held)
             elif self._table.decide(held):
-                self._log_result(held, failure)
+                log_outcome(held.ctx, failure)
                 ref = held.ref
                 run_s = 0.0 if held.started_at is None else self._clock() - held.started_at
                 outcome = (
-                    Settlement.ack(ref, run_s)
+                    Settlement.ack(ref, run_s, held.result)
                     if failure is None
                     else Settlement.nack(ref, failure, run_s)
                 )
@@ -434,27 +437,6 @@ class Worker:
                     )
                 self.app.notify_settled(held.ctx, str(settlement.outcome), accepted)
             self._table.answer(held)
-
-    def _log_result(self, held: Held, failure: Failure | None) -> None:
-        ctx = held.ctx
-        if failure is None:
-            log.debug("job %s (%s) succeeded", ctx.job_id, ctx.type)
-            return
-        if failure.permanent:
-            then = "permanent, not retried"
-        elif failure.retry_after_s > 0:
-            then = f"retry asked for in {failure.retry_after_s:g}s"
-        else:
-            then = "the leasekeeper decides the retry"
-        log.warning(
-            "job %s (%s, attempt %d) failed (%s): %s: %s",
-            ctx.job_id,
-            ctx.type,
-            ctx.attempt,
-            then,
-            failure.error_class,
-            failure.message,
-        )
 
     def _drain(self) -> None:
         """Release unstarted jobs, wait out the grace period, flush settlements, stop threads."""

@@ -72,6 +72,8 @@ def settlement(settlement: Settlement) -> worker_pb2.Settlement:
         outcome=_OUTCOMES[settlement.outcome],
         run_s=settlement.run_s,
     )
+    if settlement.result:  # None returned: nothing to send, nothing set
+        message.result = settlement.result
     failure = settlement.failure
     if failure is not None:
         message.error_class = failure.error_class

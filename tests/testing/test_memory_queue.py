@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from jobcore.results import results_partition
 from jobtesting import DrainLimit, End, FakeClock, MemoryQueue
 from producer import JobProducer, PayloadError
 from producer.scheduler import CronEntry
@@ -262,3 +263,20 @@ def test_cron_entries_fire_on_the_fake_clock_within_the_horizon(
     assert [at % 3600 for at in fired_at] == [0, 0, 0]  # on the hour, each
     assert fake_clock.time() == start + 3 * 3600
     job_queue.assert_enqueued(type="noop", tenant="ops", payload={"n": 1}, count=3)
+
+
+def test_a_handler_s_return_value_goes_through_the_results_path_and_the_job_succeeds(
+    job_queue: MemoryQueue, job_producer: JobProducer
+) -> None:
+    app = App()
+
+    @app.job("send_receipt")
+    def send(ctx: JobContext, payload: dict[str, Any]) -> dict[str, str]:
+        return {"sent_to": payload["email"]}
+
+    job_id = _receipt(job_producer)
+    assert job_queue.drain(app).job(job_id).state == End.SUCCEEDED
+    log = job_queue.cluster.log("jobs.emails.results", results_partition(job_id))
+    assert log is not None
+    (record,) = log.read(log.low, 10)
+    assert (record.key, record.value) == (job_id.encode(), b'{"sent_to":"a@example.com"}')

@@ -56,6 +56,7 @@ class FakeProducer:
         key: bytes | None = None,
         headers: object = None,
         on_delivery: Report | None = None,
+        partition: int | None = None,
     ) -> None:
         assert on_delivery is not None
         if self.refuse:

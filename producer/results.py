@@ -1,0 +1,299 @@
+"""``JobProducer.result`` and ``producer result``: wait for a job's return value.
+
+Two sources, each read once from where it may hold the job:
+
+- ``jobs.Q.results``, the partition the job id hashes to (``jobcore.results``), from
+  the start of a window (``offsets_for_times``): by default the topic's retention,
+  the queue's ``--status-retention`` (a week unless set). A bounded scan, not an
+  index: every error that says nothing was found names the window searched.
+- ``jobs.Q.status`` through ``jobcore.status.StatusReader`` (the reader
+  ``producer status`` uses): a dead job (with its dead-letter reason and last
+  error), a cancelled one, and a job that succeeded without returning a value.
+
+The leasekeeper sends a job's "succeeded" status only once its result record is
+durable, and the status reader's end is fixed before the results reader's: so a
+succeeded status read here means the result, if the handler returned one, is in
+the results partition read after it. Then both are followed until the timeout.
+
+The wait ends in the value, or one of the ``ResultError`` subclasses: ``JobDied``,
+``JobCancelled``, ``ResultTimeout`` (a job known to exist: enqueued by this
+producer, or ``enqueued=True``) and ``JobUnknown`` (no record of it anywhere in
+the windows, for an id this producer did not enqueue: it may never have been
+enqueued, may have ended before the window, or may still be waiting).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import TracebackType
+
+from jobcore.control import JobEnd, JobStatus
+from jobcore.kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    KafkaSettings,
+    TopicPartition,
+    make_consumer,
+    topic_config,
+)
+from jobcore.results import decode_result, results_partition
+from jobcore.status import MAX_SCAN, StatusError, StatusReader
+from jobcore.topic_admin import STATUS_RETENTION_MS
+from jobcore.topics import QueueTopics
+
+__all__ = [
+    "JobCancelled",
+    "JobDied",
+    "JobUnknown",
+    "RecentIds",
+    "ResultError",
+    "ResultTimeout",
+    "stored_result",
+    "wait_for_result",
+]
+
+# How long one turn of the wait listens to each source before the other.
+_TURN_S = 0.1
+# The least time given to reading what the topics already hold, however short the wait.
+LOOK_S = 10.0
+# Job ids a producer remembers having enqueued: its ``result`` waits for one of them
+# as for a job known to exist (a timeout, never "unknown").
+RECENT_IDS = 100_000
+
+
+class ResultError(Exception):
+    """No value for job ``job_id``: the base of every way ``result()`` can fail."""
+
+    def __init__(self, message: str, *, queue: str, job_id: str) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.job_id = job_id
+
+
+class JobDied(ResultError):
+    """The job was dead-lettered: ``reason`` (the dead-letter reason) and its last error."""
+
+    def __init__(self, message: str, *, queue: str, job_id: str, reason: str,
+                 last_error: str) -> None:  # fmt: skip
+        super().__init__(message, queue=queue, job_id=job_id)
+        self.reason = reason
+        self.last_error = last_error
+
+
+class JobCancelled(ResultError):
+    """The job was cancelled (or skipped as a duplicate of ``duplicate_of``)."""
+
+    def __init__(self, message: str, *, queue: str, job_id: str, duplicate_of: str) -> None:
+        super().__init__(message, queue=queue, job_id=job_id)
+        self.duplicate_of = duplicate_of
+
+
+class JobUnknown(ResultError):
+    """No record of the job in the windows searched (``since_ms`` on): see the module."""
+
+    def __init__(self, message: str, *, queue: str, job_id: str, since_ms: int) -> None:
+        super().__init__(message, queue=queue, job_id=job_id)
+        self.since_ms = since_ms
+
+
+class ResultTimeout(ResultError, TimeoutError):
+    """The job exists but did not end within the wait."""
+
+
+class RecentIds:
+    """The ids of the jobs a producer enqueued lately, the newest ``limit`` of them."""
+
+    def __init__(self, limit: int = RECENT_IDS) -> None:
+        self._ids: dict[str, None] = {}
+        self._limit = limit
+
+    def add(self, job_id: str) -> None:
+        self._ids[job_id] = None
+        if len(self._ids) > self._limit:
+            del self._ids[next(iter(self._ids))]
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._ids
+
+
+class ResultReader:
+    """The results partition of one job id, from a time on: what is there, then new."""
+
+    def __init__(self, settings: KafkaSettings, topic: str, job_id: str, since_ms: int) -> None:
+        self._topic = topic
+        self._key = job_id.encode()
+        self._partition = results_partition(job_id)
+        self._consumer: Consumer = make_consumer(settings, f"result.{uuid.uuid4().hex}")
+        tp = TopicPartition(topic, self._partition, since_ms)
+        try:
+            (start,) = self._consumer.offsets_for_times([tp], timeout=10)
+            low, self._end = self._consumer.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:
+            self._consumer.close()
+            raise ResultReadError(
+                f"cannot read {topic} ({exc.args[0]}): a queue created before job results "
+                "has none; `producer create-queue` adds it"
+            ) from None
+        # No record at or after ``since_ms``: everything there is older; start at the end.
+        self._start = self._end if start.offset < 0 else max(low, start.offset)
+        self._consumer.assign([TopicPartition(topic, self._partition, self._start)])
+
+    def scan(self, deadline: float, clock: Callable[[], float]) -> bytes | None:
+        """The first result of the job up to the partition's end when this reader began
+        (or when ``catch_up`` was last called)."""
+        while self._position() < self._end and clock() < deadline:
+            found = self.next(_TURN_S)
+            if found is not None:
+                return found
+        return None
+
+    def catch_up(self, deadline: float, clock: Callable[[], float]) -> bytes | None:
+        """``scan`` again to the partition's end as it is now."""
+        _, self._end = self._consumer.get_watermark_offsets(
+            TopicPartition(self._topic, self._partition), timeout=10
+        )
+        return self.scan(deadline, clock)
+
+    def next(self, timeout_s: float) -> bytes | None:
+        """The job's result among the records read within ``timeout_s``, if one is."""
+        for message in self._consumer.consume(num_messages=500, timeout=timeout_s):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+                    continue
+                raise ResultReadError(f"reading {self._topic} failed: {error}")
+            if message.key() == self._key and message.value():
+                return message.value()
+        return None
+
+    def _position(self) -> int:
+        (tp,) = self._consumer.position([TopicPartition(self._topic, self._partition)])
+        return self._start if tp.offset < 0 or tp.offset == OFFSET_END else int(tp.offset)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> ResultReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ResultReadError(ResultError):
+    """A results or status topic could not be read (missing, not authorised, broker error)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, queue="", job_id="")
+
+
+def window_ms(settings: KafkaSettings, topics: QueueTopics) -> int:
+    """The results topic's retention: how far back a result can still be."""
+    try:
+        retention = int(topic_config(settings, topics.results, timeout=10)["retention.ms"])
+    except (KafkaException, KeyError, ValueError):
+        return STATUS_RETENTION_MS
+    return retention if retention > 0 else STATUS_RETENTION_MS
+
+
+def stored_result(
+    settings: KafkaSettings,
+    topics: QueueTopics,
+    job_id: str,
+    *,
+    timeout_s: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+) -> bytes | None:
+    """The encoded result of a job that ended, if its results partition still has it
+    (read up to its end now, within ``timeout_s``): for ``producer status``."""
+    since_ms = int(wall() * 1000) - window_ms(settings, topics)
+    with ResultReader(settings, topics.results, job_id, since_ms) as results:
+        return results.scan(clock() + timeout_s, clock)
+
+
+def wait_for_result(
+    settings: KafkaSettings,
+    topics: QueueTopics,
+    job_id: str,
+    *,
+    timeout_s: float,
+    known: bool,
+    window_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+) -> object:
+    """The value job ``job_id`` returned (None: it returned none), or a ``ResultError``."""
+    if not job_id:
+        raise ValueError("job_id must be a non-empty string")
+    deadline = clock() + max(0.0, timeout_s)
+    window = round(window_s * 1000) if window_s is not None else window_ms(settings, topics)
+    since_ms = int(wall() * 1000) - window
+    queue = topics.queue
+    try:
+        with (  # the status reader's end first: see the module
+            StatusReader(settings, topics.status) as status,
+            ResultReader(settings, topics.results, job_id, since_ms) as results,
+        ):
+            # What is there already is read whatever the wait (``--wait 0s`` only looks).
+            look = max(deadline, clock() + LOOK_S)
+            ended = status.latest(job_id, timeout_s=look - clock())
+            found = results.scan(look, clock)
+            if found is not None:
+                return decode_result(found)
+            if ended is not None:
+                return _ended(ended, queue)
+            while clock() < deadline:
+                found = results.next(_TURN_S)
+                if found is not None:
+                    return decode_result(found)
+                ended = status.wait_for(job_id, _TURN_S)
+                if ended is not None:
+                    found = results.catch_up(clock() + LOOK_S, clock)
+                    return decode_result(found) if found is not None else _ended(ended, queue)
+    except (StatusError, KafkaException) as exc:
+        raise ResultReadError(
+            f"cannot read the status or result of job {job_id} ({exc}): check that queue "
+            f"{queue} exists with all its topics (`producer create-queue --queue {queue} "
+            f"--partitions N` adds missing ones, {topics.results} among them)"
+        ) from None
+    if known:
+        raise ResultTimeout(f"job {job_id} of queue {queue} did not end within {timeout_s:g}s",
+                            queue=queue, job_id=job_id)  # fmt: skip
+    raise JobUnknown(
+        f"job {job_id} of queue {queue} is unknown: no result in {topics.results} since "
+        f"{_iso(since_ms)} (the results window), no status among the last {MAX_SCAN:,} of "
+        f"{topics.status}, and none within {timeout_s:g}s. It was not enqueued, ended before "
+        "the window, or is still waiting or running",
+        queue=queue, job_id=job_id, since_ms=since_ms,
+    )  # fmt: skip
+
+
+def _ended(status: JobStatus, queue: str) -> object:
+    """A job's end as ``result()`` gives it: None for a job that succeeded without a value
+    (its value would have been read first), an error for the others."""
+    job_id = status.job_id
+    if status.state is JobEnd.SUCCEEDED:
+        return None
+    if status.state is JobEnd.DEAD:
+        last = f"; last error: {status.last_error}" if status.last_error else ""
+        raise JobDied(f"job {job_id} of queue {queue} died ({status.reason or 'dead'}){last}",
+                      queue=queue, job_id=job_id, reason=status.reason,
+                      last_error=status.last_error)  # fmt: skip
+    how = f" as a duplicate of job {status.duplicate_of}" if status.duplicate_of else ""
+    raise JobCancelled(f"job {job_id} of queue {queue} was cancelled{how}",
+                       queue=queue, job_id=job_id, duplicate_of=status.duplicate_of)  # fmt: skip
+
+
+def _iso(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,173 @@
+"""Job results against the real broker: a handler's return value reaches the caller of
+``JobProducer.result`` (and ``producer result``, ``producer status``) whether the job
+ended before the call or during it; a dead, cancelled, unknown or late job is its own
+error; and a worker killed with ``kill -9`` between its handler's return and its
+settle leaves exactly one value, from the run that succeeded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from click.testing import CliRunner
+
+from jobcore.kafka import KafkaSettings, make_admin, topic_config
+from jobcore.results import RESULTS_PARTITIONS, results_partition
+from jobcore.topic_admin import ensure_queue_topics
+from jobcore.topics import QueueTopics
+from producer import (
+    JobCancelled,
+    JobDied,
+    JobProducer,
+    JobRequest,
+    JobUnknown,
+    ResultError,
+    ResultTimeout,
+)
+from producer.cli import main as producer_cli
+from schemas.codec import SchemaRegistry
+from tests.apps.recording import SCHEMAS
+from tests.system import System, WorkerProcess, wait_until
+
+APP = "tests.apps.returning:app"
+HOUR_MS = 3600 * 1000
+
+
+def start_worker(system: System, name: str, *extra: str) -> WorkerProcess:
+    """A worker of the returning app; a short grace, as a hung handler never returns."""
+    args = ["--schema-path", str(SCHEMAS), "--grace", "1s", *extra]
+    worker = WorkerProcess(app=APP, target=system.leasekeeper.target,
+                           log=system.tmp / f"worker-{name}.log",
+                           env={"RECORDING_DIR": str(system.recordings)}, concurrency=4,
+                           extra_args=args)  # fmt: skip
+    system.workers.append(worker.start())
+    return worker
+
+
+def producer(system: System) -> JobProducer:
+    return JobProducer(system.kafka, registry=SchemaRegistry(extra_dirs=[SCHEMAS]))
+
+
+def task(system: System, n: int, **fields: object) -> JobRequest:
+    return JobRequest(queue=system.queue, type="task", tenant_id=f"t{n % 3}",
+                      payload={"n": n, **fields})  # fmt: skip
+
+
+def cli(system: System, *args: str) -> tuple[int, str, str]:
+    runner = CliRunner()
+    answer = runner.invoke(producer_cli, [*args, "--bootstrap", system.kafka.bootstrap])
+    return answer.exit_code, answer.stdout, answer.stderr
+
+
+def test_the_value_of_a_job_that_ended_before_the_call_and_of_one_ending_during_it(
+    system: System,
+) -> None:
+    system.start(workers=0)
+    start_worker(system, "a")
+    with producer(system) as jobs:
+        early = jobs.enqueue(task(system, 1))
+        late = jobs.enqueue(task(system, 2, sleep_ms=1500))
+        # During the call: the job sleeps 1.5 s in its handler.
+        assert jobs.result(system.queue, late, timeout=60)["n"] == 2  # type: ignore[index]
+    # Before the call, read by a producer that never saw the job: found in its partition.
+    with producer(system) as other:
+        value = other.result(system.queue, early, timeout=5)
+        assert isinstance(value, dict) and value["n"] == 1 and value["attempt"] == 1
+        assert asyncio.run(other.result_async(system.queue, early, timeout=5)) == value
+    code, out, _ = cli(system, "result", "--queue", system.queue, early, "--wait", "0s")
+    assert code == 0 and json.loads(out) == value
+    code, out, _ = cli(system, "status", "--queue", system.queue, early)
+    assert code == 0 and f"result {json.dumps(value, separators=(',', ':'))}" in out, out
+    # Keyed by job id, in the partition the project's hash names.
+    partitions = {m.key(): m.partition() for m in system.read_topic(system.topics.results)}
+    assert partitions == {early.encode(): results_partition(early),
+                          late.encode(): results_partition(late)}  # fmt: skip
+
+
+def test_dead_cancelled_unknown_and_late_jobs_are_distinct_errors(system: System) -> None:
+    system.start(workers=0)
+    start_worker(system, "a")
+    with producer(system) as jobs:
+        dead = jobs.enqueue(task(system, 1, fail_attempts=1, permanent=True))
+        hung = jobs.enqueue(task(system, 2, hang_attempts=5))
+        with pytest.raises(JobDied) as died:
+            jobs.result(system.queue, dead, timeout=60)
+        assert died.value.reason == "permanent error"
+        assert "attempt 1 refused for good" in died.value.last_error
+        with pytest.raises(ResultTimeout):
+            jobs.result(system.queue, hung, timeout=1)
+        jobs.cancel(system.queue, hung)
+        with pytest.raises(JobCancelled):
+            jobs.result(system.queue, hung, timeout=30)
+        missing = uuid.uuid4().hex
+        with pytest.raises(JobUnknown) as unknown:
+            jobs.result(system.queue, missing, timeout=1)
+    assert f"no result in {system.topics.results} since 20" in str(unknown.value)
+    assert "(the results window)" in str(unknown.value)
+    kinds = {JobDied, JobCancelled, JobUnknown, ResultTimeout}
+    assert all(issubclass(k, ResultError) for k in kinds) and len(kinds) == 4
+
+    queue = ["--queue", system.queue]
+    assert cli(system, "result", *queue, dead, "--wait", "5s")[0] == 4
+    assert cli(system, "result", *queue, hung, "--wait", "5s")[0] == 5
+    code, _, err = cli(system, "result", *queue, missing, "--wait", "0s")
+    assert code == 6 and "unknown" in err
+    assert cli(system, "result", *queue, missing, "--wait", "0s", "--enqueued")[0] == 7
+
+
+def test_kill_9_between_the_return_and_the_settle_leaves_one_value_from_the_run_that_succeeded(
+    system: System,
+) -> None:
+    system.configure(lease_s=2.0, extra=["--retry-base", "0.1s"])
+    system.start(workers=0)
+    victim = start_worker(system, "victim")
+    with producer(system) as jobs:
+        job_id = jobs.enqueue(task(system, 7, exit_attempts=1))
+        assert victim.process is not None
+        marker = system.recordings / f"returned-{victim.process.pid}"
+        wait_until(marker.exists, 60, "the first run's handler to return")
+        assert marker.read_text() == job_id
+        victim.kill()  # SIGKILL: its value was computed and never sent
+        survivor = start_worker(system, "survivor")
+        value = jobs.result(system.queue, job_id, timeout=90)
+    assert survivor.process is not None
+    assert value == {"n": 7, "attempt": 2, "pid": survivor.process.pid}
+    records = [m for m in system.read_topic(system.topics.results) if m.key() == job_id.encode()]
+    assert [json.loads(m.value() or b"") for m in records] == [value]
+
+
+def test_a_result_over_the_cap_dead_letters_the_job_saying_where_the_value_belongs(
+    system: System,
+) -> None:
+    system.start(workers=0)
+    start_worker(system, "small", "--max-result-bytes", "10")
+    with producer(system) as jobs:
+        job_id = jobs.enqueue(task(system, 3))
+        with pytest.raises(JobDied) as died:
+            jobs.result(system.queue, job_id, timeout=60)
+    assert died.value.reason == "permanent error"
+    assert "ResultTooLarge" in died.value.last_error
+    assert "store the value elsewhere" in died.value.last_error
+
+
+def test_the_results_topic_keeps_results_as_long_as_status_records(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    queue = f"res{unique}"
+    topics = QueueTopics(queue=queue)
+    ensure_queue_topics(kafka, queue, partitions=2, status_retention_ms=2 * HOUR_MS)
+    metadata = make_admin(kafka).list_topics(topics.results, timeout=10)
+    assert len(metadata.topics[topics.results].partitions) == RESULTS_PARTITIONS
+    assert topic_config(kafka, topics.results)["retention.ms"] == str(2 * HOUR_MS)
+    ensure_queue_topics(kafka, queue, partitions=2, status_retention_ms=36 * HOUR_MS)
+    assert topic_config(kafka, topics.results)["retention.ms"] == str(36 * HOUR_MS)
+    assert topic_config(kafka, topics.status)["retention.ms"] == str(36 * HOUR_MS)
+
+
+def test_a_queue_without_its_topics_is_a_clear_error(kafka: KafkaSettings, unique: str) -> None:
+    with JobProducer(kafka) as jobs, pytest.raises(ResultError) as raised:
+        jobs.result(f"none{unique}", "abc", timeout=1)
+    assert not isinstance(raised.value, (JobUnknown, ResultTimeout))
+    assert f"producer create-queue --queue none{unique}" in str(raised.value)
