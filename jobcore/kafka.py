@@ -499,8 +499,8 @@ def watermarks(
 def group_offsets(
     admin: AdminClient, groups: Iterable[str], timeout: float = 10.0
 ) -> dict[str, dict[tuple[str, int], int]]:
-    """Each group's committed offsets (every partition it committed), asked of all
-    groups at once; a group that has none, or whose answer failed, maps to ``{}``."""
+    """Each group's committed offsets, all groups at once ({} when none or failed). The
+    dashboard avoids it: librdkafka 2.16 may crash here on a new broker (kafka_view)."""
     futures = {
         group: admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group)], request_timeout=timeout

@@ -20,7 +20,6 @@ from jobcore.kafka import (
     KafkaException,
     KafkaSettings,
     TopicPartition,
-    group_offsets,
     make_admin,
     make_consumer,
     watermarks,
@@ -105,6 +104,7 @@ class KafkaView:
         self._lock = threading.RLock()
         self._admin = make_admin(settings)
         self._heads: Consumer | None = None
+        self._groups: dict[str, Consumer] = {}  # a reader of each queue's commits
         self._cache: dict[object, tuple[float, object]] = {}
 
     @property
@@ -172,7 +172,10 @@ class KafkaView:
                 for p in range(counts[topic])
             ],
         )
-        commits = group_offsets(self._admin, [t.consumer_group for t in named.values()])
+        commits = {
+            t.consumer_group: self._committed(t.consumer_group, own[q], counts)
+            for q, t in named.items()
+        }
         result = {}
         for queue, topics in named.items():
             committed = commits.get(topics.consumer_group, {})
@@ -210,6 +213,24 @@ class KafkaView:
         return DeadLetterFigures(
             depth=dlq_depth(marks, dlq), newest_ms=max(self._first_at(last).values(), default=None)
         )
+
+    def _committed(
+        self, group: str, topics: list[str], counts: dict[str, int]
+    ) -> dict[tuple[str, int], int]:
+        """The group's committed offsets of ``topics``, asked by a consumer of the group
+        that never joins it (no subscription, no auto-commit). Not the admin client's
+        ListConsumerGroupOffsets: librdkafka 2.16 dereferences the admin client's missing
+        consumer group when that answer says the group's coordinator is still loading (a
+        broker just started), and the dashboard died by SIGSEGV."""
+        consumer = self._groups.get(group)
+        if consumer is None:
+            consumer = self._groups[group] = make_consumer(self._settings, group)
+        tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])]
+        try:
+            found = consumer.committed(tps, timeout=self._timeout_s) if tps else []
+        except KafkaException:
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
 
     def _oldest(self, lagging: list[PartitionLag]) -> dict[tuple[str, int], int]:
         """Produce time of the first unconsumed record of each lagging partition."""
