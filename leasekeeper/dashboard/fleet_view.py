@@ -18,14 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from jobcore.kafka import (
-    OFFSET_BEGINNING,
-    KafkaError,
-    KafkaException,
-    KafkaSettings,
-    TopicPartition,
-    make_consumer,
-)
+from jobcore.kafka import OFFSET_BEGINNING, KafkaError, KafkaSettings, TopicPartition, make_consumer
 from jobcore.topics import leasekeepers_topic, outbox_relays_topic
 
 __all__ = ["FleetReader", "FleetState", "RatePoint"]
@@ -35,8 +28,6 @@ log = logging.getLogger(__name__)
 # A leasekeeper that published nothing for this long is shown as gone (it died).
 STALE_AFTER_S = 30.0
 HISTORY = 60
-# How often the reader looks for a topic it follows that does not exist yet.
-LOOK_EVERY_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,12 +115,8 @@ class FleetReader:
     """Consumes ``jobs._leasekeepers`` from the beginning into a ``FleetState``, and
     ``jobs._outbox_relays`` into ``relays`` when given.
 
-    A topic is assigned once it exists, looked for every ``LOOK_EVERY_S`` until then
-    (the first relay or leasekeeper creates it; it is read from its start). Not
-    assigned before: a consumer fetching a partition of a topic that does not exist
-    keeps librdkafka's main thread refreshing metadata for it for the process's life,
-    and the dashboard is the one process that did so (a demo has no relay topic) and
-    the one that was seen to crash in librdkafka's main thread."""
+    Both topics are assigned even when they do not exist yet: the first relay or
+    leasekeeper creates its topic, and the consumer picks it up from its start."""
 
     def __init__(
         self,
@@ -161,12 +148,9 @@ class FleetReader:
     def _run(self) -> None:
         consumer = make_consumer(self._settings, f"dashboard.{uuid.uuid4().hex}")
         try:
-            missing, next_look = set(self._tables), 0.0
+            consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in self._tables])
             next_sample = 0.0
             while not self._stop.is_set():
-                if missing and time.monotonic() >= next_look:
-                    missing = self._assign_existing(consumer, missing)
-                    next_look = time.monotonic() + LOOK_EVERY_S
                 for message in consumer.consume(num_messages=500, timeout=0.5):
                     self._apply(message)
                 if time.monotonic() >= next_sample:
@@ -174,19 +158,6 @@ class FleetReader:
                     next_sample = time.monotonic() + self._sample_every_s
         finally:
             consumer.close()
-
-    @staticmethod
-    def _assign_existing(consumer: Any, missing: set[str]) -> set[str]:
-        """Assign those of ``missing`` that exist now, from their start; returns the rest."""
-        try:
-            existing = set(consumer.list_topics(timeout=2).topics)
-        except KafkaException as exc:  # Kafka unreachable: looked for again next time
-            log.debug("looking for %s: %s", sorted(missing), exc)
-            return missing
-        found = sorted(missing & existing)
-        if found:
-            consumer.incremental_assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in found])
-        return missing - existing
 
     def _apply(self, message: Any) -> None:
         error = message.error()
