@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 
 from jobcore.control import STATUS_SWITCH_KEY, JobStatus, StatusSwitchedOff
+from jobcore.job_ids import search_from_ms
 from jobcore.kafka import (
     Consumer,
     KafkaError,
@@ -24,8 +25,9 @@ from jobcore.kafka import (
     TopicPartition,
     make_consumer,
 )
+from jobcore.topic_admin import STATUS_RETENTION_MS
 
-__all__ = ["MAX_SCAN", "StatusError", "StatusReader", "switched_off_note"]
+__all__ = ["MAX_SCAN", "StatusError", "StatusReader", "ended_status", "switched_off_note"]
 
 # The most recent status records a reader looks through.
 MAX_SCAN = 1_000_000
@@ -39,14 +41,26 @@ class StatusReader:
     """Reads one queue's status partition: the latest record of a job, then new ones."""
 
     def __init__(
-        self, settings: KafkaSettings, topic: str, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: KafkaSettings,
+        topic: str,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        since_ms: int | None = None,
     ) -> None:
+        """Reads from the last ``MAX_SCAN`` records, or from the first record written at
+        or after ``since_ms`` (for one job: ``jobcore.job_ids.search_from_ms``)."""
         self._topic = topic
         self._clock = clock
         self._consumer: Consumer = make_consumer(settings, f"cancel.{uuid.uuid4().hex}")
         low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         self._start, self._end = max(low, high - MAX_SCAN), high
+        if since_ms is not None:
+            (at,) = self._consumer.offsets_for_times([TopicPartition(topic, 0, since_ms)], 10)
+            self._start = high if at.offset < 0 else max(low, at.offset)
         self._consumer.assign([TopicPartition(topic, 0, self._start)])
+        # Records read so far: what a lookup cost, for tests and benchmarks.
+        self.records_read = 0
         # Set by ``latest``: the queue's leasekeepers were told to write no records.
         self.switched_off: StatusSwitchedOff | None = None
 
@@ -56,17 +70,30 @@ class StatusReader:
         key = job_id.encode()
         return self._scan(lambda k: k == key, timeout_s).get(job_id)
 
+    def first(self, job_id: str, timeout_s: float = 30.0) -> JobStatus | None:
+        """The first status of ``job_id`` from where this reader starts: a job ends once,
+        so for a reader started near its id's time this is ``latest`` without reading
+        on to the end."""
+        key = job_id.encode()
+        return self._scan(lambda k: k == key, timeout_s, stop_at_first=True).get(job_id)
+
     def by_prefix(self, prefix: str, timeout_s: float = 30.0) -> dict[str, JobStatus]:
         """The last status of every job whose id starts with ``prefix``, among the
         ``MAX_SCAN`` most recent records (the window a prefix is looked up in)."""
         start = prefix.encode()
         return self._scan(lambda k: k.startswith(start), timeout_s)
 
-    def _scan(self, wanted: Callable[[bytes], bool], timeout_s: float) -> dict[str, JobStatus]:
+    def _scan(
+        self, wanted: Callable[[bytes], bool], timeout_s: float, *, stop_at_first: bool = False
+    ) -> dict[str, JobStatus]:
         found: dict[str, JobStatus] = {}
         deadline = self._clock() + timeout_s
         while self._position() < self._end and self._clock() < deadline:
-            for message in self._consumer.consume(num_messages=500, timeout=0.2):
+            if stop_at_first and found:
+                break
+            messages = self._consumer.consume(num_messages=500, timeout=0.2)
+            self.records_read += len(messages)
+            for message in messages:
                 if message.error() is None and message.key() == STATUS_SWITCH_KEY:
                     value = message.value()
                     self.switched_off = StatusSwitchedOff.decode(value) if value else None
@@ -105,6 +132,32 @@ class StatusReader:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def ended_status(
+    settings: KafkaSettings,
+    topic: str,
+    job_id: str,
+    *,
+    timeout_s: float = 30.0,
+    window_ms: int = STATUS_RETENTION_MS,
+    wall: Callable[[], float] = time.time,
+) -> tuple[JobStatus | None, StatusSwitchedOff | None]:
+    """How job ``job_id`` ended, and whether the queue's status records are switched off.
+
+    Read from a minute before the time in the job's id (``jobcore.job_ids``), however
+    old the job: the records written after it, not the last ``MAX_SCAN``. Only when
+    that finds nothing (or the id holds no time) is the tail read as before, for the
+    switched-off marker, which may have been written long before the job."""
+    now_ms = int(wall() * 1000)
+    since_ms = search_from_ms(job_id, now_ms - window_ms, now_ms)
+    if since_ms > now_ms - window_ms:
+        with StatusReader(settings, topic, since_ms=since_ms) as reader:
+            found = reader.first(job_id, timeout_s)
+        if found is not None:
+            return found, None
+    with StatusReader(settings, topic) as reader:
+        return reader.latest(job_id, timeout_s), reader.switched_off
 
 
 def switched_off_note(queue: str, at_ms: int) -> str:

@@ -19,7 +19,7 @@ from jobcore.config import Environment
 from jobcore.control import JobStatus
 from jobcore.job_state import state_of
 from jobcore.kafka import KafkaException, KafkaSetupError
-from jobcore.status import StatusError, StatusReader
+from jobcore.status import StatusError, StatusReader, ended_status
 from jobcore.topics import QueueTopics
 from leasekeeper.id_prefix import MIN_PREFIX
 
@@ -60,12 +60,12 @@ def finished_view(
     try:
         settings = env.kafka(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config)
         topic = QueueTopics(queue=queue, prefix=env.topic_prefix).status
-        with StatusReader(settings, topic) as reader:
-            if len(job_id) < WHOLE_ID:
+        if len(job_id) < WHOLE_ID:
+            with StatusReader(settings, topic) as reader:
                 found = reader.by_prefix(job_id, timeout_s=10)
-            else:
-                whole = reader.latest(job_id, timeout_s=10)
-                found = {} if whole is None else {job_id: whole}
+        else:
+            whole, _ = ended_status(settings, topic, job_id, timeout_s=10)
+            found = {} if whole is None else {job_id: whole}
     except (KafkaException, KafkaSetupError, StatusError, ValueError) as exc:
         log.debug("no status for %s: %s", job_id, exc)
         return view

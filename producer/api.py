@@ -15,7 +15,6 @@ import asyncio
 import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
@@ -26,6 +25,7 @@ from typing import Any, overload
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, schema_path_from_env
 from jobcore.control import Cancellation
 from jobcore.delay_tiers import DelayTiers
+from jobcore.job_ids import new_job_id
 from jobcore.kafka import KafkaSettings
 from jobcore.priority import PriorityClasses
 from jobcore.topics import DEFAULT_PREFIX, QueueTopics
@@ -368,7 +368,8 @@ class JobProducer:
     def _build(self, request: JobRequest) -> Job:
         if self._closed:
             raise RuntimeError("this JobProducer is closed")
-        job = build_job(request, codec=self._codec, now=self._clock(), job_id=uuid.uuid4().hex)
+        now = self._clock()
+        job = build_job(request, codec=self._codec, now=now, job_id=new_job_id(now))
         self._key_classes.check(job)
         self._enqueued.add(job.job_id)  # ``result`` waits for it as for a known job
         return job

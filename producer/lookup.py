@@ -33,7 +33,7 @@ from jobcore.job_state import (
     from_status,
 )
 from jobcore.kafka import KafkaSettings
-from jobcore.status import StatusReader, switched_off_note
+from jobcore.status import ended_status, switched_off_note
 from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
 from producer.results import ResultError, stored_result
@@ -123,9 +123,7 @@ def lookup(
         return _printable(from_answer(found, source=source))
     topic = QueueTopics(queue=queue, prefix=prefix).status
     source = f"status topic {topic}"
-    with StatusReader(settings, topic) as reader:
-        status = reader.latest(job_id)
-        off = reader.switched_off
+    status, off = ended_status(settings, topic, job_id)
     if status is None:
         note = switched_off_note(queue, off.at_ms) if off is not None else STATUS_TOPIC_KNOWS
         return _unknown(job_id, source, enqueued_at_ms, note)

@@ -1,14 +1,19 @@
 """``JobProducer.result`` and ``producer result``: wait for a job's return value.
 
-Two sources, each read once from where it may hold the job:
+Two sources, each read once from where it may hold the job, both from a minute
+before the time the job id was built (``jobcore.job_ids``; Kafka's time index,
+``offsets_for_times``, says where that is), so finding a job that ended a week ago
+reads what was written while it waited and ran, not the week:
 
-- ``jobs.Q.results``, the partition the job id hashes to (``jobcore.results``), from
-  the start of a window (``offsets_for_times``): by default the topic's retention,
-  the queue's ``--status-retention`` (a week unless set). A bounded scan, not an
-  index: every error that says nothing was found names the window searched.
+- ``jobs.Q.results``, the partition the job id hashes to (``jobcore.results``).
 - ``jobs.Q.status`` through ``jobcore.status.StatusReader`` (the reader
   ``producer status`` uses): a dead job (with its dead-letter reason and last
   error), a cancelled one, and a job that succeeded without returning a value.
+
+An id with no time in it (made by another client) is searched for in the whole
+window instead: the results topic's retention, the queue's ``--status-retention``
+(a week unless set), and the status topic's last ``MAX_SCAN`` records. Every error
+that says nothing was found names where it looked.
 
 The leasekeeper sends a job's "succeeded" status only once its result record is
 durable, and the status reader's end is fixed before the results reader's: so a
@@ -31,6 +36,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 
 from jobcore.control import JobEnd, JobStatus
+from jobcore.job_ids import search_from_ms
 from jobcore.kafka import (
     OFFSET_END,
     Consumer,
@@ -142,6 +148,8 @@ class ResultReader:
         # No record at or after ``since_ms``: everything there is older; start at the end.
         self._start = self._end if start.offset < 0 else max(low, start.offset)
         self._consumer.assign([TopicPartition(topic, self._partition, self._start)])
+        # Records read so far: what a lookup cost, for tests and benchmarks.
+        self.records_read = 0
 
     def scan(self, deadline: float, clock: Callable[[], float]) -> bytes | None:
         """The first result of the job up to the partition's end when this reader began
@@ -161,7 +169,9 @@ class ResultReader:
 
     def next(self, timeout_s: float) -> bytes | None:
         """The job's result among the records read within ``timeout_s``, if one is."""
-        for message in self._consumer.consume(num_messages=500, timeout=timeout_s):
+        messages = self._consumer.consume(num_messages=500, timeout=timeout_s)
+        self.records_read += len(messages)
+        for message in messages:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF or error.retriable():
@@ -217,7 +227,8 @@ def stored_result(
 ) -> bytes | None:
     """The encoded result of a job that ended, if its results partition still has it
     (read up to its end now, within ``timeout_s``): for ``producer status``."""
-    since_ms = int(wall() * 1000) - window_ms(settings, topics)
+    now_ms = int(wall() * 1000)
+    since_ms = search_from_ms(job_id, now_ms - window_ms(settings, topics), now_ms)
     with ResultReader(settings, topics.results, job_id, since_ms) as results:
         return results.scan(clock() + timeout_s, clock)
 
@@ -238,16 +249,19 @@ def wait_for_result(
         raise ValueError("job_id must be a non-empty string")
     deadline = clock() + max(0.0, timeout_s)
     window = round(window_s * 1000) if window_s is not None else window_ms(settings, topics)
-    since_ms = int(wall() * 1000) - window
+    now_ms = int(wall() * 1000)
+    since_ms = search_from_ms(job_id, now_ms - window, now_ms)
+    by_time = since_ms > now_ms - window  # the id told when the job was built
     queue = topics.queue
     try:
         with (  # the status reader's end first: see the module
-            StatusReader(settings, topics.status) as status,
+            StatusReader(settings, topics.status, since_ms=since_ms if by_time else None) as status,
             ResultReader(settings, topics.results, job_id, since_ms) as results,
         ):
             # What is there already is read whatever the wait (``--wait 0s`` only looks).
             look = max(deadline, clock() + LOOK_S)
-            ended = status.latest(job_id, timeout_s=look - clock())
+            read = status.first if by_time else status.latest
+            ended = read(job_id, timeout_s=look - clock())
             found = results.scan(look, clock)
             if found is not None:
                 return decode_result(found)
@@ -270,11 +284,17 @@ def wait_for_result(
     if known:
         raise ResultTimeout(f"job {job_id} of queue {queue} did not end within {timeout_s:g}s",
                             queue=queue, job_id=job_id)  # fmt: skip
+    since = _iso(since_ms)
+    if by_time:
+        searched = (f"no result in {topics.results} and no status in {topics.status} since "
+                    f"{since} (a minute before the time its id was built)")  # fmt: skip
+    else:
+        searched = (f"no result in {topics.results} since {since} (the results window), "
+                    f"no status among the last {MAX_SCAN:,} of {topics.status}")  # fmt: skip
     raise JobUnknown(
-        f"job {job_id} of queue {queue} is unknown: no result in {topics.results} since "
-        f"{_iso(since_ms)} (the results window), no status among the last {MAX_SCAN:,} of "
-        f"{topics.status}, and none within {timeout_s:g}s. It was not enqueued, ended before "
-        "the window, or is still waiting or running",
+        f"job {job_id} of queue {queue} is unknown: {searched}, and none within "
+        f"{timeout_s:g}s. It was not enqueued, ended before the window, or is still "
+        "waiting or running",
         queue=queue, job_id=job_id, since_ms=since_ms,
     )  # fmt: skip
 

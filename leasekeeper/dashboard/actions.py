@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 
 from jobcore.control import Cancellation, JobStatus, StatusSwitchedOff
 from jobcore.kafka import KafkaException, KafkaSettings, make_consumer, make_producer
-from jobcore.status import StatusReader
+from jobcore.status import ended_status
 from jobcore.topics import QueueTopics
 from leasekeeper.dashboard.status_index import StatusIndex
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, parse_time_ms
@@ -132,6 +132,7 @@ class Actions:
             self.index.want(queue)
             if self.index.caught_up(queue):
                 return Finished(self.index.get(queue, job_id), self.index.switched_off(queue))
-        with StatusReader(self.kafka, self.topics(queue).status) as reader:
-            status = reader.latest(job_id, timeout_s=10)
-            return Finished(status, reader.switched_off)
+        status, switched_off = ended_status(
+            self.kafka, self.topics(queue).status, job_id, timeout_s=10
+        )
+        return Finished(status, switched_off)

@@ -18,7 +18,6 @@ the producer's ``message.max.bytes``.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from jobcore.job_ids import new_job_id
 from jobcore.priority import PriorityClasses
 from producer.request import JobRequest, build_job
 from schemas.codec import EnvelopeCodec, PayloadError, SchemaRegistry
@@ -82,8 +82,9 @@ class Outbox:
         staged = []
         for index, request in enumerate(requests):
             try:
-                job = build_job(request, codec=self._codec, now=self._clock(),
-                                job_id=uuid.uuid4().hex, classes=self._classes)  # fmt: skip
+                now = self._clock()
+                job = build_job(request, codec=self._codec, now=now, job_id=new_job_id(now),
+                                classes=self._classes)  # fmt: skip
                 envelope = self._codec.encode(job)
                 self._check_size(job, envelope)
             except PayloadError as exc:

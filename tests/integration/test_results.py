@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
 from click.testing import CliRunner
 
-from jobcore.kafka import KafkaSettings, make_admin, topic_config
+from jobcore import status as status_module
+from jobcore.control import JobEnd, JobStatus
+from jobcore.kafka import KafkaSettings, make_admin, make_producer, topic_config
 from jobcore.results import RESULTS_PARTITIONS, results_partition
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
@@ -171,3 +174,52 @@ def test_a_queue_without_its_topics_is_a_clear_error(kafka: KafkaSettings, uniqu
         jobs.result(f"none{unique}", "abc", timeout=1)
     assert not isinstance(raised.value, (JobUnknown, ResultTimeout))
     assert f"producer create-queue --queue none{unique}" in str(raised.value)
+
+
+def stamped(system: System, records: list[tuple[str, int, bytes, bytes, int]]) -> None:
+    """Write ``(topic, partition, key, value, timestamp_ms)`` records as traffic of the
+    past would have: each with the time it was written."""
+    out = make_producer(system.kafka)
+    for topic, partition, key, value, at_ms in records:
+        out.produce(topic, value, key, partition=partition, timestamp=at_ms)
+        out.poll(0)
+    assert out.flush(60) == 0
+
+
+def test_a_job_that_ended_an_hour_of_traffic_before_the_call_is_found_by_the_time_in_its_id(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its result and status are read from a minute before its id's time: what came
+    before is not read (a stale value written two hours earlier under the same id is not
+    returned), and what came after does not hide it (more traffic than the status tail
+    holds: the tail is scaled down to 2,000 records, the hour to 3,000 ends)."""
+    monkeypatch.setattr(status_module, "MAX_SCAN", 2_000)
+    system.start(workers=0)
+    topics, now_ms = system.topics, int(time.time() * 1000)
+    # The hours before: other jobs' ends, and a stale value under an id to come.
+    with producer(system) as jobs:
+        kept = jobs.enqueue(task(system, 5))
+        dead = jobs.enqueue(task(system, 6, fail_attempts=1, permanent=True))
+    earlier = [(topics.results, results_partition(kept), uuid.uuid4().hex.encode(), b"1",
+                now_ms - 2 * HOUR_MS + i * 1000) for i in range(3_000)]  # fmt: skip
+    earlier.insert(1_500, (topics.results, results_partition(kept), kept.encode(),
+                           b'{"stale":true}', now_ms - HOUR_MS))  # fmt: skip
+    stamped(system, earlier)
+    start_worker(system, "a")
+    # The jobs end, then an hour of others' ends follows them.
+    wait_until(lambda: len(system.read_topic(topics.status)) >= 2, 60, "both jobs to end")
+    later = []
+    for _ in range(3_000):
+        other = uuid.uuid4().hex
+        ended = JobStatus(job_id=other, state=JobEnd.SUCCEEDED, at_ms=now_ms, attempt=1)
+        later.append((topics.status, 0, other.encode(), ended.encode(), int(time.time() * 1000)))
+        later.append((topics.results, results_partition(kept), other.encode(), b"2",
+                      int(time.time() * 1000)))  # fmt: skip
+    stamped(system, later)
+    with producer(system) as caller:  # a producer that never saw the jobs
+        value = caller.result(system.queue, kept, timeout=5)
+        assert isinstance(value, dict) and value["n"] == 5 and "stale" not in value, value
+        with pytest.raises(JobDied):
+            caller.result(system.queue, dead, timeout=5)
+    code, out, _ = cli(system, "status", "--queue", system.queue, dead)
+    assert code == 0 and "dead" in out, out
