@@ -101,6 +101,9 @@ class JobReport:
     # said (``jobcore.progress``): a fraction from 0 to 1 and its message.
     progress: float | None = None
     progress_message: str | None = None
+    # The value a succeeded job returned, as JSON text, when it returned one and the
+    # results topic still keeps it (``jobcore.results``).
+    result: str | None = None
 
     def __post_init__(self) -> None:
         # Callers that pass the state's text get the state: one spelling of each.
@@ -191,6 +194,7 @@ def from_answer(found: dict[str, object], *, source: str) -> JobReport:
         duration_s=float(duration) if isinstance(duration, int | float) else None,
         note=text("note") if known else f"the source answered {shown!r}",
         record=text("record"),
+        result=text("result"),
     )
     return with_progress(report, progress_in(found))
 

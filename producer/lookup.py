@@ -33,10 +33,10 @@ from jobcore.job_state import (
     from_status,
 )
 from jobcore.kafka import KafkaSettings
+from jobcore.result_reader import ResultsUnreadable, stored_result
 from jobcore.status import ended_status, switched_off_note
 from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
-from producer.results import ResultError, stored_result
 
 __all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "LookupError", "lookup"]
 
@@ -50,10 +50,7 @@ class LookupError(RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class JobLookup(JobReport):
-    """The shared report, as ``producer status`` prints it; with the value a succeeded
-    job returned (as JSON text), when it returned one and it is still kept."""
-
-    result: str | None = None
+    """The shared report, as ``producer status`` prints it."""
 
     def lines(self, describe_time: Callable[[int], str]) -> list[str]:
         """What ``producer status`` prints; ``describe_time`` renders epoch ms. The
@@ -132,7 +129,7 @@ def lookup(
         return report
     try:
         value = stored_result(settings, QueueTopics(queue=queue, prefix=prefix), job_id)
-    except ResultError:  # a queue from before results: no results topic to read
+    except ResultsUnreadable:  # a queue from before results: no results topic to read
         return report
     return report if value is None else replace(report, result=value.decode(errors="replace"))
 

@@ -30,26 +30,15 @@ enqueued, may have ended before the window, or may still be waiting).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from types import TracebackType
 
 from jobcore.control import JobEnd, JobStatus
 from jobcore.job_ids import search_from_ms
-from jobcore.kafka import (
-    OFFSET_END,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    KafkaSettings,
-    TopicPartition,
-    make_consumer,
-    topic_config,
-)
-from jobcore.results import decode_result, results_partition
+from jobcore.kafka import KafkaException, KafkaSettings
+from jobcore.result_reader import TURN_S, ResultReader, ResultsUnreadable, window_ms
+from jobcore.results import decode_result
 from jobcore.status import MAX_SCAN, StatusError, StatusReader
-from jobcore.topic_admin import STATUS_RETENTION_MS
 from jobcore.topics import QueueTopics
 
 __all__ = [
@@ -59,12 +48,9 @@ __all__ = [
     "RecentIds",
     "ResultError",
     "ResultTimeout",
-    "stored_result",
     "wait_for_result",
 ]
 
-# How long one turn of the wait listens to each source before the other.
-_TURN_S = 0.1
 # The least time given to reading what the topics already hold, however short the wait.
 LOOK_S = 10.0
 # Job ids a producer remembers having enqueued: its ``result`` waits for one of them
@@ -127,110 +113,11 @@ class RecentIds:
         return job_id in self._ids
 
 
-class ResultReader:
-    """The results partition of one job id, from a time on: what is there, then new."""
-
-    def __init__(self, settings: KafkaSettings, topic: str, job_id: str, since_ms: int) -> None:
-        self._topic = topic
-        self._key = job_id.encode()
-        self._partition = results_partition(job_id)
-        self._consumer: Consumer = make_consumer(settings, f"result.{uuid.uuid4().hex}")
-        tp = TopicPartition(topic, self._partition, since_ms)
-        try:
-            (start,) = self._consumer.offsets_for_times([tp], timeout=10)
-            low, self._end = self._consumer.get_watermark_offsets(tp, timeout=10)
-        except KafkaException as exc:
-            self._consumer.close()
-            raise ResultReadError(
-                f"cannot read {topic} ({exc.args[0]}): a queue created before job results "
-                "has none; `producer create-queue` adds it"
-            ) from None
-        # No record at or after ``since_ms``: everything there is older; start at the end.
-        self._start = self._end if start.offset < 0 else max(low, start.offset)
-        self._consumer.assign([TopicPartition(topic, self._partition, self._start)])
-        # Records read so far: what a lookup cost, for tests and benchmarks.
-        self.records_read = 0
-
-    def scan(self, deadline: float, clock: Callable[[], float]) -> bytes | None:
-        """The first result of the job up to the partition's end when this reader began
-        (or when ``catch_up`` was last called)."""
-        while self._position() < self._end and clock() < deadline:
-            found = self.next(_TURN_S)
-            if found is not None:
-                return found
-        return None
-
-    def catch_up(self, deadline: float, clock: Callable[[], float]) -> bytes | None:
-        """``scan`` again to the partition's end as it is now."""
-        _, self._end = self._consumer.get_watermark_offsets(
-            TopicPartition(self._topic, self._partition), timeout=10
-        )
-        return self.scan(deadline, clock)
-
-    def next(self, timeout_s: float) -> bytes | None:
-        """The job's result among the records read within ``timeout_s``, if one is."""
-        messages = self._consumer.consume(num_messages=500, timeout=timeout_s)
-        self.records_read += len(messages)
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF or error.retriable():
-                    continue
-                raise ResultReadError(f"reading {self._topic} failed: {error}")
-            if message.key() == self._key and message.value():
-                return message.value()
-        return None
-
-    def _position(self) -> int:
-        (tp,) = self._consumer.position([TopicPartition(self._topic, self._partition)])
-        return self._start if tp.offset < 0 or tp.offset == OFFSET_END else int(tp.offset)
-
-    def close(self) -> None:
-        self._consumer.close()
-
-    def __enter__(self) -> ResultReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
 class ResultReadError(ResultError):
     """A results or status topic could not be read (missing, not authorised, broker error)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, queue="", job_id="")
-
-
-def window_ms(settings: KafkaSettings, topics: QueueTopics) -> int:
-    """The results topic's retention: how far back a result can still be."""
-    try:
-        retention = int(topic_config(settings, topics.results, timeout=10)["retention.ms"])
-    except (KafkaException, KeyError, ValueError):
-        return STATUS_RETENTION_MS
-    return retention if retention > 0 else STATUS_RETENTION_MS
-
-
-def stored_result(
-    settings: KafkaSettings,
-    topics: QueueTopics,
-    job_id: str,
-    *,
-    timeout_s: float = 10.0,
-    clock: Callable[[], float] = time.monotonic,
-    wall: Callable[[], float] = time.time,
-) -> bytes | None:
-    """The encoded result of a job that ended, if its results partition still has it
-    (read up to its end now, within ``timeout_s``): for ``producer status``."""
-    now_ms = int(wall() * 1000)
-    since_ms = search_from_ms(job_id, now_ms - window_ms(settings, topics), now_ms)
-    with ResultReader(settings, topics.results, job_id, since_ms) as results:
-        return results.scan(clock() + timeout_s, clock)
 
 
 def wait_for_result(
@@ -268,13 +155,15 @@ def wait_for_result(
             if ended is not None:
                 return _ended(ended, queue)
             while clock() < deadline:
-                found = results.next(_TURN_S)
+                found = results.next(TURN_S)
                 if found is not None:
                     return decode_result(found)
-                ended = status.wait_for(job_id, _TURN_S)
+                ended = status.wait_for(job_id, TURN_S)
                 if ended is not None:
                     found = results.catch_up(clock() + LOOK_S, clock)
                     return decode_result(found) if found is not None else _ended(ended, queue)
+    except ResultsUnreadable as exc:
+        raise ResultReadError(str(exc)) from None
     except (StatusError, KafkaException) as exc:
         raise ResultReadError(
             f"cannot read the status or result of job {job_id} ({exc}): check that queue "
@@ -284,6 +173,13 @@ def wait_for_result(
     if known:
         raise ResultTimeout(f"job {job_id} of queue {queue} did not end within {timeout_s:g}s",
                             queue=queue, job_id=job_id)  # fmt: skip
+    raise _unknown(topics, job_id, since_ms, by_time=by_time, timeout_s=timeout_s)
+
+
+def _unknown(
+    topics: QueueTopics, job_id: str, since_ms: int, *, by_time: bool, timeout_s: float
+) -> JobUnknown:
+    """The error for a job with no record where it was looked for, naming where."""
     since = _iso(since_ms)
     if by_time:
         searched = (f"no result in {topics.results} and no status in {topics.status} since "
@@ -291,11 +187,11 @@ def wait_for_result(
     else:
         searched = (f"no result in {topics.results} since {since} (the results window), "
                     f"no status among the last {MAX_SCAN:,} of {topics.status}")  # fmt: skip
-    raise JobUnknown(
-        f"job {job_id} of queue {queue} is unknown: {searched}, and none within "
+    return JobUnknown(
+        f"job {job_id} of queue {topics.queue} is unknown: {searched}, and none within "
         f"{timeout_s:g}s. It was not enqueued, ended before the window, or is still "
         "waiting or running",
-        queue=queue, job_id=job_id, since_ms=since_ms,
+        queue=topics.queue, job_id=job_id, since_ms=since_ms,
     )  # fmt: skip
 
 

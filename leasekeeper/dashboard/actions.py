@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 
 from jobcore.control import Cancellation, JobStatus, StatusSwitchedOff
 from jobcore.kafka import KafkaException, KafkaSettings, make_consumer, make_producer
+from jobcore.result_reader import ResultsUnreadable, stored_result
 from jobcore.status import ended_status
 from jobcore.topics import QueueTopics
 from leasekeeper.dashboard.status_index import StatusIndex
@@ -123,6 +124,16 @@ class Actions:
         producer.produce(self.topics(queue).control, key=record.key, value=record.encode())
         if producer.flush(30) > 0:
             raise KafkaException(f"the cancellation of {job_id} was not acknowledged in 30 s")
+
+    def result(self, queue: str, job_id: str) -> str | None:
+        """The value job ``job_id`` returned, as JSON text, while its results partition
+        keeps it (read from a minute before its id's time); None for none or unreadable
+        (a queue from before results has no results topic)."""
+        try:
+            value = stored_result(self.kafka, self.topics(queue), job_id)
+        except ResultsUnreadable:
+            return None
+        return None if value is None else value.decode(errors="replace")
 
     def finished(self, queue: str, job_id: str) -> Finished:
         """How the job ended, from the index once it caught up with the queue's status

@@ -10,7 +10,7 @@ report are ``jobcore.job_state``'s, shared by every reader.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from jobcore.job_state import (
     DASHBOARD_KNOWS,
@@ -66,7 +66,10 @@ def lookup(
             notes.append(switched_off_note(queue, switched_off.at_ms))
         if status is not None:
             source = f"status topic {actions.topics(queue).status}"
-            return JobWhere(**asdict(from_status(status, source=source, queue=queue)))
+            found = JobWhere(**asdict(from_status(status, source=source, queue=queue)))
+            if found.state is JobState.SUCCEEDED:
+                found = replace(found, result=actions.result(queue, job_id))
+            return found
     return JobWhere(
         job_id=job_id,
         state=JobState.NOT_FOUND,

@@ -27,14 +27,10 @@ from jobcore.job_state import (
     from_answer,
     from_inspect,
 )
-from leasekeeper.dashboard.access import AccessPolicy
-from leasekeeper.dashboard.actions import Actions
-from leasekeeper.dashboard.fleet_view import FleetReader, FleetState
-from leasekeeper.dashboard.kafka_view import KafkaView
-from leasekeeper.dashboard.server import Dashboard, DashboardServer
 from producer import JobProducer
-from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.codec import SchemaRegistry
 from tests.apps.recording import SCHEMAS
+from tests.dashboards import get, served
 from tests.system import BIN, System, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -43,30 +39,8 @@ TIERS = DelayTiers.parse("1s,2s,5s")
 
 @pytest.fixture
 def dashboard(system: System) -> Iterator[str]:
-    prefix = system.topics.prefix
-    fleet = FleetState()
-    site = Dashboard(
-        fleet=fleet,
-        kafka=KafkaView(system.kafka, prefix),
-        actions=Actions(
-            kafka=system.kafka,
-            prefix=prefix,
-            codec=EnvelopeCodec(SchemaRegistry(extra_dirs=[SCHEMAS])),
-        ),
-        policy=AccessPolicy(token="t0ken"),
-    )
-    server = DashboardServer(site, "127.0.0.1", 0)
-    reader = FleetReader(system.kafka, prefix, fleet)
-    reader.start()
-    server.start()
-    yield f"http://127.0.0.1:{server.port}"
-    server.stop()
-    reader.stop()
-
-
-def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=60) as response:
-        return str(response.read().decode())
+    with served(system) as url:
+        yield url
 
 
 def from_api(url: str, system: System, job_id: str) -> JobReport:

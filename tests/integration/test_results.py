@@ -7,8 +7,10 @@ settle leaves exactly one value, from the run that succeeded."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import time
+import urllib.parse
 import uuid
 
 import pytest
@@ -32,6 +34,7 @@ from producer import (
 from producer.cli import main as producer_cli
 from schemas.codec import SchemaRegistry
 from tests.apps.recording import SCHEMAS
+from tests.dashboards import get, served
 from tests.system import System, WorkerProcess, wait_until
 
 APP = "tests.apps.returning:app"
@@ -82,7 +85,14 @@ def test_the_value_of_a_job_that_ended_before_the_call_and_of_one_ending_during_
     code, out, _ = cli(system, "result", "--queue", system.queue, early, "--wait", "0s")
     assert code == 0 and json.loads(out) == value
     code, out, _ = cli(system, "status", "--queue", system.queue, early)
-    assert code == 0 and f"result {json.dumps(value, separators=(',', ':'))}" in out, out
+    as_json = json.dumps(value, separators=(",", ":"))
+    assert code == 0 and f"result {as_json}" in out, out
+    # The dashboard's Job page and /api/job, and `producer status --dashboard` through it.
+    with served(system) as url, producer(system) as other:
+        query = urllib.parse.urlencode({"id": early, "queue": system.queue})
+        assert json.loads(json.loads(get(f"{url}/api/job?{query}"))["result"]) == value
+        assert as_json in html.unescape(get(f"{url}/job?{query}"))
+        assert other.status(system.queue, early, dashboard=url).result == as_json
     # Keyed by job id, in the partition the project's hash names.
     partitions = {m.key(): m.partition() for m in system.read_topic(system.topics.results)}
     assert partitions == {early.encode(): results_partition(early),

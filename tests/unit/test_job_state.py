@@ -5,9 +5,8 @@ producer's lookup, the dashboard's lookup and page, and ``inspect job``."""
 from __future__ import annotations
 
 import json
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -131,27 +130,19 @@ def test_an_answer_with_a_state_this_version_does_not_know_is_not_misread() -> N
     assert (known.state, known.duplicate_of, known.at_ms) == (JobState.SKIPPED, "o", 4)
 
 
-class _Reader(AbstractContextManager["_Reader"]):
-    """A status topic holding ``records``."""
+def _ended_status(records: dict[str, JobStatus]) -> Any:
+    """A status topic holding ``records``, as ``ended_status`` reads it."""
 
-    records: ClassVar[dict[str, JobStatus]] = {}
-    switched_off = None
+    def ended(_settings: object, _topic: str, job_id: str, **_: object) -> tuple[Any, None]:
+        return records.get(job_id), None
 
-    def __init__(self, *_: Any) -> None:
-        pass
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
-    def latest(self, job_id: str) -> JobStatus | None:
-        return self.records.get(job_id)
+    return ended
 
 
 def test_the_producer_says_what_the_status_topic_cannot_know(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(producer_lookup, "StatusReader", _Reader)
-    monkeypatch.setattr(_Reader, "records", {"dup": SKIPPED})
+    monkeypatch.setattr(producer_lookup, "ended_status", _ended_status({"dup": SKIPPED}))
     settings = KafkaSettings(bootstrap="x:1")
     waiting = producer_lookup.lookup(settings, "q", "waiting", prefix="jobs")
     assert (waiting.state, waiting.note) == (JobState.NOT_FOUND, STATUS_TOPIC_KNOWS)
@@ -170,6 +161,9 @@ class _Actions:
 
     def finished(self, queue: str, job_id: str) -> tuple[JobStatus | None, None]:
         return self.records.get(job_id), None
+
+    def result(self, queue: str, job_id: str) -> str | None:
+        return None
 
 
 def test_the_dashboard_reports_skipped_jobs_and_names_who_knows_waiting_ones() -> None:
