@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from jobcore.results import DEFAULT_RESULT_BYTES
+from jobcore.results import DEFAULT_RESULT_BYTES, ResultEncoder
 from workers.app import App
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, prepare
 from workers.errors import JOB_TIMEOUT, Failure
@@ -128,10 +128,11 @@ def run_attempt(
     if isinstance(prepared, Unrunnable):
         return prepared, Attempt(number=lease.attempt, error=prepared.failure, duration_s=0.0)
     started = time.perf_counter()
+    results = ResultEncoder.of(decoder, RESULT_LIMIT)
     if prepared.handler.is_async:
-        failure = loop.run(partial(_run_async, chain, prepared))
+        failure = loop.run(partial(_run_async, chain, prepared, results))
     else:
-        failure = _run_sync(chain, prepared)
+        failure = _run_sync(chain, prepared, results)
     duration = time.perf_counter() - started
     return prepared, Attempt(number=lease.attempt, error=failure, duration_s=duration)
 
@@ -174,7 +175,7 @@ def _timeout_failure(job: Runnable) -> Failure:
     return Failure(error_class=JOB_TIMEOUT, message=message)
 
 
-def _run_sync(chain: MiddlewareChain, job: Runnable) -> Failure | None:
+def _run_sync(chain: MiddlewareChain, job: Runnable, results: ResultEncoder) -> Failure | None:
     """A sync handler cannot be stopped: at its time limit its lease is marked lost (a
     handler polling ``ctx.lease_lost`` stops early), and what it returns is dropped
     for a ``JobTimeout``, as a worker drops it."""
@@ -186,7 +187,7 @@ def _run_sync(chain: MiddlewareChain, job: Runnable) -> Failure | None:
         timer.daemon = True
         timer.start()
     try:
-        call = partial(call_sync, job.handler, job.ctx, job.payload, Returned(), RESULT_LIMIT)
+        call = partial(call_sync, job.handler, job.ctx, job.payload, Returned(), results)
         failure = chain.run_sync(job.ctx, call)
     finally:
         if timer is not None:
@@ -194,10 +195,12 @@ def _run_sync(chain: MiddlewareChain, job: Runnable) -> Failure | None:
     return _timeout_failure(job) if job.ctx.is_cancelled else failure
 
 
-async def _run_async(chain: MiddlewareChain, job: Runnable) -> Failure | None:
+async def _run_async(
+    chain: MiddlewareChain, job: Runnable, results: ResultEncoder
+) -> Failure | None:
     """An async handler past its time limit is cancelled, as a worker cancels it, and
     awaited until it has unwound, so nothing of it runs after the enqueue returned."""
-    call = partial(call_async, job.handler, job.ctx, job.payload, Returned(), RESULT_LIMIT)
+    call = partial(call_async, job.handler, job.ctx, job.payload, Returned(), results)
     task = asyncio.ensure_future(chain.run_async(job.ctx, call))
     done, _ = await asyncio.wait({task}, timeout=job.timeout_s)
     if done:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from jobcore.results import DEFAULT_RESULT_BYTES
+from jobcore.results import DEFAULT_RESULT_BYTES, ResultEncoder
 from jobtesting.clock import FakeClock
 from jobtesting.report import Attempt
 from workers.app import App
@@ -57,8 +57,9 @@ class MemoryWorker:
             (*default_middleware(), *app.middleware), clock=clock.monotonic
         )
         self.types = job_types(app, decoder)
-        # The worker's default cap on a return value (``workers run --max-result-bytes``).
-        self.max_result_bytes = DEFAULT_RESULT_BYTES
+        # The worker's default cap on a return value (``workers run --max-result-bytes``),
+        # and its result schemas, as a worker encodes return values.
+        self.results = ResultEncoder.of(decoder, DEFAULT_RESULT_BYTES)
 
     def start(self) -> None:
         self._middleware.worker_start(self.app)
@@ -105,7 +106,7 @@ class MemoryWorker:
                    attempt=_attempt(lease.attempt, failure))  # fmt: skip
 
     def _call(self, job: Runnable, timeout: _Timeout, slot: Returned) -> Failure | None:
-        limit = self.max_result_bytes
+        limit = self.results
         if not job.handler.is_async:
             return self._middleware.run_sync(
                 job.ctx, partial(call_sync, job.handler, job.ctx, job.payload, slot, limit)

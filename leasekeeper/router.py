@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from jobcore.control import JobStatus
 from jobcore.delay_tiers import DelayTiers
-from jobcore.results import RESULT_HEADERS, results_partition
+from jobcore.results import result_headers, results_partition
 from jobcore.topics import DEFAULT_CLASS, QueueTopics
 from leasekeeper.copies import (
     SHORT_HISTORY,
@@ -98,8 +98,9 @@ class KafkaRouter:
             return OutRecord(topic=self._topics.dedupe, key=claim.key, value=claim.encode())
         if request.kind is CopyKind.RESULT:
             assert request.raw_key is not None
-            return OutRecord(topic=self._topics.results, key=request.raw_key,
-                             value=request.raw_value, headers=RESULT_HEADERS,
+            value = request.raw_value
+            return OutRecord(topic=self._topics.results, key=request.raw_key, value=value,
+                             headers=result_headers(value or b""),
                              partition=results_partition(request.raw_key.decode()))  # fmt: skip
         assert request.status is not None
         status = request.status

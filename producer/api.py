@@ -306,12 +306,14 @@ class JobProducer:
         call, within ``window_s`` (default: the results topic's retention). Raises
         ``JobDied``, ``JobCancelled``, ``ResultTimeout`` or ``JobUnknown`` (all
         ``ResultError``); a job this producer enqueued, or ``enqueued=True``, is never
-        unknown. See ``producer/results.py``."""
+        unknown. An Avro result (its type has a result schema) is decoded with this
+        producer's registry: ``ResultUndecodable`` when it lacks the writer's schema.
+        See ``producer/results.py``."""
         kafka = self._kafka_path("result")
         known = job_id in self._enqueued if enqueued is None else enqueued
         topics = QueueTopics(queue=queue, prefix=self._prefix)
         return wait_for_result(kafka.settings, topics, job_id, timeout_s=timeout, known=known,
-                               window_s=window_s)  # fmt: skip
+                               window_s=window_s, registry=self._codec.registry)  # fmt: skip
 
     async def result_async(self, queue: str, job_id: str, *, timeout: float = 30.0,
                            window_s: float | None = None,

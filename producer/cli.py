@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
 import click
 
 from jobcore.cli_env import (
-    dashboard_token_option,
     environment,
     priority_classes_option,
     schema_path_option,
@@ -46,15 +45,13 @@ from producer.cancel import DEFAULT_WAIT_S, cancel_job
 from producer.cli_args import QUEUE_HELP as _QUEUE_HELP
 from producer.cli_args import queue_and_arguments
 from producer.durations import parse_at
-from producer.lookup import NOT_FOUND, NOT_SEEN
-from producer.lookup import LookupError as LookupFailed
-from producer.lookup import lookup as job_lookup
 from producer.request import JobRequest
 from producer.result_cli import result_command
 from producer.scheduler.cli import cron
 from producer.schemas_cli import schemas
 from producer.sending import parse_payload, send
-from producer.status import StatusError
+from producer.status_cli import iso as _iso
+from producer.status_cli import status_command
 from schemas.codec import EnvelopeCodec
 
 _CLIENT_ID = "producer-cli"
@@ -95,6 +92,7 @@ def main() -> None:
 main.add_command(cron)
 main.add_command(schemas)
 main.add_command(result_command)
+main.add_command(status_command)
 
 
 @main.command("enqueue", short_help="Enqueue one job; print its id.")
@@ -292,58 +290,6 @@ def cancel(
         raise kafka_failure(exc, settings) from None
     click.echo(printable(answer.message(_iso)))
     sys.exit(answer.exit_code)
-
-
-def _iso(at_ms: int) -> str:
-    return datetime.fromtimestamp(at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@main.command("status", short_help="Where a job is, or how it ended.")
-@click.argument("words", nargs=-1, metavar="[QUEUE] JOB_ID")
-@click.option("--queue", "queue_flag", default=None, help=_QUEUE_HELP)
-@click.option(
-    "--dashboard",
-    default=None,
-    help="ask `leasekeeper dashboard` at this URL (live leases too); "
-    "else read jobs.QUEUE.status (finished jobs only)",
-)
-@dashboard_token_option("The dashboard's token, for --dashboard.")
-@bootstrap_option
-@kafka_config_option
-@topic_prefix_option
-@connect_timeout_option
-def status(
-    words: tuple[str, ...],
-    queue_flag: str | None,
-    dashboard: str | None,
-    dashboard_token: str | None,
-    bootstrap: str | None,
-    kafka_config: Path | None,
-    connect_timeout_s: float,
-) -> None:
-    """Say where JOB_ID of QUEUE is (leased, with its worker) or how it ended (succeeded,
-    dead, cancelled, skipped as a duplicate), naming the source. Exits 1 when not found."""
-    queue, (job_id,) = queue_and_arguments(queue_flag, words, ("JOB_ID",))
-    env = environment()
-    settings = kafka_settings(_CLIENT_ID, bootstrap=bootstrap, kafka_config=kafka_config, env=env)
-    if not dashboard:
-        require_kafka(settings, connect_timeout_s)
-    try:
-        found = job_lookup(
-            settings,
-            queue,
-            job_id,
-            prefix=env.topic_prefix,
-            dashboard=dashboard,
-            token=dashboard_token or None,
-        )
-    except LookupFailed as exc:
-        raise click.ClickException(f"{exc} (check --dashboard)") from None
-    except (StatusError, KafkaException) as exc:
-        raise kafka_failure(exc, settings) from None
-    for line in found.lines(_iso):
-        click.echo(line)
-    sys.exit(0 if found.state not in (NOT_FOUND, NOT_SEEN) else 1)
 
 
 @main.command("create-queue", short_help="Create a queue's topics.")

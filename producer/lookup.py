@@ -34,9 +34,11 @@ from jobcore.job_state import (
 )
 from jobcore.kafka import KafkaSettings
 from jobcore.result_reader import ResultsUnreadable, stored_result
+from jobcore.results import result_text
 from jobcore.status import ended_status, switched_off_note
 from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
+from schemas.codec import SchemaRegistry
 
 __all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "LookupError", "lookup"]
 
@@ -110,7 +112,11 @@ def lookup(
     dashboard: str | None = None,
     token: str | None = None,
     enqueued_at_ms: int | None = None,
+    registry: SchemaRegistry | None = None,
 ) -> JobLookup:
+    """Where ``job_id`` is or how it ended: from the dashboard's API at ``dashboard``, else
+    the status topic; a succeeded job's result as JSON text (Avro decoded by
+    ``registry``)."""
     if dashboard:
         found = from_dashboard(dashboard, queue, job_id, token=token)
         source = f"dashboard {dashboard}"
@@ -131,7 +137,7 @@ def lookup(
         value = stored_result(settings, QueueTopics(queue=queue, prefix=prefix), job_id)
     except ResultsUnreadable:  # a queue from before results: no results topic to read
         return report
-    return report if value is None else replace(report, result=value.decode(errors="replace"))
+    return report if value is None else replace(report, result=result_text(value, registry))
 
 
 def _printable(report: JobReport) -> JobLookup:

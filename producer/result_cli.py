@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from enum import IntEnum
 from pathlib import Path
 
 import click
 
-from jobcore.cli_env import environment, topic_prefix_option
+from jobcore.cli_env import environment, schema_path_option, topic_prefix_option
 from jobcore.cli_kafka import (
     bootstrap_option,
     connect_timeout_option,
@@ -25,6 +26,7 @@ from jobcore.cli_kafka import (
 )
 from jobcore.durations import DURATION, shown
 from jobcore.kafka import KafkaException
+from jobcore.results import ResultUndecodable
 from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
 from producer.cli_args import QUEUE_HELP, queue_and_arguments
@@ -37,6 +39,7 @@ from producer.results import (
     ResultTimeout,
     wait_for_result,
 )
+from schemas.codec import SchemaError, SchemaRegistry
 
 __all__ = ["ResultExit", "result_command"]
 
@@ -85,6 +88,7 @@ _EXITS: tuple[tuple[type[ResultError], ResultExit], ...] = (
 @kafka_config_option
 @topic_prefix_option
 @connect_timeout_option
+@schema_path_option()
 def result_command(
     words: tuple[str, ...],
     queue_flag: str | None,
@@ -94,6 +98,7 @@ def result_command(
     bootstrap: str | None,
     kafka_config: Path | None,
     connect_timeout_s: float,
+    schema_paths: Sequence[str],
 ) -> None:
     """Print the value JOB_ID of QUEUE returned, as JSON. Exits 4 when the job died (with
     its dead-letter reason), 5 when it was cancelled, 6 when no record of it was found
@@ -105,8 +110,14 @@ def result_command(
     require_kafka(settings, connect_timeout_s)
     topics = QueueTopics(queue=queue, prefix=env.topic_prefix)
     try:
+        registry = SchemaRegistry(extra_dirs=schema_paths)
+    except SchemaError as exc:
+        raise click.BadParameter(str(exc), param_hint="--schema-path") from None
+    try:
         value = wait_for_result(settings, topics, job_id, timeout_s=wait, known=enqueued,
-                                window_s=window)  # fmt: skip
+                                window_s=window, registry=registry)  # fmt: skip
+    except ResultUndecodable as exc:
+        raise click.ClickException(f"{exc} (--schema-path)") from None
     except ResultReadError as exc:
         raise kafka_failure(exc, settings) from None
     except KafkaException as exc:
@@ -114,4 +125,4 @@ def result_command(
     except ResultError as exc:
         click.echo(printable(str(exc)), err=True)
         sys.exit(next(int(code) for kind, code in _EXITS if isinstance(exc, kind)))
-    click.echo(json.dumps(value, ensure_ascii=False))
+    click.echo(json.dumps(value, ensure_ascii=False, default=str))

@@ -40,6 +40,7 @@ from jobcore.result_reader import TURN_S, ResultReader, ResultsUnreadable, windo
 from jobcore.results import decode_result
 from jobcore.status import MAX_SCAN, StatusError, StatusReader
 from jobcore.topics import QueueTopics
+from schemas.codec import SchemaRegistry
 
 __all__ = [
     "JobCancelled",
@@ -128,10 +129,12 @@ def wait_for_result(
     timeout_s: float,
     known: bool,
     window_s: float | None = None,
+    registry: SchemaRegistry | None = None,
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
 ) -> object:
-    """The value job ``job_id`` returned (None: it returned none), or a ``ResultError``."""
+    """The value job ``job_id`` returned (None: it returned none), or a ``ResultError``;
+    an Avro value is decoded with ``registry`` (``ResultUndecodable`` without it)."""
     if not job_id:
         raise ValueError("job_id must be a non-empty string")
     deadline = clock() + max(0.0, timeout_s)
@@ -151,17 +154,21 @@ def wait_for_result(
             ended = read(job_id, timeout_s=look - clock())
             found = results.scan(look, clock)
             if found is not None:
-                return decode_result(found)
+                return decode_result(found, registry)
             if ended is not None:
                 return _ended(ended, queue)
             while clock() < deadline:
                 found = results.next(TURN_S)
                 if found is not None:
-                    return decode_result(found)
+                    return decode_result(found, registry)
                 ended = status.wait_for(job_id, TURN_S)
                 if ended is not None:
                     found = results.catch_up(clock() + LOOK_S, clock)
-                    return decode_result(found) if found is not None else _ended(ended, queue)
+                    return (
+                        decode_result(found, registry)
+                        if found is not None
+                        else _ended(ended, queue)
+                    )
     except ResultsUnreadable as exc:
         raise ResultReadError(str(exc)) from None
     except (StatusError, KafkaException) as exc:

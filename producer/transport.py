@@ -220,6 +220,7 @@ class KafkaTransport:
             dashboard=dashboard,
             token=token,
             enqueued_at_ms=enqueued_at_ms,
+            registry=self._codec.registry,
         )
 
     def flush(self, timeout: float) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "DEAD_LETTER_SCHEMA",
     "JOB_SCHEMA",
     "MARKER",
+    "RESULT_SUFFIX",
     "DecodeError",
     "EnvelopeCodec",
     "PayloadError",
@@ -42,6 +43,9 @@ __all__ = [
 MARKER = b"\xc3\x01"
 _HEADER = len(MARKER) + 8
 JOB_SCHEMA = "leasequeue.Job"
+# A job type ``T`` whose handlers return Avro declares the record ``T.result``
+# (``schemas/jobs/T.result.avsc`` beside ``T.avsc``): a result schema, never a job type.
+RESULT_SUFFIX = ".result"
 DEAD_LETTER_SCHEMA = "leasequeue.DeadLetter"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -153,8 +157,12 @@ class SchemaRegistry:
         return sorted(self._current)
 
     def payload_types(self) -> list[str]:
-        """The job types a producer may enqueue, sorted."""
-        return sorted(n for n, v in self._current.items() if v.kind is SchemaKind.JOB)
+        """The job types a producer may enqueue, sorted (result schemas are not)."""
+        return sorted(
+            n
+            for n, v in self._current.items()
+            if v.kind is SchemaKind.JOB and not n.endswith(RESULT_SUFFIX)
+        )
 
     def current(self, name: str) -> SchemaVersion:
         """The version of ``name`` that is written and read into."""
@@ -254,7 +262,7 @@ class EnvelopeCodec:
         registry = self.registry
         # Looked up, not listed: every enqueue asks, and the list is only for the error.
         version = registry.current(type) if type in registry else None
-        if version is None or version.kind is not SchemaKind.JOB:
+        if version is None or version.kind is not SchemaKind.JOB or type.endswith(RESULT_SUFFIX):
             known = registry.payload_types()
             raise PayloadError(
                 f"no schema for job type {type!r} (known: {', '.join(known) or 'none'}); "
@@ -271,6 +279,12 @@ class EnvelopeCodec:
 
     def decode_payload(self, type: str, data: bytes | None) -> dict[str, Any]:
         return self.registry.decode(data, expect=type)
+
+    def result_schema(self, type: str) -> SchemaVersion | None:
+        """The schema job type ``type``'s return values are written with, if it has one
+        (``T.result``); None: they are JSON."""
+        name = type + RESULT_SUFFIX
+        return self.registry.current(name) if name in self.registry else None
 
 
 def _typed(build: Callable[[Mapping[str, object]], _T], record: dict[str, Any], name: str) -> _T:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, Protocol, cast
 
-from jobcore.results import ResultNotSerialisable, ResultTooLarge, encode_result
+from jobcore.results import ResultEncoder, ResultNotSerialisable, ResultTooLarge
 from workers.app import Handler
 from workers.context import JobContext
 from workers.errors import Failure, Permanent, classify
@@ -42,10 +42,14 @@ class HandlerReturnedAwaitable(TypeError):
 
 
 def call_sync(
-    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: ResultSlot, limit: int
+    handler: Handler,
+    ctx: JobContext,
+    payload: dict[str, Any],
+    held: ResultSlot,
+    results: ResultEncoder,
 ) -> Failure | None:
     """Run a ``def`` handler; None on success, else the classified failure. Its return
-    value, encoded, is kept on ``held`` for the ack (at most ``limit`` bytes).
+    value, encoded by ``results``, is kept on ``held`` for the ack.
 
     Catches ``BaseException`` on purpose: a ``SystemExit`` raised in a pool
     thread would end only that call, and the job must still be settled.
@@ -61,14 +65,18 @@ def call_sync(
                     f"handler for {handler.job_type!r} returned an awaitable; "
                     "declare it `async def`"
                 )
-            held.result = kept(result, handler.job_type, limit)
+            held.result = kept(result, handler.job_type, results)
     except BaseException as exc:
         return classify(exc)
     return None
 
 
 async def call_async(
-    handler: Handler, ctx: JobContext, payload: dict[str, Any], held: ResultSlot, limit: int
+    handler: Handler,
+    ctx: JobContext,
+    payload: dict[str, Any],
+    held: ResultSlot,
+    results: ResultEncoder,
 ) -> Failure | None:
     """Await an ``async def`` handler; None on success, else the classified failure.
     Its return value, encoded, is kept on ``held`` for the ack, as ``call_sync`` does.
@@ -79,7 +87,7 @@ async def call_async(
     try:
         result = await cast(Coroutine[Any, Any, object], handler.func(ctx, payload))
         if result is not None:
-            held.result = kept(result, handler.job_type, limit)
+            held.result = kept(result, handler.job_type, results)
     except asyncio.CancelledError as exc:
         return classify(exc)
     except Exception as exc:
@@ -87,12 +95,12 @@ async def call_async(
     return None
 
 
-def kept(value: object, job_type: str, limit: int) -> bytes:
+def kept(value: object, job_type: str, results: ResultEncoder) -> bytes:
     """A return value as the bytes its ack carries. One that cannot be carried fails the
     job as a permanent error (retrying would run the handler again for the same value),
     dead-lettered with the message that says what to return instead."""
     try:
-        return encode_result(value, job_type, limit)
+        return results.encode(value, job_type)
     except (ResultTooLarge, ResultNotSerialisable) as exc:
         raise Permanent(str(exc)) from exc
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from jobcore.config import DEFAULT_LEASE_S
-from jobcore.results import DEFAULT_RESULT_BYTES, result_limit
+from jobcore.results import DEFAULT_RESULT_BYTES, ResultEncoder
 from workers.app import App
 from workers.async_slots import AsyncSlots
 from workers.batcher import RELAXED_INTERVAL_S, SettleBatcher
@@ -128,7 +128,7 @@ class Worker:
         self._fatal: LeaseKeeperRejected | None = None
         self._abandoned = 0
         self._types = job_types(app, decoder)
-        self._result_limit = result_limit(max_result_bytes)  # a return value's cap
+        self._results = ResultEncoder.of(decoder, max_result_bytes)  # return values' bytes
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         self._concurrency, self._prefetch = concurrency, prefetch
@@ -364,7 +364,7 @@ class Worker:
     def _run_sync(self, held: Held, job: Runnable) -> None:
         if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
             return
-        call = partial(call_sync, job.handler, job.ctx, job.payload, held, self._result_limit)
+        call = partial(call_sync, job.handler, job.ctx, job.payload, held, self._results)
         self._finish(held, self._middleware.run_sync(job.ctx, call))
 
     async def _run_async(self, held: Held, job: Runnable, first: bool = False) -> None:
@@ -372,7 +372,7 @@ class Worker:
         try:
             if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
                 return
-            call = partial(call_async, job.handler, job.ctx, job.payload, held, self._result_limit)
+            call = partial(call_async, job.handler, job.ctx, job.payload, held, self._results)
             self._finish(held, await self._middleware.run_async(job.ctx, call))
         finally:
             self._async_slots.release()

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs
 from jobcore.control import Cancellation, JobStatus, StatusSwitchedOff
 from jobcore.kafka import KafkaException, KafkaSettings, make_consumer, make_producer
 from jobcore.result_reader import ResultsUnreadable, stored_result
+from jobcore.results import result_text
 from jobcore.status import ended_status
 from jobcore.topics import QueueTopics
 from leasekeeper.dashboard.status_index import StatusIndex
@@ -133,7 +134,7 @@ class Actions:
             value = stored_result(self.kafka, self.topics(queue), job_id)
         except ResultsUnreadable:
             return None
-        return None if value is None else value.decode(errors="replace")
+        return None if value is None else result_text(value, self.codec.registry)
 
     def finished(self, queue: str, job_id: str) -> Finished:
         """How the job ended, from the index once it caught up with the queue's status

@@ -6,6 +6,10 @@ on attempts up to ``hang_attempts``. ``exit_attempts`` means here: on those atte
 the handler returns, then the process stops between the return and the settle (a
 middleware hook that runs there writes ``returned-<pid>`` in ``$RECORDING_DIR`` and
 waits), so a test can ``kill -9`` it with the value computed and not yet sent.
+
+Its ``render`` handler returns a record of the type's result schema
+(``render.result``, so the value travels as Avro), or with ``wrong_shape`` a value
+that schema refuses.
 """
 
 from __future__ import annotations
@@ -45,3 +49,12 @@ def task(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
     if ctx.attempt <= payload["exit_attempts"]:
         _held.add(ctx.job_id)
     return {"n": payload["n"], "attempt": ctx.attempt, "pid": os.getpid()}
+
+
+@app.job("render")
+def render(ctx: JobContext, payload: dict[str, Any]) -> dict[str, object]:
+    pages = payload["pages"]
+    if payload["wrong_shape"]:
+        return {"url": 42, "pages": pages}
+    return {"url": f"https://files.example/{ctx.job_id}.pdf", "pages": pages,
+            "sizes": [1000 * n for n in range(pages)]}  # fmt: skip

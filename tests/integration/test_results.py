@@ -32,7 +32,7 @@ from producer import (
     ResultTimeout,
 )
 from producer.cli import main as producer_cli
-from schemas.codec import SchemaRegistry
+from schemas.codec import MARKER, SchemaRegistry
 from tests.apps.recording import SCHEMAS
 from tests.dashboards import get, served
 from tests.system import System, WorkerProcess, wait_until
@@ -233,3 +233,36 @@ def test_a_job_that_ended_an_hour_of_traffic_before_the_call_is_found_by_the_tim
             caller.result(system.queue, dead, timeout=5)
     code, out, _ = cli(system, "status", "--queue", system.queue, dead)
     assert code == 0 and "dead" in out, out
+
+
+def test_a_type_with_a_result_schema_returns_avro_that_callers_read_with_its_schema(
+    system: System,
+) -> None:
+    system.start(workers=0)
+    start_worker(system, "a")
+    render = {"queue": system.queue, "type": "render", "tenant_id": "t1"}
+    with producer(system) as jobs:
+        good = jobs.enqueue(JobRequest(**render, payload={"pages": 3}))  # type: ignore[arg-type]
+        bad = jobs.enqueue(JobRequest(**render, payload={"pages": 1, "wrong_shape": True}))  # type: ignore[arg-type]
+        value = jobs.result(system.queue, good, timeout=60)
+        assert value == {"url": f"https://files.example/{good}.pdf", "pages": 3,
+                         "sizes": [0, 1000, 2000]}  # fmt: skip
+        # A value the schema refuses fails the job for good, naming the field.
+        with pytest.raises(JobDied) as died:
+            jobs.result(system.queue, bad, timeout=60)
+        assert "render.result refuses: field 'url' expected string" in died.value.last_error
+    (record,) = [m for m in system.read_topic(system.topics.results) if m.key() == good.encode()]
+    assert (record.value() or b"")[:2] == MARKER
+    assert (
+        dict(record.headers() or [])["content-type"] == b"application/avro; encoding=single-object"
+    )
+    # The shell reads it with the schema, and says what is missing without it.
+    queue = ["--queue", system.queue]
+    code, out, _ = cli(
+        system, "result", *queue, good, "--wait", "0s", "--schema-path", str(SCHEMAS)
+    )
+    assert code == 0 and json.loads(out) == value
+    code, _, err = cli(system, "result", *queue, good, "--wait", "0s")
+    assert code == 1 and "unknown schema fingerprint" in err and "--schema-path" in err
+    code, out, _ = cli(system, "status", *queue, good, "--schema-path", str(SCHEMAS))
+    assert code == 0 and f"result {json.dumps(value, separators=(',', ':'))}" in out, out

@@ -17,11 +17,15 @@ from jobcore.results import (
     DEFAULT_RESULT_BYTES,
     MAX_RESULT_BYTES,
     RESULTS_PARTITIONS,
+    ResultEncoder,
     ResultNotSerialisable,
     ResultTooLarge,
+    ResultUndecodable,
     decode_result,
     encode_result,
+    result_headers,
     result_limit,
+    result_text,
     results_partition,
 )
 from jobcore.topics import QueueTopics
@@ -31,7 +35,7 @@ from leasekeeper.leases import Outcome, Settlement, TopicPart
 from leasekeeper.router import KafkaRouter
 from leasekeeper.store import LeaseStore
 from schemas import worker_pb2
-from schemas.codec import EnvelopeCodec, SchemaRegistry
+from schemas.codec import MARKER, EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job
 from workers import wire
 from workers.app import Handler
@@ -92,6 +96,49 @@ def test_the_results_topic_is_named_with_the_queue() -> None:
         QueueTopics(queue="thumbs.results")
 
 
+def _render_codec() -> EnvelopeCodec:
+    return EnvelopeCodec(SchemaRegistry(extra_dirs=[Path(__file__).parents[1] / "apps/schemas"]))
+
+
+def test_a_type_with_a_result_schema_returns_avro_checked_like_a_payload() -> None:
+    codec = _render_codec()
+    value = {"url": "https://f/1.pdf", "pages": 2, "sizes": [10, 20]}
+    data = ResultEncoder(codec=codec).encode(value, "render")
+    assert data[:2] == MARKER and data[2:10] == codec.registry.current("render.result").fingerprint
+    assert decode_result(data, codec.registry) == value
+    assert result_headers(data) == (("content-type", b"application/avro; encoding=single-object"),)
+    assert (
+        result_text(data, codec.registry) == '{"url":"https://f/1.pdf","pages":2,"sizes":[10,20]}'
+    )
+    # A type without one stays JSON, with its own header.
+    plain = ResultEncoder(codec=codec).encode(value, "task")
+    assert decode_result(plain) == value and result_headers(plain)[0][1] == b"application/json"
+    # The schema's checks, as a payload's: the field and what was wrong.
+    with pytest.raises(ResultNotSerialisable, match=r"render\.result refuses: field 'url'"):
+        ResultEncoder(codec=codec).encode({"url": 42, "pages": 1}, "render")
+    with pytest.raises(ResultNotSerialisable, match="expected an object"):
+        ResultEncoder(codec=codec).encode([1, 2], "render")
+    with pytest.raises(ResultTooLarge, match="store the value elsewhere"):
+        ResultEncoder(64, codec).encode({"url": "u" * 100, "pages": 1}, "render")
+
+
+def test_an_avro_result_needs_its_schema_to_be_read_and_says_so() -> None:
+    data = ResultEncoder(codec=_render_codec()).encode({"url": "u", "pages": 1}, "render")
+    with pytest.raises(ResultUndecodable, match="registry that holds that schema"):
+        decode_result(data)
+    with pytest.raises(ResultUndecodable, match="unknown schema fingerprint"):
+        decode_result(data, SchemaRegistry())
+    assert "not known to this reader" in result_text(data, SchemaRegistry())
+
+
+def test_a_result_schema_is_no_job_type() -> None:
+    codec = _render_codec()
+    assert "render" in codec.registry.payload_types()
+    assert "render.result" not in codec.registry.payload_types()
+    with pytest.raises(PayloadError, match=r"no schema for job type 'render\.result'"):
+        codec.validate_payload("render.result", {"url": "u", "pages": 1})
+
+
 # -- the worker -------------------------------------------------------------------------
 
 
@@ -109,7 +156,7 @@ def _handler(value: object) -> Handler:
 
 def test_a_handler_s_return_value_is_kept_encoded_for_its_ack() -> None:
     held = _held()
-    assert call_sync(_handler({"url": "u"}), held.ctx, {}, held, DEFAULT_RESULT_BYTES) is None
+    assert call_sync(_handler({"url": "u"}), held.ctx, {}, held, ResultEncoder()) is None
     assert held.result == b'{"url":"u"}'
     message = wire.settlement(WorkerSettlement.ack(held.ref, 0.1, held.result))
     assert message.result == b'{"url":"u"}'
@@ -117,7 +164,7 @@ def test_a_handler_s_return_value_is_kept_encoded_for_its_ack() -> None:
 
 def test_none_is_no_result_and_sets_nothing_on_the_wire() -> None:
     held = _held()
-    assert call_sync(_handler(None), held.ctx, {}, held, DEFAULT_RESULT_BYTES) is None
+    assert call_sync(_handler(None), held.ctx, {}, held, ResultEncoder()) is None
     assert held.result == b""
     message = wire.settlement(WorkerSettlement.ack(held.ref, 0.1, held.result))
     assert (
@@ -128,7 +175,7 @@ def test_none_is_no_result_and_sets_nothing_on_the_wire() -> None:
 
 def test_a_result_over_the_worker_s_cap_fails_the_job_permanently_saying_why() -> None:
     held = _held()
-    failure = call_sync(_handler("x" * 200), held.ctx, {}, held, 100)
+    failure = call_sync(_handler("x" * 200), held.ctx, {}, held, ResultEncoder(100))
     assert failure is not None and failure.permanent
     assert failure.error_class == "ResultTooLarge"
     assert "store the value elsewhere" in failure.message
@@ -142,7 +189,7 @@ def test_an_async_handler_s_return_value_is_kept_too() -> None:
         return [1, 2, 3]
 
     h = Handler(job_type="thumb", func=handler, is_async=True)
-    assert asyncio.run(call_async(h, held.ctx, {}, held, DEFAULT_RESULT_BYTES)) is None
+    assert asyncio.run(call_async(h, held.ctx, {}, held, ResultEncoder())) is None
     assert held.result == b"[1,2,3]"
 
 
