@@ -305,8 +305,7 @@ class LeaseCore:
     # -- settlements ------------------------------------------------------------
 
     def settle(self, settlements: list[Settlement]) -> tuple[list[LeaseAnswer], list[CopyRequest]]:
-        """Acks are persisted before the answer; nacks become copies, resolved once
-        durable."""
+        """Acks are persisted before the answer; nacks become copies, resolved once durable."""
         answers: list[LeaseAnswer] = []
         actions: list[CopyRequest] = []
         batch = self._store.batch()
@@ -356,6 +355,7 @@ class LeaseCore:
         actions: list[CopyRequest],
     ) -> None:
         pending = lease.pending
+        lease.progress = item.progress or lease.progress  # the last one, if no beat took it
         if item.result:  # over this leasekeeper's cap: a permanent nack saying so
             item = self._results.checked(item, pending.job.type)
         if item.outcome is Outcome.ACK:

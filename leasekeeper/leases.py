@@ -187,8 +187,8 @@ class Settlement:
     """One ack, nack or release as a worker sent it. Slotted, not a dataclass: one is
     made per settled job."""
 
-    __slots__ = ("error_class", "lease_id", "message", "outcome", "permanent", "result",
-                 "retry_after_s", "run_s", "token", "traceback")  # fmt: skip
+    __slots__ = ("error_class", "lease_id", "message", "outcome", "permanent", "progress",
+                 "result", "retry_after_s", "run_s", "token", "traceback")  # fmt: skip
 
     lease_id: str
     token: str
@@ -203,6 +203,8 @@ class Settlement:
     run_s: float
     # An ack's encoded return value (``jobcore.results``); empty when it returned None.
     result: bytes
+    # The handler's last progress, sent with the settlement in case no heartbeat took it.
+    progress: JobProgress | None
 
     def __init__(
         self,
@@ -217,6 +219,7 @@ class Settlement:
         permanent: bool = False,
         run_s: float = 0.0,
         result: bytes = b"",
+        progress: JobProgress | None = None,
     ) -> None:
         self.lease_id = lease_id
         self.token = token
@@ -228,6 +231,7 @@ class Settlement:
         self.permanent = permanent
         self.run_s = run_s
         self.result = result
+        self.progress = progress
 
     def __repr__(self) -> str:
         return f"Settlement({self.lease_id}, {self.outcome.value})"

@@ -138,6 +138,7 @@ def settlements(
                 permanent=s.permanent,
                 run_s=run_s if math.isfinite(run_s) and run_s > 0 else 0.0,
                 result=s.result,
+                progress=progress_of(lease),
             )
         )
     return found
@@ -150,8 +151,15 @@ def told_progress(leases: Iterable[pb.LeaseRef]) -> dict[str, JobProgress]:
     guards the leasekeeper's memory against one that does not."""
     told: dict[str, JobProgress] = {}
     for ref in leases:
-        if ref.HasField("progress"):
-            value = JobProgress.from_fields(ref.progress.fraction, ref.progress.message)
-            if value is not None:
-                told[ref.lease_id] = value
+        value = progress_of(ref)
+        if value is not None:
+            told[ref.lease_id] = value
     return told
+
+
+def progress_of(ref: pb.LeaseRef) -> JobProgress | None:
+    """The progress a lease reference carries (a heartbeat's, or a settlement's: the
+    handler's last value), if any."""
+    if not ref.HasField("progress"):
+        return None
+    return JobProgress.from_fields(ref.progress.fraction, ref.progress.message)

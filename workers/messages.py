@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 # How a job's lease ends; the string is what ``App.on_settled`` hooks receive.
+from jobcore.progress import JobProgress
 from schemas.vocabulary import Outcome as Outcome
 from workers.errors import Failure
 
@@ -133,9 +134,11 @@ class Settlement:
     """An ack, nack (with its classified failure) or release of one lease. ``run_s``:
     the handler's own run time (not claim-to-settle, which prefetch inflates): the
     leasekeeper charges it to the job's tenant in weighted fair queuing. ``result``:
-    an ack's encoded return value (``jobcore.results``); empty when it returned None."""
+    an ack's encoded return value (``jobcore.results``); empty when it returned None.
+    ``progress``: the handler's last ``ctx.progress``, which a heartbeat may not have
+    carried yet (reported in the last second), kept with the job's status."""
 
-    __slots__ = ("failure", "outcome", "ref", "result", "run_s")
+    __slots__ = ("failure", "outcome", "progress", "ref", "result", "run_s")
 
     def __init__(
         self,
@@ -145,12 +148,14 @@ class Settlement:
         failure: Failure | None = None,
         run_s: float = 0.0,
         result: bytes = b"",
+        progress: JobProgress | None = None,
     ) -> None:
         self.ref = ref
         self.outcome = outcome
         self.failure = failure
         self.run_s = run_s
         self.result = result
+        self.progress = progress
 
     def _fields(self) -> tuple[LeaseRef, Outcome, Failure | None, float, bytes]:
         return (self.ref, self.outcome, self.failure, self.run_s, self.result)
@@ -166,12 +171,15 @@ class Settlement:
                 f"failure={self.failure!r}, run_s={self.run_s})")  # fmt: skip
 
     @classmethod
-    def ack(cls, ref: LeaseRef, run_s: float = 0.0, result: bytes = b"") -> Settlement:
-        return cls(ref=ref, outcome=Outcome.ACK, run_s=run_s, result=result)
+    def ack(cls, ref: LeaseRef, run_s: float = 0.0, result: bytes = b"",
+            progress: JobProgress | None = None) -> Settlement:  # fmt: skip
+        return cls(ref=ref, outcome=Outcome.ACK, run_s=run_s, result=result, progress=progress)
 
     @classmethod
-    def nack(cls, ref: LeaseRef, failure: Failure, run_s: float = 0.0) -> Settlement:
-        return cls(ref=ref, outcome=Outcome.NACK, failure=failure, run_s=run_s)
+    def nack(cls, ref: LeaseRef, failure: Failure, run_s: float = 0.0,
+             progress: JobProgress | None = None) -> Settlement:  # fmt: skip
+        return cls(ref=ref, outcome=Outcome.NACK, failure=failure, run_s=run_s,
+                   progress=progress)  # fmt: skip
 
     @classmethod
     def release(cls, ref: LeaseRef) -> Settlement:

@@ -392,10 +392,10 @@ class Worker:
                 log_outcome(held.ctx, failure)
                 ref = held.ref
                 run_s = 0.0 if held.started_at is None else self._clock() - held.started_at
-                outcome = (
-                    Settlement.ack(ref, run_s, held.result)
+                outcome = (  # with the last progress, which no heartbeat may have carried
+                    Settlement.ack(ref, run_s, held.result, held.ctx.last_progress)
                     if failure is None
-                    else Settlement.nack(ref, failure, run_s)
+                    else Settlement.nack(ref, failure, run_s, held.ctx.last_progress)
                 )
                 self._batcher.put(outcome, held)
         finally:

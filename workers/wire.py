@@ -74,6 +74,9 @@ def settlement(settlement: Settlement) -> worker_pb2.Settlement:
     )
     if settlement.result:  # None returned: nothing to send, nothing set
         message.result = settlement.result
+    if settlement.progress is not None:  # on the lease, as a heartbeat carries it
+        message.lease.progress.fraction = settlement.progress.fraction
+        message.lease.progress.message = settlement.progress.message
     failure = settlement.failure
     if failure is not None:
         message.error_class = failure.error_class

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from leasekeeper.inspect_view import fetch_snapshot
-from producer import JobProducer
+from producer import JobProducer, JobRequest
 from schemas.codec import SchemaRegistry
 from tests.apps.recording import SCHEMAS
 from tests.system import BIN, System, WorkerProcess, wait_until
@@ -38,6 +38,12 @@ def task(ctx, payload):
     gate = Path(os.environ["PROGRESS_GATES"]) / f"gate-{payload['n']}"
     with gate.open() as fifo:
         fifo.read()
+
+
+@app.job("render")
+def render(ctx, payload):
+    ctx.progress(0.5, "half way")
+    ctx.progress(1.0, f"all {payload['pages']} pages")  # within a second: no beat takes it
 """
 
 FAST_RETRIES = ["--retry-base", "0.2", "--retry-tiers", "1s,2s,5s", "--retry-budget", "1.0"]
@@ -138,5 +144,26 @@ def test_progress_is_shown_while_the_job_runs_kept_when_it_ends_and_dropped_with
             2,
             "rendered 800 of 2,000 pages (attempt 2)",
         )
+    finally:
+        producer.close()
+
+
+def test_progress_reported_in_the_last_second_is_kept_with_the_job_s_status(
+    system: System, tmp_path: Path
+) -> None:
+    """Heartbeats carry progress at most once a second; what a handler says after the
+    last one comes with its settlement, so the status record keeps its final value."""
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "progressjobs.py").write_text(APP_SOURCE)
+    system.start(workers=0)
+    _worker(system, apps)
+    producer = JobProducer(system.kafka, registry=SchemaRegistry(extra_dirs=[SCHEMAS]))
+    try:
+        job_id = producer.enqueue(JobRequest(queue=system.queue, type="render", tenant_id="t",
+                                             payload={"pages": 3}))  # fmt: skip
+        wait_until(lambda: producer.status(system.queue, job_id).finished, 60, "the job to end")
+        done = producer.status(system.queue, job_id)
+        assert (done.state.value, done.progress_text) == ("succeeded", "100% all 3 pages")
     finally:
         producer.close()

@@ -12,7 +12,7 @@ from jobcore.progress import MESSAGE_MAX, JobProgress
 from leasekeeper.copies import CopyKind
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import Grant, Outcome, Settlement
-from leasekeeper.wire import told_progress
+from leasekeeper.wire import settlements, told_progress
 from schemas import worker_pb2 as pb
 from tests.unit import test_registry_outage as outage
 from tests.unit.test_engine import TP, Clock, RecordingRouter, ack, job, make_engine
@@ -151,5 +151,41 @@ def test_a_dead_letter_held_for_its_schema_keeps_the_progress_for_the_status_rec
     copy = outage._held_then_built(engine, clock, registry)  # the registry was down
     assert copy.kind is CopyKind.DEAD
     engine.copy_delivered(copy)
+    (status,) = engine.take_statuses()
+    assert status.state.value == "dead" and status.progress == HALF
+
+
+def test_progress_no_heartbeat_carried_comes_with_the_settlement_into_the_status_record(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A handler that reports in its last second and returns: its ack carries the value
+    on its lease reference, and the status record keeps it."""
+    engine, grant = _leased(tmp_path, clock, RecordingRouter())
+    engine.heartbeat([(grant.lease_id, grant.token)], progress={grant.lease_id: JobProgress(0.2)})
+    sent = pb.Settlement(
+        lease=pb.LeaseRef(lease_id=grant.lease_id, lease_token=grant.token,
+                          progress=pb.Progress(fraction=1.0, message="all 2,000 pages")),
+        outcome=pb.ACK,
+    )  # fmt: skip
+    (item,) = settlements([sent], lambda *_: None)
+    assert item.progress == JobProgress(1.0, "all 2,000 pages")
+    engine.settle([item])
+    (status,) = engine.take_statuses()
+    assert status.progress == JobProgress(1.0, "all 2,000 pages")
+
+
+def test_a_settlement_without_progress_keeps_what_the_heartbeats_said(
+    tmp_path: Path, clock: Clock
+) -> None:
+    router = RecordingRouter()
+    engine, grant = _leased(tmp_path, clock, router)
+    engine.heartbeat([(grant.lease_id, grant.token)], progress={grant.lease_id: HALF})
+    sent = pb.Settlement(lease=pb.LeaseRef(lease_id=grant.lease_id, lease_token=grant.token),
+                         outcome=pb.NACK)  # fmt: skip
+    (item,) = settlements([sent], lambda *_: None)
+    assert item.progress is None
+    engine.settle([item])
+    ((_, _, delivered),) = router.deaths
+    delivered(True)
     (status,) = engine.take_statuses()
     assert status.state.value == "dead" and status.progress == HALF

@@ -19,10 +19,10 @@ from schemas import worker_pb2
 from workers.context import JobContext
 from workers.decoding import _new_context
 from workers.inflight import Held, InFlight
-from workers.messages import Lease, LeaseRef, LeaseResult
+from workers.messages import Lease, LeaseRef, LeaseResult, Settlement
 from workers.monitor import LeaseMonitor
 from workers.progress_reports import ProgressReports
-from workers.wire import beat
+from workers.wire import beat, settlement
 
 
 def _ctx() -> JobContext:
@@ -239,3 +239,15 @@ def test_the_wire_stays_compatible_both_ways() -> None:
     older = before(lease_id="t/0/2", lease_token="tok", started=True)  # an older worker's
     new = worker_pb2.LeaseRef.FromString(older.SerializeToString())
     assert (new.lease_id, new.started, new.HasField("progress")) == ("t/0/2", True, False)
+
+
+def test_a_settlement_carries_the_handler_s_last_progress_on_its_lease_reference() -> None:
+    """So a value reported after the last heartbeat still reaches the status record."""
+    ref = LeaseRef("jobs.q/0/7", "tok")
+    done = JobProgress(1.0, "all 2,000 pages")
+    acked = settlement(Settlement.ack(ref, 0.5, b"", done))
+    assert acked.lease.HasField("progress")
+    assert (acked.lease.progress.fraction, acked.lease.progress.message) == (1.0, done.message)
+    plain = settlement(Settlement.ack(ref, 0.5))
+    assert not plain.lease.HasField("progress"), "a handler that never reported sends none"
+    assert plain.ByteSize() < acked.ByteSize()
