@@ -111,3 +111,15 @@ def record_group_start(ctx: JobContext, payload: dict[str, Any]) -> None:
     progress.hit(group * NOISY_GROUP_SCALE + latency)
     if delay_ms := float(os.environ.get(ENV_DELAY_MS, "0")):
         time.sleep(delay_ms / 1000)  # an I/O job: waits, without CPU, after its start
+
+
+# A 100-byte result (its UTF-8 JSON), as a handler returning a URL and a size would:
+# what returning a value costs a drain (``benchmarks.results_cost``).
+RESULT_100_BYTES = {"url": "https://files.example/" + "r" * 52, "bytes": 1_048_576}
+result_app = App("bench-result")
+
+
+@result_app.job(JOB_TYPE)
+def returns_100_bytes(ctx: JobContext, payload: dict[str, Any]) -> dict[str, object]:
+    progress.hit()
+    return RESULT_100_BYTES

@@ -463,7 +463,7 @@ class ConsumerLoop:
                 self._consumer.pause(assignment)
             self._drain_keeping_membership()
             self._producer.flush(10)
-            self._outbox.flush_status(10)
+            self._outbox.flush_records(10)
             self.commit(patience_s=HANDOVER_COMMIT_PATIENCE_S, serve_group=True)
         finally:
             self._consumer.close()  # revokes (nothing left in flight) and leaves the group

@@ -39,6 +39,7 @@ from leasekeeper.engine import LeaseEngine
 from leasekeeper.leases import TopicPart
 from leasekeeper.log_lines import RateLimit, copy_line
 from leasekeeper.ordering_lane import LaneUnavailable
+from leasekeeper.result_sender import ResultSender
 from leasekeeper.router import KafkaRouter
 from leasekeeper.status_sender import StatusSender
 from schemas.confluent import SchemaUnavailable
@@ -114,6 +115,7 @@ class Outbox:
         config: OutboxConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         status: Callable[[Callable[[str], None]], StatusSender] | None = None,
+        results: Callable[[Callable[[CopyRequest, str], None]], ResultSender] | None = None,
     ) -> None:
         self._producer = producer
         self._engine = engine
@@ -141,11 +143,15 @@ class Outbox:
         # Status records on their own producer (built with the drop handler); without
         # it they take the general path below, with a delivery report each.
         self._status = status(self._drop_status) if status is not None else None
+        # Result records likewise (built with the drop handler); without it, as copies.
+        self._results = results(self._drop_result) if results is not None else None
 
     def pump(self) -> None:
         """Send every copy that is due; called on each turn of the Kafka loop."""
         now = self._clock()
         copies = self._engine.take_copies()
+        if self._results is not None:
+            copies = self._results.take(copies)
         statuses = self._engine.take_statuses()
         if self._status is not None:
             self._status.send(statuses)
@@ -160,8 +166,12 @@ class Outbox:
                 break
         self._publish()
 
-    def flush_status(self, timeout_s: float) -> None:
-        """On the way out: the status records still waiting are written, if they can be."""
+    def flush_records(self, timeout_s: float) -> None:
+        """On the way out: the result and status records still waiting are written, if
+        they can be (results first: their jobs' status records follow their delivery)."""
+        if self._results is not None:
+            self._results.flush(timeout_s)
+            self.pump()
         if self._status is not None:
             self._status.flush(timeout_s)
 
@@ -238,7 +248,7 @@ class Outbox:
             self._drop_status(f"{failure.value}: {topic}: {text}")
             return
         if entry.request.kind is CopyKind.RESULT and failure is not ProduceFailure.TRANSIENT:
-            self._drop_result(entry, f"{failure.value}: {topic}: {text}")
+            self._drop_result(entry.request, f"{failure.value}: {topic}: {text}")
             return
         if failure is ProduceFailure.TOO_LARGE and entry.request.kind is CopyKind.LANE:
             # Nothing was written: reported as "dead" so that the ordering gate keeps
@@ -305,11 +315,11 @@ class Outbox:
                 reason,
             )
 
-    def _drop_result(self, entry: _Entry, reason: str) -> None:
+    def _drop_result(self, request: CopyRequest, reason: str) -> None:
         """A result Kafka refuses is dropped and its job resolved as acked: like a status
         record, it must never stall the partition. Warned at most once a minute."""
         self._counters["results_dropped"] += 1
-        self._engine.copy_delivered(entry.request)
+        self._engine.copy_delivered(request)
         now = self._clock()
         if now - self._result_warned_at >= 60:
             self._result_warned_at = now

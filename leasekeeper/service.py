@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import grpc
 
-from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import (
     Consumer,
     ErrorKind,
     KafkaError,
     KafkaException,
-    KafkaSettings,
     KafkaSetupError,
     TopicPartition,
     classify,
@@ -30,27 +26,28 @@ from jobcore.kafka import (
 )
 from jobcore.priority import PriorityClasses
 from jobcore.retrying import Stopped, until_done
-from jobcore.schema_registry import RegistrySettings, open_registry
+from jobcore.schema_registry import open_registry
 from jobcore.topic_admin import CONTROL_RETENTION_MS, ensure_queue_topics
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker_feed import BreakerFeed
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.consumer_loop import ConsumerLoop
 from leasekeeper.control_feed import ControlFeed
 from leasekeeper.control_state import ControlState
+from leasekeeper.copies import CopyRequest
 from leasekeeper.dashboard.kafka_view import KafkaView
 from leasekeeper.dlq_watch import DlqWatch
-from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.engine import LeaseEngine
 from leasekeeper.family_consumer import FamilyConsumer, family_instance_id, topic_families
 from leasekeeper.fleet import FleetPublisher, PublishConfig, default_instance
 from leasekeeper.kafka_probe import KafkaProbe
-from leasekeeper.listen import DEFAULT_SOCKET_MODE, ChannelSecurity
 from leasekeeper.metrics import serve_metrics
 from leasekeeper.ordering_lane import LaneFeed
 from leasekeeper.outbox import Outbox
-from leasekeeper.ready_targets import DEFAULT_READY_TARGETS
-from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
+from leasekeeper.result_sender import ResultSender
+from leasekeeper.retry_budget import RetryBudget
 from leasekeeper.router import KafkaRouter
 from leasekeeper.rpc import RpcCounters, start_rpc_server
+from leasekeeper.serve_config import ServeConfig as ServeConfig  # where callers look for it
 from leasekeeper.snapshots import LeaseKeeperSnapshot
 from leasekeeper.state_identity import StateIdentity, StateMismatch, check_identity
 from leasekeeper.status_sender import StatusSender
@@ -73,57 +70,6 @@ class Failure:
 
     message: str
     exit_code: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServeConfig:
-    queue: str
-    kafka: KafkaSettings
-    state_dir: Path
-    listen: str
-    prefix: str = "jobs"
-    token: str | None = None
-    # TCP without a token (loopback only); socket permissions; TLS for TCP.
-    insecure: bool = False
-    socket_mode: int = DEFAULT_SOCKET_MODE
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    group_id: str | None = None
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    schema_dirs: tuple[str, ...] = ()
-    # Registry mode (Confluent wire format); None keeps the embedded file registry.
-    schema_registry: RegistrySettings | None = None
-    member_id: str = field(default_factory=socket.gethostname)
-    # Static group membership: a leasekeeper restarted with the same instance id
-    # gets its partitions back at once instead of after the session timeout.
-    instance_id: str | None = None
-    session_timeout_ms: int = 10_000
-    metrics_port: int | None = None
-    # Each priority class's ready target, exported for the alert rules (ready_targets).
-    ready_targets: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_READY_TARGETS))
-    tiers: DelayTiers = field(default_factory=DelayTiers)
-    retry_budget_share: float = DEFAULT_SHARE
-    # Retries always allowed per minute, however quiet the queue: a budget of 10%
-    # of a handful of jobs would hold a small queue's retries back for minutes.
-    retry_budget_floor: int = DEFAULT_MIN_RETRIES
-    dedupe_window_s: float = 24 * 3600
-    # On a state dir of another cluster, group or topic: wipe it instead of refusing.
-    reset_state: bool = False
-    # Seconds between snapshots published to jobs._leasekeepers (0: none).
-    publish_interval_s: float = 3.0
-    # retention.ms of jobs.Q.status, set at start; None leaves the topic's own.
-    status_retention_ms: int | None = None
-
-    @property
-    def security(self) -> ChannelSecurity:
-        return ChannelSecurity(
-            token=self.token,
-            insecure=self.insecure,
-            socket_mode=self.socket_mode,
-            tls_cert=self.tls_cert,
-            tls_key=self.tls_key,
-        )
 
 
 class LeaseKeeperService:
@@ -161,6 +107,7 @@ class LeaseKeeperService:
             engine=self.engine,
             router=router,
             status=self._status_sender if config.engine.status_records else None,
+            results=self._result_sender,
         )
         self._feed = ControlFeed(
             settings=config.kafka, topics=self.topics, state=self.engine.control
@@ -356,6 +303,11 @@ class LeaseKeeperService:
 
     def _status_sender(self, on_dropped: Callable[[str], None]) -> StatusSender:
         return StatusSender(self.config.kafka, self.topics.status, on_dropped=on_dropped)
+
+    def _result_sender(self, on_dropped: Callable[[CopyRequest, str], None]) -> ResultSender:
+        delivered = self.engine.copy_delivered
+        return ResultSender(self.config.kafka, self.topics.results, delivered=delivered,
+                            on_dropped=on_dropped)  # fmt: skip
 
     def _check_state_identity(self) -> None:
         """Before any partition's state is loaded: is the state dir this queue's? (The

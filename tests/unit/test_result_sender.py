@@ -1,0 +1,192 @@
+"""Result records on their own producer: one ``produce()`` each, resolved from the
+producer's one delivery callback in each partition's order; a transient failure is
+sent again, a refusal drops the result and resolves its job; the offset commits only
+once the result is durable, and the job's status follows it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from jobcore.delay_tiers import DelayTiers
+from jobcore.kafka import KafkaError, KafkaSettings
+from jobcore.kafka import Producer as KafkaProducer
+from jobcore.results import results_partition
+from leasekeeper import result_sender as sender_module
+from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.engine import EngineConfig, LeaseEngine
+from leasekeeper.leases import Outcome, Settlement, TopicPart
+from leasekeeper.outbox import Outbox
+from leasekeeper.result_sender import RETRY_AFTER_S, ResultSender
+from leasekeeper.router import KafkaRouter
+from leasekeeper.store import LeaseStore
+from tests.unit.test_outbox import CODEC, TOPICS, TP, Clock, FakeProducer, job
+from tests.unit.test_result_outbox import ack_with_result
+
+Report = Callable[[KafkaError | None, Any], None]
+
+
+class Message:
+    def __init__(self, partition: int) -> None:
+        self._partition = partition
+
+    def partition(self) -> int:
+        return self._partition
+
+
+@dataclass
+class Producer:
+    """A producer whose one delivery callback the test calls, per partition in order."""
+
+    report: Report
+    sent: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = field(default_factory=list)
+    full: int = 0  # produce() calls to refuse with BufferError
+
+    def produce(self, topic: str, value: bytes, key: bytes, *, partition: int,
+                headers: list[tuple[str, bytes]]) -> None:  # fmt: skip
+        if self.full:
+            self.full -= 1
+            raise BufferError("queue full")
+        self.sent.append((partition, key, value, headers))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def deliver(self, partition: int, error: int | None = None) -> None:
+        self.report(None if error is None else KafkaError(error), Message(partition))
+
+
+def result(job_id: str, offset: int = 0) -> CopyRequest:
+    return CopyRequest(kind=CopyKind.RESULT, source=TopicPart("jobs.q", 0), offset=offset,
+                       generation=1, raw_key=job_id.encode(), raw_value=b'{"n":1}')  # fmt: skip
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[Producer]:
+    made: list[Producer] = []
+
+    def make_producer(settings: KafkaSettings, **config: Any) -> Producer:
+        assert config["compression.type"] == "none" and "delivery.report.only.error" not in config
+        made.append(Producer(config["on_delivery"]))
+        return made[-1]
+
+    monkeypatch.setattr(sender_module, "make_producer", make_producer)
+    return made
+
+
+def sender(clock: Clock) -> tuple[ResultSender, list[CopyRequest], list[tuple[CopyRequest, str]]]:
+    delivered: list[CopyRequest] = []
+    dropped: list[tuple[CopyRequest, str]] = []
+    send = ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
+                        delivered=delivered.append,
+                        on_dropped=lambda r, why: dropped.append((r, why)))  # fmt: skip
+    return send, delivered, dropped
+
+
+def test_results_go_to_their_partition_and_resolve_in_each_partition_s_order(
+    made: list[Producer],
+) -> None:
+    send, delivered, dropped = sender(Clock())
+    ids = [f"job-{n}" for n in range(40)]
+    other = CopyRequest(kind=CopyKind.RETRY, source=TopicPart("jobs.q", 0), offset=99,
+                        generation=1)  # fmt: skip
+    assert send.take([*map(result, ids), other]) == [other], "the rest is the outbox's"
+    (producer,) = made
+    assert [(p, k) for p, k, _, _ in producer.sent] == [
+        (results_partition(i), i.encode()) for i in ids
+    ]
+    assert all(h == [("content-type", b"application/json")] for *_, h in producer.sent)
+    for partition, *_ in producer.sent:  # reports come per partition, in produce order
+        producer.deliver(partition)
+    assert sorted(r.raw_key or b"" for r in delivered) == sorted(i.encode() for i in ids)
+    for partition in range(8):
+        mine = [r.raw_key for r in delivered if results_partition((r.raw_key or b"").decode())
+                == partition]  # fmt: skip
+        assert mine == [i.encode() for i in ids if results_partition(i) == partition]
+    assert dropped == [] and send.in_flight == 0
+
+
+def test_a_transient_failure_is_sent_again_after_a_pause_and_a_refusal_is_dropped(
+    made: list[Producer],
+) -> None:
+    clock = Clock()
+    send, delivered, dropped = sender(clock)
+    first, second = result("a"), result("b")
+    send.take([first])
+    (producer,) = made
+    producer.deliver(results_partition("a"), KafkaError._MSG_TIMED_OUT)
+    assert delivered == [] and dropped == [] and send.in_flight == 1
+    send.take([])
+    assert len(producer.sent) == 1, "not before the pause"
+    clock.now += RETRY_AFTER_S
+    send.take([second])
+    assert [k for _, k, _, _ in producer.sent] == [b"a", b"a", b"b"]
+    producer.deliver(results_partition("a"))
+    producer.deliver(results_partition("b"), KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    assert delivered == [first]
+    ((request, why),) = dropped
+    assert request is second and "TOPIC_AUTHORIZATION_FAILED" in why
+
+
+def test_a_full_local_queue_keeps_the_result_for_later(made: list[Producer]) -> None:
+    clock = Clock()
+    send, delivered, _ = sender(clock)
+    send.take([])
+    (producer,) = made
+    producer.full = 1
+    send.take([result("a")])
+    assert producer.sent == [] and send.in_flight == 1
+    clock.now += RETRY_AFTER_S
+    send.take([])
+    producer.deliver(results_partition("a"))
+    assert [r.raw_key for r in delivered] == [b"a"]
+
+
+def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
+    tmp_path: Path, made: list[Producer], caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
+                         clock=clock, monotonic=clock)  # fmt: skip
+    engine.assign(TP, 0)
+    copies = FakeProducer()
+    router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
+
+    def results(dropped: Callable[[CopyRequest, str], None]) -> ResultSender:
+        return ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
+                            delivered=engine.copy_delivered, on_dropped=dropped)  # fmt: skip
+
+    outbox = Outbox(producer=cast(KafkaProducer, copies), engine=engine, router=router,
+                    clock=clock, results=results)  # fmt: skip
+
+    def committable() -> int:
+        return engine.commit_positions()[TP][0]
+
+    ack_with_result(engine)
+    outbox.pump()
+    (producer,) = made
+    assert copies.sent == [] and len(producer.sent) == 1, "not through the outbox's entries"
+    assert committable() == 0
+    producer.deliver(producer.sent[0][0])
+    assert committable() == 1
+    outbox.pump()
+    assert [s.topic for s in copies.sent] == [TOPICS.status], "the status after the result"
+    # A refused one resolves its job too, counted and warned about by the outbox.
+    engine.offer(TP, 1, replace(job(), job_id="job-1"), b"x")
+    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK,
+                              result=b"1")])  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="leasekeeper.outbox"):
+        outbox.pump()
+        producer.deliver(producer.sent[-1][0], KafkaError.UNKNOWN_TOPIC_OR_PART)
+        outbox.pump()  # publishes the outbox's view
+    assert committable() == 2 and outbox.view().counters["results_dropped"] == 1
+    assert "job results are being dropped" in caplog.text
