@@ -116,10 +116,10 @@ class ResultSender:
         sent = self._sent[partition] if partition is not None and 0 <= partition < len(
             self._sent
         ) else None  # fmt: skip
-        if not sent:
+        request = _match(sent, message.key()) if sent else None
+        if request is None:
             log.warning("a delivery report for %s matched no result sent", self._topic)
             return
-        request = sent.popleft()
         if error is None:
             self._delivered(request)
             return
@@ -143,3 +143,15 @@ class ResultSender:
         if self.in_flight:
             log.warning("%d job results were not written before stopping: their jobs run "
                         "again", self.in_flight)  # fmt: skip
+
+
+def _match(sent: deque[CopyRequest], key: bytes | None) -> CopyRequest | None:
+    """The copy a report is about: the partition's oldest (reports come in produce
+    order), or, should they ever not, the oldest with the report's key."""
+    if sent[0].raw_key == key:
+        return sent.popleft()
+    for request in sent:
+        if request.raw_key == key:
+            sent.remove(request)
+            return request
+    return None

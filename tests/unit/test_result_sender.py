@@ -32,11 +32,14 @@ Report = Callable[[KafkaError | None, Any], None]
 
 
 class Message:
-    def __init__(self, partition: int) -> None:
-        self._partition = partition
+    def __init__(self, partition: int, key: bytes) -> None:
+        self._partition, self._key = partition, key
 
     def partition(self) -> int:
         return self._partition
+
+    def key(self) -> bytes:
+        return self._key
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Producer:
     report: Report
     sent: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = field(default_factory=list)
     full: int = 0  # produce() calls to refuse with BufferError
+    reported: dict[int, int] = field(default_factory=dict)  # reports given, per partition
 
     def produce(self, topic: str, value: bytes, key: bytes, *, partition: int,
                 headers: list[tuple[str, bytes]]) -> None:  # fmt: skip
@@ -61,7 +65,12 @@ class Producer:
         return 0
 
     def deliver(self, partition: int, error: int | None = None) -> None:
-        self.report(None if error is None else KafkaError(error), Message(partition))
+        """The report of the partition's oldest unreported record, as librdkafka orders
+        them."""
+        reported = self.reported.get(partition, 0)
+        key = [k for p, k, _, _ in self.sent if p == partition][reported]
+        self.reported[partition] = reported + 1
+        self.report(None if error is None else KafkaError(error), Message(partition, key))
 
 
 def result(job_id: str, offset: int = 0) -> CopyRequest:
