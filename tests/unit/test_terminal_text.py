@@ -25,6 +25,7 @@ from leasekeeper.inspect_view import job_lines, render_snapshot
 from leasekeeper.ordering import LaneEntry, LaneState, LineId
 from leasekeeper.ordering_cli import ordering
 from producer import cli as producer_cli
+from producer import status_cli
 from producer.lookup import JobLookup
 from producer.scheduler.listing import ListRow, render_rows
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -273,8 +274,8 @@ def test_producer_status_shows_the_last_error_as_text(monkeypatch: pytest.Monkey
     found = JobLookup(job_id="j", state="dead", source="status topic jobs.q.status",
                       worker=f"w {CLEAR}", last_error=f"ValueError: {CLEAR}",
                       note=f"note {CLEAR}")  # fmt: skip
-    monkeypatch.setattr(producer_cli, "require_kafka", lambda *_: None)
-    monkeypatch.setattr(producer_cli, "job_lookup", lambda *_, **__: found)
+    monkeypatch.setattr(status_cli, "require_kafka", lambda *_: None)
+    monkeypatch.setattr(status_cli, "job_lookup", lambda *_, **__: found)
     result = CliRunner().invoke(producer_cli.main, ["status", "q", "j", "--bootstrap", "x:1"])
     assert result.exit_code == 0, result.output
     assert result.output == (
