@@ -47,9 +47,11 @@ class StatusReader:
         clock: Callable[[], float] = time.monotonic,
         *,
         since_ms: int | None = None,
+        most: int | None = None,
     ) -> None:
         """Reads from the last ``MAX_SCAN`` records, or from the first record written at
-        or after ``since_ms`` (for one job: ``jobcore.job_ids.search_from_ms``)."""
+        or after ``since_ms`` (for one job: ``jobcore.job_ids.search_from_ms``); a scan
+        reads ``most`` records at most from there (all to the end when None)."""
         self._topic = topic
         self._clock = clock
         self._consumer: Consumer = make_consumer(settings, f"cancel.{uuid.uuid4().hex}")
@@ -58,6 +60,8 @@ class StatusReader:
         if since_ms is not None:
             (at,) = self._consumer.offsets_for_times([TopicPartition(topic, 0, since_ms)], 10)
             self._start = high if at.offset < 0 else max(low, at.offset)
+            if most is not None:
+                self._end = min(high, self._start + most)
         self._consumer.assign([TopicPartition(topic, 0, self._start)])
         # Records read so far: what a lookup cost, for tests and benchmarks.
         self.records_read = 0
@@ -145,14 +149,16 @@ def ended_status(
 ) -> tuple[JobStatus | None, StatusSwitchedOff | None]:
     """How job ``job_id`` ended, and whether the queue's status records are switched off.
 
-    Read from a minute before the time in the job's id (``jobcore.job_ids``), however
-    old the job: the records written after it, not the last ``MAX_SCAN``. Only when
-    that finds nothing (or the id holds no time) is the tail read as before, for the
-    switched-off marker, which may have been written long before the job."""
+    Read first from a minute before the time in the job's id (``jobcore.job_ids``),
+    however old the job: the ``MAX_SCAN`` records written after it, where a job that
+    ran soon after it was built ends. Only when that finds nothing (a job delayed or
+    waiting for long, or an id with no time) is the tail read as before: the last
+    ``MAX_SCAN`` records, and the switched-off marker, which may be older than the job.
+    So a lookup reads at most twice ``MAX_SCAN`` records, however old the job."""
     now_ms = int(wall() * 1000)
     since_ms = search_from_ms(job_id, now_ms - window_ms, now_ms)
     if since_ms > now_ms - window_ms:
-        with StatusReader(settings, topic, since_ms=since_ms) as reader:
+        with StatusReader(settings, topic, since_ms=since_ms, most=MAX_SCAN) as reader:
             found = reader.first(job_id, timeout_s)
         if found is not None:
             return found, None

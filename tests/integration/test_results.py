@@ -20,6 +20,7 @@ from jobcore import status as status_module
 from jobcore.control import JobEnd, JobStatus
 from jobcore.kafka import KafkaSettings, make_admin, make_producer, topic_config
 from jobcore.results import RESULTS_PARTITIONS, results_partition
+from jobcore.status import StatusReader
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
 from producer import (
@@ -233,6 +234,10 @@ def test_a_job_that_ended_an_hour_of_traffic_before_the_call_is_found_by_the_tim
             caller.result(system.queue, dead, timeout=5)
     code, out, _ = cli(system, "status", "--queue", system.queue, dead)
     assert code == 0 and "dead" in out, out
+    # A look by time reads a bounded number of records however much came after.
+    with StatusReader(system.kafka, topics.status, since_ms=now_ms - HOUR_MS, most=1_000) as r:
+        assert r.first(uuid.uuid4().hex, timeout_s=30) is None
+        assert 1_000 <= r.records_read < 1_500, r.records_read  # whole fetches of 500 at most
 
 
 def test_a_type_with_a_result_schema_returns_avro_that_callers_read_with_its_schema(
