@@ -26,8 +26,8 @@ from pathlib import Path
 from jobcore.control import DedupeClaim
 from jobcore.kafka import KafkaSettings, make_admin, make_producer, produce_reliably
 from jobcore.topics import QueueTopics
-from leasekeeper.control_feed import ControlFeed
-from leasekeeper.control_state import ControlState
+from leasekeeper.core.control_state import ControlState
+from leasekeeper.kafka.control_feed import ControlFeed
 from producer import ensure_queue_topics
 
 

@@ -36,11 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
-from leasekeeper.listen import ChannelSecurity
-from leasekeeper.rpc import start_rpc_server
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.rpc.listen import ChannelSecurity
+from leasekeeper.rpc.server import start_rpc_server
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from schemas.job_headers import JobHead, job_headers, read_head

@@ -26,7 +26,7 @@ from jobcore.kafka import (
     make_consumer,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.inspect_view import fetch_snapshot
+from leasekeeper.views.inspect_view import fetch_snapshot
 
 BIN = Path(sys.executable).parent
 

@@ -33,7 +33,7 @@ from rich.table import Table
 from devtools.demo_feed import TENANTS, cron_config, produce
 from devtools.localkafka import LocalKafka, free_port, obtain
 from jobcore.kafka import KafkaSettings
-from leasekeeper.inspect_view import fetch_snapshot
+from leasekeeper.views.inspect_view import fetch_snapshot
 
 DASHBOARD_HOST = "127.0.0.1"
 DASHBOARD_PORT = 8700

@@ -3,7 +3,7 @@
 ``clients`` jobs all fail at t=0 because a dependency is down for ``outage_s``
 seconds; after that it serves at most ``capacity`` calls per ``bucket_s`` bucket
 and fails the rest. Every failed call is retried after the delay a
-:class:`~leasekeeper.retry_policy.RetryPolicy` picks. The result is the load the
+:class:`~leasekeeper.core.retry_policy.RetryPolicy` picks. The result is the load the
 dependency sees per bucket: without jitter the clients stay synchronised and
 hit it in waves far above its capacity; with jitter the load after recovery
 stays close to what it can serve. It is the reference for the system-level
@@ -20,7 +20,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from leasekeeper.retry_policy import RetryPolicy
+from leasekeeper.core.retry_policy import RetryPolicy
 
 __all__ = ["StormResult", "StormScenario", "simulate"]
 

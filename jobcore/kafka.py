@@ -616,7 +616,7 @@ class ProduceError(Exception):
         self.failure = failure
 
 
-Outcome = Callable[[ProduceFailure | None, str], None]
+ProduceCallback = Callable[[ProduceFailure | None, str], None]  # None: the record is durable
 
 
 def produce_once(
@@ -626,7 +626,7 @@ def produce_once(
     key: bytes | None,
     value: bytes | None,
     headers: list[tuple[str, bytes]] | None = None,
-    on_delivery: Outcome,
+    on_delivery: ProduceCallback,
     partition: int | None = None,
     on_offset: Callable[[int], None] | None = None,
 ) -> None:

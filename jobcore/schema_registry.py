@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from jobcore.kafka_retry import Backoff
 from jobcore.properties import PropertiesError, load_properties
-from jobcore.retrying import Backoff
 from schemas.confluent import (
     ConfluentSchemaRegistry,
     RegistryUnavailable,

@@ -2,7 +2,7 @@
 
 Whoever owns a socket's directory, or may write to it, decides which server
 answers there. The leasekeeper refuses to listen in a directory it does not own
-(``leasekeeper/listen.py``); a worker refuses to connect to a socket whose
+(``leasekeeper/rpc/listen.py``); a worker refuses to connect to a socket whose
 directory or file belongs to a user it does not trust, since that user's
 server would hand it jobs to run with its credentials and read their results.
 

@@ -24,17 +24,17 @@ from jobcore.kafka import KafkaError, KafkaSettings, TopicPartition, make_consum
 from jobcore.topic_admin import CONTROL_RETENTION_MS
 from jobcore.topics import QueueTopics
 from jobtesting.clock import FakeClock
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.control_feed import ControlFeed
-from leasekeeper.control_state import ControlState
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.outbox import Outbox
-from leasekeeper.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
-from leasekeeper.router import KafkaRouter
-from leasekeeper.rpc import LeaseKeeperServicer
-from leasekeeper.status_sender import StatusSender
-from leasekeeper.store import LeaseStore
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.control_state import ControlState
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.kafka.control_feed import ControlFeed
+from leasekeeper.kafka.copy_sender import CopySender
+from leasekeeper.kafka.router import KafkaRouter
+from leasekeeper.kafka.status_sender import StatusSender
+from leasekeeper.rpc.server import LeaseKeeperServicer
 from schemas import worker_pb2 as pb
 from schemas.codec import EnvelopeCodec
 from workers import wire
@@ -96,7 +96,7 @@ class MemoryLeaseKeeper:
             producer=producer,
             engine=self.engine,
             codec=codec,
-            outbox=Outbox(
+            outbox=CopySender(
                 producer=producer,
                 engine=self.engine,
                 router=router,

@@ -40,13 +40,13 @@ from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
 from schemas.codec import SchemaRegistry
 
-__all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "LookupError", "lookup"]
+__all__ = ["NOT_FOUND", "NOT_SEEN", "JobLookup", "JobLookupError", "lookup"]
 
 NOT_FOUND = JobState.NOT_FOUND.value
 NOT_SEEN = JobState.NOT_SEEN.value
 
 
-class LookupError(RuntimeError):
+class JobLookupError(RuntimeError):
     """The dashboard could not be asked (unreachable, refused, not a dashboard)."""
 
 
@@ -97,9 +97,9 @@ def from_dashboard(
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             answer = json.loads(response.read())
     except (urllib.error.URLError, ValueError, OSError) as exc:
-        raise LookupError(f"cannot ask the dashboard at {url}: {exc}") from None
+        raise JobLookupError(f"cannot ask the dashboard at {url}: {exc}") from None
     if not isinstance(answer, dict) or "state" not in answer:
-        raise LookupError(f"{url} did not answer like a dashboard: {str(answer)[:200]}")
+        raise JobLookupError(f"{url} did not answer like a dashboard: {str(answer)[:200]}")
     return answer
 
 

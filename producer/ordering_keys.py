@@ -8,7 +8,7 @@ before the jobs ahead of it. This check refuses such a job before it is sent.
 It sees only this producer's own jobs (the keys it enqueued, up to
 ``REMEMBERED`` of them, least recently used forgotten first): another process
 enqueuing the same key in another class is not seen here. The leasekeeper checks
-again with what it holds (``leasekeeper.ordering``: keys in its window and its
+again with what it holds (``leasekeeper.ordering.keys``: keys in its window and its
 blocked keys) and dead-letters the stray job with the reason
 ``ordering_class_conflict``; see docs/ordering.md.
 """

@@ -27,7 +27,7 @@ from jobcore.cli_kafka import (
 from jobcore.kafka import KafkaException
 from producer.cli_args import QUEUE_HELP, queue_and_arguments
 from producer.lookup import NOT_FOUND, NOT_SEEN
-from producer.lookup import LookupError as LookupFailed
+from producer.lookup import JobLookupError as LookupFailed
 from producer.lookup import lookup as job_lookup
 from producer.status import StatusError
 from schemas.codec import SchemaError, SchemaRegistry

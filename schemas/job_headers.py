@@ -123,7 +123,7 @@ class JobHead:
     payload_start: int
     payload_end: int
     full: Job | None
-    # Per-key ordering (leasekeeper/ordering.py): the key and the job's place in its line.
+    # Per-key ordering (leasekeeper/ordering/keys.py): the key and the job's place in its line.
     ordering_key: str | None
     ordering_seq: int
 

@@ -27,7 +27,7 @@ from jobcore.kafka import (
     make_consumer,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.inspect_view import fetch_snapshot
+from leasekeeper.views.inspect_view import fetch_snapshot
 from producer import JobProducer, JobRequest, ensure_queue_topics
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import DeadLetter
@@ -76,7 +76,7 @@ class Leasekeeper:
 
     def wait_assigned(self, partitions: int, timeout: float = 60) -> None:
         """Until it owns ``partitions`` partitions, some of each topic family among them:
-        each family has a consumer of its own (``leasekeeper.family_consumer``), and
+        each family has a consumer of its own (``leasekeeper.kafka.family_consumer``), and
         they may be assigned one after another."""
 
         def ready() -> bool:

@@ -9,7 +9,7 @@ With ``start_report_s`` (a worker that prefetches), heartbeats also say which
 jobs have started, and a job still running ``start_report_s`` after its start
 is reported in a heartbeat of its own (batched with the others due): the
 leasekeeper gives back the attempt of a job whose lease expires before it
-started (see ``leasekeeper.started_only``). Jobs that finish sooner are
+started (see ``leasekeeper.core.started_only``). Jobs that finish sooner are
 settled, not reported, so short jobs cost no extra call.
 
 Heartbeats also carry each job's latest progress (``ctx.progress``), and a value

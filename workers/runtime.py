@@ -23,7 +23,7 @@ claim says how many of its jobs go to idle handlers (they count as started at
 once), and the worker reports the start of the others in its heartbeats (a job
 still running ``START_REPORT_S`` after it started): when the worker dies, a
 prefetched job that never started gets its attempt back after its lease expires
-(see ``leasekeeper.started_only``, which bounds the refunds so that a job that
+(see ``leasekeeper.core.started_only``, which bounds the refunds so that a job that
 kills its worker still reaches the DLQ). Its ``timeout_s`` starts when it starts.
 With ``prefetch=1`` no job waits here and every claim counts as started.
 """

@@ -2,7 +2,7 @@
 
 One value is made per claimed job and one message per settled job, so this is
 compiled with the worker's hot path (``compiled_modules.txt``), like its
-leasekeeper side (``leasekeeper.wire``).
+leasekeeper side (``leasekeeper.rpc.wire``).
 """
 
 from __future__ import annotations

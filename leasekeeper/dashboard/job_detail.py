@@ -16,9 +16,9 @@ import time
 import uuid
 
 from jobcore.kafka import KafkaError, KafkaSettings, TopicPartition, make_consumer
+from leasekeeper.core.leases import parse_lease_id
 from leasekeeper.dashboard.html import e, table
 from leasekeeper.dlq.entries import format_ms
-from leasekeeper.leases import parse_lease_id
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 

@@ -16,8 +16,8 @@ from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
 from leasekeeper.dashboard.kafka_view import KafkaView, QueueOffsets
 from leasekeeper.dlq.entries import format_ms
-from leasekeeper.tier_rows import all_empty, by_delay, tiers_line
-from leasekeeper.unhandled_view import unhandled_text
+from leasekeeper.views.tier_rows import all_empty, by_delay, tiers_line
+from leasekeeper.views.unhandled_view import unhandled_text
 
 __all__ = [
     "cron_section",
@@ -123,7 +123,7 @@ def unhandled_section(records: list[Snapshot], now_ms: int) -> str:
 
 def tier_rows(tiers: dict[str, int]) -> list[tuple[str, int]]:
     """A queue's tier backlogs from the shortest delay up, or one row for them all
-    while every one is empty (``leasekeeper.tier_rows``)."""
+    while every one is empty (``leasekeeper.views.tier_rows``)."""
     rows = by_delay(tiers.items())
     return [(tiers_line(list(tiers)), 0)] if all_empty(rows) else rows
 

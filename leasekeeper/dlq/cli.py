@@ -51,7 +51,7 @@ from leasekeeper.dlq.render import (
     to_json,
 )
 from leasekeeper.dlq.replay import Replayer, ReplayOptions, ReplayReport, default_group
-from leasekeeper.id_prefix import PrefixError, resolve_prefix
+from leasekeeper.views.id_prefix import PrefixError, resolve_prefix
 from schemas.codec import EnvelopeCodec
 from schemas.job import DeadLetterReason
 

@@ -36,7 +36,7 @@ from jobcore.kafka import (
     produce_reliably,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.commit_tracker import CommitTracker
+from leasekeeper.core.commit_tracker import CommitTracker
 from leasekeeper.dlq.entries import DeadLetterFilter, DlqEntry, decode_entry
 from leasekeeper.dlq.reader import PartitionRange, plan_ranges, scan
 from schemas.codec import EnvelopeCodec

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from jobcore.kafka import KafkaSettings
-from leasekeeper.breaker import BreakerState
-from leasekeeper.breaker_feed import BreakerRecord
+from leasekeeper.breaker.feed import BreakerRecord
+from leasekeeper.breaker.policy import BreakerState
 from producer import JobRequest
 from tests.apps.outage import SCHEMAS
 from tests.apps.recording import read_events, read_log

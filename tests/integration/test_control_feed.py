@@ -5,8 +5,8 @@ from __future__ import annotations
 from jobcore.control import Cancellation, DedupeClaim, dedupe_index_key
 from jobcore.kafka import KafkaSettings, make_producer, produce_reliably
 from jobcore.topics import QueueTopics
-from leasekeeper.control_feed import ControlFeed
-from leasekeeper.control_state import ControlState
+from leasekeeper.core.control_state import ControlState
+from leasekeeper.kafka.control_feed import ControlFeed
 from producer import ensure_queue_topics
 from tests.system import wait_until
 

@@ -27,9 +27,9 @@ from jobcore.kafka import (
     make_producer,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.engine import EngineConfig
-from leasekeeper.leases import Grant, Outcome, Settlement
-from leasekeeper.service import LeaseKeeperService, ServeConfig
+from leasekeeper.core.engine import EngineConfig
+from leasekeeper.core.leases import Grant, Outcome, Settlement
+from leasekeeper.ops.service import LeaseKeeperService, ServeConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import DeadLetter, Job
 from tests.system import wait_until

@@ -23,10 +23,10 @@ from jobcore.kafka import (
     make_producer,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import REJOINS
-from leasekeeper.control_feed import ControlFeed
-from leasekeeper.control_state import ControlState
-from leasekeeper.family_consumer import family_instance_id
+from leasekeeper.core.control_state import ControlState
+from leasekeeper.kafka.consumer_loop import REJOINS
+from leasekeeper.kafka.control_feed import ControlFeed
+from leasekeeper.kafka.family_consumer import family_instance_id
 from producer import ensure_queue_topics
 from tests.system import PARTITIONS, Leasekeeper, System, wait_until
 

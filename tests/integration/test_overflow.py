@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from leasekeeper.consumer_loop import LoopConfig
-from leasekeeper.overflow_watch import MAX_COPIES_IN_FLIGHT
+from leasekeeper.kafka.consumer_loop import LoopConfig
+from leasekeeper.overflow.watch import MAX_COPIES_IN_FLIGHT
 from producer.request import JobRequest
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from tests.apps.recording import Event

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.inspect_view import fetch_snapshot
+from leasekeeper.views.inspect_view import fetch_snapshot
 from producer import JobProducer, JobRequest
 from schemas.codec import SchemaRegistry
 from tests.apps.recording import SCHEMAS

@@ -44,7 +44,7 @@ import pytest
 
 from devtools.retry_storm import StormResult, StormScenario, simulate
 from jobcore.kafka import KafkaSettings
-from leasekeeper.retry_policy import Jitter, RetryPolicy
+from leasekeeper.core.retry_policy import Jitter, RetryPolicy
 from producer import JobProducer, JobRequest
 from schemas.codec import SchemaRegistry
 from tests.apps.recording import read_events

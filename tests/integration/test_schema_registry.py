@@ -23,7 +23,7 @@ from jobcore.schema_registry import (
     RegistrySetupError,
     open_registry,
 )
-from leasekeeper.cli import main as leasekeeper_main
+from leasekeeper.ops.cli import main as leasekeeper_main
 from producer import JobProducer, JobRequest
 from producer.cli import main as producer_main
 from schemas.codec import MARKER, SchemaRegistry

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jobcore.kafka import make_admin
-from leasekeeper.store import LeaseStore, Resolution
+from leasekeeper.core.store import LeaseStore, Resolution
 from producer import ensure_queue_topics
 from tests.system import PARTITIONS, System, wait_until
 

@@ -22,8 +22,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from leasekeeper.metrics import COUNTERS, EngineCollector
-from leasekeeper.ready_targets import DEFAULT_READY_TARGETS
+from leasekeeper.fairness.ready_targets import DEFAULT_READY_TARGETS
+from leasekeeper.views.metrics import COUNTERS, EngineCollector
 from producer.outbox import metrics as outbox_metrics
 from producer.outbox.relay import OutboxRelay, OutboxStats
 

@@ -14,15 +14,15 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard.kafka_view import DeadLetterFigures, dlq_depth
-from leasekeeper.dlq_watch import DlqWatch
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import TopicPart
-from leasekeeper.limit_lines import limit_lines
-from leasekeeper.metrics import COUNTERS, EngineCollector
-from leasekeeper.rate_limit import rate_limit_config
-from leasekeeper.ready_targets import ready_targets
-from leasekeeper.store import LeaseStore
+from leasekeeper.fairness.ready_targets import ready_targets
+from leasekeeper.limits.lines import limit_lines
+from leasekeeper.limits.rate_limit import rate_limit_config
+from leasekeeper.ops.dlq_watch import DlqWatch
+from leasekeeper.views.metrics import COUNTERS, EngineCollector
 from schemas.job import Job
 
 TP = TopicPart("jobs.emails", 0)
@@ -144,7 +144,7 @@ def test_a_dlq_watch_that_cannot_read_says_so_once_at_warning(
         return answer
 
     watch = DlqWatch(figures, clock=lambda: 1.0)
-    with caplog.at_level(logging.DEBUG, logger="leasekeeper.dlq_watch"):
+    with caplog.at_level(logging.DEBUG, logger="leasekeeper.ops.dlq_watch"):
         watch.check()
         watch.check()
         watch.check()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leasekeeper.breaker import (
+from leasekeeper.breaker.policy import (
     Breaker,
     BreakerBoard,
     BreakerRule,
@@ -231,8 +231,8 @@ def test_dependency_down_opens_a_breaker_even_for_a_type_without_a_rule() -> Non
 
 def test_breakers_are_off_unless_asked_for() -> None:
     """A queue whose jobs fail in bulk on purpose must not start parking by surprise."""
-    from leasekeeper.breaker import DEFAULT_RULE
-    from leasekeeper.breaker_cli import breaker_settings
+    from leasekeeper.breaker.cli import breaker_settings
+    from leasekeeper.breaker.policy import DEFAULT_RULE
 
     def settings(rules: tuple[str, ...], default: str) -> BreakerSettings:
         return breaker_settings(rules=rules, default=default, cooldown_s=15, cooldown_max_s=300,

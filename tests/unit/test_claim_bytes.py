@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from jobcore.config import CLAIM_ANSWER_BYTES, RPC_MESSAGE_BYTES
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant, Pending, TopicPart
-from leasekeeper.listen import ChannelSecurity
-from leasekeeper.rpc import LeaseKeeperServicer, start_rpc_server
-from leasekeeper.store import LeaseStore
-from leasekeeper.wire import claimed, claimed_size
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Pending, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.rpc.listen import ChannelSecurity
+from leasekeeper.rpc.server import LeaseKeeperServicer, start_rpc_server
+from leasekeeper.rpc.wire import claimed, claimed_size
 from schemas import worker_pb2 as pb
 from schemas.job import Job
 from schemas.job_headers import JobHead

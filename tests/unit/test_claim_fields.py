@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant
-from leasekeeper.store import LeaseStore
-from leasekeeper.wire import claimed as _claimed
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.rpc.wire import claimed as _claimed
 from schemas import worker_pb2 as pb
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job

@@ -11,13 +11,13 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.priority import PriorityClasses
 from jobcore.topics import QueueTopics
-from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.leases import Pending, TopicPart
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.core.window import ReadyWindow
 from leasekeeper.dashboard.kafka_view import _own_topics
-from leasekeeper.inspect_view import _is_tier
-from leasekeeper.leases import Pending, TopicPart
-from leasekeeper.router import KafkaRouter
-from leasekeeper.tier_gate import TierGate
-from leasekeeper.window import ReadyWindow
+from leasekeeper.kafka.router import KafkaRouter
+from leasekeeper.views.inspect_view import _is_tier
 from producer.request import JobRequest, build_job, destination
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job

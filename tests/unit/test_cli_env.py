@@ -18,7 +18,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from leasekeeper import cli as leasekeeper_cli
+from leasekeeper.ops import cli as leasekeeper_cli
 from producer import cli as producer_cli
 from workers import cli as workers_cli
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leasekeeper.commit_tracker import CommitTracker
+from leasekeeper.core.commit_tracker import CommitTracker
 
 
 def test_commits_only_past_the_contiguous_resolved_prefix() -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.leases import TopicPart
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from jobcore.control import Cancellation, DedupeClaim, dedupe_index_key
-from leasekeeper.control_state import ControlState
-from leasekeeper.inspect_view import control_line
+from leasekeeper.core.control_state import ControlState
+from leasekeeper.views.inspect_view import control_line
 from schemas.job import Job
 
 HOUR_MS = 3600 * 1000

@@ -18,7 +18,7 @@ from leasekeeper.dashboard.hosts import HostCheck, host_name
 from leasekeeper.dashboard.html import Raw, table
 from leasekeeper.dashboard.kafka_view import discover_queues
 from leasekeeper.dashboard.pages import cron_section
-from leasekeeper.fleet import cap_leases, fleet_record
+from leasekeeper.views.fleet import cap_leases, fleet_record
 
 TOKEN = "s3cret"
 
@@ -108,8 +108,8 @@ def test_the_command_answers_its_listen_host_and_each_allowed_host(
 ) -> None:
     from click.testing import CliRunner
 
-    from leasekeeper.cli import main
     from leasekeeper.dashboard import cli as dashboard_cli
+    from leasekeeper.ops.cli import main
 
     served: list[HostCheck] = []
     monkeypatch.setattr(dashboard_cli, "require_kafka", lambda *a: None)
@@ -243,7 +243,7 @@ def test_the_command_refuses_an_open_address_without_a_token(
 ) -> None:
     from click.testing import CliRunner
 
-    from leasekeeper.cli import main
+    from leasekeeper.ops.cli import main
 
     monkeypatch.delenv("DASHBOARD_TOKEN", raising=False)
     result = CliRunner().invoke(main, ["dashboard", "--listen", "0.0.0.0:8700"])

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from jobcore.control import Cancellation, DedupeClaim
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.offset_metadata import decode as decode_progress
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.offset_metadata import decode as decode_progress
+from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)
@@ -487,8 +487,8 @@ def test_a_dedupe_key_read_from_kafka_survives_a_restart(tmp_path: Path, clock: 
 def test_inherited_progress_survives_the_new_owners_first_commit(
     tmp_path: Path, clock: Clock
 ) -> None:
-    from leasekeeper.offset_metadata import Progress
-    from leasekeeper.offset_metadata import encode as encode_progress
+    from leasekeeper.core.offset_metadata import Progress
+    from leasekeeper.core.offset_metadata import encode as encode_progress
 
     inherited = encode_progress(100, Progress(resolved=frozenset(range(105, 111)), claims={}))
     engine = make_engine(tmp_path, clock, RecordingRouter())

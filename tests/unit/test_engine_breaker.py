@@ -9,15 +9,15 @@ import pytest
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
-from leasekeeper.breaker import BreakerRule, BreakerSettings, BreakerState
-from leasekeeper.breaker_feed import BreakerRecord, operator_record
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.inspect_view import breaker_lines
-from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
-from leasekeeper.metrics import EngineCollector
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
+from leasekeeper.breaker.feed import BreakerRecord, operator_record
+from leasekeeper.breaker.policy import BreakerRule, BreakerSettings, BreakerState
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.kafka.router import KafkaRouter
+from leasekeeper.views.inspect_view import breaker_lines
+from leasekeeper.views.metrics import EngineCollector
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from schemas.vocabulary import ErrorClass

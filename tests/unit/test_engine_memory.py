@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from leasekeeper.engine import LeaseEngine
-from leasekeeper.engine_config import EngineConfig
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.rate_limit import rate_limit_config
-from leasekeeper.recent import RECENT_LIMIT
-from leasekeeper.store import LeaseStore
-from leasekeeper.weighted import TenantPolicy
+from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.engine_config import EngineConfig
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.recent import RECENT_LIMIT
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.fairness.weighted import TenantPolicy
+from leasekeeper.limits.rate_limit import rate_limit_config
 from schemas.job import Job
 
 TP = TopicPart("jobs.q.ready", 0)

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from jobcore.control import Cancellation
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
-from leasekeeper.ordering import LaneState, OnDead
-from leasekeeper.retry_policy import Jitter, RetryPolicies, RetryPolicy
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.ordering.keys import LaneState, OnDead
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
 

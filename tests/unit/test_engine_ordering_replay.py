@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobcore.control import Cancellation
-from leasekeeper.copies import CopyKind, CopyRequest
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
+from leasekeeper.core.store import LeaseStore
 from leasekeeper.dlq.replay import replay_job
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
-from leasekeeper.ordering import OnDead
-from leasekeeper.retry_policy import Jitter, RetryPolicies, RetryPolicy
-from leasekeeper.store import LeaseStore
+from leasekeeper.ordering.keys import OnDead
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -10,14 +10,14 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from leasekeeper.engine import Counters, EngineConfig, LeaseEngine
-from leasekeeper.fairness import TenantRoundRobin
-from leasekeeper.leases import Pending, TopicPart
-from leasekeeper.metrics import EngineCollector
-from leasekeeper.partition_book import PartitionBook
-from leasekeeper.snapshots import EngineSnapshot
-from leasekeeper.store import LeaseStore, Resolution
-from leasekeeper.window import ReadyWindow
+from leasekeeper.core.engine import Counters, EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Pending, TopicPart
+from leasekeeper.core.partition_book import PartitionBook
+from leasekeeper.core.store import LeaseStore, Resolution
+from leasekeeper.core.window import ReadyWindow
+from leasekeeper.fairness.round_robin import TenantRoundRobin
+from leasekeeper.views.metrics import EngineCollector
+from leasekeeper.views.snapshots import EngineSnapshot
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

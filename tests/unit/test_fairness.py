@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasekeeper.fairness import TenantRoundRobin
+from leasekeeper.fairness.round_robin import TenantRoundRobin
 
 
 def test_one_tenants_backlog_does_not_hold_back_another() -> None:

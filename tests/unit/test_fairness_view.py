@@ -8,12 +8,12 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.inspect_view import fairness_lines
-from leasekeeper.leases import TopicPart
-from leasekeeper.metrics import TOP_TENANTS, EngineCollector
-from leasekeeper.store import LeaseStore
-from leasekeeper.weighted import TenantPolicy
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.fairness.weighted import TenantPolicy
+from leasekeeper.views.inspect_view import fairness_lines
+from leasekeeper.views.metrics import TOP_TENANTS, EngineCollector
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

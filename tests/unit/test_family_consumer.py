@@ -10,16 +10,16 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from jobcore.priority import PriorityClasses
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.engine import LeaseEngine
-from leasekeeper.family_consumer import (
+from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.kafka.copy_sender import CopySender
+from leasekeeper.kafka.family_consumer import (
     FamilyConsumer,
     family_instance_id,
     topic_families,
 )
-from leasekeeper.leases import TopicPart
-from leasekeeper.outbox import Outbox
-from leasekeeper.tier_gate import TierGate
 from schemas.codec import EnvelopeCodec
 
 TOPICS = QueueTopics(queue="emails")
@@ -194,7 +194,7 @@ def test_an_asynchronous_commit_answered_per_family_is_done_once_every_part_is(
     engine = Engine()
     loop = ConsumerLoop(consumer=consumer, producer=cast(Producer, None),
                         engine=cast(LeaseEngine, engine), codec=cast(EnvelopeCodec, None),
-                        outbox=cast(Outbox, None), topics=TOPICS,
+                        outbox=cast(CopySender, None), topics=TOPICS,
                         gate=TierGate(DelayTiers(), TOPICS), config=LoopConfig(),
                         clock=lambda: 0.0)  # fmt: skip
     loop._commit_async()

@@ -16,9 +16,15 @@ from confluent_kafka import KafkaError, KafkaException
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import REJOIN_WINDOW_S, REJOINS, ConsumerLoop, LoopConfig, _Rejoined
-from leasekeeper.leases import TopicPart
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import (
+    REJOIN_WINDOW_S,
+    REJOINS,
+    ConsumerLoop,
+    LoopConfig,
+    _Rejoined,
+)
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 TOPICS = QueueTopics(queue="q")

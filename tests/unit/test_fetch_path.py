@@ -1,4 +1,4 @@
-"""The fetch's compiled fast path (``leasekeeper.fetch_path.gather``): ready jobs read
+"""The fetch's compiled fast path (``leasekeeper.kafka.fetch_path.gather``): ready jobs read
 from their headers join ``due`` in fetch order, and the first record that needs the
 loop's own handling stops the run at its index."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, Message
 
-from leasekeeper.fetch_path import Due, gather
-from leasekeeper.leases import TopicPart
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.kafka.fetch_path import Due, gather
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from schemas.job_headers import Switch, job_headers, switch_header

@@ -26,9 +26,9 @@ from jobcore.config import (
 )
 from jobcore.durations import DURATION, parse_duration, shown
 from jobcore.kafka import KafkaSettings
+from leasekeeper.core.retry_budget import RetryBudget
 from leasekeeper.dlq.cli import dlq
-from leasekeeper.retry_budget import RetryBudget
-from leasekeeper.service import ServeConfig
+from leasekeeper.ops.service import ServeConfig
 from producer import JobProducer, JobRequest, PayloadError
 from producer import cli as producer_cli
 from producer.api import as_request
@@ -148,7 +148,7 @@ def test_the_retry_budget_floor_is_defined_once() -> None:
     )
     budget = RetryBudget()
     assert budget.allowed() == config.retry_budget_floor
-    serve = pytest.importorskip("leasekeeper.cli").serve
+    serve = pytest.importorskip("leasekeeper.ops.cli").serve
     floor = next(p for p in serve.params if p.name == "retry_budget_floor")
     assert floor.default == config.retry_budget_floor
 

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobcore.kafka import KafkaSettings, TopicPartition
-from leasekeeper.leases import TopicPart
-from leasekeeper.switch_hold import CommitReader, SwitchHolds
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.overflow.switch_hold import CommitReader, SwitchHolds
 from producer.diversion import POSTPONE_S, Diverter
 from producer.flood import CHECK_INTERVAL_S, MAX_BUCKETS, FloodGate, FloodPolicy
 from schemas.job import Job

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobcore import gc_tuning
-from leasekeeper import cli as leasekeeper_cli
+from leasekeeper.ops import cli as leasekeeper_cli
 from tests.unit.test_leasekeeper_exit import _FailedService
 from tests.unit.test_worker_cli import (
     _sigterm_after_first_ack,
@@ -85,7 +85,7 @@ def test_jobs_gc_default_keeps_pythons_settings(value: str) -> None:
 
 def test_importing_the_library_tunes_nothing() -> None:
     code = (
-        "import gc, json; import producer, workers, leasekeeper.engine; "
+        "import gc, json; import producer, workers, leasekeeper.core.engine; "
         "print(json.dumps([gc.get_threshold(), gc.get_freeze_count()]))"
     )
     thresholds, frozen = _run(code)

@@ -15,9 +15,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import HANDOVER_COMMIT_PATIENCE_S, ConsumerLoop, LoopConfig
-from leasekeeper.leases import TopicPart
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import HANDOVER_COMMIT_PATIENCE_S, ConsumerLoop, LoopConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 TOPICS = QueueTopics(queue="q")

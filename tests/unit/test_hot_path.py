@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Pending, TopicPart
-from leasekeeper.store import LeaseStore
-from leasekeeper.window import ReadyWindow
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Pending, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.window import ReadyWindow
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

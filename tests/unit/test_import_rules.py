@@ -154,7 +154,7 @@ def test_the_rules_read_real_imports() -> None:
 def test_the_runtime_loads_without_the_development_package() -> None:
     """Importing every console script's module leaves ``devtools`` unloaded."""
     code = (
-        "import sys, leasekeeper.cli, producer.cli, workers.cli\n"
+        "import sys, leasekeeper.ops.cli, producer.cli, workers.cli\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'devtools')\n"
         "assert not loaded, loaded\n"
     )
@@ -166,7 +166,7 @@ def test_the_commands_load_the_registry_client_only_in_registry_mode() -> None:
     a quarter of a second of CPU to import: every worker process and CLI call paid
     it in file mode. It is imported when a registry is first used."""
     code = (
-        "import sys, leasekeeper.cli, producer.cli, workers.cli\n"
+        "import sys, leasekeeper.ops.cli, producer.cli, workers.cli\n"
         "assert 'confluent_kafka.schema_registry' not in sys.modules\n"
         "from jobcore.schema_registry import ConfluentRegistryClient, RegistrySettings\n"
         "ConfluentRegistryClient(RegistrySettings(url='http://127.0.0.1:9')).close()\n"
@@ -176,7 +176,7 @@ def test_the_commands_load_the_registry_client_only_in_registry_mode() -> None:
 
 
 def test_leasekeeper_dev_kafka_still_works() -> None:
-    from leasekeeper.cli import main
+    from leasekeeper.ops.cli import main
 
     result = CliRunner().invoke(main, ["dev", "kafka", "--help"])
     assert result.exit_code == 0, result.output
@@ -187,7 +187,7 @@ def test_leasekeeper_dev_without_the_development_tools_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An image built without ``devtools/`` (the Dockerfile copies the runtime only)."""
-    from leasekeeper.cli import main
+    from leasekeeper.ops.cli import main
 
     for name in [m for m in sys.modules if m.split(".")[0] == "devtools"]:
         monkeypatch.delitem(sys.modules, name)

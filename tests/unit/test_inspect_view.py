@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from leasekeeper.inspect_view import HELD_SHOWN, render_snapshot, retry_lines
+from leasekeeper.views.inspect_view import HELD_SHOWN, render_snapshot, retry_lines
 
 NOW_MS = 1_800_000_000_000
 

@@ -11,14 +11,14 @@ import pytest
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.copies import CopyKind, CopyRequest, Shrink
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.job_reader import JobReader
-from leasekeeper.leases import Outcome, Pending, Settlement, TopicPart
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.copies import CopyKind, CopyRequest, Shrink
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.job_reader import JobReader
+from leasekeeper.core.leases import Outcome, Pending, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.kafka.router import KafkaRouter
 from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry
 from schemas.confluent import ConfluentSchemaRegistry, schema_text
 from schemas.job import AttemptError, Job

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from jobcore.kafka import KafkaSettings
-from producer.lookup import NOT_FOUND, NOT_SEEN, LookupError, lookup
+from producer.lookup import NOT_FOUND, NOT_SEEN, JobLookupError, lookup
 
 ANSWERS = {
     "running": {"job_id": "running", "state": "leased", "queue": "q", "worker": "w-1",
@@ -65,5 +65,5 @@ def test_an_unknown_job_is_reported_honestly(dashboard: str) -> None:
 
 
 def test_an_unreachable_dashboard_is_one_clear_error() -> None:
-    with pytest.raises(LookupError, match=r"cannot ask the dashboard at http://127\.0\.0\.1:1"):
+    with pytest.raises(JobLookupError, match=r"cannot ask the dashboard at http://127\.0\.0\.1:1"):
         lookup(SETTINGS, "q", "x", prefix="jobs", dashboard="http://127.0.0.1:1")

@@ -21,13 +21,13 @@ from jobcore.job_state import (
     from_status,
 )
 from jobcore.kafka import KafkaSettings
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard import job_lookup
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.job_detail import job_at, job_section
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.finished import status_view
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.store import LeaseStore
+from leasekeeper.views.finished import status_view
 from producer import lookup as producer_lookup
 from producer.status import CancelAnswer, CancelOutcome, ended
 from schemas.codec import EnvelopeCodec, SchemaRegistry

@@ -14,10 +14,10 @@ from jobcore.control import (
     StatusSwitchedOff,
 )
 from jobcore.status import switched_off_note
-from leasekeeper.copies import CopyKind
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
 from producer.status import CancelAnswer, CancelOutcome, ended
 from schemas.job import Job
 from schemas.job_headers import JobHead

@@ -17,8 +17,8 @@ from jobcore.kafka import (
     classify,
     classify_error,
 )
+from jobcore.kafka_retry import Backoff, Stopped, until_done
 from jobcore.properties import PropertiesError, load_properties, parse_properties
-from jobcore.retrying import Backoff, Stopped, until_done
 
 
 def test_properties_accept_every_separator_and_skip_comments() -> None:
@@ -197,7 +197,7 @@ def _invoke(main: object, args: list[str], env: dict[str, str]) -> tuple[int, st
 
 
 def _commands(tmp_path: Path) -> list[tuple[object, list[str]]]:
-    from leasekeeper.cli import main as leasekeeper
+    from leasekeeper.ops.cli import main as leasekeeper
     from producer.cli import main as producer
 
     state = ["--state-dir", str(tmp_path / "state"), "--listen", f"unix:{tmp_path}/s.sock"]

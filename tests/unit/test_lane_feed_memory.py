@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from jobcore.kafka import KafkaSettings, TopicPartition
-from leasekeeper.leases import TopicPart
-from leasekeeper.ordering import KeyBook, LaneEntry, LaneState, LineId
-from leasekeeper.ordering_lane import LaneFeed, encode_entry
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, LineId
+from leasekeeper.ordering.lane import LaneFeed, encode_entry
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 

@@ -17,14 +17,14 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import Producer
 from jobcore.topics import QueueTopics
-from leasekeeper.engine import LeaseEngine
-from leasekeeper.engine_config import EngineConfig
-from leasekeeper.leases import Outcome, Pending, Settlement, TopicPart
-from leasekeeper.ordering import KeyBook, LaneEntry, LaneState, LineId
-from leasekeeper.ordering_lane import LaneUnavailable, decode_entry, encode_entry
-from leasekeeper.outbox import Outbox, OutboxConfig
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.engine_config import EngineConfig
+from leasekeeper.core.leases import Outcome, Pending, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
+from leasekeeper.kafka.router import KafkaRouter
+from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, LineId
+from leasekeeper.ordering.lane import LaneUnavailable, decode_entry, encode_entry
 from schemas.job import Job
 from schemas.job_headers import JobHead
 from tests.unit.test_lane_feed_memory import Message, feed_on, key
@@ -155,7 +155,7 @@ def test_a_held_ordered_job_goes_home_once_its_job_is_read_back_from_the_lane(
     router = KafkaRouter(
         codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock, lane_job=lane_job
     )
-    outbox = Outbox(
+    outbox = CopySender(
         producer=cast(Producer, producer),
         engine=engine,
         router=router,

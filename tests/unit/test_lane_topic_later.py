@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from jobcore.kafka import KafkaSettings, TopicPartition
-from leasekeeper.leases import TopicPart
-from leasekeeper.ordering_lane import RECHECK_S, LaneFeed
-from leasekeeper.ordering_values import lane_key
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.ordering.lane import RECHECK_S, LaneFeed
+from leasekeeper.ordering.values import lane_key
 from memkafka import Cluster, installed
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 

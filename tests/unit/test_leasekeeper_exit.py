@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from devtools.localkafka import free_port
 from jobcore.kafka import KafkaSettings, KafkaSetupError
-from leasekeeper import cli
-from leasekeeper.service import Failure, LeaseKeeperService, ServeConfig
-from leasekeeper.state_identity import StateIdentity, StateMismatch
+from leasekeeper.core.state_identity import StateIdentity, StateMismatch
+from leasekeeper.ops import cli
+from leasekeeper.ops.service import Failure, LeaseKeeperService, ServeConfig
 
 
 class _DyingLoop:

@@ -13,9 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from jobcore.config import default_leasekeeper_target
-from leasekeeper.cli import main as leasekeeper_cli
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.listen import (
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.ops.cli import main as leasekeeper_cli
+from leasekeeper.rpc.listen import (
     ChannelSecurity,
     ListenError,
     check_listen,
@@ -23,8 +24,7 @@ from leasekeeper.listen import (
     listen_host,
     parse_socket_mode,
 )
-from leasekeeper.rpc import start_rpc_server, token_matches
-from leasekeeper.store import LeaseStore
+from leasekeeper.rpc.server import start_rpc_server, token_matches
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected, LeaseKeeperUnavailable
 
 
@@ -80,7 +80,7 @@ def test_a_socket_directory_owned_by_someone_else_is_refused(
 ) -> None:
     (tmp_path / "theirs").mkdir(mode=0o700)
     other = os.getuid() + 1
-    monkeypatch.setattr("leasekeeper.listen.os.getuid", lambda: other)
+    monkeypatch.setattr("leasekeeper.rpc.listen.os.getuid", lambda: other)
     with pytest.raises(ListenError, match="expected uid"):
         _start(engine, f"unix:{tmp_path / 'theirs' / 'lk.sock'}", ChannelSecurity())
 

@@ -3,9 +3,9 @@ and assignments as ranges."""
 
 from __future__ import annotations
 
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.leases import TopicPart
-from leasekeeper.log_lines import RateLimit, copy_line, partitions_line
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.views.log_lines import RateLimit, copy_line, partitions_line
 from schemas.job import AttemptError, Job
 
 

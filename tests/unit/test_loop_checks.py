@@ -16,10 +16,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
 
 PARTS = [TopicPart("jobs.q", 0), TopicPart("jobs.q", 1), TopicPart("jobs.q.retry.1m", 0)]

@@ -18,13 +18,13 @@ from confluent_kafka import TopicPartition
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.copies import CopyKind
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.ordering import LaneEntry, LaneState, LineId
-from leasekeeper.store import LeaseStore
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.copies import CopyKind
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 

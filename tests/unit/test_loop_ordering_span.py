@@ -17,14 +17,14 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaSettings, make_consumer, make_producer
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.ordering import LaneEntry
-from leasekeeper.outbox import Outbox
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.kafka.copy_sender import CopySender
+from leasekeeper.kafka.router import KafkaRouter
+from leasekeeper.ordering.keys import LaneEntry
 from memkafka import Cluster, installed
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
@@ -81,7 +81,7 @@ def test_a_partition_paused_at_its_span_while_settling_moves_on_and_keeps_key_or
             producer=producer,
             engine=engine,
             codec=CODEC,
-            outbox=Outbox(producer=producer, engine=engine,
+            outbox=CopySender(producer=producer, engine=engine,
                           router=KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers())),
             topics=TOPICS,
             gate=TierGate(DelayTiers(), TOPICS),

@@ -13,8 +13,8 @@ from jobcore.control import Cancellation
 from jobcore.kafka import KafkaSettings, delete_records, make_producer, produce_reliably
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
-from leasekeeper.control_feed import ControlFeed
-from leasekeeper.control_state import ControlState
+from leasekeeper.core.control_state import ControlState
+from leasekeeper.kafka.control_feed import ControlFeed
 from memkafka import Cluster, installed
 from producer.api import JobProducer
 

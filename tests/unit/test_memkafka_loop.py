@@ -17,13 +17,13 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaSettings, make_consumer, make_producer
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant, Outcome, Settlement
-from leasekeeper.outbox import Outbox
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
+from leasekeeper.kafka.copy_sender import CopySender
+from leasekeeper.kafka.router import KafkaRouter
 from memkafka import Cluster, installed
 from producer.api import JobProducer
 from schemas.codec import EnvelopeCodec, SchemaRegistry
@@ -54,7 +54,7 @@ def _loop(engine: LeaseEngine) -> ConsumerLoop:
         producer=producer,
         engine=engine,
         codec=CODEC,
-        outbox=Outbox(producer=producer, engine=engine, router=router),
+        outbox=CopySender(producer=producer, engine=engine, router=router),
         topics=TOPICS,
         gate=TierGate(TIERS, TOPICS),
         config=LoopConfig(commit_interval_s=0.0, poll_timeout_s=0.0),

@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from leasekeeper.metrics import COUNTERS, EngineCollector
+from leasekeeper.views.metrics import COUNTERS, EngineCollector
 
 
 def snapshot(**fields: Any) -> dict[str, Any]:

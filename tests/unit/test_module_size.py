@@ -18,16 +18,16 @@ LIMIT = 400
 # Modules over the limit today, with the most lines each may have. Lower a number
 # when a module shrinks; delete the entry once it is under the limit.
 ALLOWED = {
-    "leasekeeper/consumer_loop.py": 477,
-    "leasekeeper/engine.py": 736,
+    "leasekeeper/kafka/consumer_loop.py": 477,
+    "leasekeeper/core/engine.py": 736,
     "jobcore/kafka.py": 689,
-    "leasekeeper/cli.py": 693,
-    "leasekeeper/ordering.py": 527,
-    "leasekeeper/breaker.py": 512,
+    "leasekeeper/ops/cli.py": 560,
+    "leasekeeper/ordering/keys.py": 527,
+    "leasekeeper/breaker/policy.py": 512,
     "workers/runtime.py": 480,
-    "leasekeeper/service.py": 408,
-    "leasekeeper/store.py": 465,
-    "leasekeeper/lease_core.py": 449,
+    "leasekeeper/ops/service.py": 408,
+    "leasekeeper/core/store.py": 465,
+    "leasekeeper/core/lease_core.py": 449,
 }
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from leasekeeper.leases import LeaseAnswer, Settlement
-from leasekeeper.rpc import LeaseKeeperServicer, RpcCounters
-from leasekeeper.wire import MAX_RETRY_AFTER_S
+from leasekeeper.core.leases import LeaseAnswer, Settlement
+from leasekeeper.rpc.server import LeaseKeeperServicer, RpcCounters
+from leasekeeper.rpc.wire import MAX_RETRY_AFTER_S
 from schemas import worker_pb2 as pb
 from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry
 from schemas.job import Job

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leasekeeper.offset_metadata import MAX_SPAN, METADATA_LIMIT, Progress, decode, encode
+from leasekeeper.core.offset_metadata import MAX_SPAN, METADATA_LIMIT, Progress, decode, encode
 
 
 @settings(max_examples=200, deadline=None)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from jobcore.control import DedupeClaim
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

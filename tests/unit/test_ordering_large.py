@@ -20,13 +20,13 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, KafkaException, Producer
 from jobcore.topics import QueueTopics
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Grant, Outcome, Settlement, TopicPart
-from leasekeeper.ordering import OnDead
-from leasekeeper.outbox import Outbox
-from leasekeeper.retry_policy import Jitter, RetryPolicies, RetryPolicy
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.kafka.copy_sender import CopySender
+from leasekeeper.kafka.router import KafkaRouter
+from leasekeeper.ordering.keys import OnDead
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
@@ -72,7 +72,7 @@ class Clock:
 @dataclass
 class Rig:
     engine: LeaseEngine
-    outbox: Outbox
+    outbox: CopySender
     broker: Broker
     clock: Clock
     fetched: int = 0  # next offset of the class partition
@@ -117,7 +117,7 @@ def make(tmp_path: Path, *, in_report: bool, on_dead: OnDead = OnDead.CONTINUE) 
     engine.assign(TP, 0)
     broker = Broker(in_report=in_report)
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
-    outbox = Outbox(producer=cast(Producer, broker), engine=engine, router=router, clock=clock)
+    outbox = CopySender(producer=cast(Producer, broker), engine=engine, router=router, clock=clock)
     return Rig(engine=engine, outbox=outbox, broker=broker, clock=clock)
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leasekeeper.commit_tracker import CommitTracker
-from leasekeeper.leases import Pending, TopicPart
-from leasekeeper.ordering import KeyBook, LaneEntry, LaneState, OnDead, Verdict, line_of
+from leasekeeper.core.commit_tracker import CommitTracker
+from leasekeeper.core.leases import Pending, TopicPart
+from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, OnDead, Verdict, line_of
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from leasekeeper.leases import Pending, TopicPart
-from leasekeeper.ordering import KeyBook, LaneEntry, LaneState, LineId, Verdict
+from leasekeeper.core.leases import Pending, TopicPart
+from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, LineId, Verdict
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from leasekeeper.copies import CopyKind
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.ordering import LaneEntry, LaneState, LineId
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

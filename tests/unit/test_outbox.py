@@ -18,12 +18,12 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, KafkaException, Producer
 from jobcore.topics import QueueTopics
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.outbox import Outbox, OutboxConfig
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
+from leasekeeper.kafka.router import KafkaRouter
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import AttemptError, Job
 
@@ -84,7 +84,7 @@ class Clock:
 @dataclass
 class Rig:
     engine: LeaseEngine
-    outbox: Outbox
+    outbox: CopySender
     producer: FakeProducer
     clock: Clock
 
@@ -108,7 +108,7 @@ def rig(tmp_path: Path) -> Rig:
     engine.assign(TP, 0)
     producer = FakeProducer()
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
-    outbox = Outbox(
+    outbox = CopySender(
         producer=cast(Producer, producer),
         engine=engine,
         router=router,
@@ -241,7 +241,7 @@ def test_an_unwritable_topic_blocks_the_partition_alerts_and_retries_until_fixed
             rig.outbox.pump()
 
     rig.nack(job())
-    with caplog.at_level(logging.ERROR, logger="leasekeeper.outbox"):
+    with caplog.at_level(logging.ERROR, logger="leasekeeper.kafka.copy_sender"):
         fail()
         rig.outbox.pump()
         assert set(rig.outbox.blocked()) == {TP}
@@ -310,7 +310,7 @@ def test_a_status_record_that_cannot_be_written_is_dropped_never_blocking(
     (grant,) = rig.engine.claim("w", 1, wait_s=0)
     ack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)
     rig.engine.settle([ack])
-    with caplog.at_level(logging.WARNING, logger="leasekeeper.outbox"):
+    with caplog.at_level(logging.WARNING, logger="leasekeeper.kafka.copy_sender"):
         rig.outbox.pump()
         assert [s.topic for s in rig.producer.sent] == [TOPICS.status]
         rig.producer.answer(KafkaError.TOPIC_AUTHORIZATION_FAILED)
@@ -326,7 +326,7 @@ def test_a_status_record_that_cannot_be_written_is_dropped_never_blocking(
 def test_a_durable_retry_is_logged_at_info_with_the_job_and_tier(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("INFO", logger="leasekeeper.outbox")
+    caplog.set_level("INFO", logger="leasekeeper.kafka.copy_sender")
     rig.nack(job())
     rig.outbox.pump()
     assert not [r for r in caplog.records if "retrying job" in r.getMessage()]  # not yet durable

@@ -6,18 +6,18 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import TopicPart
-from leasekeeper.offset_metadata import decode as decode_progress
-from leasekeeper.overflow_lane import (
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.offset_metadata import decode as decode_progress
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.overflow.policy import (
     MAX_TENANTS,
     SECTION,
     OverflowEntry,
     OverflowLane,
     split_metadata,
 )
-from leasekeeper.store import LeaseStore
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

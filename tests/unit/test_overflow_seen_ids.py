@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leasekeeper.engine import LeaseEngine
-from leasekeeper.engine_config import EngineConfig
-from leasekeeper.leases import Pending, TopicPart
-from leasekeeper.overflow_moves import SEEN_IDS
-from leasekeeper.recent import RECENT_LIMIT
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.engine_config import EngineConfig
+from leasekeeper.core.leases import Pending, TopicPart
+from leasekeeper.core.recent import RECENT_LIMIT
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.overflow.moves import SEEN_IDS
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from jobcore.kafka import TopicPartition
-from leasekeeper.leases import TopicPart
-from leasekeeper.overflow_watch import MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES, OverflowWatch
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.overflow.watch import MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES, OverflowWatch
 
 
 @dataclass

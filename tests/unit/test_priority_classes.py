@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from jobcore.priority import PriorityClasses
 from jobcore.topics import QueueTopics
-from leasekeeper import cli as leasekeeper_cli
+from leasekeeper.ops import cli as leasekeeper_cli
 from producer import cli as producer_cli
 
 

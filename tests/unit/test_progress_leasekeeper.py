@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from jobcore.progress import MESSAGE_MAX, JobProgress
-from leasekeeper.copies import CopyKind
-from leasekeeper.engine import LeaseEngine
-from leasekeeper.leases import Grant, Outcome, Settlement
-from leasekeeper.wire import settlements, told_progress
+from leasekeeper.core.copies import CopyKind
+from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.leases import Grant, Outcome, Settlement
+from leasekeeper.rpc.wire import settlements, told_progress
 from schemas import worker_pb2 as pb
 from tests.unit import test_registry_outage as outage
 from tests.unit.test_engine import TP, Clock, RecordingRouter, ack, job, make_engine

@@ -13,15 +13,15 @@ import pytest
 from jobcore.control import JobEnd, JobStatus
 from jobcore.job_state import JobState, from_answer, from_inspect, from_status
 from jobcore.progress import JobProgress
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard import job_lookup
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.pages import leasekeepers_page
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.finished import status_view
-from leasekeeper.fleet import fleet_record
-from leasekeeper.inspect_view import job_lines
-from leasekeeper.leases import TopicPart
-from leasekeeper.store import LeaseStore
+from leasekeeper.views.finished import status_view
+from leasekeeper.views.fleet import fleet_record
+from leasekeeper.views.inspect_view import job_lines
 from producer.lookup import JobLookup
 from schemas.job import Job
 

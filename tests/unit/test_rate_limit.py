@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from leasekeeper.cli import main
-from leasekeeper.copies import CopyKind
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import TopicPart
-from leasekeeper.limit_dispatch import HORIZONS_KEPT
-from leasekeeper.rate_limit import (
+from leasekeeper.core.copies import CopyKind
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.limits.admission import HORIZONS_KEPT
+from leasekeeper.limits.rate_limit import (
     MIN_HOLD,
     RateLimitConfig,
     RateLimits,
@@ -23,7 +23,7 @@ from leasekeeper.rate_limit import (
     parse_rate,
     rate_limit_config,
 )
-from leasekeeper.store import LeaseStore
+from leasekeeper.ops.cli import main
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from leasekeeper.leases import Grant
-from leasekeeper.recent_settles import RecentSettles
+from leasekeeper.core.leases import Grant
+from leasekeeper.core.recent_settles import RecentSettles
 
 
 def _grant(n: int, size: int = 10) -> Grant:

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from jobcore.delay_tiers import DelayTiers
-from jobcore.retrying import Backoff
+from jobcore.kafka_retry import Backoff
 from jobcore.schema_registry import RegistrySettings, RegistrySetupError, retry_unavailable
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.leases import TopicPart
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from producer.cli import main as producer_main
 from producer.schema_check import Outcome, check_files
 from schemas.codec import MARKER, DecodeError, EnvelopeCodec, SchemaError, SchemaRegistry

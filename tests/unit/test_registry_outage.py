@@ -19,14 +19,14 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import Producer
 from jobcore.topics import QueueTopics
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.copy_queue import HELD_RETRY_S
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.outbox import Outbox, OutboxConfig
-from leasekeeper.rate_limit import MIN_HOLD, rate_limit_config
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.copy_queue import HELD_RETRY_S
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
+from leasekeeper.kafka.router import KafkaRouter
+from leasekeeper.limits.rate_limit import MIN_HOLD, rate_limit_config
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.confluent import SchemaUnavailable
 from schemas.job import Job
@@ -137,7 +137,7 @@ def test_held_copies_back_off_while_the_registry_stays_down(
     engine = _engine(tmp_path, clock, registry)
     for n in range(3):
         _offer(engine, n, _job(n, max_attempts=5))
-    with caplog.at_level(logging.WARNING, logger="leasekeeper.copy_queue"):
+    with caplog.at_level(logging.WARNING, logger="leasekeeper.core.copy_queue"):
         for _ in range(3):
             _nack(engine)
         assert registry.calls == 3  # each nack tried once
@@ -263,7 +263,7 @@ def test_a_byte_for_byte_copy_too_large_waits_for_the_registry_to_die_decoded(
     producer = FakeProducer(max_bytes=1000)
     router = KafkaRouter(codec=codec, topics=QueueTopics(queue="q"), tiers=DelayTiers(),
                          clock=clock)  # fmt: skip
-    outbox = Outbox(producer=cast(Producer, producer), engine=engine, router=router,
+    outbox = CopySender(producer=cast(Producer, producer), engine=engine, router=router,
                     config=OutboxConfig(backoff_base_s=0.1, backoff_max_s=1.0),
                     clock=clock)  # fmt: skip
     job = _job(payload=b"p" * 2000, run_at_ms=int(clock.now * 1000) + 30 * 60_000)

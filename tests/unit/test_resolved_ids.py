@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobcore.control import DedupeClaim
-from leasekeeper.copies import CopyKind
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.resolved_ids import ResolvedIds
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.resolved_ids import ResolvedIds
+from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
 
 JOB = Job(job_id="j-1", queue="q", tenant_id="acme", type="noop", payload=b"", created_at_ms=0)

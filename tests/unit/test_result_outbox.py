@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from jobcore.kafka import KafkaError
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement
+from leasekeeper.core.store import LeaseStore
 from tests.unit.test_outbox import TOPICS, TP, Rig, job, rig
 
 __all__ = ["rig"]  # the fixture, used by name
@@ -40,7 +40,7 @@ def test_a_refused_result_is_dropped_and_its_job_resolved_never_blocking(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     ack_with_result(rig.engine)
-    with caplog.at_level(logging.WARNING, logger="leasekeeper.outbox"):
+    with caplog.at_level(logging.WARNING, logger="leasekeeper.kafka.copy_sender"):
         rig.outbox.pump()
         rig.producer.answer(KafkaError.TOPIC_AUTHORIZATION_FAILED)
         rig.clock.now += 5
@@ -60,7 +60,7 @@ def test_a_result_on_a_queue_without_status_records_is_written_with_a_warning(
     config = EngineConfig(lease_s=10, status_records=False, queue="thumbs")
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
     engine.assign(TP, 0)
-    with caplog.at_level(logging.WARNING, logger="leasekeeper.results"):
+    with caplog.at_level(logging.WARNING, logger="leasekeeper.core.results"):
         ack_with_result(engine)
     (copy,) = engine.take_copies()
     assert copy.raw_value == b'{"url":"u"}' and copy.status is None

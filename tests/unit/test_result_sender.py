@@ -17,14 +17,14 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, KafkaSettings
 from jobcore.kafka import Producer as KafkaProducer
 from jobcore.results import results_partition
-from leasekeeper import result_sender as sender_module
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.outbox import Outbox
-from leasekeeper.result_sender import RETRY_AFTER_S, ResultSender
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.kafka import result_sender as sender_module
+from leasekeeper.kafka.copy_sender import CopySender
+from leasekeeper.kafka.result_sender import RETRY_AFTER_S, ResultSender
+from leasekeeper.kafka.router import KafkaRouter
 from tests.unit.test_outbox import CODEC, TOPICS, TP, Clock, FakeProducer, job
 from tests.unit.test_result_outbox import ack_with_result
 
@@ -173,7 +173,7 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
         return ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
                             delivered=engine.copy_delivered, on_dropped=dropped)  # fmt: skip
 
-    outbox = Outbox(producer=cast(KafkaProducer, copies), engine=engine, router=router,
+    outbox = CopySender(producer=cast(KafkaProducer, copies), engine=engine, router=router,
                     clock=clock, results=results)  # fmt: skip
 
     def committable() -> int:
@@ -193,7 +193,7 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
     (grant,) = engine.claim("w", 1, wait_s=0)
     engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK,
                               result=b"1")])  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="leasekeeper.outbox"):
+    with caplog.at_level(logging.WARNING, logger="leasekeeper.kafka.copy_sender"):
         outbox.pump()
         producer.deliver(producer.sent[-1][0], KafkaError.UNKNOWN_TOPIC_OR_PART)
         outbox.pump()  # publishes the outbox's view

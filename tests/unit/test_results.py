@@ -29,11 +29,11 @@ from jobcore.results import (
     results_partition,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.copies import CopyKind, CopyRequest
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.router import KafkaRouter
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.copies import CopyKind, CopyRequest
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.kafka.router import KafkaRouter
 from schemas import worker_pb2
 from schemas.codec import MARKER, EnvelopeCodec, PayloadError, SchemaRegistry
 from schemas.job import Job

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobcore.topics import QueueTopics
-from leasekeeper.retry_policy import (
+from leasekeeper.core.retry_policy import (
     DelayTiers,
     Jitter,
     RetryBudget,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from devtools.retry_storm import StormResult, StormScenario, simulate
-from leasekeeper.retry_policy import Jitter, RetryPolicy
+from leasekeeper.core.retry_policy import Jitter, RetryPolicy
 
 CAPACITY = 20
 

@@ -19,7 +19,7 @@ from leasekeeper.dashboard.kafka_view import QueueOffsets
 from leasekeeper.dashboard.pages import queue_page, scheduled_page
 from leasekeeper.dlq import decode_entry
 from leasekeeper.dlq.render import entries_table
-from leasekeeper.inspect_view import render_snapshot
+from leasekeeper.views.inspect_view import render_snapshot
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import AttemptError, DeadLetter, Job
 

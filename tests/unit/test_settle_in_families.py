@@ -10,8 +10,8 @@ from confluent_kafka import TopicPartition
 
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
-from leasekeeper.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.tier_gate import TierGate
+from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from tests.unit.test_pause_across_moves import Consumer, Engine, Outbox
 

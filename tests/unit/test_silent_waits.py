@@ -17,15 +17,15 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from jobcore.kafka import KafkaSettings
-from leasekeeper import cli
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.kafka_view import QueueOffsets
 from leasekeeper.dashboard.pages import queue_page
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.fleet import fleet_record
-from leasekeeper.inspect_view import render_snapshot
-from leasekeeper.service import LeaseKeeperService, ServeConfig
-from leasekeeper.store import LeaseStore
+from leasekeeper.ops import cli
+from leasekeeper.ops.service import LeaseKeeperService, ServeConfig
+from leasekeeper.views.fleet import fleet_record
+from leasekeeper.views.inspect_view import render_snapshot
 from tests.unit.test_engine import Clock
 from tests.unit.test_engine_channel import TP, typed
 from tests.unit.test_worker_support import Envelopes, FakeLeaseKeeper, running_worker, start_server
@@ -50,14 +50,14 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.levelno == logging.WARNING and r.name == "leasekeeper.unhandled"
+        if r.levelno == logging.WARNING and r.name == "leasekeeper.core.unhandled"
     ]
 
 
 def test_a_type_no_worker_runs_is_warned_about_once_and_clears_when_one_connects(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="leasekeeper.unhandled")
+    caplog.set_level(logging.INFO, logger="leasekeeper.core.unhandled")
     clock = Clock()
     engine = _engine(tmp_path, clock)
     engine.assign(TP, 0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.listen import ListenError, prepare_socket_dir
+from leasekeeper.rpc.listen import ListenError, prepare_socket_dir
 
 
 def test_a_shared_socket_directory_is_refused_without_chmod_advice(tmp_path: Path) -> None:

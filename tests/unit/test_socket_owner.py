@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from jobcore.config import default_leasekeeper_target, queues_with_sockets
-from leasekeeper.listen import prepare_socket_dir
+from leasekeeper.rpc.listen import prepare_socket_dir
 from tests.unit.test_worker_support import FakeLeaseKeeper, serving
 from workers.cli import RunOptions, main
 from workers.client import LeaseKeeperClient, LeaseKeeperRejected, UntrustedSocket

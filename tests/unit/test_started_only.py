@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.engine import LeaseEngine
-from leasekeeper.leases import Lease, Outcome, Pending, Settlement, TopicPart
-from leasekeeper.offset_metadata import decode as decode_progress
-from leasekeeper.started_only import StartedOnly
-from leasekeeper.store import LeaseRecord, LeaseStore, leased_value
+from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.leases import Lease, Outcome, Pending, Settlement, TopicPart
+from leasekeeper.core.offset_metadata import decode as decode_progress
+from leasekeeper.core.started_only import StartedOnly
+from leasekeeper.core.store import LeaseRecord, LeaseStore, leased_value
 from schemas.job_headers import JobHead
 from tests.unit.test_engine import TP, Clock, RecordingRouter, job, make_engine
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.state_identity import StateCheck, StateIdentity, StateMismatch, check_identity
-from leasekeeper.store import LeaseStore, Resolution
+from leasekeeper.core.state_identity import StateCheck, StateIdentity, StateMismatch, check_identity
+from leasekeeper.core.store import LeaseStore, Resolution
 
 TOPIC = "jobs.q"
 TIER = "jobs.q.retry.1s"

@@ -8,7 +8,7 @@ from typing import cast
 
 from jobcore.control import JobEnd, JobStatus
 from jobcore.kafka import KafkaError, KafkaSettings, Message
-from leasekeeper.status_sender import RETRY_AFTER_S, StatusSender
+from leasekeeper.kafka.status_sender import RETRY_AFTER_S, StatusSender
 
 
 class _Message:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict
 
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.store import LeaseStore, Resolution, StoreBatch
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore, Resolution, StoreBatch
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

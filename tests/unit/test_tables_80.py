@@ -18,7 +18,7 @@ from rich.table import Table
 
 from leasekeeper.dlq import decode_entry
 from leasekeeper.dlq.render import detail, entries_table, render_detail
-from leasekeeper.inspect_view import job_lines, render_snapshot
+from leasekeeper.views.inspect_view import job_lines, render_snapshot
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import AttemptError, DeadLetter, Job
 

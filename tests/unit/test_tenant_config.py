@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.tenant_config import tenant_policy
+from leasekeeper.fairness.tenant_config import tenant_policy
 
 
 def test_the_file_gives_defaults_and_tenants_and_flags_win(tmp_path: Path) -> None:

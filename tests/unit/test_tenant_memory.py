@@ -12,9 +12,9 @@ import tracemalloc
 
 import pytest
 
-from leasekeeper.rate_limit import RateLimits, rate_limit_config
-from leasekeeper.recent import RECENT_LIMIT, RecentKeys
-from leasekeeper.weighted import WeightedFair
+from leasekeeper.core.recent import RECENT_LIMIT, RecentKeys
+from leasekeeper.fairness.weighted import WeightedFair
+from leasekeeper.limits.rate_limit import RateLimits, rate_limit_config
 
 
 class Clock:

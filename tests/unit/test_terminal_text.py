@@ -21,9 +21,9 @@ from jobcore.terminal_text import escaped, printable
 from leasekeeper.dlq import DlqEntry, decode_entry
 from leasekeeper.dlq import cli as dlq_cli
 from leasekeeper.dlq.render import _attempt_panel
-from leasekeeper.inspect_view import job_lines, render_snapshot
-from leasekeeper.ordering import LaneEntry, LaneState, LineId
-from leasekeeper.ordering_cli import ordering
+from leasekeeper.ordering.cli import ordering
+from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
+from leasekeeper.views.inspect_view import job_lines, render_snapshot
 from producer import cli as producer_cli
 from producer import status_cli
 from producer.lookup import JobLookup
@@ -162,8 +162,8 @@ def test_ordering_list_shows_keys_and_reasons_as_text(monkeypatch: pytest.Monkey
         state=LaneState.DEAD,
         reason=f"dead: {CLEAR}",
     )
-    monkeypatch.setattr("leasekeeper.ordering_cli._connect", lambda *_: (None, None))
-    monkeypatch.setattr("leasekeeper.ordering_cli._lane", lambda *_: [head])
+    monkeypatch.setattr("leasekeeper.ordering.cli._connect", lambda *_: (None, None))
+    monkeypatch.setattr("leasekeeper.ordering.cli._lane", lambda *_: [head])
     result = CliRunner().invoke(ordering, ["list", "--queue", "q"])
     assert result.exit_code == 0, result.output
     assert ESC not in result.output

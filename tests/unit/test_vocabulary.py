@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from leasekeeper import leases
-from leasekeeper.retry_policy import DEFAULT_PERMANENT_ERRORS, RetryReason
+from leasekeeper.core import leases
+from leasekeeper.core.retry_policy import DEFAULT_PERMANENT_ERRORS, RetryReason
 from schemas import job
 from schemas.vocabulary import DeadLetterReason, ErrorClass, Outcome
 from workers import Permanent, messages

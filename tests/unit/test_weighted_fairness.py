@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import Outcome, Settlement, TopicPart
-from leasekeeper.store import LeaseStore
-from leasekeeper.weighted import TenantPolicy, WeightedFair
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.fairness.weighted import TenantPolicy, WeightedFair
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from leasekeeper.leases import Pending, TopicPart
-from leasekeeper.window import ReadyWindow
+from leasekeeper.core.leases import Pending, TopicPart
+from leasekeeper.core.window import ReadyWindow
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 import pytest
 
-from leasekeeper.engine import EngineConfig, LeaseEngine
-from leasekeeper.leases import TopicPart
-from leasekeeper.rpc import LeaseKeeperServicer
-from leasekeeper.store import LeaseStore
+from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.rpc.server import LeaseKeeperServicer
 from schemas import worker_pb2 as pb
 from tests.unit.test_worker_support import (
     Envelopes,

@@ -1,0 +1,1 @@
+"""Circuit breakers per job type: the policy, its gate in dispatch, the shared feed, the CLI."""

@@ -1,0 +1,141 @@
+"""The lease engine's settings and counters, shared by its parts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+
+from jobcore.results import MAX_RESULT_BYTES
+from leasekeeper.breaker.policy import BreakerSettings
+from leasekeeper.core.control_state import ControlState
+from leasekeeper.core.job_reader import JobReader
+from leasekeeper.core.offset_metadata import MAX_SPAN
+from leasekeeper.core.resolved_ids import DEFAULT_MAX_IDS, DEFAULT_WINDOW_S, ResolvedIds
+from leasekeeper.core.retry_policy import RetryPolicies
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.fairness.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy
+from leasekeeper.limits.rate_limit import RateLimitConfig
+from leasekeeper.ordering.keys import OnDead
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    lease_s: float = 30.0
+    lease_s_by_type: Mapping[str, float] = field(default_factory=dict)
+    window_records: int = 10_000
+    window_bytes: int = 64 * 1024 * 1024
+    # How far beyond its commit a partition may be fetched: what commit metadata
+    # can describe when the partition moves (see offset_metadata).
+    max_span: int = MAX_SPAN
+    # Leasing stops while this many finished jobs are in no commit Kafka accepted
+    # (commits fail while the group coordinator is down): what a partition move
+    # after a broker failure can run again stays bounded (see docs/architecture.md).
+    max_uncommitted: int = 2_000
+    # The reaper's backstop for a job that heartbeats but never finishes; the
+    # worker enforces timeout_s itself, this catches a worker that cannot.
+    timeout_grace_s: float = 5.0
+    retries: RetryPolicies = field(default_factory=RetryPolicies)
+    # After a (re)start, leases not known yet are answered "retry later" until the
+    # partitions are back and re-read, or for this long at most.
+    settle_in_max_s: float = 30.0
+    # A job no connected worker can run waits this long (from the first time no
+    # worker could take it) before it fails as UnknownJobType.
+    unknown_type_grace_s: float = 600.0
+    # A worker counts as connected this long after its last claim.
+    worker_seen_s: float = 60.0
+    # The queue's name, for the warnings the engine logs (empty in unit tests).
+    queue: str = ""
+    # Priority class → dispatch weight (each class also has its own topic).
+    class_weights: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_CLASS_WEIGHTS))
+    # Tenant weights (weighted fair queuing by cost) and caps (jobs running at once).
+    tenants: TenantPolicy = field(default_factory=TenantPolicy)
+    # Write how each job ended to jobs.Q.status (``--no-status`` turns it off for a
+    # queue whose lookups are not worth a record per job: then nothing is written).
+    status_records: bool = True
+    # Circuit breakers per job type (see leasekeeper/breaker/policy.py, docs/breaker.md).
+    breakers: BreakerSettings = field(default_factory=BreakerSettings)
+    # A tenant holding more than this share of its partition's slice of a full window
+    # goes to the overflow lane (see overflow_lane); 0, the default, leaves the lane
+    # off: on a leasekeeper-bound drain its copies cost more than they save
+    # (docs/fairness.md). ``overflow_lane.DEFAULT_SHARE`` (0.5) is the value to try.
+    overflow_share: float = 0.0
+    # Token buckets per job type and per tenant, checked at claim time (rate_limit).
+    rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
+    # Per-key ordering: when a line's head is dead-lettered, the line goes on, or
+    # stays blocked until an operator replays or skips it (docs/ordering.md).
+    on_dead: OnDead = OnDead.CONTINUE
+    # Whether a held ordered job keeps its payload here once its lane record is durable.
+    # The service keeps places only (False) and reads the job back from the lane when it
+    # goes home; True serves a leasekeeper without a lane to read (the unit tests').
+    lane_jobs_here: bool = True
+    # The ids of jobs acked here are kept this long, this many at most, and a later
+    # copy of one of them is skipped (see leasekeeper/core/resolved_ids).
+    resolved_ids: int = DEFAULT_MAX_IDS
+    resolved_window_s: float = DEFAULT_WINDOW_S
+    # The largest result an ack may carry: the ceiling any worker may be configured up
+    # to (each worker enforces its own ``--max-result-bytes``). A larger one, from a
+    # worker that skipped its check, fails its job permanently (leasekeeper/core/results).
+    max_result_bytes: int = MAX_RESULT_BYTES
+
+    def lease_for(self, job_type: str) -> float:
+        return self.lease_s_by_type.get(job_type, self.lease_s)
+
+
+def _counter(help_text: str) -> int:
+    """A counter field starting at 0, with the help text its metric is exported with."""
+    return field(default=0, metadata={"help": help_text})
+
+
+def counter_help() -> dict[str, str]:
+    """Counter name → help text, in field order (what metrics export)."""
+    return {f.name: f.metadata["help"] for f in fields(Counters)}
+
+
+@dataclass(kw_only=True)
+class Counters:
+    """What happened to jobs since start. ``inspect`` and metrics iterate the fields, so a
+    counter added here is shown and exported without another edit."""
+
+    acked: int = _counter("jobs acked by workers")
+    nacked: int = _counter("jobs nacked by workers")
+    released: int = _counter("jobs released unrun by stopping workers")
+    expired: int = _counter("leases taken back by the reaper (expired, or past timeout_s)")
+    refunded: int = _counter(
+        "expired leases of jobs that never started (prefetched): attempt given back"
+    )
+    retried: int = _counter("failed jobs copied back to the queue for another attempt")
+    dead: int = _counter("jobs copied to the dead-letter topic")
+    skipped: int = _counter("fetched jobs skipped as already resolved (after a restart or move)")
+    cancelled: int = _counter("jobs skipped or taken back because they were cancelled")
+    deduplicated: int = _counter("jobs skipped because their dedupe key was used by another job")
+    parked: int = _counter(
+        "jobs parked in a delay tier without spending an attempt by a circuit breaker or "
+        "LeaseEngine.park (rate limits count theirs per limiter)"
+    )
+    stale_rejected: int = _counter(
+        "heartbeats, acks and nacks refused for a stale or unknown lease token"
+    )
+    resolved_again: int = _counter(
+        "fetched copies of jobs already acked here within the resolved-id window, skipped"
+    )
+    schema_waits: int = _counter(
+        "retries, dead letters, parks and overflow moves held because the Schema Registry "
+        "could not give the job envelope's schema (built again once it answers)"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineContext:
+    """What every part of the engine shares: settings, the store, the counters, the
+    control state, and the clocks (``clock`` wall time, ``monotonic`` for deadlines)."""
+
+    config: EngineConfig
+    store: LeaseStore
+    counters: Counters
+    control: ControlState
+    clock: Callable[[], float]
+    monotonic: Callable[[], float]
+    # Decodes a job's envelope when a copy must rewrite it or ``inspect job`` shows it.
+    reader: JobReader
+    # Ids of the jobs acked here lately: a later copy of one is skipped.
+    resolved: ResolvedIds = field(default_factory=ResolvedIds)

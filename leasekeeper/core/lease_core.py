@@ -1,0 +1,449 @@
+"""The lease core: claim, heartbeat, settle, expire.
+
+Invariants held here: every claim mints a new token, and heartbeat, ack and
+nack must present it (a stale token is refused and counted: "lease tokens fence
+zombies"); attempts are counted at claim time and written to the store before
+the job is handed out ("attempts are counted at claim time"); an ack is stored
+before it is answered; a nack, an expired lease or a job past its timeout
+becomes a copy (``FailurePath``) and resolves only once the copy is durable.
+After a restart, leases not known yet are answered "retry later" while the
+leasekeeper settles in. The engine's lock guards it; it returns the copies it
+decided, and the engine queues them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from jobcore.control import CancelledHow, JobEnd
+from jobcore.progress import JobProgress
+from leasekeeper.breaker.gate import BreakerGate
+from leasekeeper.core import job_records as records
+from leasekeeper.core.clocks import now_ms
+from leasekeeper.core.copies import CopyRequest, cap_error
+from leasekeeper.core.copy_queue import CopyQueue
+from leasekeeper.core.engine_config import EngineContext
+from leasekeeper.core.intake import Intake
+from leasekeeper.core.leases import (
+    Grant,
+    Lease,
+    LeaseAnswer,
+    Outcome,
+    Pending,
+    Settlement,
+    mark_started,
+    mint_token,
+    parse_lease_id,
+    refused,
+)
+from leasekeeper.core.partition_book import PartitionBook, PartitionState
+from leasekeeper.core.recent import RECENT_LIMIT
+from leasekeeper.core.results import ResultPath
+from leasekeeper.core.retry_budget import RetryBudget
+from leasekeeper.core.retry_path import FailurePath
+from leasekeeper.core.settle_in import SettleIn
+from leasekeeper.core.started_only import StartedOnly
+from leasekeeper.core.store import NoteKind, Resolution, StoreBatch, leased_value
+from leasekeeper.core.window import ReadyWindow
+from leasekeeper.limits.admission import LimitDispatch
+from leasekeeper.ordering.gate import OrderingGate
+from leasekeeper.rpc.wire import claimed_size
+from schemas.job import AttemptError
+from schemas.vocabulary import ErrorClass
+
+# Settlements kept so a resend (seconds later) is answered "applied", not "unknown lease".
+RECENT_SETTLEMENTS = RECENT_LIMIT
+RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back"
+
+
+class LeaseCore:
+    def __init__(
+        self,
+        *,
+        ctx: EngineContext,
+        book: PartitionBook,
+        window: ReadyWindow,
+        intake: Intake,
+        failures: FailurePath,
+        budget: RetryBudget,
+        copies: CopyQueue,
+        limits: LimitDispatch,
+        breakers: BreakerGate,
+        ordering: OrderingGate,
+    ) -> None:
+        self._ordering = ordering
+        self._copies = copies
+        self._limits = limits
+        self._breakers = breakers
+        self._book = book
+        self._window = window
+        self._intake = intake
+        self._failures = failures
+        self._budget = budget
+        self._store = ctx.store
+        self._control = ctx.control
+        self._counters = ctx.counters
+        self._config = ctx.config
+        self._clock = ctx.clock
+        self._resolved = ctx.resolved
+        self._monotonic = ctx.monotonic
+        self.settle_in = SettleIn(until=ctx.monotonic() + ctx.config.settle_in_max_s)
+        self._started_only = StartedOnly()
+        self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._results = ResultPath(limit=ctx.config.max_result_bytes, queue=ctx.config.queue,
+                                   status_records=ctx.config.status_records)  # fmt: skip
+        copies.remember_results(ctx.resolved, lambda: now_ms(ctx.clock))
+
+    # -- claiming -------------------------------------------------------------
+
+    def lease_ready(
+        self,
+        worker: str,
+        max_jobs: int,
+        accept: Callable[[Pending], bool] | None,
+        *,
+        reports_started: bool = False,
+        start_now: int = 0,
+        max_bytes: int = 0,
+    ) -> tuple[list[Grant], list[CopyRequest]]:
+        """Lease up to ``max_jobs`` ready jobs that ``accept`` takes; attempts are counted
+        in the store before the grants leave. A worker that ``reports_started`` gets
+        leases that count as started only once it says so (see ``started_only``),
+        but for the first ``start_now``: its idle handlers start those at once. A job
+        that would take the answer past ``max_bytes`` (but a first) stays ready."""
+        grants: list[Grant] = []
+        actions: list[CopyRequest] = []
+        batch = self._store.batch()
+        tenants = self._config.tenants  # running jobs counted only when a cap is set
+        running: Counter[str] = self._book.running_by_tenant() if tenants.capped else Counter()
+        skip = {t for t, n in running.items() if tenants.at_cap(t, n)}
+        accept = self._limits.accept(accept)  # jobs over a rate limit wait
+        room = max_bytes
+        while len(grants) < max_jobs:
+            pending = self._window.pop(accept, skip)
+            if pending is None:
+                break
+            size = claimed_size(pending) if max_bytes > 0 else 0
+            if grants and size > room:
+                self._window.push_front(pending)  # the answer is full: first for the next
+                break
+            started = not reports_started or len(grants) < start_now
+            grant = self._lease(pending, worker, batch, actions, started=started)
+            if grant is not None:
+                room -= size
+                grants.append(grant)
+                self._limits.granted(pending)
+                tenant = pending.job.tenant_id
+                running[tenant] += 1
+                if tenants.at_cap(tenant, running[tenant]):
+                    skip.add(tenant)
+        self._store.write(batch)
+        return grants, actions
+
+    def _lease(
+        self,
+        pending: Pending,
+        worker: str,
+        batch: StoreBatch,
+        actions: list[CopyRequest],
+        *,
+        started: bool,
+    ) -> Grant | None:
+        state = self._book.live(pending)
+        if state is None:
+            return None  # moved
+        if self._intake.skipped(state, pending):
+            self._ordering.finished(pending)  # cancelled while it waited
+            return None
+        job = pending.job
+        prior = state.claims.get(pending.offset, 0)
+        if job.attempt + prior >= job.max_attempts:
+            actions.append(self._failures.crashed(pending))
+            return None
+        parked = self._breakers.admit(pending)  # its type's breaker is open: no attempt
+        if parked is not None:
+            actions.append(parked)
+            return None
+        if job.attempt == 0 and prior == 0:
+            self._budget.record_first_attempt()
+        state.claims[pending.offset] = prior + 1
+        lease_s = self._config.lease_for(job.type)
+        start = now_ms(self._clock)
+        mono = self._monotonic()
+        lease = Lease(
+            pending=pending,
+            token=mint_token(),
+            worker=worker,
+            attempt=job.attempt + prior + 1,
+            lease_s=lease_s,
+            started_ms=start,
+            until_ms=start + int(lease_s * 1000),
+            started_at=mono,
+            deadline=mono + lease_s,
+            started=started,
+        )
+        state.leases[pending.offset] = lease
+        # The claim and the lease in one value, written before the grant leaves.
+        self._store_lease(batch, state, lease)
+        return Grant(
+            lease_id=pending.lease_id,
+            token=lease.token,
+            until_ms=lease.until_ms,
+            attempt=lease.attempt,
+            lease_s=lease_s,
+            envelope=pending.envelope,
+            job=job,
+            payload=job.payload(pending.envelope),
+        )
+
+    @staticmethod
+    def _store_lease(batch: StoreBatch, state: PartitionState, lease: Lease) -> None:
+        offset = lease.pending.offset
+        value = leased_value(state.claims.get(offset, 0), lease.token, lease.worker,
+                             lease.attempt, lease.started_ms, lease.until_ms,
+                             lease.started)  # fmt: skip
+        batch.lease(state.tp.topic, state.tp.partition, offset, value)
+
+    @staticmethod
+    def _store_ended(batch: StoreBatch, state: PartitionState, offset: int) -> None:
+        """The lease ended unresolved (a nack's or an expiry's copy is on its way): the
+        claims stay, so a restart still counts them."""
+        batch.claims(state.tp.topic, state.tp.partition, offset, state.claims.get(offset, 0))
+
+    # -- finding a lease ------------------------------------------------------
+
+    def _find(self, lease_id: str, token: str) -> tuple[PartitionState, Lease] | LeaseAnswer:
+        """The lease a call names, or the answer refusing it. A lease this leasekeeper
+        may still learn of (settling in, or its offset not re-read yet) is "retry
+        later"; one on a partition it does not own is never accepted: it may be
+        assigned elsewhere."""
+        try:
+            tp, offset = parse_lease_id(lease_id)
+        except ValueError:
+            return refused(lease_id, "malformed lease id")
+        state = self._book.parts.get(tp)
+        lease = state.leases.get(offset) if state else None
+        if lease is None:
+            if self._not_known_yet(state, offset):
+                return LeaseAnswer(
+                    lease_id=lease_id, ok=False, reason=RETRY_LATER, retry_later=True
+                )
+            return refused(lease_id, "unknown lease (expired, settled or moved)")
+        assert state is not None
+        if lease.token != token:
+            return refused(lease_id, "stale token")
+        return state, lease
+
+    def _not_known_yet(self, state: PartitionState | None, offset: int) -> bool:
+        if state is not None and offset in state.stored_leases:
+            return True  # leased before the restart; its record is not re-read yet
+        return state is None and self.settling()
+
+    def settling(self) -> bool:
+        """True while leases not known yet are answered "retry later" (see SettleIn)."""
+        return self.settle_in.active(
+            self._monotonic(), lambda: any(s.stored_leases for s in self._book.parts.values())
+        )
+
+    def _refusal(self, found: LeaseAnswer) -> LeaseAnswer:
+        if not found.retry_later:
+            self._counters.stale_rejected += 1
+        return found
+
+    # -- heartbeats -------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        leases: list[tuple[str, str]],
+        started: frozenset[str] = frozenset(),
+        progress: Mapping[str, JobProgress] | None = None,
+    ) -> list[LeaseAnswer]:
+        """Extend each lease whose token is current; those in ``started`` (lease ids) have
+        started, their attempt spent from now on; a lease holds its latest ``progress``."""
+        answers = []
+        now = now_ms(self._clock)
+        batch = self._store.batch()
+        for lease_id, token in leases:
+            found = self._find(lease_id, token)
+            if isinstance(found, LeaseAnswer):
+                answers.append(self._refusal(found))
+                continue
+            state, lease = found
+            if self._end_if_cancelled(state, lease, batch):
+                answers.append(LeaseAnswer(lease_id=lease_id, ok=False, reason="cancelled"))
+                continue
+            if not lease.started and lease_id in started:
+                mark_started(lease, now, self._monotonic())
+            if progress and lease_id in progress:
+                lease.progress = progress[lease_id]
+            lease.until_ms = now + int(lease.lease_s * 1000)
+            lease.deadline = self._monotonic() + lease.lease_s
+            self._store_lease(batch, state, lease)
+            answers.append(LeaseAnswer(lease_id=lease_id, ok=True, until_ms=lease.until_ms))
+        self._store.write(batch)
+        return answers
+
+    def _end_if_cancelled(self, state: PartitionState, lease: Lease, batch: StoreBatch) -> bool:
+        """A running job that was cancelled loses its lease and is never run again."""
+        if not self._control.is_cancelled(lease.pending.job.job_id):
+            return False
+        offset = lease.pending.offset
+        del state.leases[offset]
+        batch.resolve(state.tp.topic, state.tp.partition, offset, Resolution.SKIPPED)
+        at = now_ms(self._clock)
+        batch.note(records.skip_note(lease.pending, NoteKind.CANCELLED_RUNNING, seen_ms=at))
+        ended = records.ended(lease.pending, JobEnd.CANCELLED, attempt=lease.attempt, at_ms=at,
+                              how=CancelledHow.RUNNING, progress=lease.progress)  # fmt: skip
+        self._copies.add([ended])
+        state.tracker.resolve(offset)
+        self._counters.cancelled += 1
+        self._ordering.finished(lease.pending)
+        return True
+
+    # -- settlements ------------------------------------------------------------
+
+    def settle(self, settlements: list[Settlement]) -> tuple[list[LeaseAnswer], list[CopyRequest]]:
+        """Acks are persisted before the answer; nacks become copies, resolved once durable."""
+        answers: list[LeaseAnswer] = []
+        actions: list[CopyRequest] = []
+        batch = self._store.batch()
+        for item in settlements:
+            found = self._find(item.lease_id, item.token)
+            if isinstance(found, LeaseAnswer):
+                answers.append(self._refused_settlement(item, found))
+                continue
+            state, lease = found
+            self._remember_settled(item.lease_id, item.token)
+            del state.leases[lease.pending.offset]
+            if item.outcome is not Outcome.RELEASE:
+                self._window.settled(lease.pending.job.tenant_id, item.run_s)
+            self._apply(state, lease, item, batch, actions)
+            answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
+        self._store.write(batch)
+        return answers, actions
+
+    def _refused_settlement(self, item: Settlement, found: LeaseAnswer) -> LeaseAnswer:
+        if (item.lease_id, item.token) in self._recently_settled or self._acked_before(item):
+            return LeaseAnswer(lease_id=item.lease_id, ok=True, reason="already settled")
+        return self._refusal(found)
+
+    def _acked_before(self, item: Settlement) -> bool:
+        """An ack this store kept with its token before a restart: sent again because
+        the restart lost its answer (a worker would report the job refused)."""
+        if item.outcome is not Outcome.ACK:
+            return False
+        try:
+            tp, offset = parse_lease_id(item.lease_id)
+        except ValueError:
+            return False
+        state = self._book.parts.get(tp)
+        return state is not None and state.acked_tokens.get(offset) == item.token
+
+    def _remember_settled(self, lease_id: str, token: str) -> None:
+        self._recently_settled[(lease_id, token)] = None
+        if len(self._recently_settled) > RECENT_SETTLEMENTS:
+            self._recently_settled.popitem(last=False)
+
+    def _apply(
+        self,
+        state: PartitionState,
+        lease: Lease,
+        item: Settlement,
+        batch: StoreBatch,
+        actions: list[CopyRequest],
+    ) -> None:
+        pending = lease.pending
+        lease.progress = item.progress or lease.progress  # the last one, if no beat took it
+        if item.result:  # over this leasekeeper's cap: a permanent nack saying so
+            item = self._results.checked(item, pending.job.type)
+        if item.outcome is Outcome.ACK:
+            self._counters.acked += 1
+            self._breakers.acked(lease)
+            status = None
+            if self._config.status_records:  # the hot path: not even built when off
+                status = records.succeeded(lease, at_ms=now_ms(self._clock), run_s=item.run_s)
+            if item.result:  # resolved (and its status sent) once its record is durable
+                self._store_ended(batch, state, pending.offset)
+                actions.append(self._results.copy(lease, item, status))
+            else:
+                self._resolved.ended(pending.job.job_id, now_ms(self._clock))
+                batch.acked(pending.tp.topic, pending.tp.partition, pending.offset, lease.token)
+                if status is not None:
+                    self._copies.add_status(status)
+                state.tracker.resolve(pending.offset)
+            self._ordering.finished(pending)
+        elif item.outcome is Outcome.RELEASE:
+            # Not run: the attempt is given back and the job goes to the front.
+            self._counters.released += 1
+            self._breakers.released(lease)
+            count = max(0, state.claims.get(pending.offset, 1) - 1)
+            state.claims[pending.offset] = count
+            batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
+            self._window.push_front(pending)
+        else:
+            self._counters.nacked += 1
+            self._store_ended(batch, state, pending.offset)
+            self._breakers.nacked(lease, item.error_class or ErrorClass.ERROR.value,
+                                  permanent=item.permanent,
+                                  after_s=item.retry_after_s)  # fmt: skip
+            actions.append(self._nacked(lease, item))
+
+    def _nacked(self, lease: Lease, item: Settlement) -> CopyRequest:
+        error = cap_error(
+            AttemptError(
+                attempt=lease.attempt,
+                at_ms=now_ms(self._clock),
+                worker=lease.worker,
+                error_class=item.error_class or ErrorClass.ERROR.value,
+                message=item.message,
+                traceback=item.traceback,
+            )
+        )
+        request = self._failures.failed(
+            lease, error, permanent=item.permanent, retry_after_s=item.retry_after_s
+        )
+        # Kept for the status record if this attempt turns out to be the last.
+        return replace(request, run_s=item.run_s, progress=lease.progress)
+
+    # -- the reaper ---------------------------------------------------------------
+
+    def expire(self) -> list[CopyRequest]:
+        """Leases past ``until`` count as failed attempts (worker presumed dead), and so
+        do jobs running past their timeout."""
+        actions: list[CopyRequest] = []
+        now = self._monotonic()
+        batch = self._store.batch()
+        for state in self._book.parts.values():
+            for offset, lease in list(state.leases.items()):
+                error = self._failures.overdue(lease, now)
+                if error is None:
+                    continue
+                del state.leases[offset]
+                self._store_ended(batch, state, offset)
+                self._counters.expired += 1
+                if self._refund(state, lease, batch):
+                    continue
+                self._breakers.expired(lease)
+                actions.append(self._failures.failed(lease, error, permanent=False))
+        self._store.write(batch)
+        return actions
+
+    def _refund(self, state: PartitionState, lease: Lease, batch: StoreBatch) -> bool:
+        """Give the attempt back to an expired job that never started (within the
+        bound of ``StartedOnly``) and put it at the front; False when it is spent."""
+        offset = lease.pending.offset
+        refunded = state.refunds.get(offset, 0)
+        if not self._started_only.refunds(lease, refunded):
+            return False
+        tp = state.tp
+        count = max(0, state.claims.get(offset, 1) - 1)
+        state.claims[offset] = count
+        state.refunds[offset] = refunded + 1
+        batch.claims(tp.topic, tp.partition, offset, count)
+        batch.refunds(tp.topic, tp.partition, offset, refunded + 1)
+        self._counters.refunded += 1
+        self._breakers.released(lease)
+        self._window.push_front(lease.pending)
+        return True

@@ -1,0 +1,1 @@
+"""The workers' gRPC front: claim, heartbeat and settle, and who may connect."""

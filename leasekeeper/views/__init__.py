@@ -1,0 +1,1 @@
+"""The leasekeeper seen from outside: snapshots, ``inspect``, metrics and log lines."""
