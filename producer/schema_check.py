@@ -21,8 +21,8 @@ from schemas.confluent import ConfluentSchemaRegistry, schema_text
 
 __all__ = [
     "PAYLOAD_LEVEL",
+    "CheckOutcome",
     "CheckResult",
-    "Outcome",
     "ShippingClient",
     "check_files",
     "check_registry",
@@ -33,7 +33,7 @@ PAYLOAD_LEVEL = CompatibilityLevel.FULL_TRANSITIVE
 _SYSTEM_LEVEL = CompatibilityLevel.BACKWARD
 
 
-class Outcome(StrEnum):
+class CheckOutcome(StrEnum):
     OK = "ok"
     UNCHANGED = "unchanged"  # already registered, exactly this schema
     NEW = "new"  # no earlier version to compare with
@@ -48,7 +48,7 @@ class CheckResult:
     name: str
     subject: str
     level: CompatibilityLevel
-    outcome: Outcome
+    outcome: CheckOutcome
     previous: int = 0
     problems: tuple[str, ...] = ()
 
@@ -79,7 +79,9 @@ def _verdict(
     *, name: str, subject: str, level: CompatibilityLevel, new: Any, previous: Sequence[Any]
 ) -> CheckResult:
     problems = incompatibilities(new, previous, level)
-    outcome = Outcome.INCOMPATIBLE if problems else Outcome.OK if previous else Outcome.NEW
+    outcome = (
+        CheckOutcome.INCOMPATIBLE if problems else CheckOutcome.OK if previous else CheckOutcome.NEW
+    )
     return CheckResult(
         name=name,
         subject=subject,
@@ -114,20 +116,22 @@ def check_registry(
         level = _level(version, client.compatibility(subject))
         if client.id_of(subject, schema_text(version)) is not None:
             results.append(
-                CheckResult(name=name, subject=subject, level=level, outcome=Outcome.UNCHANGED)
+                CheckResult(name=name, subject=subject, level=level, outcome=CheckOutcome.UNCHANGED)
             )
             continue
         previous = [json.loads(text) for text in client.versions(subject)]
         result = _verdict(
             name=name, subject=subject, level=level, new=_raw(version), previous=previous
         )
-        if result.outcome is Outcome.OK and not client.is_compatible(subject, schema_text(version)):
+        if result.outcome is CheckOutcome.OK and not client.is_compatible(
+            subject, schema_text(version)
+        ):
             problem = f"the registry refuses it at the subject's level ({level.value})"
             result = CheckResult(
                 name=name,
                 subject=subject,
                 level=level,
-                outcome=Outcome.INCOMPATIBLE,
+                outcome=CheckOutcome.INCOMPATIBLE,
                 previous=result.previous,
                 problems=(problem,),
             )
@@ -142,11 +146,11 @@ def register_all(
     incompatible); a new payload subject gets FULL_TRANSITIVE as its own level."""
     done = []
     for result in results:
-        if result.outcome is Outcome.UNCHANGED:
+        if result.outcome is CheckOutcome.UNCHANGED:
             done.append(result)
             continue
         version = registry.current(result.name)
-        if result.outcome is Outcome.NEW and version.kind is SchemaKind.JOB:
+        if result.outcome is CheckOutcome.NEW and version.kind is SchemaKind.JOB:
             client.set_compatibility(result.subject, PAYLOAD_LEVEL.value)
         client.register(result.subject, schema_text(version))
         done.append(
@@ -154,7 +158,7 @@ def register_all(
                 name=result.name,
                 subject=result.subject,
                 level=result.level,
-                outcome=Outcome.REGISTERED,
+                outcome=CheckOutcome.REGISTERED,
                 previous=result.previous,
             )
         )

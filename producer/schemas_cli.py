@@ -21,8 +21,8 @@ from jobcore.cli_registry import (
 )
 from jobcore.schema_registry import ConfluentRegistryClient, RegistrySetupError
 from producer.schema_check import (
+    CheckOutcome,
     CheckResult,
-    Outcome,
     check_files,
     check_registry,
     register_all,
@@ -79,7 +79,7 @@ def register(
     registry, client = _registry(schema_paths, schema_registry, schema_registry_config)
     try:
         for result in register_all(registry, client, results):
-            if result.outcome is Outcome.REGISTERED:
+            if result.outcome is CheckOutcome.REGISTERED:
                 click.echo(f"registered   {result.subject}")
     except (RegistrySetupError, RegistryUnavailable) as exc:
         raise SchemaSetupFailed(f"registration failed: {exc}") from None
@@ -113,7 +113,7 @@ def _report(results: Sequence[CheckResult]) -> None:
     """One line per subject; exit 1 naming the fields when any is incompatible."""
     for result in results:
         click.echo(result.line())
-    bad = [r.subject for r in results if r.outcome is Outcome.INCOMPATIBLE]
+    bad = [r.subject for r in results if r.outcome is CheckOutcome.INCOMPATIBLE]
     if bad:
         raise click.ClickException(
             f"incompatible: {', '.join(bad)}; keep the old fields (give new ones defaults) "

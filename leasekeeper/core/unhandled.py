@@ -23,9 +23,14 @@ from leasekeeper.core.leases import Pending
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.retry_path import FailurePath
 from leasekeeper.core.store import StoreBatch
+from leasekeeper.core.unhandled_warning import (
+    REPEAT_MS,
+    WARN_AFTER_MS,
+    UnhandledWait,
+    unhandled_text,
+)
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.core.workers_seen import ConnectedWorkers
-from leasekeeper.views.unhandled_view import REPEAT_MS, WARN_AFTER_MS, UnhandledWait, unhandled_text
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Access", "AccessPolicy", "Request", "Verdict", "listen_problem"]
+__all__ = ["Access", "AccessPolicy", "AccessVerdict", "Request", "listen_problem"]
 
 
 class Access(StrEnum):
@@ -25,7 +25,7 @@ class Access(StrEnum):
     WRITE = "write"
 
 
-class Verdict(StrEnum):
+class AccessVerdict(StrEnum):
     OK = "ok"
     UNAUTHORIZED = "unauthorized"  # 401: credentials needed
     FORBIDDEN = "forbidden"  # 403: credentials do not allow it, or a cross-site POST
@@ -75,15 +75,15 @@ class AccessPolicy:
             return Access.READ if is_loopback(request.peer) else Access.DENIED
         return Access.DENIED  # a wrong token
 
-    def check(self, request: Request) -> Verdict:
+    def check(self, request: Request) -> AccessVerdict:
         access = self.access(request)
         if access is Access.DENIED:
-            return Verdict.UNAUTHORIZED
+            return AccessVerdict.UNAUTHORIZED
         if request.method in ("GET", "HEAD"):
-            return Verdict.OK
+            return AccessVerdict.OK
         if request.method != "POST" or self.read_only or access is not Access.WRITE:
-            return Verdict.FORBIDDEN
-        return Verdict.OK if self._same_origin(request) else Verdict.FORBIDDEN
+            return AccessVerdict.FORBIDDEN
+        return AccessVerdict.OK if self._same_origin(request) else AccessVerdict.FORBIDDEN
 
     def who(self, request: Request) -> str:
         """For the audit log line of a write action."""

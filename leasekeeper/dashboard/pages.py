@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from jobcore.progress import JobProgress
+from leasekeeper.core.unhandled_warning import unhandled_text
 from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.html import Raw, chart, e, link, live, table
 from leasekeeper.dashboard.kafka_view import KafkaView, QueueOffsets
 from leasekeeper.dlq.entries import format_ms
 from leasekeeper.views.tier_rows import all_empty, by_delay, tiers_line
-from leasekeeper.views.unhandled_view import unhandled_text
 
 __all__ = [
     "cron_section",

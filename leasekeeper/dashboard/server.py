@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, urlsplit
 
 from jobcore.kafka import KafkaException
-from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict
+from leasekeeper.dashboard.access import AccessPolicy, AccessVerdict, Request
 from leasekeeper.dashboard.actions import (
     Actions,
     FilterError,
@@ -304,7 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         request = self._request()
         verdict = d.policy.check(request)
-        if verdict is not Verdict.OK:
+        if verdict is not AccessVerdict.OK:
             self._refuse(verdict)
             return
         if method == "POST":
@@ -337,14 +337,14 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(min(length, 65536)).decode(errors="replace") if length else ""
 
-    def _refuse(self, verdict: Verdict) -> None:
+    def _refuse(self, verdict: AccessVerdict) -> None:
         d = self.dashboard
-        if verdict is Verdict.UNAUTHORIZED:
+        if verdict is AccessVerdict.UNAUTHORIZED:
             status, text = HTTPStatus.UNAUTHORIZED, "credentials needed (DASHBOARD_TOKEN)"
         else:
             status, text = HTTPStatus.FORBIDDEN, "not allowed: read-only, or not from this page"
         response = _error(d, status, text)
-        self._send(response, challenge=verdict is Verdict.UNAUTHORIZED)
+        self._send(response, challenge=verdict is AccessVerdict.UNAUTHORIZED)
 
     def _refuse_host(self, refusal: HostRefusal, *, head: bool) -> None:
         """Plain text, nothing of the dashboard's pages: the asker may be a foreign site."""

@@ -29,6 +29,7 @@ from jobcore.topics import QueueTopics
 from leasekeeper.breaker.feed import BreakerFeed
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.log_lines import partitions_line
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.committer import COMMIT_BACKOFF, HANDOVER_COMMIT_PATIENCE_S, Committer
 from leasekeeper.kafka.control_feed import ControlFeed
@@ -40,7 +41,6 @@ from leasekeeper.ordering.lane import LaneFeed
 from leasekeeper.ordering.lane_loads import LaneLoads
 from leasekeeper.overflow.switch_hold import CommitReader, SwitchHolds
 from leasekeeper.overflow.watch import OverflowWatch
-from leasekeeper.views.log_lines import partitions_line
 from schemas.codec import EnvelopeCodec
 from schemas.job_headers import JobHead
 

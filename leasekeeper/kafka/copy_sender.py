@@ -37,11 +37,11 @@ from jobcore.kafka import ProduceError, ProduceFailure, Producer, produce_once
 from leasekeeper.core.copies import CopyKind, CopyRequest, Shrink
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.log_lines import RateLimit, copy_line
 from leasekeeper.kafka.result_sender import ResultSender
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.kafka.status_sender import StatusSender
 from leasekeeper.ordering.lane import LaneUnavailable
-from leasekeeper.views.log_lines import RateLimit, copy_line
 from schemas.confluent import SchemaUnavailable
 
 log = logging.getLogger(__name__)

@@ -65,7 +65,7 @@ PREFETCH_RECORDS = 2_000
 
 
 @dataclass(frozen=True, kw_only=True)
-class Failure:
+class ServiceFailure:
     """Why the service stopped on its own; ``exit_code`` 2 for setup mistakes."""
 
     message: str
@@ -117,7 +117,7 @@ class LeaseKeeperService:
         )
         self._lane = LaneFeed(settings=config.kafka, topic=self.topics.ordering, codec=codec,
                               on_operator=self.engine.lane_operator)  # fmt: skip
-        self.failure: Failure | None = None
+        self.failure: ServiceFailure | None = None
         self.connected = threading.Event()
         self.kafka_probe = KafkaProbe(config.kafka, self.topics.ready)
         self.gate = TierGate(config.tiers, self.topics, classes=classes)
@@ -402,7 +402,7 @@ class LeaseKeeperService:
         self._lane.close()
 
 
-def _failure(exc: Exception) -> Failure:
+def _failure(exc: Exception) -> ServiceFailure:
     if isinstance(exc, StateMismatch) or classify(exc) is ErrorKind.SETUP:
-        return Failure(message=str(exc), exit_code=2)
-    return Failure(message=f"the Kafka loop failed: {exc}", exit_code=1)
+        return ServiceFailure(message=str(exc), exit_code=2)
+    return ServiceFailure(message=f"the Kafka loop failed: {exc}", exit_code=1)

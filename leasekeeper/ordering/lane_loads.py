@@ -24,8 +24,8 @@ import logging
 from jobcore.kafka import Consumer, KafkaException, Message, TopicPartition
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.log_lines import partitions_line
 from leasekeeper.ordering.lane import LaneFeed
-from leasekeeper.views.log_lines import partitions_line
 
 __all__ = ["LOAD_TURN_S", "LaneLoads"]
 

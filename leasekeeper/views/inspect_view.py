@@ -23,9 +23,9 @@ from rich.table import Table
 from jobcore.config import AUTH_METADATA_KEY
 from jobcore.job_state import progress_in
 from jobcore.terminal_text import cell, escaped, printable
+from leasekeeper.core.unhandled_warning import unhandled_lines
 from leasekeeper.limits.lines import limit_lines
 from leasekeeper.views.tier_rows import all_empty, tier_delay, tiers_line
-from leasekeeper.views.unhandled_view import unhandled_lines
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from leasekeeper.core.engine_config import Counters
 from leasekeeper.core.retry_budget import BudgetSnapshot
+from leasekeeper.core.unhandled_warning import UnhandledWait
 from leasekeeper.ordering.keys import BlockedLine
-from leasekeeper.views.unhandled_view import UnhandledWait
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
     from leasekeeper.breaker.policy import BreakerView

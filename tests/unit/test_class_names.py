@@ -18,12 +18,9 @@ RUNTIME = ("jobcore", "leasekeeper", "producer", "workers", "schemas")
 # Names still defined more than once, with where. ``workers.Outcome`` is public and
 # keeps its name; the others are internal.
 ALLOWED = {
-    "Failure": {"leasekeeper/ops/service.py", "workers/errors.py"},
     "Lease": {"leasekeeper/core/leases.py", "workers/messages.py"},
-    "Outbox": {"leasekeeper/kafka/copy_sender.py", "producer/outbox/staging.py"},
-    "Outcome": {"producer/schema_check.py", "workers/middleware.py", "schemas/vocabulary.py"},
+    "Outcome": {"workers/middleware.py", "schemas/vocabulary.py"},
     "Settlement": {"leasekeeper/core/leases.py", "workers/messages.py"},
-    "Verdict": {"leasekeeper/ordering/values.py", "leasekeeper/dashboard/access.py"},
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jobcore.cron_board import CronEntryView, scheduler_names
-from leasekeeper.dashboard.access import AccessPolicy, Request, Verdict, listen_problem
+from leasekeeper.dashboard.access import AccessPolicy, AccessVerdict, Request, listen_problem
 from leasekeeper.dashboard.actions import FilterError, page_cursors, selection_from_query
 from leasekeeper.dashboard.cron_view import CronRow
 from leasekeeper.dashboard.fleet_view import FleetState
@@ -29,17 +29,17 @@ def req(method: str = "GET", peer: str = "127.0.0.1", **kw: str | None) -> Reque
 
 def test_loopback_without_credentials_reads_but_cannot_act() -> None:
     policy = AccessPolicy(token=TOKEN)
-    assert policy.check(req()) is Verdict.OK
-    assert policy.check(req("POST", fetch_site="same-origin")) is Verdict.FORBIDDEN
+    assert policy.check(req()) is AccessVerdict.OK
+    assert policy.check(req("POST", fetch_site="same-origin")) is AccessVerdict.FORBIDDEN
 
 
 def test_other_addresses_need_the_token() -> None:
     policy = AccessPolicy(token=TOKEN)
-    assert policy.check(req(peer="10.0.0.5")) is Verdict.UNAUTHORIZED
+    assert policy.check(req(peer="10.0.0.5")) is AccessVerdict.UNAUTHORIZED
     bearer = f"Bearer {TOKEN}"
-    assert policy.check(req(peer="10.0.0.5", authorization=bearer)) is Verdict.OK
+    assert policy.check(req(peer="10.0.0.5", authorization=bearer)) is AccessVerdict.OK
     assert policy.check(req(peer="10.0.0.5", authorization="Bearer wrong")) is (
-        Verdict.UNAUTHORIZED
+        AccessVerdict.UNAUTHORIZED
     )
 
 
@@ -47,29 +47,29 @@ def test_basic_auth_password_and_cookie_are_the_token() -> None:
     policy = AccessPolicy(token=TOKEN)
     basic = "Basic " + base64.b64encode(f"ops:{TOKEN}".encode()).decode()
     post = req("POST", peer="10.0.0.5", authorization=basic, fetch_site="same-origin")
-    assert policy.check(post) is Verdict.OK
+    assert policy.check(post) is AccessVerdict.OK
     assert policy.who(post) == "ops@10.0.0.5"
     cookie = req("POST", peer="10.0.0.5", cookie_token=TOKEN, fetch_site="same-origin")
-    assert policy.check(cookie) is Verdict.OK
+    assert policy.check(cookie) is AccessVerdict.OK
 
 
 def test_writes_are_post_only_same_origin_and_off_when_read_only() -> None:
     policy = AccessPolicy(token=TOKEN)
     auth = f"Bearer {TOKEN}"
-    assert policy.check(req("PUT", authorization=auth)) is Verdict.FORBIDDEN
+    assert policy.check(req("PUT", authorization=auth)) is AccessVerdict.FORBIDDEN
     assert policy.check(req("POST", authorization=auth, fetch_site="cross-site")) is (
-        Verdict.FORBIDDEN
+        AccessVerdict.FORBIDDEN
     )
-    assert policy.check(req("POST", authorization=auth)) is Verdict.OK  # a script
+    assert policy.check(req("POST", authorization=auth)) is AccessVerdict.OK  # a script
     read_only = AccessPolicy(token=TOKEN, read_only=True)
-    assert read_only.check(req("POST", authorization=auth)) is Verdict.FORBIDDEN
+    assert read_only.check(req("POST", authorization=auth)) is AccessVerdict.FORBIDDEN
 
 
 def test_insecure_lets_the_same_origin_page_act_but_not_other_sites() -> None:
     policy = AccessPolicy(token=None, insecure=True)
-    assert policy.check(req("POST", fetch_site="same-origin")) is Verdict.OK
-    assert policy.check(req("POST", fetch_site="cross-site")) is Verdict.FORBIDDEN
-    assert policy.check(req("POST")) is Verdict.FORBIDDEN  # no header, no token
+    assert policy.check(req("POST", fetch_site="same-origin")) is AccessVerdict.OK
+    assert policy.check(req("POST", fetch_site="cross-site")) is AccessVerdict.FORBIDDEN
+    assert policy.check(req("POST")) is AccessVerdict.FORBIDDEN  # no header, no token
 
 
 def test_listening_off_loopback_needs_a_token_or_insecure() -> None:

@@ -14,7 +14,7 @@ from devtools.localkafka import free_port
 from jobcore.kafka import KafkaSettings, KafkaSetupError
 from leasekeeper.core.state_identity import StateIdentity, StateMismatch
 from leasekeeper.ops import cli
-from leasekeeper.ops.service import Failure, LeaseKeeperService, ServeConfig
+from leasekeeper.ops.service import LeaseKeeperService, ServeConfig, ServiceFailure
 
 
 class _DyingLoop:
@@ -63,7 +63,9 @@ def test_a_dying_loop_stops_the_service_with_a_failure(
 
 
 class _FailedService:
-    failure = Failure(message="queue topic jobs.q does not exist: run create-queue", exit_code=2)
+    failure = ServiceFailure(
+        message="queue topic jobs.q does not exist: run create-queue", exit_code=2
+    )
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
@@ -83,7 +85,7 @@ def test_serve_exits_with_the_failure_code_and_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     failed = type(
-        "Failed", (_FailedService,), {"failure": Failure(message="it broke", exit_code=code)}
+        "Failed", (_FailedService,), {"failure": ServiceFailure(message="it broke", exit_code=code)}
     )
     monkeypatch.setattr(cli, "LeaseKeeperService", failed)
     args = ["serve", "--queue", "q", "--state-dir", str(tmp_path), "--bootstrap", "x:1"]

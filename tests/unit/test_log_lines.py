@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.leases import TopicPart
-from leasekeeper.views.log_lines import RateLimit, copy_line, partitions_line
+from leasekeeper.core.log_lines import RateLimit, copy_line, partitions_line
 from schemas.job import AttemptError, Job
 
 

@@ -18,7 +18,7 @@ from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from producer.cli import main as producer_main
-from producer.schema_check import Outcome, check_files
+from producer.schema_check import CheckOutcome, check_files
 from schemas.codec import MARKER, DecodeError, EnvelopeCodec, SchemaError, SchemaRegistry
 from schemas.compat import CompatibilityLevel, incompatibilities
 from schemas.confluent import (
@@ -271,10 +271,10 @@ def test_file_mode_check_compares_with_the_history_directory(tmp_path: Path) -> 
     (tmp_path / "history" / "order_v1.avsc").write_text(json.dumps(_record(_ID)))
     (tmp_path / "order.avsc").write_text(json.dumps(_record({"name": "id", "type": "string"})))
     results = {r.name: r for r in check_files(SchemaRegistry([tmp_path]))}
-    assert results["order"].outcome is Outcome.INCOMPATIBLE
+    assert results["order"].outcome is CheckOutcome.INCOMPATIBLE
     assert results["order"].level is FULL
     assert any("field 'id'" in p for p in results["order"].problems)
-    assert results["noop"].outcome is Outcome.NEW
+    assert results["noop"].outcome is CheckOutcome.NEW
 
 
 def test_a_worker_retries_a_job_whose_payload_schema_is_unavailable() -> None:
