@@ -116,15 +116,6 @@ class BreakerGate:
     def take_transitions(self) -> list[Transition]:
         return self.board.take_transitions()
 
-    def force(self, job_type: str, *, open_: bool, reason: str) -> Transition:
-        breaker = self.board.for_operator(job_type)
-        if open_:
-            transition = breaker.force_open(self._monotonic(), reason)
-        else:
-            transition = breaker.force_close(reason)
-        self.board.outbox.append(transition)
-        return transition
-
     def adopt(
         self,
         job_type: str,

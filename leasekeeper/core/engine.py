@@ -307,9 +307,6 @@ class LeaseEngine:
         with self._lock:
             return self._window.room()
 
-    def window_full(self) -> bool:
-        return self.window_room() == 0
-
     def over_share(
         self, fetching: set[TopicPart], unit: Callable[[TopicPart], object] | None = None
     ) -> tuple[set[TopicPart], int]:
@@ -579,13 +576,6 @@ class LeaseEngine:
         """Breaker state changes since the last call, for the breaker topic."""
         with self._lock:
             return self._breakers.take_transitions()
-
-    def force_breaker(self, job_type: str, *, open_: bool, reason: str) -> Transition:
-        """An operator opens (held open, no probes) or closes ``job_type``'s breaker."""
-        with self._lock:
-            transition = self._breakers.force(job_type, open_=open_, reason=reason)
-            self._copies.add(self._breakers.sweep(self._window))
-            return transition
 
     def adopt_breaker(
         self,

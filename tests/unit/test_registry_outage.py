@@ -19,6 +19,7 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import Producer
 from jobcore.topics import QueueTopics
+from leasekeeper.breaker.policy import BreakerState
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import HELD_RETRY_S
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
@@ -182,7 +183,15 @@ def test_a_park_by_an_open_breaker_is_made_once_the_registry_answers(tmp_path: P
     clock, registry = Clock(), Registry()
     engine = _engine(tmp_path, clock, registry)
     _offer(engine, 0, _job())
-    engine.force_breaker("noop", open_=True, reason="maintenance")
+    engine.adopt_breaker(  # an operator's open, as the breaker topic brings it
+        "noop",
+        state=BreakerState.OPEN,
+        until_ms=int(clock() * 1000) + 60_000,
+        cooldown_s=60,
+        trips=1,
+        forced=True,
+        reason="maintenance",
+    )
     copy = _held_then_built(engine, clock, registry)
     assert copy.kind is CopyKind.PARK and copy.job is not None and copy.job.attempt == 0
     assert copy.job.errors == ()  # a park spends nothing and adds no error
