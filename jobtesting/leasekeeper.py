@@ -91,6 +91,8 @@ class MemoryLeaseKeeper:
                                 clock=clock.monotonic)  # fmt: skip
 
         consumer = make_consumer(settings, self.topics.consumer_group, on_commit=self._on_commit)
+        self._feed = ControlFeed(settings=settings, topics=self.topics,
+                                 state=self.engine.control, clock=clock.time)  # fmt: skip
         self.loop = ConsumerLoop(
             consumer=consumer,
             producer=producer,
@@ -108,11 +110,9 @@ class MemoryLeaseKeeper:
             ready_topics=ready,
             config=LoopConfig(commit_interval_s=0.0, poll_timeout_s=0.0),
             clock=clock.monotonic,
+            feeds=(self._feed,),
         )
-        self._feed = ControlFeed(settings=settings, topics=self.topics,
-                                 state=self.engine.control, clock=clock.time)  # fmt: skip
         self._feed.catch_up()
-        self.loop.control = self._feed
         self._servicer = LeaseKeeperServicer(self.engine, snapshot=dict)
         self.loop._subscribe()
 

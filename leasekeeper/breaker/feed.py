@@ -103,7 +103,9 @@ class BreakerRecord:
 
 class BreakerFeed:
     """Reads ``jobs.Q.breakers`` into the engine and publishes the engine's changes;
-    ``catch_up`` at start, then ``poll`` on every turn of the Kafka loop."""
+    ``catch_up`` at start, then ``poll`` on every turn of the Kafka loop (a ``Feed``)."""
+
+    what = "the breaker topic"
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jobcore.kafka import (
@@ -26,15 +26,14 @@ from jobcore.kafka import (
 )
 from jobcore.kafka_retry import Backoff, until_done
 from jobcore.topics import QueueTopics
-from leasekeeper.breaker.feed import BreakerFeed
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.log_lines import partitions_line
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.committer import COMMIT_BACKOFF, HANDOVER_COMMIT_PATIENCE_S, Committer
-from leasekeeper.kafka.control_feed import ControlFeed
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import FamilyConsumer
+from leasekeeper.kafka.feeds import Feed
 from leasekeeper.kafka.fetch_path import gather
 from leasekeeper.kafka.slow_path import SlowPath
 from leasekeeper.ordering.lane import LaneFeed
@@ -85,9 +84,13 @@ class ConsumerLoop:
         backoff: Backoff = COMMIT_BACKOFF,
         consumer_factory: Callable[[], Consumer | FamilyConsumer] | None = None,
         commits: CommitReader | None = None,
+        feeds: Sequence[Feed] = (),
+        lane: LaneFeed | None = None,
     ) -> None:
         """``commits`` reads the group's commits that diverted jobs wait for
-        (``switch_hold``); without it, they do not wait."""
+        (``switch_hold``); without it, they do not wait. ``feeds`` (caught up before
+        ``run``) and the ordering ``lane`` (one of them, which the loop also reads
+        lines from) are followed at every step."""
         self._consumer = consumer
         # A fatal consumer error is answered by rejoining with a new consumer from here.
         self._consumer_factory = consumer_factory
@@ -132,9 +135,8 @@ class ConsumerLoop:
         # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
         self._assignment: set[TopicPart] = set()
         self._full = False
-        self.control: ControlFeed | None = None
-        self.breakers: BreakerFeed | None = None
-        self.lane: LaneFeed | None = None
+        self.lane = lane
+        self._feeds = (*feeds, lane) if lane is not None else tuple(feeds)
         self._lanes = LaneLoads(engine)  # class partitions whose lane entries are not read
         self._last_commit = self._clock()  # nothing to commit before the first fetch
         self._last_reap = 0.0
@@ -195,13 +197,9 @@ class ConsumerLoop:
         self._producer.poll(0)
         self._gate.release_due()
         self._engine.promote_due()
-        if self.control is not None:
-            self.control.poll()
-            self._engine.cancellations_arrived()
-        if self.breakers is not None:
-            self.breakers.poll()
-        if self.lane is not None:
-            self.lane.poll()
+        for feed in self._feeds:
+            feed.poll()
+        self._engine.cancellations_arrived()
         self._overflow.poll(self._consumer)
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:

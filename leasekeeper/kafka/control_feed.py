@@ -53,6 +53,10 @@ class ControlSnapshot:
 
 
 class ControlFeed:
+    """Reads the control and dedupe topics into a ``ControlState`` (a ``Feed``)."""
+
+    what = "the control topics"
+
     def __init__(
         self,
         *,

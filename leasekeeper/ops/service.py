@@ -42,6 +42,7 @@ from leasekeeper.kafka.consumer_loop import ConsumerLoop
 from leasekeeper.kafka.control_feed import ControlFeed
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import FamilyConsumer, family_instance_id, topic_families
+from leasekeeper.kafka.feeds import Feed
 from leasekeeper.kafka.kafka_probe import KafkaProbe
 from leasekeeper.kafka.result_sender import ResultSender
 from leasekeeper.kafka.router import KafkaRouter
@@ -161,6 +162,8 @@ class LeaseKeeperService:
             consumer_factory=new_consumer,
             # A member of the group that never joins it: it only reads commits.
             commits=CommitReader(lambda: make_consumer(config.kafka, self._group_id)),
+            feeds=(self._feed, self._breaker_feed),
+            lane=self._lane,
         )
         self._thread = threading.Thread(target=self._run, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
@@ -218,21 +221,9 @@ class LeaseKeeperService:
             stop=self._stop,
             watch=watch,
         )
-        until_done(
-            self._feed.catch_up, what="reading the control topics", stop=self._stop, watch=watch
-        )
-        until_done(
-            self._breaker_feed.catch_up,
-            what="reading the breaker topic",
-            stop=self._stop,
-            watch=watch,
-        )
-        until_done(
-            self._lane.catch_up, what="reading the ordering lane", stop=self._stop, watch=watch
-        )
-        self.loop.control = self._feed
-        self.loop.breakers = self._breaker_feed
-        self.loop.lane = self._lane
+        feeds: tuple[Feed, ...] = (self._feed, self._breaker_feed, self._lane)
+        for feed in feeds:
+            until_done(feed.catch_up, what=f"reading {feed.what}", stop=self._stop, watch=watch)
         self.connected.set()
         self._start_publisher()
         self._start_dlq_watch()

@@ -116,7 +116,9 @@ def parse_lane_key(key: bytes) -> tuple[TopicPart, int]:
 class LaneFeed:
     """Reads ``jobs.Q.ordering`` into an index of each live record's lane offset; the
     operator records of the partitions loaded here are also handed to
-    ``on_operator`` (the engine applies them to the lines it owns)."""
+    ``on_operator`` (the engine applies them to the lines it owns). A ``Feed``."""
+
+    what = "the ordering lane"
 
     def __init__(
         self,

@@ -87,8 +87,8 @@ def test_a_partition_paused_at_its_span_while_settling_moves_on_and_keeps_key_or
             gate=TierGate(DelayTiers(), TOPICS),
             config=LoopConfig(batch_size=5, poll_timeout_s=0.0),
             clock=clock,
+            lane=Lane(),  # type: ignore[arg-type]
         )  # fmt: skip
-        loop.lane = Lane()  # type: ignore[assignment]
         loop._subscribe()
         tp = TopicPartition(TP.topic, TP.partition)
         started: list[str] = []

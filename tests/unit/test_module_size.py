@@ -18,14 +18,13 @@ LIMIT = 400
 # Modules over the limit today, with the most lines each may have. Lower a number
 # when a module shrinks; delete the entry once it is under the limit.
 ALLOWED = {
-    "leasekeeper/kafka/consumer_loop.py": 477,
+    "leasekeeper/kafka/consumer_loop.py": 475,
     "leasekeeper/core/engine.py": 726,
     "jobcore/kafka.py": 689,
     "leasekeeper/ops/cli.py": 560,
     "leasekeeper/ordering/keys.py": 527,
     "leasekeeper/breaker/policy.py": 512,
     "workers/runtime.py": 480,
-    "leasekeeper/ops/service.py": 408,
     "leasekeeper/core/store.py": 465,
     "leasekeeper/core/lease_core.py": 449,
 }
