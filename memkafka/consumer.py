@@ -239,6 +239,20 @@ class MemoryConsumer:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
         return (log.low, log.high)
 
+    def offsets_for_times(self, partitions: list[TopicPartition],
+                          timeout: float = -1) -> list[TopicPartition]:  # fmt: skip
+        """Per partition, the first offset whose record was written at or after the time
+        given as its ``offset`` (epoch ms); -1 when none was, as the broker answers."""
+        found = []
+        for tp in partitions:
+            log = self._cluster.log(tp.topic, tp.partition)
+            if log is None:
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+            with self._cluster.lock:
+                at = next((r.offset for r in log.records if r.timestamp_ms >= tp.offset), -1)
+            found.append(TopicPartition(tp.topic, tp.partition, at))
+        return found
+
     # -- commits ---------------------------------------------------------------------------
 
     def commit(self, message: MemoryMessage | None = None,

@@ -16,9 +16,10 @@ window instead: the results topic's retention, the queue's ``--status-retention`
 that says nothing was found names where it looked.
 
 The leasekeeper sends a job's "succeeded" status only once its result record is
-durable, and the status reader's end is fixed before the results reader's: so a
-succeeded status read here means the result, if the handler returned one, is in
-the results partition read after it. Then both are followed until the timeout.
+durable: so once a succeeded status is read here, the result, if the handler
+returned one, is in the results partition read to its end as it is then (not as
+it was when the reader began: the status read may have gone past that point,
+since a fetch returns whole batches). Then both are followed until the timeout.
 
 The wait ends in the value, or one of the ``ResultError`` subclasses: ``JobDied``,
 ``JobCancelled``, ``ResultTimeout`` (a job known to exist: enqueued by this
@@ -152,7 +153,12 @@ def wait_for_result(
             look = max(deadline, clock() + LOOK_S)
             read = status.first if by_time else status.latest
             ended = read(job_id, timeout_s=look - clock())
-            found = results.scan(look, clock)
+            # A status read may run past the end its reader began at (a fetch returns
+            # whole batches), and a result is durable before its job's status is sent:
+            # with a status in hand, the results are read to their end as it is now.
+            found = (
+                results.catch_up(look, clock) if ended is not None else results.scan(look, clock)
+            )
             if found is not None:
                 return decode_result(found, registry)
             if ended is not None:
