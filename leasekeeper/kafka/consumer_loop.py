@@ -197,9 +197,10 @@ class ConsumerLoop:
         self._producer.poll(0)
         self._gate.release_due()
         self._engine.promote_due()
-        for feed in self._feeds:
-            feed.poll()
-        self._engine.cancellations_arrived()
+        if self._feeds:
+            for feed in self._feeds:
+                feed.poll()
+            self._engine.cancellations_arrived()  # the control feed's, answered at once
         self._overflow.poll(self._consumer)
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
