@@ -14,25 +14,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from leasekeeper.dashboard.kafka_view import DeadLetterFigures
+from leasekeeper.views.snapshots import DeadLetterView
 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 15.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeadLetterView:
-    """For snapshots and metrics: the figures and when they were taken (epoch ms)."""
-
-    depth: int
-    newest_ms: int | None
-    checked_ms: int
-
-    def to_dict(self) -> dict[str, object]:
-        return {"depth": self.depth, "newest_ms": self.newest_ms, "checked_ms": self.checked_ms}
 
 
 class DlqWatch:

@@ -15,13 +15,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-from jobcore.kafka import Consumer, KafkaException, TopicPartition
+from jobcore.kafka import KafkaException, TopicPartition
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
-from leasekeeper.kafka.family_consumer import FamilyConsumer
 
 log = logging.getLogger(__name__)
+
+
+class CommitsReader(Protocol):
+    """What the watch asks of the loop's consumer (one consumer, or one per family)."""
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]: ...
+
 
 # How often the overflow partitions' committed offsets are read while a tenant is
 # in overflow: a returning tenant waits this much longer at most.
@@ -79,7 +88,7 @@ class OverflowWatch:
         """Partitions to pause while their copies are on the way."""
         return self._engine.copying(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES) & assignment
 
-    def poll(self, consumer: Consumer | FamilyConsumer) -> None:
+    def poll(self, consumer: CommitsReader) -> None:
         """Read the overflow partitions' committed offsets when due; the engine clears
         the tenants whose overflow is done."""
         now = self._clock()

@@ -22,7 +22,18 @@ if TYPE_CHECKING:  # the engine imports this module; these import the engine
     from leasekeeper.kafka.control_feed import ControlSnapshot
     from leasekeeper.kafka.copy_sender import OutboxView
     from leasekeeper.limits.admission import LimitsSnapshot
-    from leasekeeper.ops.dlq_watch import DeadLetterView
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetterView:
+    """For snapshots and metrics: the figures and when they were taken (epoch ms)."""
+
+    depth: int
+    newest_ms: int | None
+    checked_ms: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"depth": self.depth, "newest_ms": self.newest_ms, "checked_ms": self.checked_ms}
 
 
 @dataclass(frozen=True, kw_only=True)

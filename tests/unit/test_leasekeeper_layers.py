@@ -8,7 +8,8 @@ then the dead-letter tools, the dashboard, and the operator's commands at the to
 
 The crossings that exist today are listed in ``CROSSINGS``, each a debt: the core
 still calls the features by name (the gates of the architecture issue remove that),
-and a few views are imported downwards. The list may only shrink: a new crossing
+takes the claim answer's size from the RPC's wire module, and builds the views'
+snapshots. The list may only shrink: a new crossing
 fails, and so does an entry that no longer crosses (delete it).
 """
 
@@ -45,8 +46,6 @@ CROSSINGS = {
     "leasekeeper/core/intake.py": {"ordering", "overflow"},
     "leasekeeper/core/lease_core.py": {"breaker", "limits", "ordering", "rpc"},
     "leasekeeper/core/window.py": {"fairness"},
-    "leasekeeper/overflow/watch.py": {"kafka"},
-    "leasekeeper/views/snapshots.py": {"ops"},
 }
 
 
