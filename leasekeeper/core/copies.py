@@ -64,10 +64,16 @@ class Shrink(IntEnum):
     NO_PAYLOAD = 2  # dead letter without the payload (raw: without value or key)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True, eq=False)
 class CopyRequest:
     """One copy to make durable. The source offset resolves when it is delivered,
-    unless the partition moved meanwhile (its generation no longer matches)."""
+    unless the partition moved meanwhile (its generation no longer matches).
+
+    Treated as immutable (``dataclasses.replace`` makes a changed one) but not frozen:
+    a frozen dataclass sets each of its 20 fields through ``object.__setattr__``, which
+    made building one cost more than the rest of its result's path (a result copy is
+    one per job). Compared by identity: a copy is one decision, never looked up by
+    value."""
 
     kind: CopyKind
     source: TopicPart

@@ -41,7 +41,8 @@ from leasekeeper.core.claimer import Claimer
 from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.control_state import ControlState
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.copy_queue import CopyQueue, dead_status, resolution_of
+from leasekeeper.core.copy_queue import CopyQueue
+from leasekeeper.core.deliveries import Deliveries
 from leasekeeper.core.engine_config import Counters, EngineConfig, EngineContext
 from leasekeeper.core.intake import Intake
 from leasekeeper.core.job_reader import Decode, JobReader
@@ -52,7 +53,7 @@ from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.resolved_ids import ResolvedIds
 from leasekeeper.core.retry_budget import RetryBudget
 from leasekeeper.core.retry_path import FailurePath
-from leasekeeper.core.store import LeaseStore, Resolution
+from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow, of_types
 from leasekeeper.fairness.round_robin import DispatchPolicy
@@ -152,6 +153,13 @@ class LeaseEngine:
                                limits=self._limits, breakers=self._breakers,
                                ordering=self._ordering)  # fmt: skip
         self._unhandled = UnhandledSweep(ctx=ctx, book=book, window=window, failures=failures)
+        self._deliveries = Deliveries(
+            copies=self._copies,
+            book=book,
+            reader=reader,
+            clock=clock,
+            hooks=(self._overflow, self._ordering, self._intake),
+        )
 
     # -- partitions -------------------------------------------------------
 
@@ -634,24 +642,14 @@ class LeaseEngine:
             return self._book.current(request.source, request.generation) is not None
 
     def copy_delivered(self, request: CopyRequest, *, dead: bool = False, at: int = -1) -> None:
-        """The copy is durable (at offset ``at`` of its topic, when known): resolve its
-        source offset (a dedupe claim lets its job run). ``dead``: the outbox sent a
-        dead letter instead (the copy was too large)."""
-        if request.kind is CopyKind.STATUS:
-            return
+        """The copy is durable (see ``Deliveries``)."""
         with self._lock:
-            self._copies.done(request, delivered=True)
-            if request.kind is CopyKind.OVERFLOW:
-                self._overflow.delivered(request, -1 if dead else at)
-            if self._ordering.delivered(request, dead=dead):
-                return
-            if request.kind is CopyKind.DEDUPE_CLAIM:
-                self._intake.claimed(request)
-                return
-            how = Resolution.DEAD if dead else resolution_of(request)
-            self._book.resolve(request.source, request.offset, request.generation, how)
-            if how is Resolution.DEAD and (job := self._reader.copied(request)) is not None:
-                self._copies.add([dead_status(request, job, now_ms(self._clock))])
+            self._deliveries.apply((request,), dead=dead, at=at)
+
+    def copies_delivered(self, requests: list[CopyRequest]) -> None:
+        """Several copies durable at once (a poll's delivery reports): one store write."""
+        with self._lock:
+            self._deliveries.apply(requests)
 
     def copy_dropped(self, request: CopyRequest) -> None:
         """The outbox gave up a copy whose partition moved: no longer in flight here."""

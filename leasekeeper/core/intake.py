@@ -183,6 +183,14 @@ class Intake:
             lease_id=pending.lease_id,
         )
 
+    def copy_delivered(self, request: CopyRequest, *, dead: bool, at: int) -> bool:
+        """A dedupe claim is durable: its job may run (``claimed``), and the claim's
+        source offset is the job's own, which resolves when the job does."""
+        if request.kind is not CopyKind.DEDUPE_CLAIM:
+            return False
+        self.claimed(request)
+        return True
+
     def claimed(self, request: CopyRequest) -> None:
         """The dedupe claim is durable: its job may run now (if its partition stayed),
         unless an earlier claim of its key by another job arrived meanwhile (another

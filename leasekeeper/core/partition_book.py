@@ -25,7 +25,7 @@ from leasekeeper.core.leases import Lease, Pending, TopicPart
 from leasekeeper.core.offset_metadata import METADATA_LIMIT, Progress
 from leasekeeper.core.offset_metadata import decode as decode_progress
 from leasekeeper.core.offset_metadata import encode as encode_progress
-from leasekeeper.core.store import LeaseRecord, LeaseStore, Resolution
+from leasekeeper.core.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +217,11 @@ class PartitionBook:
             return None
         return state.generation
 
-    def resolve(self, tp: TopicPart, offset: int, generation: int, how: Resolution) -> None:
-        """Mark an offset finished once its fate is durable (ack stored or copy delivered)."""
+    def resolve(self, tp: TopicPart, offset: int, generation: int, how: Resolution,
+                batch: StoreBatch | None = None) -> None:  # fmt: skip
+        """Mark an offset finished once its fate is durable (ack stored or copy delivered).
+        With ``batch``, the caller writes it before letting go of the engine's lock (no
+        commit position is computed in between)."""
         state = self.current(tp, generation)
         if state is None:
             return
@@ -226,10 +229,17 @@ class PartitionBook:
             self._counters.retried += 1
         elif how is Resolution.DEAD:
             self._counters.dead += 1
-        batch = self._store.batch()
-        batch.resolve(tp.topic, tp.partition, offset, how)
-        self._store.write(batch)
+        own = self._store.batch() if batch is None else batch
+        own.resolve(tp.topic, tp.partition, offset, how)
+        if batch is None:
+            self._store.write(own)
         state.tracker.resolve(offset)
+
+    def store_batch(self) -> StoreBatch:
+        return self._store.batch()
+
+    def write(self, batch: StoreBatch) -> None:
+        self._store.write(batch)
 
     # -- committing ---------------------------------------------------------
 

@@ -296,7 +296,7 @@ class LeaseKeeperService:
         return StatusSender(self.config.kafka, self.topics.status, on_dropped=on_dropped)
 
     def _result_sender(self, on_dropped: Callable[[CopyRequest, str], None]) -> ResultSender:
-        delivered = self.engine.copy_delivered
+        delivered = self.engine.copies_delivered
         return ResultSender(self.config.kafka, self.topics.results, delivered=delivered,
                             on_dropped=on_dropped)  # fmt: skip
 

@@ -180,7 +180,7 @@ class OrderingGate:
 
     # -- copies delivered -----------------------------------------------------------------
 
-    def delivered(self, request: CopyRequest, *, dead: bool) -> bool:
+    def copy_delivered(self, request: CopyRequest, *, dead: bool, at: int) -> bool:
         """A lane copy or an ordered job's dead letter is durable; True when handled
         here (the engine resolves nothing more)."""
         kind, entry = request.kind, request.lane

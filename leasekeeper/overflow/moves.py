@@ -147,6 +147,13 @@ class OverflowMoves:
 
     # -- copies coming back ----------------------------------------------------
 
+    def copy_delivered(self, request: CopyRequest, *, dead: bool, at: int) -> bool:
+        """An overflow copy is durable at ``at`` of the overflow partition (-1: it went
+        as a dead letter): counted as moved. Its source offset resolves as usual."""
+        if request.kind is CopyKind.OVERFLOW:
+            self.delivered(request, -1 if dead else at)
+        return False
+
     def delivered(self, request: CopyRequest, offset: int) -> None:
         """The copy is durable at ``offset`` of the overflow partition."""
         tenant = request.tenant_id

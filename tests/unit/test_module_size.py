@@ -19,7 +19,7 @@ LIMIT = 400
 # when a module shrinks; delete the entry once it is under the limit.
 ALLOWED = {
     "leasekeeper/kafka/consumer_loop.py": 476,
-    "leasekeeper/core/engine.py": 726,
+    "leasekeeper/core/engine.py": 724,
     "jobcore/kafka.py": 689,
     "leasekeeper/ops/cli.py": 560,
     "leasekeeper/ordering/keys.py": 527,

@@ -50,6 +50,7 @@ class Producer:
     sent: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = field(default_factory=list)
     full: int = 0  # produce() calls to refuse with BufferError
     reported: dict[int, int] = field(default_factory=dict)  # reports given, per partition
+    due: list[tuple[KafkaError | None, Message]] = field(default_factory=list)  # to serve
 
     def produce(self, topic: str, value: bytes, key: bytes, *, partition: int,
                 headers: list[tuple[str, bytes]]) -> None:  # fmt: skip
@@ -59,9 +60,14 @@ class Producer:
         self.sent.append((partition, key, value, headers))
 
     def poll(self, timeout: float) -> int:
-        return 0
+        """Reports are served here, as librdkafka serves them: inside a poll."""
+        due, self.due = self.due, []
+        for error, message in due:
+            self.report(error, message)
+        return len(due)
 
     def flush(self, timeout: float) -> int:
+        self.poll(timeout)
         return 0
 
     def deliver(self, partition: int, error: int | None = None) -> None:
@@ -70,7 +76,7 @@ class Producer:
         reported = self.reported.get(partition, 0)
         key = [k for p, k, _, _ in self.sent if p == partition][reported]
         self.reported[partition] = reported + 1
-        self.report(None if error is None else KafkaError(error), Message(partition, key))
+        self.due.append((None if error is None else KafkaError(error), Message(partition, key)))
 
 
 def result(job_id: str, offset: int = 0) -> CopyRequest:
@@ -91,11 +97,21 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[Producer]:
     return made
 
 
-def sender(clock: Clock) -> tuple[ResultSender, list[CopyRequest], list[tuple[CopyRequest, str]]]:
+def sender(
+    clock: Clock, handed: list[int] | None = None
+) -> tuple[ResultSender, list[CopyRequest], list[tuple[CopyRequest, str]]]:
+    """The sender, what it hands over as delivered and dropped; ``handed``: the size of
+    each hand-over."""
     delivered: list[CopyRequest] = []
     dropped: list[tuple[CopyRequest, str]] = []
+
+    def hand(requests: list[CopyRequest]) -> None:
+        delivered.extend(requests)
+        if handed is not None:
+            handed.append(len(requests))
+
     send = ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
-                        delivered=delivered.append,
+                        delivered=hand,
                         on_dropped=lambda r, why: dropped.append((r, why)))  # fmt: skip
     return send, delivered, dropped
 
@@ -103,7 +119,8 @@ def sender(clock: Clock) -> tuple[ResultSender, list[CopyRequest], list[tuple[Co
 def test_results_go_to_their_partition_and_resolve_in_each_partition_s_order(
     made: list[Producer],
 ) -> None:
-    send, delivered, dropped = sender(Clock())
+    handed: list[int] = []
+    send, delivered, dropped = sender(Clock(), handed)
     ids = [f"job-{n}" for n in range(40)]
     other = CopyRequest(kind=CopyKind.RETRY, source=TopicPart("jobs.q", 0), offset=99,
                         generation=1)  # fmt: skip
@@ -115,6 +132,9 @@ def test_results_go_to_their_partition_and_resolve_in_each_partition_s_order(
     assert all(h == [("content-type", b"application/json")] for *_, h in producer.sent)
     for partition, *_ in producer.sent:  # reports come per partition, in produce order
         producer.deliver(partition)
+    assert delivered == [], "reports are served by a poll"
+    send.take([])
+    assert handed == [40], "one poll's deliveries go to the engine together"
     assert sorted(r.raw_key or b"" for r in delivered) == sorted(i.encode() for i in ids)
     for partition in range(8):
         mine = [r.raw_key for r in delivered if results_partition((r.raw_key or b"").decode())
@@ -132,14 +152,15 @@ def test_a_transient_failure_is_sent_again_after_a_pause_and_a_refusal_is_droppe
     send.take([first])
     (producer,) = made
     producer.deliver(results_partition("a"), KafkaError._MSG_TIMED_OUT)
-    assert delivered == [] and dropped == [] and send.in_flight == 1
     send.take([])
+    assert delivered == [] and dropped == [] and send.in_flight == 1
     assert len(producer.sent) == 1, "not before the pause"
     clock.now += RETRY_AFTER_S
     send.take([second])
     assert [k for _, k, _, _ in producer.sent] == [b"a", b"a", b"b"]
     producer.deliver(results_partition("a"))
     producer.deliver(results_partition("b"), KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    send.take([])
     assert delivered == [first]
     ((request, why),) = dropped
     assert request is second and "TOPIC_AUTHORIZATION_FAILED" in why
@@ -156,6 +177,7 @@ def test_a_full_local_queue_keeps_the_result_for_later(made: list[Producer]) -> 
     clock.now += RETRY_AFTER_S
     send.take([])
     producer.deliver(results_partition("a"))
+    send.take([])
     assert [r.raw_key for r in delivered] == [b"a"]
 
 
@@ -171,7 +193,7 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
 
     def results(dropped: Callable[[CopyRequest, str], None]) -> ResultSender:
         return ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
-                            delivered=engine.copy_delivered, on_dropped=dropped)  # fmt: skip
+                            delivered=engine.copies_delivered, on_dropped=dropped)  # fmt: skip
 
     outbox = CopySender(producer=cast(KafkaProducer, copies), engine=engine, router=router,
                     clock=clock, results=results)  # fmt: skip
@@ -185,6 +207,8 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
     assert copies.sent == [] and len(producer.sent) == 1, "not through the outbox's entries"
     assert committable() == 0
     producer.deliver(producer.sent[0][0])
+    assert committable() == 0, "not before the poll serves the report"
+    outbox.pump()
     assert committable() == 1
     outbox.pump()
     assert [s.topic for s in copies.sent] == [TOPICS.status], "the status after the result"
