@@ -6,7 +6,9 @@ round (the machine's speed drifts through a run; a fixed order would favour the 
 that runs last):
 
 - ``before``: the code from before results (``--before DIR``, a checkout of it, put
-  first on the processes' ``PYTHONPATH``), handlers returning None;
+  first on the processes' ``PYTHONPATH``), handlers returning None (or, with
+  ``--before-app result_app``, any older checkout returning 100 bytes: what a change
+  to the result path saved);
 - ``none``: this code, handlers returning None (no field on the wire, no record);
 - ``100 B``: this code, handlers returning a 100-byte value (a result record each).
 
@@ -39,6 +41,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=5, help="rounds of every variant [5]")
     parser.add_argument("--workers", type=int, default=2, help="worker processes [2]")
     parser.add_argument("--before", type=Path, help="a checkout of the code before results")
+    parser.add_argument("--before-app", default="noop_app", choices=("noop_app", "result_app"),
+                        help="the before checkout's handlers: returning None, or 100 bytes "
+                             "(what a change to the result path saves) [noop_app]")  # fmt: skip
     parser.add_argument("--only", action="append", choices=("before", "none", "100 B"),
                         help="run only this variant (repeatable) [all]")  # fmt: skip
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting one")
@@ -51,7 +56,8 @@ def _variants(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     found: list[tuple[str, str, list[str]]] = [("none", "noop_app", []),
                                                ("100 B", "result_app", [])]  # fmt: skip
     if args.before is not None:  # its own code first, this checkout's after
-        found.insert(0, ("before", "noop_app", ["env", f"PYTHONPATH={args.before.resolve()}"]))
+        found.insert(0, ("before", args.before_app,
+                         ["env", f"PYTHONPATH={args.before.resolve()}"]))  # fmt: skip
     return [v for v in found if not args.only or v[0] in args.only]
 
 
@@ -97,9 +103,11 @@ def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
             key: _percent(medians[label][key], medians[base][key]) for key in (*COMPONENTS, "total")
         }
         for label, base in (("100 B", "none"), ("none", "before"), ("100 B", "before"))
+        if not (base == "before" and label == "none" and args.before_app == "result_app")
         if label in medians and base in medians
     }
-    return {"jobs": args.jobs, "workers": args.workers, "runs": runs, "medians": medians,
+    return {"jobs": args.jobs, "workers": args.workers, "before_app": args.before_app,
+            "runs": runs, "medians": medians,
             "percent": against}  # fmt: skip
 
 
@@ -119,7 +127,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"median {label:>6}: {median['jobs_per_s']:,.0f} jobs/s, CPU-s/1000 jobs "
               f"{median['total']:.4f}")  # fmt: skip
     for name, percent in result["percent"].items():
-        parts = ", ".join(f"{key} {percent[key]:+.1f}%" for key in COMPONENTS)
+        # No broker figure with --bootstrap: that broker is not the benchmark's own.
+        parts = ", ".join(
+            f"{key} {percent[key]:+.1f}%" for key in COMPONENTS if percent[key] is not None
+        )
         print(f"{name}: total {percent['total']:+.1f}% ({parts})")
 
 

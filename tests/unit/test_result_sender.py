@@ -223,3 +223,34 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
         outbox.pump()  # publishes the outbox's view
     assert committable() == 2 and outbox.view().counters["results_dropped"] == 1
     assert "job results are being dropped" in caplog.text
+
+
+def test_the_results_one_poll_reports_resolve_under_one_store_write(
+    tmp_path: Path, made: list[Producer]
+) -> None:
+    """A result is a copy per job: resolving each delivery with a store write of its own
+    was much of what a result cost. One poll's deliveries are written together."""
+    clock = Clock()
+    store = LeaseStore(tmp_path)
+    engine = LeaseEngine(store=store, config=EngineConfig(lease_s=10), clock=clock,
+                         monotonic=clock)  # fmt: skip
+    engine.assign(TP, 0)
+    send = ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
+                        delivered=engine.copies_delivered,
+                        on_dropped=lambda r, why: None)  # fmt: skip
+    for offset in range(20):
+        engine.offer(TP, offset, replace(job(), job_id=f"job-{offset}"), b"x")
+    grants = engine.claim("w", 20, wait_s=0)
+    engine.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK,
+                              result=b"1") for g in grants])  # fmt: skip
+    assert send.take(engine.take_copies()) == []
+    (producer,) = made
+    assert len(producer.sent) == 20 and engine.commit_positions()[TP][0] == 0
+    for partition, *_ in producer.sent:
+        producer.deliver(partition)
+    writes: list[int] = []
+    write = store.write
+    store.write = lambda batch: (writes.append(len(batch)), write(batch))[1]  # type: ignore[method-assign]
+    send.take([])
+    assert writes == [20], "one write holds the 20 resolutions"
+    assert engine.commit_positions()[TP][0] == 20
