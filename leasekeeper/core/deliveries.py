@@ -5,9 +5,9 @@ A copy is delivered when Kafka has it (a retry, a dead letter, a result, a lane
 record, an overflow copy, a dedupe claim). The core then resolves the copy's
 source offset as the copy's kind says (``copy_queue.resolution_of``). Features that
 made the copy for a purpose of their own hear of the delivery first, through
-``DeliveryHook``, in the order they were given: the overflow lane counts its moves;
-ordering keeps a lane copy's offset open (the job runs once its line lets it);
-intake lets a job whose dedupe claim is durable run. A hook that answers True has
+``DeliveryHook`` (``core/hooks.py``), in the order they were given: the overflow
+lane counts its moves; ordering keeps a lane copy's offset open (the job runs once
+its line lets it); intake lets a job whose dedupe claim is durable run. A hook that answers True has
 settled the copy: nothing more is resolved for it.
 
 Deliveries come one at a time from the outbox and by the poll from the result sender.
@@ -19,24 +19,16 @@ a result cost the leasekeeper.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
 
 from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import CopyQueue, dead_status, resolution_of
+from leasekeeper.core.hooks import DeliveryHook
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.store import Resolution, StoreBatch
 
-__all__ = ["Deliveries", "DeliveryHook"]
-
-
-class DeliveryHook(Protocol):
-    def copy_delivered(self, request: CopyRequest, *, dead: bool, at: int) -> bool:
-        """``request`` is durable (at offset ``at`` of its topic, -1 when not known;
-        ``dead``: a dead letter went instead, the copy being too large). True when the
-        copy is settled here and its source offset must not resolve."""
-        ...
+__all__ = ["Deliveries"]
 
 
 class Deliveries:

@@ -139,7 +139,7 @@ class LeaseEngine:
                                        window=window, copies=self._copies,
                                        store=store, reader=reader)  # fmt: skip
         self._intake = Intake(ctx=ctx, book=book, window=window, copies=self._copies,
-                              overflow=self._overflow, ordering=self._ordering)  # fmt: skip
+                              lines=self._ordering, hooks=(self._overflow,))  # fmt: skip
         self._limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                      window=window, book=book,
                                      window_records=config.window_records,

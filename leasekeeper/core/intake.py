@@ -3,13 +3,15 @@
 A record already resolved (by this leasekeeper before a restart, or by the
 previous owner) is skipped; a record leased before a restart gets its lease
 back; a cancelled job, or one whose dedupe key was used, resolves without
-running; a job with a dedupe key first claims the key durably (a copy to the
-dedupe topic) and waits for it (an ordered one in its key's line); the rest
-goes into the ready window, or its delayed heap when not due yet. The engine's
-lock guards it.
+running; a feature may then take it or skip it (``OfferHook``: the overflow lane);
+a job with a dedupe key first claims the key durably (a copy to the dedupe topic)
+and waits for it (an ordered one in its key's line, ``Lines``); the rest goes into
+the ready window, or its delayed heap when not due yet. The engine's lock guards it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from jobcore.control import CancelledHow, DedupeClaim, JobEnd
 from leasekeeper.core import job_records as records
@@ -17,13 +19,12 @@ from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.engine_config import EngineContext
+from leasekeeper.core.hooks import Lines, Offer, OfferHook
 from leasekeeper.core.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.core.leases import Pending, TopicPart, restore_lease
 from leasekeeper.core.partition_book import PartitionBook, PartitionState
 from leasekeeper.core.store import NoteKind, Resolution
 from leasekeeper.core.window import ReadyWindow
-from leasekeeper.ordering.gate import OrderingGate
-from leasekeeper.overflow.moves import OverflowMoves
 from schemas.job_headers import JobHead
 
 
@@ -35,11 +36,11 @@ class Intake:
         book: PartitionBook,
         window: ReadyWindow,
         copies: CopyQueue,
-        ordering: OrderingGate,
-        overflow: OverflowMoves | None = None,
+        lines: Lines,
+        hooks: Sequence[OfferHook] = (),
     ) -> None:
-        self._ordering = ordering
-        self._overflow = overflow
+        self._lines = lines
+        self._hooks = tuple(hooks)
         self._book = book
         self._window = window
         self._copies = copies
@@ -75,26 +76,34 @@ class Intake:
                 pending, stored, lease_s=lease_s, wall=self._clock(), mono=self._monotonic()
             )
             if job.ordering_key is not None:
-                self._ordering.restored(pending)
+                self._lines.restored(pending)
             return
         if self.skipped(state, pending):
             if job.ordering_key is not None and not_before_ms <= 0:
-                self._ordering.skipped(pending)
+                self._lines.skipped(pending)
             return
-        if self._overflow is not None and self._overflow.copied_again(pending):
-            self._skip_copy(state, pending)
+        if self._hooks and self._taken(state, pending):
             return
-        if self._overflow is not None and self._overflow.follow(pending):
-            return  # its tenant is in overflow here: it follows its older jobs there
         if not self._control.needs_claim(job, now_ms(self._clock)):
             self._queue(pending, not_before_ms)
         else:
             self._claim_first(pending, not_before_ms)
 
+    def _taken(self, state: PartitionState, pending: Pending) -> bool:
+        """Whether a hook took the job or had it skipped (``OfferHook``)."""
+        for hook in self._hooks:
+            offered = hook.offered(pending)
+            if offered is Offer.SKIP:
+                self._skip_copy(state, pending)
+                return True
+            if offered is Offer.TAKEN:
+                return True
+        return False
+
     def _claim_first(self, pending: Pending, not_before_ms: int) -> None:
         """Claim the job's dedupe key before it runs. An ordered job takes its place in
         its line at once: a later job of its key fetched meanwhile must not pass it."""
-        if _lined(pending, not_before_ms) and not self._ordering.offer(pending, claiming=True):
+        if _lined(pending, not_before_ms) and not self._lines.offer(pending, claiming=True):
             return  # a copy of a job the lane has, or a key in another class: no claim
         self._copies.add([self._claim_key(pending, not_before_ms)])
 
@@ -102,7 +111,7 @@ class Intake:
         """Into the window, or for an ordered job from its class topic (due now), into
         its line first (``OrderingGate``)."""
         if _lined(pending, not_before_ms):
-            self._ordering.offer(pending)
+            self._lines.offer(pending)
         else:
             self._window.queue(pending, not_before_ms, now_ms(self._clock))
 
@@ -154,7 +163,8 @@ class Intake:
         return True
 
     def _skip_copy(self, state: PartitionState, pending: Pending) -> None:
-        """A second copy of a job already read from the overflow lane: resolved unrun."""
+        """A copy of a job an ``OfferHook`` knows ran (a second copy read from the
+        overflow lane): resolved unrun."""
         self._counters.skipped += 1
         batch = self._store.batch()
         batch.resolve(pending.tp.topic, pending.tp.partition, pending.offset, Resolution.SKIPPED)
@@ -206,9 +216,9 @@ class Intake:
         lined = _lined(pending, not_before_ms)
         if self.skipped(state, pending):
             if lined:
-                self._ordering.finished(pending)
+                self._lines.finished(pending)
         elif lined:
-            self._ordering.claimed(pending)
+            self._lines.claimed(pending)
         else:
             self._window.queue(pending, not_before_ms, now_ms(self._clock))
 

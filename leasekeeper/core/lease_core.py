@@ -25,6 +25,7 @@ from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.copies import CopyRequest, cap_error
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.engine_config import EngineContext
+from leasekeeper.core.hooks import Lines
 from leasekeeper.core.intake import Intake
 from leasekeeper.core.leases import (
     Grant,
@@ -48,7 +49,6 @@ from leasekeeper.core.started_only import StartedOnly
 from leasekeeper.core.store import NoteKind, Resolution, StoreBatch, leased_value
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.limits.admission import LimitDispatch
-from leasekeeper.ordering.gate import OrderingGate
 from leasekeeper.rpc.wire import claimed_size
 from schemas.job import AttemptError
 from schemas.vocabulary import ErrorClass
@@ -71,7 +71,7 @@ class LeaseCore:
         copies: CopyQueue,
         limits: LimitDispatch,
         breakers: BreakerGate,
-        ordering: OrderingGate,
+        ordering: Lines,
     ) -> None:
         self._ordering = ordering
         self._copies = copies

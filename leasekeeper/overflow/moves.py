@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import CopyQueue
+from leasekeeper.core.hooks import Offer
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.partition_book import PartitionBook
@@ -93,6 +94,13 @@ class OverflowMoves:
             tenant, tp.topic, tp.partition, len(taken),
         )  # fmt: skip
         return len(taken)
+
+    def offered(self, pending: Pending) -> Offer:
+        """A fetched job: skipped when it is a second copy of one read from the overflow
+        lane (``copied_again``), taken when its tenant is in overflow here (``follow``)."""
+        if self.copied_again(pending):
+            return Offer.SKIP
+        return Offer.TAKEN if self.follow(pending) else Offer.PASS
 
     def follow(self, pending: Pending) -> bool:
         """Copy ``pending`` to the overflow lane if its tenant is in overflow on its

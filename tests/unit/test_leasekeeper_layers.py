@@ -43,8 +43,7 @@ CROSSINGS = {
         "views",
     },
     "leasekeeper/core/engine_config.py": {"breaker", "fairness", "limits", "ordering"},
-    "leasekeeper/core/intake.py": {"ordering", "overflow"},
-    "leasekeeper/core/lease_core.py": {"breaker", "limits", "ordering", "rpc"},
+    "leasekeeper/core/lease_core.py": {"breaker", "limits", "rpc"},
     "leasekeeper/core/window.py": {"fairness"},
 }
 
