@@ -27,7 +27,8 @@ from leasekeeper.breaker.policy import (
     Transition,
 )
 from leasekeeper.core.copies import CopyRequest
-from leasekeeper.core.leases import Lease, Pending
+from leasekeeper.core.hooks import Accept, LeaseEnd
+from leasekeeper.core.leases import Lease, Pending, Settlement
 from leasekeeper.core.parking import Parking
 from leasekeeper.core.retry_policy import RetryPolicies
 from leasekeeper.core.window import ReadyWindow
@@ -51,6 +52,26 @@ class BreakerGate:
         self._parking = parking
         self._retries = retries
         self._monotonic = monotonic
+
+    # -- the DispatchGate protocol (core/hooks.py) -------------------------------
+
+    def narrow(self, accept: Accept) -> Accept:
+        return accept  # an open breaker parks its jobs (``admit``); it hides none
+
+    def granted(self, pending: Pending) -> None:
+        pass  # counted by ``admit``: a probe's slot is taken when it is admitted
+
+    def ended(self, lease: Lease, end: LeaseEnd, settlement: Settlement | None) -> None:
+        if end is LeaseEnd.ACKED:
+            self.acked(lease)
+        elif end is LeaseEnd.RELEASED:
+            self.released(lease)
+        elif end is LeaseEnd.EXPIRED:
+            self.expired(lease)
+        elif settlement is not None:
+            self.nacked(lease, settlement.error_class or ErrorClass.ERROR.value,
+                        permanent=settlement.permanent,
+                        after_s=settlement.retry_after_s)  # fmt: skip
 
     def admit(self, pending: Pending) -> CopyRequest | None:
         """None to dispatch ``pending`` (maybe as a probe: the board keeps count), else

@@ -150,7 +150,7 @@ class LeaseEngine:
                                      rng=rng)  # fmt: skip
         self._core = LeaseCore(ctx=ctx, book=book, window=window, intake=self._intake,
                                failures=failures, budget=self._budget, copies=self._copies,
-                               limits=self._limits, breakers=self._breakers,
+                               gates=(self._limits, self._breakers),
                                ordering=self._ordering)  # fmt: skip
         self._unhandled = UnhandledSweep(ctx=ctx, book=book, window=window, failures=failures)
         self._deliveries = Deliveries(

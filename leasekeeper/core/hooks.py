@@ -12,19 +12,27 @@ a new point adds that point here, once, for every feature.
 - ``Lines``: ordered jobs (with an ordering key) wait in their key's line instead
   of the window; the core hands them to the lines on arrival and tells the lines
   when one ends.
+- ``DispatchGate``: a claim, one job at a time: which jobs may be claimed now (a
+  rate limit), whether a job popped from the window is leased or taken away without
+  spending an attempt (an open breaker parks it), and how each lease ended (the
+  breaker counts outcomes). The engine registers them in one ordered tuple.
 - ``DeliveryHook``: a copy is durable; a feature that made the copy for itself
   (a lane record, a dedupe claim) settles it, or counts it (an overflow move).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
 from leasekeeper.core.copies import CopyRequest
-from leasekeeper.core.leases import Pending
+from leasekeeper.core.leases import Lease, Pending, Settlement
 
-__all__ = ["DeliveryHook", "Lines", "Offer", "OfferHook"]
+__all__ = ["Accept", "DeliveryHook", "DispatchGate", "LeaseEnd", "Lines", "Offer", "OfferHook"]
+
+# Which ready jobs a claim takes (its worker's types, a tenant's cap); None: any.
+Accept = Callable[[Pending], bool] | None
 
 
 class Offer(Enum):
@@ -61,6 +69,34 @@ class Lines(Protocol):
 
     def finished(self, pending: Pending) -> None:
         """A job ended for good (acked, cancelled): the next of its line may go."""
+        ...
+
+
+class LeaseEnd(Enum):
+    """How a lease ended, for ``DispatchGate.ended``."""
+
+    ACKED = "acked"
+    FAILED = "failed"  # nacked: ``settlement`` says how
+    EXPIRED = "expired"  # taken back by the reaper (lease or job timeout)
+    RELEASED = "released"  # not run: given back, or refunded after an expiry
+
+
+class DispatchGate(Protocol):
+    def narrow(self, accept: Accept) -> Accept:
+        """``accept`` narrowed to the jobs this gate lets a claim take now."""
+        ...
+
+    def admit(self, pending: Pending) -> CopyRequest | None:
+        """None to lease ``pending``; else the copy that takes it away unrun, with no
+        attempt spent (it resolves once durable)."""
+        ...
+
+    def granted(self, pending: Pending) -> None:
+        """``pending`` was leased."""
+        ...
+
+    def ended(self, lease: Lease, end: LeaseEnd, settlement: Settlement | None) -> None:
+        """A lease ended; ``settlement``: the worker's, when it settled."""
         ...
 
 

@@ -7,25 +7,24 @@ the job is handed out ("attempts are counted at claim time"); an ack is stored
 before it is answered; a nack, an expired lease or a job past its timeout
 becomes a copy (``FailurePath``) and resolves only once the copy is durable.
 After a restart, leases not known yet are answered "retry later" while the
-leasekeeper settles in. The engine's lock guards it; it returns the copies it
-decided, and the engine queues them.
+leasekeeper settles in. Features take part through ``DispatchGate`` (core/hooks).
+The engine's lock guards it; it returns the copies it decided, the engine queues them.
 """
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from jobcore.control import CancelledHow, JobEnd
 from jobcore.progress import JobProgress
-from leasekeeper.breaker.gate import BreakerGate
 from leasekeeper.core import job_records as records
 from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.copies import CopyRequest, cap_error
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.engine_config import EngineContext
-from leasekeeper.core.hooks import Lines
+from leasekeeper.core.hooks import DispatchGate, LeaseEnd, Lines
 from leasekeeper.core.intake import Intake
 from leasekeeper.core.leases import (
     Grant,
@@ -48,7 +47,6 @@ from leasekeeper.core.settle_in import SettleIn
 from leasekeeper.core.started_only import StartedOnly
 from leasekeeper.core.store import NoteKind, Resolution, StoreBatch, leased_value
 from leasekeeper.core.window import ReadyWindow
-from leasekeeper.limits.admission import LimitDispatch
 from leasekeeper.rpc.wire import claimed_size
 from schemas.job import AttemptError
 from schemas.vocabulary import ErrorClass
@@ -69,14 +67,12 @@ class LeaseCore:
         failures: FailurePath,
         budget: RetryBudget,
         copies: CopyQueue,
-        limits: LimitDispatch,
-        breakers: BreakerGate,
+        gates: Sequence[DispatchGate],
         ordering: Lines,
     ) -> None:
         self._ordering = ordering
         self._copies = copies
-        self._limits = limits
-        self._breakers = breakers
+        self._gates = tuple(gates)
         self._book = book
         self._window = window
         self._intake = intake
@@ -119,7 +115,8 @@ class LeaseCore:
         tenants = self._config.tenants  # running jobs counted only when a cap is set
         running: Counter[str] = self._book.running_by_tenant() if tenants.capped else Counter()
         skip = {t for t, n in running.items() if tenants.at_cap(t, n)}
-        accept = self._limits.accept(accept)  # jobs over a rate limit wait
+        for gate in self._gates:  # e.g. jobs over a rate limit wait
+            accept = gate.narrow(accept)
         room = max_bytes
         while len(grants) < max_jobs:
             pending = self._window.pop(accept, skip)
@@ -134,7 +131,8 @@ class LeaseCore:
             if grant is not None:
                 room -= size
                 grants.append(grant)
-                self._limits.granted(pending)
+                for gate in self._gates:
+                    gate.granted(pending)
                 tenant = pending.job.tenant_id
                 running[tenant] += 1
                 if tenants.at_cap(tenant, running[tenant]):
@@ -162,10 +160,11 @@ class LeaseCore:
         if job.attempt + prior >= job.max_attempts:
             actions.append(self._failures.crashed(pending))
             return None
-        parked = self._breakers.admit(pending)  # its type's breaker is open: no attempt
-        if parked is not None:
-            actions.append(parked)
-            return None
+        for gate in self._gates:  # e.g. its type's breaker is open: parked, no attempt
+            taken = gate.admit(pending)
+            if taken is not None:
+                actions.append(taken)
+                return None
         if job.attempt == 0 and prior == 0:
             self._budget.record_first_attempt()
         state.claims[pending.offset] = prior + 1
@@ -360,7 +359,7 @@ class LeaseCore:
             item = self._results.checked(item, pending.job.type)
         if item.outcome is Outcome.ACK:
             self._counters.acked += 1
-            self._breakers.acked(lease)
+            self._ended(lease, LeaseEnd.ACKED, item)
             status = None
             if self._config.status_records:  # the hot path: not even built when off
                 status = records.succeeded(lease, at_ms=now_ms(self._clock), run_s=item.run_s)
@@ -374,10 +373,9 @@ class LeaseCore:
                     self._copies.add_status(status)
                 state.tracker.resolve(pending.offset)
             self._ordering.finished(pending)
-        elif item.outcome is Outcome.RELEASE:
-            # Not run: the attempt is given back and the job goes to the front.
+        elif item.outcome is Outcome.RELEASE:  # not run: the attempt is given back
             self._counters.released += 1
-            self._breakers.released(lease)
+            self._ended(lease, LeaseEnd.RELEASED, item)
             count = max(0, state.claims.get(pending.offset, 1) - 1)
             state.claims[pending.offset] = count
             batch.claims(pending.tp.topic, pending.tp.partition, pending.offset, count)
@@ -385,9 +383,7 @@ class LeaseCore:
         else:
             self._counters.nacked += 1
             self._store_ended(batch, state, pending.offset)
-            self._breakers.nacked(lease, item.error_class or ErrorClass.ERROR.value,
-                                  permanent=item.permanent,
-                                  after_s=item.retry_after_s)  # fmt: skip
+            self._ended(lease, LeaseEnd.FAILED, item)
             actions.append(self._nacked(lease, item))
 
     def _nacked(self, lease: Lease, item: Settlement) -> CopyRequest:
@@ -425,7 +421,7 @@ class LeaseCore:
                 self._counters.expired += 1
                 if self._refund(state, lease, batch):
                     continue
-                self._breakers.expired(lease)
+                self._ended(lease, LeaseEnd.EXPIRED, None)
                 actions.append(self._failures.failed(lease, error, permanent=False))
         self._store.write(batch)
         return actions
@@ -444,6 +440,10 @@ class LeaseCore:
         batch.claims(tp.topic, tp.partition, offset, count)
         batch.refunds(tp.topic, tp.partition, offset, refunded + 1)
         self._counters.refunded += 1
-        self._breakers.released(lease)
+        self._ended(lease, LeaseEnd.RELEASED, None)
         self._window.push_front(lease.pending)
         return True
+
+    def _ended(self, lease: Lease, end: LeaseEnd, item: Settlement | None) -> None:
+        for gate in self._gates:
+            gate.ended(lease, end, item)

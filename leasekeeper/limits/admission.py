@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from leasekeeper.core.copies import CopyRequest
+from leasekeeper.core.hooks import Accept, LeaseEnd
 from leasekeeper.core.job_reader import JobReader
-from leasekeeper.core.leases import Pending
+from leasekeeper.core.leases import Lease, Pending, Settlement
 from leasekeeper.core.parking import park
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.window import ReadyWindow
@@ -91,6 +92,17 @@ class LimitDispatch:
     def granted(self, pending: Pending) -> None:
         if self.active:
             self.limits.take(pending.job.type, pending.job.tenant_id)
+
+    # -- the rest of the DispatchGate protocol (core/hooks.py) -------------------------
+
+    def narrow(self, accept: Accept) -> Accept:
+        return self.accept(accept)
+
+    def admit(self, pending: Pending) -> CopyRequest | None:
+        return None  # a limited job is never popped: ``narrow`` hides it until a token
+
+    def ended(self, lease: Lease, end: LeaseEnd, settlement: Settlement | None) -> None:
+        pass  # a token is spent on the lease, whatever its end
 
     def wait_s(self, job_types: frozenset[str]) -> float:
         """How long a claimer that got nothing waits for a token: 0 when no limit

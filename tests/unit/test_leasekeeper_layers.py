@@ -6,10 +6,11 @@ beside or above. ``core`` (the lease state machine) is at the bottom, the featur
 on top of it, then the Kafka side and the RPC front, the views that read them all,
 then the dead-letter tools, the dashboard, and the operator's commands at the top.
 
-The crossings that exist today are listed in ``CROSSINGS``, each a debt: the core
-still calls the features by name (the gates of the architecture issue remove that),
-takes the claim answer's size from the RPC's wire module, and builds the views'
-snapshots. The list may only shrink: a new crossing
+The crossings that exist today are listed in ``CROSSINGS``, each a debt: the engine
+and its configuration build the features (the rest of the core calls them only
+through ``core/hooks.py``), copies carry ordering's lane entry, the window takes the
+fairness policy, the lease core takes the claim answer's size from the RPC's wire
+module, and the engine builds the views' snapshots. The list may only shrink: a new crossing
 fails, and so does an entry that no longer crosses (delete it).
 """
 
@@ -43,7 +44,7 @@ CROSSINGS = {
         "views",
     },
     "leasekeeper/core/engine_config.py": {"breaker", "fairness", "limits", "ordering"},
-    "leasekeeper/core/lease_core.py": {"breaker", "limits", "rpc"},
+    "leasekeeper/core/lease_core.py": {"rpc"},
     "leasekeeper/core/window.py": {"fairness"},
 }
 
