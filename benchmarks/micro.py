@@ -101,21 +101,21 @@ def claim_and_settle(jobs: int) -> tuple[float, float]:
     """Offer ``jobs`` to an engine, claim them all, then ack them all; (claim, settle) µs."""
     with tempfile.TemporaryDirectory(prefix="micro-") as state:
         engine = LeaseEngine(store=LeaseStore(Path(state)), config=EngineConfig())
-        engine.assign(TP, 0)
+        engine.partitions.assign(TP, 0)
         codec = EnvelopeCodec(SchemaRegistry())
         for n in range(jobs):
             head, value = _head(codec, n)
-            engine.offer(TP, n, head, value)
+            engine.fetch.offer(TP, n, head, value)
         grants: list[Grant] = []
 
         def claim_all() -> None:
             for _ in range(jobs // BATCH):
-                grants.extend(engine.claim("w", BATCH, 0))
+                grants.extend(engine.workers.claim("w", BATCH, 0))
 
         claim_us = _per_job_us(jobs, claim_all)
         acks = [Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK) for g in grants]
         batches = [acks[i : i + BATCH] for i in range(0, len(acks), BATCH)]
-        settle_us = _per_job_us(jobs, lambda: [engine.settle(b) for b in batches])
+        settle_us = _per_job_us(jobs, lambda: [engine.workers.settle(b) for b in batches])
         engine.close()
         return claim_us, settle_us
 

@@ -79,10 +79,10 @@ class MemoryLeaseKeeper:
             decode=codec.decode,
             rng=random.Random(seed),  # the backoff's jitter: the same on every run
         )
-        self.engine.overflow_topic(self.topics.overflow)
+        self.engine.overflow.set_topic(self.topics.overflow)
         self.gate = TierGate(tiers, self.topics, clock_ms=clock.time_ms, classes=classes)
         ready = (*self.topics.classes(classes), self.topics.overflow)
-        self.engine.queue_partitions(frozenset((*ready, *self.gate.topics)), 1)
+        self.engine.limits.queue_partitions(frozenset((*ready, *self.gate.topics)), 1)
         producer = make_producer(settings)
         router = KafkaRouter(codec=codec, topics=self.topics, tiers=tiers, classes=classes)
 
@@ -138,13 +138,13 @@ class MemoryLeaseKeeper:
 
     def busy(self) -> bool:
         """Leases or copies still in flight: more steps will change something."""
-        return self.engine.in_flight() > 0
+        return self.engine.partitions.in_flight() > 0
 
     def next_due_ms(self) -> int | None:
         """When the next waiting job is due (epoch ms): the head of a held delay-tier
         partition, or a job in the window's delayed heap; None when nothing waits."""
         found = list(self.gate.holding.values())
-        delayed = self.engine.snapshot().next_delayed_due_ms
+        delayed = self.engine.views.snapshot().next_delayed_due_ms
         if delayed is not None:
             found.append(delayed)
         return min(found, default=None)

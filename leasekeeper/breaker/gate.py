@@ -89,6 +89,9 @@ class BreakerGate:
         spread = self._rng.uniform(0.0, self.board.settings.cooldown_s)
         return self._parking.park(pending, delay_s + spread, why)
 
+    def wait_s(self, job_types: frozenset[str]) -> float:
+        return 0.0  # it hides no ready job: an open breaker parks them (``sweep``)
+
     def sweep(self, window: ReadyWindow) -> list[CopyRequest]:
         """Park the ready jobs of every type whose breaker blocks dispatch now."""
         if not self.board.any_open():

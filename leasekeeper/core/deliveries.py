@@ -65,3 +65,9 @@ class Deliveries:
         self._book.resolve(request.source, request.offset, request.generation, how, batch)
         if how is Resolution.DEAD and (job := self._reader.copied(request)) is not None:
             self._copies.add([dead_status(request, job, now_ms(self._clock))])
+
+    def dropped(self, request: CopyRequest) -> None:
+        """The outbox gave ``request`` up: not in flight here, and the features forget it."""
+        self._copies.done(request)
+        for hook in self._hooks:
+            hook.copy_dropped(request)

@@ -109,8 +109,8 @@ class Counters:
     cancelled: int = _counter("jobs skipped or taken back because they were cancelled")
     deduplicated: int = _counter("jobs skipped because their dedupe key was used by another job")
     parked: int = _counter(
-        "jobs parked in a delay tier without spending an attempt by a circuit breaker or "
-        "LeaseEngine.park (rate limits count theirs per limiter)"
+        "jobs parked in a delay tier without spending an attempt by a circuit breaker "
+        "(rate limits count theirs per limiter)"
     )
     stale_rejected: int = _counter(
         "heartbeats, acks and nacks refused for a stale or unknown lease token"

@@ -17,19 +17,37 @@ a new point adds that point here, once, for every feature.
   spending an attempt (an open breaker parks it), and how each lease ended (the
   breaker counts outcomes). The engine registers them in one ordered tuple.
 - ``DeliveryHook``: a copy is durable; a feature that made the copy for itself
-  (a lane record, a dedupe claim) settles it, or counts it (an overflow move).
+  (a lane record, a dedupe claim) settles it, or counts it (an overflow move). Or
+  the outbox dropped it (its partition moved): the feature forgets it.
+- ``PartitionHook``: a partition was assigned or revoked; a feature with state per
+  partition recalls it or lets it go (the overflow lane's tenants, ordered lines, a
+  rate limit's share of the queue).
+- ``CommitHook``: around each commit. A feature whose copies hold offsets open as
+  if they were finished jobs (the overflow lane) says how many, so leasing is not
+  held back for them, and learns which commits Kafka accepted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Protocol
 
 from leasekeeper.core.copies import CopyRequest
-from leasekeeper.core.leases import Lease, Pending, Settlement
+from leasekeeper.core.leases import Lease, Pending, Settlement, TopicPart
+from leasekeeper.core.window import ReadyWindow
 
-__all__ = ["Accept", "DeliveryHook", "DispatchGate", "LeaseEnd", "Lines", "Offer", "OfferHook"]
+__all__ = [
+    "Accept",
+    "CommitHook",
+    "DeliveryHook",
+    "DispatchGate",
+    "LeaseEnd",
+    "Lines",
+    "Offer",
+    "OfferHook",
+    "PartitionHook",
+]
 
 # Which ready jobs a claim takes (its worker's types, a tenant's cap); None: any.
 Accept = Callable[[Pending], bool] | None
@@ -71,6 +89,10 @@ class Lines(Protocol):
         """A job ended for good (acked, cancelled): the next of its line may go."""
         ...
 
+    def turn(self) -> None:
+        """Every loop turn: hold what waits behind a blocked head, release what may go."""
+        ...
+
 
 class LeaseEnd(Enum):
     """How a lease ended, for ``DispatchGate.ended``."""
@@ -99,10 +121,55 @@ class DispatchGate(Protocol):
         """A lease ended; ``settlement``: the worker's, when it settled."""
         ...
 
+    def sweep(self, window: ReadyWindow) -> list[CopyRequest]:
+        """Ready jobs this gate takes from the window now, unrun (an open breaker parks
+        its type's jobs): asked after each loop turn, settle and expiry."""
+        ...
+
+    def wait_s(self, job_types: frozenset[str]) -> float:
+        """How long a claim of ``job_types`` that got nothing may wait for this gate to
+        let a ready job go (a rate limit's next token); 0: it holds none back."""
+        ...
+
 
 class DeliveryHook(Protocol):
     def copy_delivered(self, request: CopyRequest, *, dead: bool, at: int) -> bool:
         """``request`` is durable (at offset ``at`` of its topic, -1 when not known;
         ``dead``: a dead letter went instead, the copy being too large). True when the
         copy is settled here and its source offset must not resolve."""
+        ...
+
+    def copy_dropped(self, request: CopyRequest) -> None:
+        """The outbox gave ``request`` up (its partition moved): it will not be delivered."""
+        ...
+
+
+class PartitionHook(Protocol):
+    def assigned(self, tp: TopicPart, metadata: str | None) -> None:
+        """``tp`` is this leasekeeper's now; ``metadata``: its commit's, if any."""
+        ...
+
+    def revoked(self, tp: TopicPart, *, held: bool) -> None:
+        """``tp`` is gone; ``held``: it was assigned here (else a revoke of nothing)."""
+        ...
+
+
+class CommitHook(Protocol):
+    def unsaved(self) -> int:
+        """Offsets this feature resolved that no accepted commit holds yet and that are
+        no finished jobs: they do not hold leasing back."""
+        ...
+
+    def refresh(self) -> None:
+        """A commit is about to be computed: write what it must describe."""
+        ...
+
+    def sent(
+        self, positions: Mapping[TopicPart, tuple[int, str]], only: set[TopicPart] | None
+    ) -> None:
+        """These commit positions go to Kafka (``only``: the partitions asked)."""
+        ...
+
+    def accepted(self, positions: Mapping[TopicPart, tuple[int, str]]) -> None:
+        """Kafka accepted these commits."""
         ...

@@ -222,7 +222,7 @@ class Intake:
         else:
             self._window.queue(pending, not_before_ms, now_ms(self._clock))
 
-    def claim_dropped(self, request: CopyRequest) -> None:
+    def copy_dropped(self, request: CopyRequest) -> None:
         self._awaiting_claim.pop(request.lease_id, None)
 
     # -- notes by job id and status records of cancelled jobs --------------------

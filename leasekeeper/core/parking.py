@@ -13,8 +13,8 @@ any delayed job. No error is added to its history and no attempt is counted.
 
 ``park`` builds the copy (``CopyKind.PARK``: routed as a retry is, to the
 largest tier not longer than the wait); ``Parking`` is the engine's part that
-also counts them, behind ``LeaseEngine.park`` and the breakers. The rate limits
-(``limit_dispatch``) call ``park`` and count theirs per limiter.
+also counts them, for the breakers. The rate limits (``limits/admission.py``) call
+``park`` and count theirs per limiter.
 """
 
 from __future__ import annotations

@@ -192,24 +192,24 @@ class ConsumerLoop:
                 self._handle_one(messages[i])
                 i += 1
         self._offer(due)
-        self._engine.park_excess()  # a rate-limited backlog must not fill the window
+        self._engine.limits.park_excess()  # a rate-limited backlog must not fill the window
         self._outbox.pump()
         self._producer.poll(0)
         self._gate.release_due()
-        self._engine.promote_due()
+        self._engine.fetch.promote_due()
         if self._feeds:
             for feed in self._feeds:
                 feed.poll()
-            self._engine.cancellations_arrived()  # the control feed's, answered at once
+            self._engine.fetch.cancellations_arrived()  # the control feed's, answered at once
         self._overflow.poll(self._consumer)
         now = self._clock()
         if now - self._last_reap >= self._config.reaper_interval_s:
             self._last_reap = now
-            self._engine.expire()
-            self._engine.sweep_unhandled()
-            self._engine.prune_notes()
+            self._engine.workers.expire()
+            self._engine.workers.sweep_unhandled()
+            self._engine.fetch.prune_notes()
         commit_due = now - self._last_commit >= self._config.commit_interval_s
-        if (commit_due or self._engine.commit_soon()) and self.committer.may_commit(now):
+        if (commit_due or self._engine.commits.commit_soon()) and self.committer.may_commit(now):
             self._last_commit = now
             self._commit_async()
 
@@ -253,7 +253,7 @@ class ConsumerLoop:
     def _offer(self, due: list[tuple[TopicPart, int, JobHead, bytes]]) -> None:
         """Hand the engine the records gathered so far, in fetch order."""
         if due:
-            self._engine.offer_many(due)
+            self._engine.fetch.offer_many(due)
             due.clear()
 
     def _handle(
@@ -298,16 +298,16 @@ class ConsumerLoop:
         more (one partition's backlog must not stop the others' fetch), and any
         partition fetched as far beyond its commit as commit metadata can describe;
         returns how many records this fetch may take."""
-        room = self._engine.window_room()
+        room = self._engine.fetch.window_room()
         assignment = self._assignment
         # Hysteresis: full when no room is left, and full until half the window is
         # free again, so a busy window does not flap between paused and fetching.
-        self._full = room == 0 or (self._full and room < self._engine.window_records // 2)
-        wanted = self._engine.over_span() & assignment
+        self._full = room == 0 or (self._full and room < self._engine.fetch.window_records // 2)
+        wanted = self._engine.commits.over_span() & assignment
         if self._full:
-            over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
+            over, headroom = self._engine.fetch.over_share(assignment, self._gate.share_unit)
             if self._overflow.move_floods(over, assignment, self._gate.share_unit):
-                over, headroom = self._engine.over_share(assignment, self._gate.share_unit)
+                over, headroom = self._engine.fetch.over_share(assignment, self._gate.share_unit)
             wanted |= over
             room = headroom
         wanted |= self._overflow.copying(assignment)
@@ -340,9 +340,10 @@ class ConsumerLoop:
             backoff=self._backoff,
         )
         for tp in committed:
-            self._engine.assign(TopicPart(tp.topic, tp.partition), tp.offset, tp.metadata)
-            self._assignment.add(TopicPart(tp.topic, tp.partition))
-            self._fresh.add(TopicPart(tp.topic, tp.partition))
+            part = TopicPart(tp.topic, tp.partition)
+            self._engine.partitions.assign(part, tp.offset, tp.metadata)
+            self._assignment.add(part)
+            self._fresh.add(part)
         if self.lane is not None:  # else ordering within this life only (not connected)
             tps = [TopicPart(tp.topic, tp.partition) for tp in committed]
             self._lanes.assigned(
@@ -350,7 +351,7 @@ class ConsumerLoop:
             )
         self._assigned_once.add(id(consumer))
         if self._every_family_assigned():
-            self._engine.assignment_received()
+            self._engine.partitions.assignment_received()
         log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
         log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
 
@@ -371,26 +372,23 @@ class ConsumerLoop:
         moving = {TopicPart(tp.topic, tp.partition) for tp in partitions}
         self._gate.forget(moving)
         self._lanes.forget(moving, self.lane)
-        self._engine.begin_revoke(moving)
+        self._engine.partitions.begin_revoke(moving)
         left = self._drain(moving)
         self.commit(only=moving, patience_s=HANDOVER_COMMIT_PATIENCE_S)
         for tp in moving:
-            self._engine.revoke(tp)
+            self._engine.partitions.revoke(tp)
         self._assignment -= moving
-        log.info(
-            "revoked %s (%d jobs still in flight after the grace period)",
-            partitions_line((tp.topic, tp.partition) for tp in moving),
-            left,
-        )
+        where = partitions_line((tp.topic, tp.partition) for tp in moving)
+        log.info("revoked %s (%d jobs still in flight after the grace period)", where, left)
 
     def _drain(self, tps: set[TopicPart] | None) -> int:
         """Serve delivery reports until ``tps`` have nothing in flight or the grace ends."""
         deadline = self._clock() + self._config.drain_grace_s
-        while self._engine.in_flight(tps) and self._clock() < deadline:
+        while self._engine.partitions.in_flight(tps) and self._clock() < deadline:
             self._outbox.pump()
             self._producer.poll(0.05)
-            self._engine.expire()
-        return self._engine.in_flight(tps)
+            self._engine.workers.expire()
+        return self._engine.partitions.in_flight(tps)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         lost = {TopicPart(tp.topic, tp.partition) for tp in partitions}
@@ -399,10 +397,14 @@ class ConsumerLoop:
             "on the next owner",
             partitions_line((tp.topic, tp.partition) for tp in lost),
         )
+        self._let_go(lost)
+
+    def _let_go(self, lost: set[TopicPart]) -> None:
+        """Partitions gone without a handover: forget them here at once."""
         self._gate.forget(lost)
         self._lanes.forget(lost, self.lane)
         for tp in lost:
-            self._engine.revoke(tp)
+            self._engine.partitions.revoke(tp)
         self._assignment -= lost
 
     def _fail_fatally(self, error: KafkaError) -> None:
@@ -413,11 +415,7 @@ class ConsumerLoop:
         with a new consumer, unless that already happened ``REJOINS`` times within
         ``REJOIN_WINDOW_S`` (two processes share an instance id): then stop, and the
         leasekeeper exits non-zero for its supervisor."""
-        lost = set(self._engine.assigned())
-        self._gate.forget(lost)
-        self._lanes.forget(lost, self.lane)
-        for tp in lost:
-            self._engine.revoke(tp)
+        self._let_go(set(self._engine.partitions.assigned()))
         self._assignment.clear()
         self._paused.clear()
         self.committer.forget()
@@ -469,8 +467,8 @@ class ConsumerLoop:
 
     def _drain_keeping_membership(self) -> None:
         deadline = self._clock() + self._config.drain_grace_s
-        while self._engine.in_flight() and self._clock() < deadline:
+        while self._engine.partitions.in_flight() and self._clock() < deadline:
             self._consumer.consume(num_messages=1, timeout=0.05)  # paused: serves the group
             self._outbox.pump()
             self._producer.poll(0)
-            self._engine.expire()
+            self._engine.workers.expire()

@@ -149,10 +149,10 @@ class CopySender:
     def pump(self) -> None:
         """Send every copy that is due; called on each turn of the Kafka loop."""
         now = self._clock()
-        copies = self._engine.take_copies()
+        copies = self._engine.copies.take()
         if self._results is not None:
             copies = self._results.take(copies)
-        statuses = self._engine.take_statuses()
+        statuses = self._engine.copies.take_statuses()
         if self._status is not None:
             self._status.send(statuses)
         else:
@@ -186,8 +186,8 @@ class CopySender:
     def _send(self, entry: _Entry, now: float) -> bool:
         """Produce one copy; False when the producer's queue is full (stop for now)."""
         request = entry.request
-        if not self._engine.is_current(request):
-            self._engine.copy_dropped(request)  # moved: the next owner runs the job again
+        if not self._engine.copies.is_current(request):
+            self._engine.copies.dropped(request)  # moved: the next owner runs the job again
             return True
         try:
             record = self._router.record(request, entry.shrink)
@@ -227,7 +227,7 @@ class CopySender:
                         _name(entry.request.source))  # fmt: skip
         self._counters["delivered"] += 1
         self._tell(entry)
-        self._engine.copy_delivered(
+        self._engine.copies.delivered(
             entry.request, dead=entry.shrink is not Shrink.FULL, at=entry.offset
         )
 
@@ -255,7 +255,7 @@ class CopySender:
             # the job in its line, unresolved (never a dead letter for it).
             log.warning("%s too large for %s (%s): it waits in its partition instead",
                         entry.request.describe, topic, text)  # fmt: skip
-            self._engine.copy_delivered(entry.request, dead=True)
+            self._engine.copies.delivered(entry.request, dead=True)
             return
         if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
             entry.shrink = Shrink(entry.shrink + 1)
@@ -319,7 +319,7 @@ class CopySender:
         """A result Kafka refuses is dropped and its job resolved as acked: like a status
         record, it must never stall the partition. Warned at most once a minute."""
         self._counters["results_dropped"] += 1
-        self._engine.copy_delivered(request)
+        self._engine.copies.delivered(request)
         now = self._clock()
         if now - self._result_warned_at >= 60:
             self._result_warned_at = now

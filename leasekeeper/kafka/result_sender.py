@@ -9,7 +9,7 @@ about 75% more CPU. Here one result is one ``produce()`` call with no callback o
 own: the producer's single delivery callback finds the copy a report is about in a
 queue per partition, since an idempotent producer reports each partition's records
 in the order they were produced. The results a poll reports delivered go
-to the engine together (``copies_delivered``: their offsets resolve as acked, their
+to the engine together (``CopyPort.delivered_many``: their offsets resolve as acked, their
 status records go out), one lock and one store write for the lot: per result, that
 write and lock were a fifth of the leasekeeper's time on the drain benchmark.
 

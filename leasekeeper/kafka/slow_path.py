@@ -70,7 +70,7 @@ class SlowPath:
         if tier is None:
             value = message.value()
             assert value is not None  # read above
-            self._engine.offer(tp, offset, head, value)
+            self._engine.fetch.offer(tp, offset, head, value)
         else:
             self._from_tier(tier, tp, offset, head, message)
 
@@ -129,15 +129,15 @@ class SlowPath:
         value = message.value()
         assert value is not None
         if job.run_at_ms - now < self._gate.tiers.seconds[0] * 1000:
-            self._engine.forget_delayed(job.job_id)
-            self._engine.offer(tp, offset, job, value, not_before_ms=job.run_at_ms)
+            self._engine.fetch.forget_delayed(job.job_id)
+            self._engine.fetch.offer(tp, offset, job, value, not_before_ms=job.run_at_ms)
             return
         _, produced_ms = message.timestamp()
         release_at = self._gate.release_at_ms(
             tier, produced_ms if produced_ms > 0 else now, job.run_at_ms
         )
         if release_at > now:
-            self._engine.note_delayed(tp, offset, job)
+            self._engine.fetch.note_delayed(tp, offset, job)
             self._hold(tp, offset, release_at)
             return
         hop = self._gate.tiers.next_hop(job.run_at_ms, now)
@@ -150,7 +150,7 @@ class SlowPath:
         value = message.value()
         if value is None or self._gate.tier_of(tp.topic) is None:
             return
-        if self._engine.noted(tp, offset):
+        if self._engine.fetch.noted(tp, offset):
             return  # fetched again behind the same head: noted the first time
         head = read_head(message.key(), message.headers(), value)
         if head is None:
@@ -158,7 +158,7 @@ class SlowPath:
                 head = JobHead.of(self._codec.decode(value))
             except (DecodeError, SchemaUnavailable):
                 return  # dead-lettered (or held) when its turn comes
-        self._engine.note_delayed(tp, offset, head)
+        self._engine.fetch.note_delayed(tp, offset, head)
 
     def _hop(self, tp: TopicPart, offset: int, head: JobHead, value: bytes, hop: str) -> None:
         """Copy the job to tier ``hop``; the original resolves on the copy's delivery.
@@ -168,7 +168,7 @@ class SlowPath:
         minutes hops through the short tiers several times, and decoding and encoding
         it at each hop cost more than the rest of its handling. A record read through
         its envelope (an older producer's) is written anew with headers."""
-        generation = self._engine.track_unoffered(tp, offset)
+        generation = self._engine.fetch.track_unoffered(tp, offset)
         if generation is None:
             return
         if head.full is not None:
@@ -178,17 +178,17 @@ class SlowPath:
             request = CopyRequest(kind=CopyKind.HOP, source=tp, offset=offset,
                                   generation=generation, head=head, raw_value=value,
                                   tier=hop)  # fmt: skip
-        self._engine.copy(request)
+        self._engine.copies.add(request)
 
     def _dead_letter_raw(
         self, tp: TopicPart, offset: int, key: bytes | None, value: bytes | None, reason: str
     ) -> None:
         """Undecodable input goes to the DLQ with the reason; the partition keeps moving."""
-        generation = self._engine.track_unoffered(tp, offset)
+        generation = self._engine.fetch.track_unoffered(tp, offset)
         if generation is None:
             return
         log.warning("undecodable record %s/%d/%d: %s", tp.topic, tp.partition, offset, reason)
-        self._engine.copy(
+        self._engine.copies.add(
             CopyRequest(
                 kind=CopyKind.DEAD_RAW,
                 source=tp,

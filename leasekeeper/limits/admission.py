@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from leasekeeper.core.copies import CopyRequest
 from leasekeeper.core.hooks import Accept, LeaseEnd
 from leasekeeper.core.job_reader import JobReader
-from leasekeeper.core.leases import Lease, Pending, Settlement
+from leasekeeper.core.leases import Lease, Pending, Settlement, TopicPart
 from leasekeeper.core.parking import park
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.window import ReadyWindow
@@ -104,6 +104,9 @@ class LimitDispatch:
     def ended(self, lease: Lease, end: LeaseEnd, settlement: Settlement | None) -> None:
         pass  # a token is spent on the lease, whatever its end
 
+    def sweep(self, window: ReadyWindow) -> list[CopyRequest]:
+        return []  # the excess over a limit is parked on the loop's own turn (park_excess)
+
     def wait_s(self, job_types: frozenset[str]) -> float:
         """How long a claimer that got nothing waits for a token: 0 when no limit
         holds its jobs back (then it is answered at once, as without limits)."""
@@ -131,6 +134,12 @@ class LimitDispatch:
         share above zero, and the shares of all add up to one."""
         self._topics = topics
         self._partitions = partitions
+        self.follow_partitions()
+
+    def assigned(self, tp: TopicPart, metadata: str | None) -> None:
+        self.follow_partitions()
+
+    def revoked(self, tp: TopicPart, *, held: bool) -> None:
         self.follow_partitions()
 
     def follow_partitions(self) -> None:

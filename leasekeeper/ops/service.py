@@ -101,7 +101,7 @@ class LeaseKeeperService:
             # Jobs are read from their headers; the envelope only when a copy rewrites it.
             decode=codec.decode,
         )
-        self.engine.overflow_topic(self.topics.overflow)
+        self.engine.overflow.set_topic(self.topics.overflow)
         self._group_id = config.group_id or self.topics.consumer_group
         self.outbox = CopySender(
             producer=self._producer,
@@ -117,7 +117,7 @@ class LeaseKeeperService:
             settings=config.kafka, topics=self.topics, engine=self.engine, producer=self._producer
         )
         self._lane = LaneFeed(settings=config.kafka, topic=self.topics.ordering, codec=codec,
-                              on_operator=self.engine.lane_operator)  # fmt: skip
+                              on_operator=self.engine.ordering.lane_operator)  # fmt: skip
         self.failure: ServiceFailure | None = None
         self.connected = threading.Event()
         self.kafka_probe = KafkaProbe(config.kafka, self.topics.ready)
@@ -145,7 +145,7 @@ class LeaseKeeperService:
 
         def new_consumer() -> FamilyConsumer:
             return FamilyConsumer(make=family_consumer, family_of=family_of,
-                                  first=self.engine.run_first_classes)  # fmt: skip
+                                  first=self.engine.workers.run_first_classes)  # fmt: skip
 
         consumer = new_consumer()
         self.loop = ConsumerLoop(
@@ -278,7 +278,7 @@ class LeaseKeeperService:
             self.topics.overflow,
             *self.gate.topics,
         )
-        self.engine.queue_partitions(frozenset(consumed), len(ready.partitions))
+        self.engine.limits.queue_partitions(frozenset(consumed), len(ready.partitions))
         ensure_queue_topics(
             self.config.kafka,
             self.config.queue,
@@ -296,7 +296,7 @@ class LeaseKeeperService:
         return StatusSender(self.config.kafka, self.topics.status, on_dropped=on_dropped)
 
     def _result_sender(self, on_dropped: Callable[[CopyRequest, str], None]) -> ResultSender:
-        delivered = self.engine.copies_delivered
+        delivered = self.engine.copies.delivered_many
         return ResultSender(self.config.kafka, self.topics.results, delivered=delivered,
                             on_dropped=on_dropped)  # fmt: skip
 
@@ -336,7 +336,7 @@ class LeaseKeeperService:
 
     def snapshot(self) -> LeaseKeeperSnapshot:
         return LeaseKeeperSnapshot(
-            engine=self.engine.snapshot(),
+            engine=self.engine.views.snapshot(),
             queue=self.config.queue,
             topics={
                 "ready": self.topics.ready,
@@ -357,11 +357,11 @@ class LeaseKeeperService:
             kafka_last_error=self.config.kafka.watch.last_reason(),
             invalid_retry_after=self._rpc_counters.invalid_retry_after,
             control=self._feed.snapshot() if self._feed is not None else None,
-            fairness=self.engine.fairness(),
-            limits=self.engine.limits(),
+            fairness=self.engine.views.fairness(),
+            limits=self.engine.limits.snapshot(),
             dead_letters=self._dlq.view() if self._dlq is not None else None,
-            breakers=tuple(self.engine.breakers()),
-            blocked_keys=tuple(self.engine.blocked_keys()),
+            breakers=tuple(self.engine.breakers.views()),
+            blocked_keys=tuple(self.engine.ordering.blocked_keys()),
             switch_holds=self.loop.switches.held,
         )
 

@@ -226,9 +226,17 @@ class OrderingGate:
         if self.keys.running(pending):
             self.finished(pending)
 
-    def dropped(self, request: CopyRequest) -> None:
+    def copy_dropped(self, request: CopyRequest) -> None:
         if request.kind is CopyKind.RETURN and request.lane is not None:
             self.keys.return_dropped(request.lane)
+
+    # -- the PartitionHook protocol (core/hooks.py) -------------------------------
+
+    def assigned(self, tp: TopicPart, metadata: str | None) -> None:
+        pass  # its lines come with the lane's records (``KeyBook.assign``)
+
+    def revoked(self, tp: TopicPart, *, held: bool) -> None:
+        self.keys.revoke(tp)
 
     # -- copies ---------------------------------------------------------------------
 

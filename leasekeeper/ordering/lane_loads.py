@@ -104,5 +104,5 @@ class LaneLoads:
             return
         self._failing = False
         for tp in tps:
-            self._engine.assign_lines(tp, self._ends.pop(tp), loaded.get(tp, []))
+            self._engine.ordering.assign_lines(tp, self._ends.pop(tp), loaded.get(tp, []))
             del self._consumers[tp]

@@ -207,8 +207,8 @@ class OverflowMoves:
         """The partitions that have copies to the lane this owner made."""
         return set(self._copied)
 
-    def dropped(self, request: CopyRequest) -> None:
-        if (tenant := request.tenant_id) is not None:
+    def copy_dropped(self, request: CopyRequest) -> None:
+        if request.kind is CopyKind.OVERFLOW and (tenant := request.tenant_id) is not None:
             self.lane.decided(request.source, tenant, -1)
 
     def overflow_committed(self, committed: Mapping[int, int]) -> None:
@@ -224,8 +224,7 @@ class OverflowMoves:
 
     def recall(self, tp: TopicPart, metadata: str | None) -> dict[str, OverflowEntry]:
         """What the store (a restart in place) and the commit metadata (a move) say of
-        the tenants in overflow on ``tp``: a tenant named by either is. Reads the store:
-        call it without the engine's lock."""
+        the tenants in overflow on ``tp``: a tenant named by either is."""
         _, moved = split_metadata(metadata)
         return merge(decode_entries(self._store.overflow(tp.topic, tp.partition)), moved)
 
@@ -233,6 +232,15 @@ class OverflowMoves:
         self.lane.restore(tp, entries)
         if entries:  # else the store holds none already: nothing to write
             self._persist(tp)
+
+    def assigned(self, tp: TopicPart, metadata: str | None) -> None:
+        """The ``PartitionHook`` protocol: a rebalance is rare, and the store read of
+        one partition's entries short, so it is done under the engine's lock."""
+        self.assign(tp, self.recall(tp, metadata))
+
+    def revoked(self, tp: TopicPart, *, held: bool) -> None:
+        if held:
+            self.revoke(tp)
 
     def revoke(self, tp: TopicPart) -> None:
         """The partition's next owner learns the entries from the commit metadata."""

@@ -3,7 +3,7 @@ is back.
 
 The loop knows when the window is full and which partitions it pauses for holding
 their share; a ready (class) partition paused so may be flooded by one tenant,
-whose excess then moves to the overflow lane (``LeaseEngine.overflow_floods``).
+whose excess then moves to the overflow lane (``OverflowPort.floods``).
 A tenant comes back once the group's committed offset of the overflow partition
 has passed its last moved record: that offset is read from Kafka, because the
 overflow partition may be owned by another leasekeeper. It is asked for at most
@@ -73,7 +73,7 @@ class OverflowWatch:
         """A full window pauses ``over``: move the tenants flooding the ready ones aside.
         Each partition's slice of the window is the share the pause itself gives it:
         the records split evenly among the sharing units (``unit``, as for
-        ``LeaseEngine.over_share``). Split among the partitions instead (the delay
+        ``FetchPort.over_share``). Split among the partitions instead (the delay
         tiers count many times over), the slice was smaller than the share, and with
         a small window no tenant of a paused partition ever held enough to flood it:
         the partition stayed paused behind the window's other jobs."""
@@ -81,12 +81,12 @@ class OverflowWatch:
         if not flooded:
             return 0
         units = {tp if unit is None else unit(tp) for tp in assignment}
-        slice_ = self._engine.window_records // max(1, len(units))
-        return self._engine.overflow_floods(flooded, slice_)
+        slice_ = self._engine.fetch.window_records // max(1, len(units))
+        return self._engine.overflow.floods(flooded, slice_)
 
     def copying(self, assignment: set[TopicPart]) -> set[TopicPart]:
         """Partitions to pause while their copies are on the way."""
-        return self._engine.copying(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES) & assignment
+        return self._engine.overflow.copying(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES) & assignment
 
     def poll(self, consumer: CommitsReader) -> None:
         """Read the overflow partitions' committed offsets when due; the engine clears
@@ -95,7 +95,7 @@ class OverflowWatch:
         if now < self._next:
             return
         self._next = now + self._interval_s
-        partitions = self._engine.overflow_watched()
+        partitions = self._engine.overflow.watched()
         if not partitions:
             return
         asked = [TopicPartition(self._topic, p) for p in sorted(partitions)]
@@ -106,4 +106,4 @@ class OverflowWatch:
             return  # asked again next time; the tenants stay in overflow meanwhile
         # No commit yet (a negative offset) is the start of the partition.
         committed = {tp.partition: max(0, tp.offset) for tp in answer if tp.error is None}
-        self._engine.overflow_committed(committed)
+        self._engine.overflow.committed(committed)

@@ -67,7 +67,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         self._engine = engine
         self._snapshot = snapshot
         self._counters = counters or RpcCounters()
-        self._run_first = engine.run_first_classes
+        self._run_first = engine.workers.run_first_classes
         self._settles = settles or RecentSettles()
         self._answer_bytes = answer_bytes
 
@@ -87,7 +87,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         """The jobs' encoded size stays under ``max_bytes`` (but for one larger job),
         so the answer fits the worker's message limit: one it refused would leave
         its jobs leased to nobody until the leases expire."""
-        return self._engine.claim(
+        return self._engine.workers.claim(
             worker,
             min(max(request.max_jobs, 1), MAX_CLAIM_JOBS),
             wait_s,
@@ -100,7 +100,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
-        answers = self._engine.heartbeat(
+        answers = self._engine.workers.heartbeat(
             [(r.lease_id, r.lease_token) for r in request.leases],
             frozenset(r.lease_id for r in request.leases if r.started),
             told_progress(request.leases),
@@ -108,7 +108,9 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
         return pb.HeartbeatResponse(results=results(answers))
 
     def Settle(self, request: pb.SettleRequest, context: grpc.ServicerContext) -> pb.SettleResponse:
-        settled = self._engine.settle(settlements(request.settlements, self._unusable_retry_after))
+        settled = self._engine.workers.settle(
+            settlements(request.settlements, self._unusable_retry_after)
+        )
         answers = results(settled)
         claim = request.then_claim
         if not request.HasField("then_claim") or claim.max_jobs < 1:
@@ -136,7 +138,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             return []
         current = {
             a.lease_id: a.until_ms
-            for a in self._engine.heartbeat([(g.lease_id, g.token) for g in known])
+            for a in self._engine.workers.heartbeat([(g.lease_id, g.token) for g in known])
             if a.ok
         }
         return [_extended(g, current[g.lease_id]) for g in known if g.lease_id in current]
@@ -155,7 +157,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
     ) -> pb.InspectResponse:
         if request.job_id:
             return pb.InspectResponse(
-                snapshot_json=json.dumps(self._engine.job_view(request.job_id))
+                snapshot_json=json.dumps(self._engine.views.job_view(request.job_id))
             )
         return pb.InspectResponse(snapshot_json=json.dumps(self._snapshot()))
 

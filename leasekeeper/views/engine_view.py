@@ -7,18 +7,23 @@ reference into the engine's state.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from leasekeeper.core.clocks import now_ms as wall_ms
 from leasekeeper.core.control_state import ControlState
-from leasekeeper.core.engine_config import Counters
+from leasekeeper.core.engine_config import Counters, EngineConfig
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.job_records import NOTE_OVERDUE_MS
+from leasekeeper.core.lease_core import LeaseCore
 from leasekeeper.core.leases import Lease, Pending
 from leasekeeper.core.partition_book import PartitionBook, PartitionState
 from leasekeeper.core.retry_budget import RetryBudget
 from leasekeeper.core.store import LeaseStore, NoteKind
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow
+from leasekeeper.fairness.view import FairnessSnapshot, fairness_snapshot
 from leasekeeper.views.id_prefix import PrefixError, resolve_prefix
 from leasekeeper.views.job_view import (
     InspectState,
@@ -30,6 +35,67 @@ from leasekeeper.views.job_view import (
 )
 from leasekeeper.views.snapshots import EngineSnapshot, LeaseView, PartitionView
 from schemas.job_headers import JobHead
+
+
+class ViewPort:
+    """What ``inspect``, the metrics and the dashboard read of the engine, each under
+    the engine's lock."""
+
+    def __init__(
+        self,
+        *,
+        lock: threading.RLock,
+        config: EngineConfig,
+        book: PartitionBook,
+        window: ReadyWindow,
+        core: LeaseCore,
+        budget: RetryBudget,
+        counters: Counters,
+        unhandled: UnhandledSweep,
+        control: ControlState,
+        store: LeaseStore,
+        reader: JobReader,
+        overflow: Callable[[], Mapping[str, int]],
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+    ) -> None:
+        """``overflow``: per tenant, its jobs in the overflow lane."""
+        self._lock = lock
+        self._config = config
+        self._book = book
+        self._window = window
+        self._core = core
+        self._budget = budget
+        self._counters = counters
+        self._unhandled = unhandled
+        self._control = control
+        self._store = store
+        self._reader = reader
+        self._overflow = overflow
+        self._clock = clock
+        self._monotonic = monotonic
+
+    def snapshot(self) -> EngineSnapshot:
+        with self._lock:
+            return snapshot(book=self._book, window=self._window, budget=self._budget,
+                            counters=self._counters, settling_in=self._core.settling(),
+                            unhandled=self._unhandled, now_ms=wall_ms(self._clock),
+                            mono=self._monotonic())  # fmt: skip
+
+    def fairness(self) -> FairnessSnapshot:
+        """Per priority class and per tenant: what ``inspect`` and the metrics show."""
+        with self._lock:
+            return fairness_snapshot(config=self._config, window=self._window,
+                                     book=self._book, now_ms=wall_ms(self._clock),
+                                     overflow=self._overflow())  # fmt: skip
+
+    def job_view(self, given: str) -> dict[str, object]:
+        """Where one job is in this leasekeeper: for ``inspect job ID``. ``given`` is a
+        job id or a unique prefix of one (8+ characters)."""
+        with self._lock:
+            return job_view(given, book=self._book, window=self._window,
+                            control=self._control, store=self._store,
+                            now_ms=wall_ms(self._clock), reader=self._reader)  # fmt: skip
 
 
 def snapshot(

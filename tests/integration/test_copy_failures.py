@@ -83,7 +83,7 @@ def claim_one(service: LeaseKeeperService, timeout: float = 30) -> Grant:
     """The next job, as a worker's long poll gets it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        grants = service.engine.claim("w", 1, wait_s=1.0)
+        grants = service.engine.workers.claim("w", 1, wait_s=1.0)
         if grants:
             return grants[0]
     raise AssertionError(f"no job to claim within {timeout:.0f}s")
@@ -117,7 +117,7 @@ def test_a_nack_copy_too_large_for_kafka_ends_in_the_dlq_and_the_commit_moves_on
     grant = claim_one(service)
     nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
                       error_class="TimeoutError", message="partner API timed out")  # fmt: skip
-    assert service.engine.settle([nack])[0].ok
+    assert service.engine.workers.settle([nack])[0].ok
 
     (letter,) = read_dead_letters(kafka, service.topics.dlq)
     assert letter.reason == "too large" and letter.envelope is not None
@@ -130,7 +130,7 @@ def test_a_nack_copy_too_large_for_kafka_ends_in_the_dlq_and_the_commit_moves_on
     enqueue(kafka, service.topics.ready, b"small")
     after = claim_one(service)
     ack = Settlement(lease_id=after.lease_id, token=after.token, outcome=Outcome.ACK)
-    assert service.engine.settle([ack])[0].ok
+    assert service.engine.workers.settle([ack])[0].ok
     wait_until(lambda: committed(kafka, service) == 2, 30, "the commit past the next job")
     assert not service.wait(0)
     assert service.snapshot().engine.counters.dead == 1

@@ -34,13 +34,13 @@ def limited_snapshot(path: Path) -> dict[str, Any]:
     limits = rate_limit_config(by_type=["sms=3/s"], tenant_for=["acme=1/m"])
     engine = LeaseEngine(store=LeaseStore(path),
                          config=EngineConfig(rate_limits=limits))  # fmt: skip
-    engine.assign(TP, -1001)
+    engine.partitions.assign(TP, -1001)
     for i in range(5):
         job = Job(job_id=f"j{i}", queue="emails", tenant_id="t", type="sms", payload=b"",
                   created_at_ms=0)  # fmt: skip
-        engine.offer(TP, i, job, b"x")
-    assert len(engine.claim("w", 10, wait_s=0)) == 3
-    snap = engine.limits()
+        engine.fetch.offer(TP, i, job, b"x")
+    assert len(engine.workers.claim("w", 10, wait_s=0)) == 3
+    snap = engine.limits.snapshot()
     assert snap is not None
     return {
         "ready": 2,
@@ -171,9 +171,9 @@ def test_a_job_is_late_from_when_it_was_due_not_from_its_enqueue(tmp_path: Path)
     now_s = 2_000.0
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(),
                          clock=lambda: now_s)  # fmt: skip
-    engine.assign(TP, -1001)
+    engine.partitions.assign(TP, -1001)
     delayed = Job(job_id="d", queue="emails", tenant_id="t", type="sms", payload=b"",
                   created_at_ms=1_000_000, run_at_ms=1_998_000)  # fmt: skip
-    engine.offer(TP, 0, delayed, b"x")
-    (default,) = [c for c in engine.fairness().classes if c.name == "default"]
+    engine.fetch.offer(TP, 0, delayed, b"x")
+    (default,) = [c for c in engine.views.fairness().classes if c.name == "default"]
     assert default.oldest_ready_age_ms == 2_000, "due 2 s ago, enqueued 1000 s ago"

@@ -35,7 +35,7 @@ def engine(tmp_path: Path) -> Iterator[LeaseEngine]:
     engine = LeaseEngine(
         store=LeaseStore(tmp_path / "state"), config=EngineConfig(window_bytes=256 * 1024 * KB)
     )
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     yield engine
     engine.close()
 
@@ -49,7 +49,7 @@ def _offer(engine: LeaseEngine, count: int, size: int) -> None:
     payload = b"p" * size  # one object for every job: the test's memory stays small
     envelope = b"e" * size
     for n in range(count):
-        engine.offer(TP, n, _job(n, payload), envelope)
+        engine.fetch.offer(TP, n, _job(n, payload), envelope)
 
 
 def _claim(servicer: LeaseKeeperServicer, n: int) -> pb.ClaimResponse:
@@ -92,10 +92,10 @@ def test_a_claim_whose_jobs_would_pass_the_cap_returns_fewer_and_leaves_the_rest
     assert len(first.jobs) == 3
     assert first.ByteSize() <= 700 * KB
     # Not leased: the rest are claimable at once, not after a lease length.
-    assert engine.in_flight() == 3
+    assert engine.partitions.in_flight() == 3
     second = _claim(servicer, 10)
     assert [j.job_id for j in second.jobs] == ["j3", "j4", "j5"]
-    assert engine.in_flight() == 6
+    assert engine.partitions.in_flight() == 6
     assert engine.counters.expired == 0
 
 
@@ -116,7 +116,7 @@ def test_a_settles_then_claim_is_capped_too(engine: LeaseEngine) -> None:
                                then_claim=pb.ClaimRequest(max_jobs=9))  # fmt: skip
     answer = servicer.Settle(request, Peerless())  # type: ignore[arg-type]
     assert len(answer.jobs) == 3 and answer.ByteSize() <= 700 * KB
-    assert engine.in_flight() == 3
+    assert engine.partitions.in_flight() == 3
 
 
 def test_the_cap_leaves_room_under_the_workers_limit_for_the_largest_kafka_record() -> None:
@@ -136,7 +136,7 @@ def test_an_answer_over_the_workers_limit_arrives_in_two_claims_over_the_socket(
     engine = LeaseEngine(
         store=LeaseStore(tmp_path / "state"), config=EngineConfig(window_bytes=256 * 1024 * KB)
     )
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     _offer(engine, 40, 1_000_000)
     listen = f"unix:{tmp_path / 'lk' / 'lk.sock'}"
     server = start_rpc_server(engine=engine, snapshot=dict, listen=listen,

@@ -108,14 +108,17 @@ def test_a_class_weighted_above_the_default_is_claimed_to_run_first(tmp_path: Pa
     default and bulk classes keep their claim order, and with other weights so does
     every class that does not outrank the default."""
     engine = LeaseEngine(store=LeaseStore(tmp_path / "a"), config=EngineConfig())
-    assert engine.run_first_classes == frozenset({"critical"})
+    assert engine.workers.run_first_classes == frozenset({"critical"})
     flat = EngineConfig(class_weights={"urgent": 3, "default": 3, "bulk": 1})
-    assert LeaseEngine(store=LeaseStore(tmp_path / "b"), config=flat).run_first_classes == set()
+    assert (
+        LeaseEngine(store=LeaseStore(tmp_path / "b"), config=flat).workers.run_first_classes
+        == set()
+    )
     grant = Grant(lease_id="q/0/1", token="t", until_ms=1, attempt=1, lease_s=30.0,
                   envelope=b"", job=JobHead("j", "q", "t", "noop", "critical", 0, 3, 0, 30.0,
                                             None, 1, {}), payload=b"p")  # fmt: skip
-    assert _claimed(grant, engine.run_first_classes).run_first
+    assert _claimed(grant, engine.workers.run_first_classes).run_first
     assert grant.job is not None
     grant.job.priority_class = "bulk"
-    assert not _claimed(grant, engine.run_first_classes).run_first
+    assert not _claimed(grant, engine.workers.run_first_classes).run_first
     assert _lease(_claimed(grant, frozenset({"bulk"}))).run_first  # the worker reads it

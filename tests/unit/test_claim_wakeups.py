@@ -31,7 +31,7 @@ Result = tuple[str, list[Grant]]
 
 def make_engine(path: Path) -> LeaseEngine:
     engine = LeaseEngine(store=LeaseStore(path), config=EngineConfig(lease_s=10))
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     return engine
 
 
@@ -48,7 +48,7 @@ def claim_in_thread(
     types: frozenset[str] = frozenset(),
 ) -> threading.Thread:
     def run() -> None:
-        results.put((name, engine.claim(name, max_jobs, CLAIM_WAIT_S, types)))
+        results.put((name, engine.workers.claim(name, max_jobs, CLAIM_WAIT_S, types)))
 
     thread = threading.Thread(target=run, name=f"claim-{name}", daemon=True)
     thread.start()
@@ -58,8 +58,10 @@ def claim_in_thread(
 def await_waiting(engine: LeaseEngine, claims: int) -> None:
     """Until ``claims`` claim threads wait in the engine (they start asynchronously)."""
     deadline = time.monotonic() + ANSWER_WAIT_S
-    while engine.waiting_claims != claims:
-        assert time.monotonic() < deadline, f"{engine.waiting_claims} claims wait, not {claims}"
+    while engine.workers.claimers.waiting() != claims:
+        assert time.monotonic() < deadline, (
+            f"{engine.workers.claimers.waiting()} claims wait, not {claims}"
+        )
         time.sleep(0.001)
 
 
@@ -75,14 +77,14 @@ def test_one_arrival_wakes_one_of_three_waiting_claimers(
     await_waiting(engine, 3)
     served: list[str] = []
     for offset in range(3):
-        engine.offer(TP, offset, job(offset), b"x")
+        engine.fetch.offer(TP, offset, job(offset), b"x")
         name, grants = results.get(timeout=ANSWER_WAIT_S)
         assert [g.lease_id for g in grants] == [f"jobs.q/0/{offset}"]
         served.append(name)
     assert sorted(served) == ["a", "b", "c"]
     # Waking all would have woken 3, then the 2 left, then 1.
-    assert engine.claim_wakeups == 3
-    assert engine.waiting_claims == 0
+    assert engine.workers.claimers.wakeups == 3
+    assert engine.workers.claimers.waiting() == 0
 
 
 def two_claims_then_a_batch(
@@ -92,7 +94,7 @@ def two_claims_then_a_batch(
     claim_in_thread(engine, results, "a", max_jobs=max_jobs)
     claim_in_thread(engine, results, "b", max_jobs=max_jobs)
     await_waiting(engine, 2)
-    engine.offer_many([(TP, i, JobHead.of(job(i)), b"x") for i in range(jobs)])
+    engine.fetch.offer_many([(TP, i, JobHead.of(job(i)), b"x") for i in range(jobs)])
 
 
 def test_what_a_full_claim_leaves_wakes_the_next_claimer(tmp_path: Path) -> None:
@@ -110,10 +112,10 @@ def test_a_claimer_of_other_types_does_not_swallow_the_wake(tmp_path: Path) -> N
     await_waiting(engine, 1)  # it waits longest: a single wake would be its
     claim_in_thread(engine, results, "mail-only", max_jobs=10, types=frozenset({"mail"}))
     await_waiting(engine, 2)
-    engine.offer(TP, 0, job(0, "mail"), b"x")
+    engine.fetch.offer(TP, 0, job(0, "mail"), b"x")
     name, grants = results.get(timeout=ANSWER_WAIT_S)
     assert name == "mail-only" and [g.job.type for g in grants if g.job] == ["mail"]
-    engine.offer(TP, 1, job(1, "report"), b"x")
+    engine.fetch.offer(TP, 1, job(1, "report"), b"x")
     name, grants = results.get(timeout=ANSWER_WAIT_S)
     assert name == "reports-only" and [g.job.type for g in grants if g.job] == ["report"]
 
@@ -124,7 +126,7 @@ def test_a_batch_wakes_one_claimer_which_takes_it_all(tmp_path: Path) -> None:
     two_claims_then_a_batch(engine, results, max_jobs=100, jobs=20)
     _, grants = results.get(timeout=ANSWER_WAIT_S)
     assert len(grants) == 20
-    assert engine.claim_wakeups == 1
-    assert engine.waiting_claims == 1  # the other still waits, never woken
-    engine.offer(TP, 20, job(20), b"x")  # the next arrival is its
+    assert engine.workers.claimers.wakeups == 1
+    assert engine.workers.claimers.waiting() == 1  # the other still waits, never woken
+    engine.fetch.offer(TP, 20, job(20), b"x")  # the next arrival is its
     assert len(results.get(timeout=ANSWER_WAIT_S)[1]) == 1

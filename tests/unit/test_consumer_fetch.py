@@ -18,6 +18,7 @@ from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
+from tests.unit.engine_ports import with_ports
 
 CODEC = EnvelopeCodec(SchemaRegistry())
 TOPICS = QueueTopics(queue="q")
@@ -151,7 +152,7 @@ def _loop(clock: Clock, consumer: BatchingConsumer, engine: Engine) -> ConsumerL
     return ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=idle,  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engine=with_ports(engine),  # type: ignore[arg-type]
         codec=CODEC,
         outbox=idle,  # type: ignore[arg-type]
         topics=TOPICS,

@@ -49,7 +49,7 @@ def engine(tmp_path: Path, clock: Clock) -> LeaseEngine:
     breakers = BreakerSettings(default=None, by_type={"mail": RULE}, cooldown_s=10, probes=1)
     config = EngineConfig(lease_s=10, breakers=breakers)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     return engine
 
 
@@ -69,61 +69,61 @@ def of(copies: list[CopyRequest], kind: CopyKind) -> list[CopyRequest]:
 def open_mail(engine: LeaseEngine, first: int = 0) -> list[CopyRequest]:
     """Four failed calls of ``mail``: the breaker opens. Returns the copies so far."""
     for i in range(first, first + 4):
-        engine.offer(TP, i, job(i, "mail"), b"x")
-    grants = engine.claim("w", 4, 0, frozenset({"mail"}))
+        engine.fetch.offer(TP, i, job(i, "mail"), b"x")
+    grants = engine.workers.claim("w", 4, 0, frozenset({"mail"}))
     assert len(grants) == 4
-    engine.settle([nack(g) for g in grants])
-    return engine.take_copies()
+    engine.workers.settle([nack(g) for g in grants])
+    return engine.copies.take()
 
 
 def test_an_open_breaker_parks_ready_jobs_of_its_type_without_an_attempt(
     engine: LeaseEngine, clock: Clock
 ) -> None:
     retries = open_mail(engine)
-    engine.offer(TP, 4, job(4, "mail", attempt=1), b"x")
-    engine.offer(TP, 5, job(5, "thumbs"), b"x")
-    engine.promote_due()  # every loop turn: jobs of an open type leave the window
-    parked = of(engine.take_copies(), CopyKind.PARK)
+    engine.fetch.offer(TP, 4, job(4, "mail", attempt=1), b"x")
+    engine.fetch.offer(TP, 5, job(5, "thumbs"), b"x")
+    engine.fetch.promote_due()  # every loop turn: jobs of an open type leave the window
+    parked = of(engine.copies.take(), CopyKind.PARK)
     assert [c.offset for c in parked] == [4]
     assert parked[0].job is not None and parked[0].job.attempt == 1  # not spent
     # The rest of the cool-down (10 s), plus a spread of up to one cool-down.
     assert 10 <= parked[0].delay_s <= 20
     assert parked[0].job.run_at_ms == int(clock.now * 1000) + int(parked[0].delay_s * 1000)
     # The other type runs at once; nothing of mail is handed out.
-    grants = engine.claim("w", 10, 0)
+    grants = engine.workers.claim("w", 10, 0)
     assert [g.lease_id for g in grants] == [TP.lease_id(5)]
     assert engine.counters.parked == 1
     # Copy, then resolve: the offset resolves only when the parked copy is delivered.
-    engine.settle([ack(grants[0])])
-    for request in retries + engine.take_copies():
-        engine.copy_delivered(request)
-    assert engine.commit_positions()[TP][0] == 4  # held by the parked offset
-    engine.copy_delivered(parked[0])
-    assert engine.commit_positions()[TP][0] == 6
+    engine.workers.settle([ack(grants[0])])
+    for request in retries + engine.copies.take():
+        engine.copies.delivered(request)
+    assert engine.commits.commit_positions()[TP][0] == 4  # held by the parked offset
+    engine.copies.delivered(parked[0])
+    assert engine.commits.commit_positions()[TP][0] == 6
 
 
 def test_a_claim_of_an_open_type_parks_instead_of_leasing(engine: LeaseEngine) -> None:
     retries = of(open_mail(engine), CopyKind.RETRY)
     assert len(retries) == 4  # the failed calls themselves retry as usual
-    engine.offer(TP, 4, job(4, "mail"), b"x")
-    assert engine.claim("w", 1, 0, frozenset({"mail"})) == []
-    parked = of(engine.take_copies(), CopyKind.PARK)
+    engine.fetch.offer(TP, 4, job(4, "mail"), b"x")
+    assert engine.workers.claim("w", 1, 0, frozenset({"mail"})) == []
+    parked = of(engine.copies.take(), CopyKind.PARK)
     assert [c.offset for c in parked] == [4]
 
 
 def test_half_open_probes_then_closes(engine: LeaseEngine, clock: Clock) -> None:
     open_mail(engine)
     clock.now += 10
-    engine.offer(TP, 4, job(4, "mail"), b"x")
-    engine.offer(TP, 5, job(5, "mail"), b"x")
-    probe = engine.claim("w", 1, 0)
+    engine.fetch.offer(TP, 4, job(4, "mail"), b"x")
+    engine.fetch.offer(TP, 5, job(5, "mail"), b"x")
+    probe = engine.workers.claim("w", 1, 0)
     assert len(probe) == 1  # one probe
-    engine.promote_due()
-    assert [c.offset for c in of(engine.take_copies(), CopyKind.PARK)] == [5]
-    assert engine.breakers()[0].state is BreakerState.HALF_OPEN
-    engine.settle([ack(probe[0])])
-    assert engine.breakers()[0].state is BreakerState.CLOSED
-    transitions = engine.breaker_transitions()
+    engine.fetch.promote_due()
+    assert [c.offset for c in of(engine.copies.take(), CopyKind.PARK)] == [5]
+    assert engine.breakers.views()[0].state is BreakerState.HALF_OPEN
+    engine.workers.settle([ack(probe[0])])
+    assert engine.breakers.views()[0].state is BreakerState.CLOSED
+    transitions = engine.breakers.transitions()
     assert [t.state for t in transitions] == [BreakerState.OPEN, BreakerState.CLOSED]
 
 
@@ -131,49 +131,49 @@ def test_dependency_down_opens_at_once_and_permanent_errors_do_not_count(
     engine: LeaseEngine,
 ) -> None:
     for i in range(5):
-        engine.offer(TP, i, job(i, "mail"), b"x")
-    grants = engine.claim("w", 5, 0)
-    engine.settle([nack(g, permanent=True) for g in grants[:4]])
-    assert engine.breakers()[0].state is BreakerState.CLOSED
-    engine.settle([nack(grants[4], ErrorClass.DEPENDENCY_DOWN.value, retry_after_s=60)])
-    view = engine.breakers()[0]
+        engine.fetch.offer(TP, i, job(i, "mail"), b"x")
+    grants = engine.workers.claim("w", 5, 0)
+    engine.workers.settle([nack(g, permanent=True) for g in grants[:4]])
+    assert engine.breakers.views()[0].state is BreakerState.CLOSED
+    engine.workers.settle([nack(grants[4], ErrorClass.DEPENDENCY_DOWN.value, retry_after_s=60)])
+    view = engine.breakers.views()[0]
     assert view.state is BreakerState.OPEN
     assert view.cooldown_s == 60
 
 
 def test_expired_leases_count_as_failures(engine: LeaseEngine, clock: Clock) -> None:
     for i in range(4):
-        engine.offer(TP, i, job(i, "mail"), b"x")
-    assert len(engine.claim("w", 4, 0)) == 4
+        engine.fetch.offer(TP, i, job(i, "mail"), b"x")
+    assert len(engine.workers.claim("w", 4, 0)) == 4
     clock.now += 11  # past the lease
-    assert engine.expire() == 4
-    assert engine.breakers()[0].state is BreakerState.OPEN
+    assert engine.workers.expire() == 4
+    assert engine.breakers.views()[0].state is BreakerState.OPEN
 
 
 def test_published_and_operator_states_are_adopted(engine: LeaseEngine, clock: Clock) -> None:
     held = operator_record("thumbs", open_=True, reason="maintenance", at_ms=1)
     record = BreakerRecord.decode(held.encode())
     assert record == held
-    engine.adopt_breaker(record.job_type, state=record.state, until_ms=record.until_ms,
+    engine.breakers.adopt(record.job_type, state=record.state, until_ms=record.until_ms,
                          cooldown_s=record.cooldown_s, trips=record.trips, forced=record.forced,
                          reason=record.reason)  # fmt: skip
-    engine.offer(TP, 0, job(0, "thumbs"), b"x")
-    assert engine.claim("w", 1, 0) == []
-    assert [c.offset for c in of(engine.take_copies(), CopyKind.PARK)] == [0]
+    engine.fetch.offer(TP, 0, job(0, "thumbs"), b"x")
+    assert engine.workers.claim("w", 1, 0) == []
+    assert [c.offset for c in of(engine.copies.take(), CopyKind.PARK)] == [0]
     # Open elsewhere until 5 s from now: half-open here then too.
     until_ms = int(clock.now * 1000) + 5000
-    engine.adopt_breaker("mail", state=BreakerState.OPEN, until_ms=until_ms, cooldown_s=10,
+    engine.breakers.adopt("mail", state=BreakerState.OPEN, until_ms=until_ms, cooldown_s=10,
                          trips=1, forced=False, reason="elsewhere")  # fmt: skip
-    assert engine.breakers()[0].state is BreakerState.OPEN
+    assert engine.breakers.views()[0].state is BreakerState.OPEN
     clock.now += 5
-    assert engine.breakers()[0].state is BreakerState.HALF_OPEN
+    assert engine.breakers.views()[0].state is BreakerState.HALF_OPEN
 
 
 def test_inspect_and_metrics_show_each_breaker(engine: LeaseEngine) -> None:
     open_mail(engine)
-    engine.offer(TP, 4, job(4, "mail"), b"x")
-    engine.promote_due()
-    views = [b.to_dict() for b in engine.breakers()]
+    engine.fetch.offer(TP, 4, job(4, "mail"), b"x")
+    engine.fetch.promote_due()
+    views = [b.to_dict() for b in engine.breakers.views()]
     snapshot = {"breakers": views}
     (line,) = breaker_lines(snapshot)
     assert "mail: open" in line and "100% of 4 calls" in line and "next probe in 10s" in line
@@ -191,9 +191,9 @@ def test_inspect_and_metrics_show_each_breaker(engine: LeaseEngine) -> None:
 
 def test_parked_copies_go_to_the_tier_of_their_delay(engine: LeaseEngine) -> None:
     open_mail(engine)
-    engine.offer(TP, 4, job(4, "mail"), b"x")
-    engine.promote_due()
-    (parked,) = of(engine.take_copies(), CopyKind.PARK)
+    engine.fetch.offer(TP, 4, job(4, "mail"), b"x")
+    engine.fetch.promote_due()
+    (parked,) = of(engine.copies.take(), CopyKind.PARK)
     codec = EnvelopeCodec(SchemaRegistry())
     router = KafkaRouter(codec=codec, topics=QueueTopics(queue="q"), tiers=DelayTiers())
     record = router.record(parked)

@@ -35,37 +35,37 @@ def test_a_restarted_engine_answers_retry_later_until_it_has_re_read_the_lease(
 ) -> None:
     clock = Clock()
     first = engine_at(tmp_path, clock, RecordingRouter())
-    first.assign(TP, 0)
-    first.offer(TP, 0, job(0), b"x")
-    (grant,) = first.claim("w", 1, wait_s=0)
+    first.partitions.assign(TP, 0)
+    first.fetch.offer(TP, 0, job(0), b"x")
+    (grant,) = first.workers.claim("w", 1, wait_s=0)
     first._store.close()
 
     restarted = engine_at(tmp_path, clock, RecordingRouter())
-    assert restarted.settling_in()
+    assert restarted.partitions.settling_in()
     # Before any assignment: the partition is not known yet.
-    (early,) = restarted.settle([ack(grant.lease_id, grant.token)])
+    (early,) = restarted.workers.settle([ack(grant.lease_id, grant.token)])
     assert (early.ok, early.retry_later) == (False, True)
-    (beat,) = restarted.heartbeat([(grant.lease_id, grant.token)])
+    (beat,) = restarted.workers.heartbeat([(grant.lease_id, grant.token)])
     assert (beat.ok, beat.retry_later) == (False, True)
     # Assigned, but the offset of the stored lease not fetched again yet.
-    restarted.assign(TP, 0)
-    restarted.assignment_received()
-    (pending,) = restarted.settle([ack(grant.lease_id, grant.token)])
+    restarted.partitions.assign(TP, 0)
+    restarted.partitions.assignment_received()
+    (pending,) = restarted.workers.settle([ack(grant.lease_id, grant.token)])
     assert pending.retry_later
     assert restarted.counters.stale_rejected == 0
-    restarted.offer(TP, 0, job(0), b"x")
-    assert not restarted.settling_in()
-    assert restarted.settle([ack(grant.lease_id, grant.token)])[0].ok
+    restarted.fetch.offer(TP, 0, job(0), b"x")
+    assert not restarted.partitions.settling_in()
+    assert restarted.workers.settle([ack(grant.lease_id, grant.token)])[0].ok
     assert restarted.counters.acked == 1
 
 
 def test_after_settling_in_a_lease_on_a_partition_not_owned_is_refused(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_at(tmp_path, clock, RecordingRouter())
-    engine.assign(TP, 0)
-    engine.assignment_received()
-    assert not engine.settling_in()
-    (answer,) = engine.settle([ack(TP1.lease_id(5), "token")])
+    engine.partitions.assign(TP, 0)
+    engine.partitions.assignment_received()
+    assert not engine.partitions.settling_in()
+    (answer,) = engine.workers.settle([ack(TP1.lease_id(5), "token")])
     assert (answer.ok, answer.retry_later) == (False, False)
     assert answer.reason.startswith("unknown lease")
     assert engine.counters.stale_rejected == 1
@@ -74,25 +74,25 @@ def test_after_settling_in_a_lease_on_a_partition_not_owned_is_refused(tmp_path:
 def test_settling_in_ends_at_its_time_limit_without_an_assignment(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_at(tmp_path, clock, RecordingRouter(), settle_in_max_s=30)
-    assert engine.settle([ack(TP.lease_id(3), "t")])[0].retry_later
+    assert engine.workers.settle([ack(TP.lease_id(3), "t")])[0].retry_later
     clock.now += 30
-    assert not engine.settling_in()
-    assert not engine.settle([ack(TP.lease_id(3), "t")])[0].retry_later
+    assert not engine.partitions.settling_in()
+    assert not engine.workers.settle([ack(TP.lease_id(3), "t")])[0].retry_later
 
 
 def test_a_claim_hands_out_only_the_job_types_the_worker_runs(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_at(tmp_path, clock, RecordingRouter())
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, typed(0, "video"), b"x")
-    engine.offer(TP, 1, typed(1, "email"), b"x")
-    engine.offer(TP, 2, typed(2, "video", tenant="t2"), b"x")
-    engine.offer(TP, 3, typed(3, "email", tenant="t2"), b"x")
-    grants = engine.claim("mailer", 10, wait_s=0, job_types=frozenset({"email"}))
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, typed(0, "video"), b"x")
+    engine.fetch.offer(TP, 1, typed(1, "email"), b"x")
+    engine.fetch.offer(TP, 2, typed(2, "video", tenant="t2"), b"x")
+    engine.fetch.offer(TP, 3, typed(3, "email", tenant="t2"), b"x")
+    grants = engine.workers.claim("mailer", 10, wait_s=0, job_types=frozenset({"email"}))
     assert [g.lease_id for g in grants] == [TP.lease_id(1), TP.lease_id(3)]
     # Nothing else for it: the long poll times out instead of handing out video jobs.
-    assert engine.claim("mailer", 10, wait_s=0, job_types=frozenset({"email"})) == []
-    others = engine.claim("old-worker", 10, wait_s=0)
+    assert engine.workers.claim("mailer", 10, wait_s=0, job_types=frozenset({"email"})) == []
+    others = engine.workers.claim("old-worker", 10, wait_s=0)
     assert [g.lease_id for g in others] == [TP.lease_id(0), TP.lease_id(2)]
 
 
@@ -102,54 +102,54 @@ def test_a_job_no_connected_worker_runs_waits_then_dead_letters_as_unknown_job_t
     clock = Clock()
     router = RecordingRouter()
     engine = engine_at(tmp_path, clock, router, unknown_type_grace_s=600)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, typed(0, "video"), b"x")
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, typed(0, "video"), b"x")
     # No worker connected yet: an outage, not an unknown type.
-    assert engine.sweep_unhandled() == 0
-    engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert engine.sweep_unhandled() == 0  # first seen unhandled now; the grace starts
+    assert engine.workers.sweep_unhandled() == 0
+    engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert engine.workers.sweep_unhandled() == 0  # first seen unhandled now; the grace starts
     clock.now += 599
-    engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert engine.sweep_unhandled() == 0
+    engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert engine.workers.sweep_unhandled() == 0
     clock.now += 1
-    engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert engine.sweep_unhandled() == 1
+    engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert engine.workers.sweep_unhandled() == 1
     ((dead, reason, done),) = router.deaths
     assert reason == "unknown job type"
     assert dead.errors[-1].error_class == UNKNOWN_JOB_TYPE
     assert "'video'" in dead.errors[-1].message
     done(True)
-    assert engine.commit_positions()[TP][0] == 1
+    assert engine.commits.commit_positions()[TP][0] == 1
 
 
 def test_the_unhandled_grace_counts_from_the_first_time_across_a_restart(tmp_path: Path) -> None:
     clock = Clock()
     first = engine_at(tmp_path, clock, RecordingRouter(), unknown_type_grace_s=600)
-    first.assign(TP, 0)
-    first.offer(TP, 0, typed(0, "video"), b"x")
-    first.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    first.sweep_unhandled()
+    first.partitions.assign(TP, 0)
+    first.fetch.offer(TP, 0, typed(0, "video"), b"x")
+    first.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    first.workers.sweep_unhandled()
     first._store.close()
 
     clock.now += 600
     router = RecordingRouter()
     restarted = engine_at(tmp_path, clock, router, unknown_type_grace_s=600)
-    restarted.assign(TP, 0)
-    restarted.offer(TP, 0, typed(0, "video"), b"x")
-    restarted.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert restarted.sweep_unhandled() == 1
+    restarted.partitions.assign(TP, 0)
+    restarted.fetch.offer(TP, 0, typed(0, "video"), b"x")
+    restarted.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert restarted.workers.sweep_unhandled() == 1
     assert [reason for _, reason, _ in router.deaths] == ["unknown job type"]
 
 
 def test_a_worker_that_runs_any_type_keeps_unhandled_jobs_alive(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_at(tmp_path, clock, RecordingRouter(), unknown_type_grace_s=0)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, typed(0, "video"), b"x")
-    engine.offer(TP, 1, typed(1, "video"), b"x")
-    engine.claim("old-worker", 1, wait_s=0)  # empty list: any type
-    engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert engine.sweep_unhandled() == 0
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, typed(0, "video"), b"x")
+    engine.fetch.offer(TP, 1, typed(1, "video"), b"x")
+    engine.workers.claim("old-worker", 1, wait_s=0)  # empty list: any type
+    engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert engine.workers.sweep_unhandled() == 0
     clock.now += 61  # the old worker stopped claiming: no longer connected
-    engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert engine.sweep_unhandled() == 1
+    engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert engine.workers.sweep_unhandled() == 1

@@ -86,11 +86,11 @@ def containers(root: object) -> dict[str, int]:
 
 def loop_turn(engine: LeaseEngine) -> None:
     """What the Kafka loop asks of the engine on each turn besides fetching."""
-    engine.promote_due()
-    engine.expire()
-    engine.park_excess()
-    engine.sweep_unhandled()
-    engine.prune_notes()
+    engine.fetch.promote_due()
+    engine.workers.expire()
+    engine.limits.park_excess()
+    engine.workers.sweep_unhandled()
+    engine.fetch.prune_notes()
 
 
 def serve(engine: LeaseEngine, clock: Clock, start: int, count: int) -> None:
@@ -103,11 +103,11 @@ def serve(engine: LeaseEngine, clock: Clock, start: int, count: int) -> None:
             job = Job(job_id=f"job-{offset}", queue="q", tenant_id=f"tenant-{offset}",
                       type="noop", payload=b"", created_at_ms=0, max_attempts=3,
                       ordering_key=f"key-{offset}" if offset % 3 == 0 else None)  # fmt: skip
-            engine.offer(TP, offset, job, b"")
+            engine.fetch.offer(TP, offset, job, b"")
         loop_turn(engine)
         left = len(offsets)
         while left:
-            grants = engine.claim("w", 100, wait_s=0)
+            grants = engine.workers.claim("w", 100, wait_s=0)
             assert grants, "jobs left that no claim hands out"
             settlements = []
             for grant in grants:
@@ -117,14 +117,14 @@ def serve(engine: LeaseEngine, clock: Clock, start: int, count: int) -> None:
                 outcome = Outcome.NACK if fail else Outcome.ACK
                 settlements.append(Settlement(lease_id=grant.lease_id, token=grant.token,
                                               outcome=outcome, retry_after_s=0))  # fmt: skip
-            engine.settle(settlements)
+            engine.workers.settle(settlements)
             left -= len(settlements)
-            for request in engine.take_copies():
-                engine.copy_delivered(request, dead=False)
-            engine.take_statuses()
+            for request in engine.copies.take():
+                engine.copies.delivered(request, dead=False)
+            engine.copies.take_statuses()
             clock.now += 0.02
             loop_turn(engine)
-        engine.committed(engine.commit_positions())
+        engine.commits.committed(engine.commits.commit_positions())
 
 
 @pytest.mark.slow
@@ -135,7 +135,7 @@ def test_every_map_of_the_engine_stays_bounded_as_new_tenants_keys_and_ids_come(
     config = EngineConfig(lease_s=30, rate_limits=rate_limit_config(tenant="1000/s"),
                           tenants=TenantPolicy(default_cap=10))  # fmt: skip
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     serve(engine, clock, 0, 2 * RECENT_LIMIT)
     serve(engine, clock, 2 * RECENT_LIMIT, 4 * RECENT_LIMIT)
     late = containers(engine)
@@ -144,4 +144,4 @@ def test_every_map_of_the_engine_stays_bounded_as_new_tenants_keys_and_ids_come(
     assert found <= set(late), f"the walk missed maps it must see: {found - set(late)}"
     over = {where: size for where, size in late.items() if size > RECENT_LIMIT + BATCH}
     assert not over, f"maps past their bound after {6 * RECENT_LIMIT:,} tenants: {over}"
-    assert engine.in_flight() == 0
+    assert engine.partitions.in_flight() == 0

@@ -35,21 +35,21 @@ def ordered(i: int, max_attempts: int = 3) -> Job:
 
 def deliver(engine: LeaseEngine, kind: CopyKind) -> list[CopyRequest]:
     """Deliver the copies of ``kind``; any other copy is dropped (its job runs again)."""
-    taken = engine.take_copies()
+    taken = engine.copies.take()
     for request in taken:
         if request.kind is not kind:
-            engine.copy(request)
-            engine.copy_dropped(request)
+            engine.copies.add(request)
+            engine.copies.dropped(request)
     chosen = [r for r in taken if r.kind is kind]
     for request in chosen:
-        engine.copy_delivered(request)
+        engine.copies.delivered(request)
     return chosen
 
 
 def settle(engine: LeaseEngine, grant: Grant, outcome: Outcome) -> None:
     settlement = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
                             error_class="Boom", message="boom")  # fmt: skip
-    assert engine.settle([settlement])[0].ok
+    assert engine.workers.settle([settlement])[0].ok
 
 
 def killed_twice(tmp_path: Path, mode: OnDead) -> tuple[LeaseEngine, Clock, Job]:
@@ -58,19 +58,19 @@ def killed_twice(tmp_path: Path, mode: OnDead) -> tuple[LeaseEngine, Clock, Job]
     retries = RetryPolicies(default=RetryPolicy(jitter=Jitter.NONE))
     config = EngineConfig(lease_s=10, on_dead=mode, retries=retries)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, ordered(0, max_attempts=2), b"x")
-    (grant,) = engine.claim("w", 10, 0)
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, ordered(0, max_attempts=2), b"x")
+    (grant,) = engine.workers.claim("w", 10, 0)
     settle(engine, grant, Outcome.NACK)
     deliver(engine, CopyKind.LANE)
     clock.now += 3600
-    engine.promote_due()
+    engine.fetch.promote_due()
     (back,) = deliver(engine, CopyKind.RETURN)
     assert back.lane is not None
-    engine.offer(TP, 1, back.lane.job, b"x")
+    engine.fetch.offer(TP, 1, back.lane.job, b"x")
     deliver(engine, CopyKind.LANE_DROP)
-    engine.promote_due()
-    (grant,) = engine.claim("w", 10, 0)
+    engine.fetch.promote_due()
+    (grant,) = engine.workers.claim("w", 10, 0)
     settle(engine, grant, Outcome.NACK)
     if mode is OnDead.BLOCK:
         deliver(engine, CopyKind.LANE)  # the key's dead head, blocking it
@@ -84,15 +84,15 @@ def test_under_continue_a_replay_runs_after_the_jobs_of_its_key_enqueued_before_
 ) -> None:
     engine, _, dead = killed_twice(tmp_path, OnDead.CONTINUE)
     for i in (2, 3, 4):
-        engine.offer(TP, i, ordered(i), b"x")
-    engine.promote_due()
-    (grant,) = engine.claim("w", 10, 0)
+        engine.fetch.offer(TP, i, ordered(i), b"x")
+    engine.fetch.promote_due()
+    (grant,) = engine.workers.claim("w", 10, 0)
     started = [grant.lease_id]
-    engine.offer(TP, 5, replay_job(dead, now_ms=0), b"x")  # the replay lands at offset 5
+    engine.fetch.offer(TP, 5, replay_job(dead, now_ms=0), b"x")  # the replay lands at offset 5
     settle(engine, grant, Outcome.ACK)
     for _ in range(4):
-        engine.promote_due()
-        grants = engine.claim("w", 10, 0)
+        engine.fetch.promote_due()
+        grants = engine.workers.claim("w", 10, 0)
         if not grants:
             break
         started.append(grants[0].lease_id)
@@ -103,10 +103,10 @@ def test_under_continue_a_replay_runs_after_the_jobs_of_its_key_enqueued_before_
 def test_under_block_a_replay_waits_in_its_key_line_and_is_not_skipped(tmp_path: Path) -> None:
     engine, _, dead = killed_twice(tmp_path, OnDead.BLOCK)
     skipped = engine.counters.skipped
-    engine.offer(TP, 2, replay_job(dead, now_ms=0), b"x")
-    engine.promote_due()
+    engine.fetch.offer(TP, 2, replay_job(dead, now_ms=0), b"x")
+    engine.fetch.promote_due()
     assert engine.counters.skipped == skipped, "not taken for the key's dead head"
-    assert engine.claim("w", 10, 0) == [], "the key is blocked: it waits behind its head"
+    assert engine.workers.claim("w", 10, 0) == [], "the key is blocked: it waits behind its head"
     (waiting,) = deliver(engine, CopyKind.LANE)
     assert waiting.job is not None and waiting.job.job_id == "job-0"
     assert waiting.job.replay_count == dead.replay_count + 1, "the replay itself waits"
@@ -119,17 +119,17 @@ def test_a_line_whose_copy_back_is_skipped_when_fetched_is_forgotten(tmp_path: P
     retries = RetryPolicies(default=RetryPolicy(jitter=Jitter.NONE))
     config = EngineConfig(lease_s=10, retries=retries)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, ordered(0), b"x")
-    (grant,) = engine.claim("w", 10, 0)
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, ordered(0), b"x")
+    (grant,) = engine.workers.claim("w", 10, 0)
     settle(engine, grant, Outcome.NACK)
     deliver(engine, CopyKind.LANE)
     clock.now += 3600
-    engine.promote_due()
+    engine.fetch.promote_due()
     (back,) = deliver(engine, CopyKind.RETURN)  # back in the class topic
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
     assert back.lane is not None
-    engine.offer(TP, 1, back.lane.job, b"x")  # fetched and skipped: cancelled
+    engine.fetch.offer(TP, 1, back.lane.job, b"x")  # fetched and skipped: cancelled
     deliver(engine, CopyKind.LANE_DROP)
-    engine.promote_due()
+    engine.fetch.promote_due()
     assert engine._ordering.keys._lines == {}

@@ -93,18 +93,18 @@ class RecordingPolicy(TenantRoundRobin[Pending]):
 def test_the_dispatch_policy_is_injected(tmp_path: Path) -> None:
     policy = RecordingPolicy()
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(), policy=policy)
-    engine.assign(TP, -1001)
-    engine.offer(TP, 0, job(0), b"x")
+    engine.partitions.assign(TP, -1001)
+    engine.fetch.offer(TP, 0, job(0), b"x")
     assert policy.pushed == ["job-0"]
-    assert [g.lease_id for g in engine.claim("w", 5, wait_s=0)] == [TP.lease_id(0)]
+    assert [g.lease_id for g in engine.workers.claim("w", 5, wait_s=0)] == [TP.lease_id(0)]
 
 
 def test_the_snapshot_is_typed_and_becomes_json_at_the_edge(tmp_path: Path) -> None:
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig())
-    engine.assign(TP, -1001)
-    engine.offer(TP, 0, job(0, "acme"), b"x")
-    engine.claim("w", 1, wait_s=0)
-    snap = engine.snapshot()
+    engine.partitions.assign(TP, -1001)
+    engine.fetch.offer(TP, 0, job(0, "acme"), b"x")
+    engine.workers.claim("w", 1, wait_s=0)
+    snap = engine.views.snapshot()
     assert isinstance(snap, EngineSnapshot)
     assert snap.partitions[0].leases[0].job_id == "job-0"
     assert snap.in_flight_by_tenant == {"acme": 1}

@@ -28,12 +28,12 @@ def job(i: int, tenant: str, klass: str, created_ms: int) -> Job:
 def test_the_snapshot_shows_each_class_and_each_tenant(tmp_path: Path) -> None:
     config = EngineConfig(tenants=TenantPolicy(default_cap=3, weights={"acme": 2.0}))
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=lambda: NOW_S)
-    engine.assign(TP, -1001)
-    engine.offer(TP, 0, job(0, "acme", "critical", created_ms=990_000), b"x")
-    engine.offer(TP, 1, job(1, "acme", "bulk", created_ms=999_000), b"x")
-    engine.offer(TP, 2, job(2, "zed", "bulk", created_ms=995_000), b"x")
-    engine.claim("w", 1, wait_s=0)  # the critical job
-    view = json.loads(json.dumps(engine.fairness().to_dict()))
+    engine.partitions.assign(TP, -1001)
+    engine.fetch.offer(TP, 0, job(0, "acme", "critical", created_ms=990_000), b"x")
+    engine.fetch.offer(TP, 1, job(1, "acme", "bulk", created_ms=999_000), b"x")
+    engine.fetch.offer(TP, 2, job(2, "zed", "bulk", created_ms=995_000), b"x")
+    engine.workers.claim("w", 1, wait_s=0)  # the critical job
+    view = json.loads(json.dumps(engine.views.fairness().to_dict()))
     assert view["classes"] == [
         {"name": "critical", "weight": 6, "ready": 0, "oldest_ready_age_ms": None},
         {"name": "default", "weight": 3, "ready": 0, "oldest_ready_age_ms": None},

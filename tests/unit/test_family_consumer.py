@@ -21,6 +21,7 @@ from leasekeeper.kafka.family_consumer import (
     topic_families,
 )
 from schemas.codec import EnvelopeCodec
+from tests.unit.engine_ports import with_ports
 
 TOPICS = QueueTopics(queue="emails")
 CLASSES = PriorityClasses().names
@@ -193,7 +194,8 @@ def test_an_asynchronous_commit_answered_per_family_is_done_once_every_part_is(
 ) -> None:
     engine = Engine()
     loop = ConsumerLoop(consumer=consumer, producer=cast(Producer, None),
-                        engine=cast(LeaseEngine, engine), codec=cast(EnvelopeCodec, None),
+                        engine=cast(LeaseEngine, with_ports(engine)),
+                        codec=cast(EnvelopeCodec, None),
                         outbox=cast(CopySender, None), topics=TOPICS,
                         gate=TierGate(DelayTiers(), TOPICS), config=LoopConfig(),
                         clock=lambda: 0.0)  # fmt: skip

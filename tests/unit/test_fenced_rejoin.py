@@ -26,6 +26,7 @@ from leasekeeper.kafka.consumer_loop import (
     _Rejoined,
 )
 from schemas.codec import EnvelopeCodec, SchemaRegistry
+from tests.unit.engine_ports import with_ports
 
 TOPICS = QueueTopics(queue="q")
 TP = TopicPart(TOPICS.ready, 0)
@@ -75,7 +76,7 @@ def _loop(clock: Clock, engine: Engine, made: list[Consumer]) -> ConsumerLoop:
     return ConsumerLoop(
         consumer=Consumer(),  # type: ignore[arg-type]
         producer=None,  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engine=with_ports(engine),  # type: ignore[arg-type]
         codec=EnvelopeCodec(SchemaRegistry()),
         outbox=None,  # type: ignore[arg-type]
         topics=TOPICS,

@@ -19,6 +19,7 @@ from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import HANDOVER_COMMIT_PATIENCE_S, ConsumerLoop, LoopConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
+from tests.unit.engine_ports import with_ports
 
 TOPICS = QueueTopics(queue="q")
 TP = TopicPart(TOPICS.ready, 0)
@@ -99,7 +100,7 @@ def _loop(consumer: Consumer, clock: Clock, engine: Engine) -> ConsumerLoop:
     return ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=Producer(clock),  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engine=with_ports(engine),  # type: ignore[arg-type]
         codec=EnvelopeCodec(SchemaRegistry()),
         outbox=Outbox(),  # type: ignore[arg-type]
         topics=TOPICS,

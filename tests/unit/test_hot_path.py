@@ -27,10 +27,10 @@ def test_the_unhandled_sweep_skips_the_window_when_every_ready_type_is_handled(
     """It ran every reaper turn over every ready job (16,000 in a full window); the
     window knows its types, so the pass is made only when one is not handled."""
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10))
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     for n in range(3):
-        engine.offer(TP, n, _job(n, "noop"), b"x")
-    engine.claim("w", 1, wait_s=0, job_types=frozenset({"noop"}))
+        engine.fetch.offer(TP, n, _job(n, "noop"), b"x")
+    engine.workers.claim("w", 1, wait_s=0, job_types=frozenset({"noop"}))
     seen: list[int] = []
 
     class CountedWindow:
@@ -48,8 +48,8 @@ def test_the_unhandled_sweep_skips_the_window_when_every_ready_type_is_handled(
 
     unhandled = engine._unhandled
     monkeypatch.setattr(unhandled, "_window", CountedWindow(unhandled._window))
-    assert engine.sweep_unhandled() == 0
+    assert engine.workers.sweep_unhandled() == 0
     assert seen == []
-    engine.offer(TP, 3, _job(3, "other"), b"x")  # no connected worker runs it
-    assert engine.sweep_unhandled() == 0  # within its grace, but looked at
+    engine.fetch.offer(TP, 3, _job(3, "other"), b"x")  # no connected worker runs it
+    assert engine.workers.sweep_unhandled() == 0  # within its grace, but looked at
     assert seen == [1]

@@ -24,6 +24,7 @@ from schemas.confluent import ConfluentSchemaRegistry, schema_text
 from schemas.job import AttemptError, Job
 from schemas.job_headers import H_ATTEMPT, H_VERSION, JobHead, job_headers, read_head
 from schemas.vocabulary import DeadLetterReason
+from tests.unit.engine_ports import with_ports
 from tests.unit.test_registry_mode import FakeRegistry, _Consumer, _Message, _registered
 
 TP = TopicPart("jobs.q", 0)
@@ -157,7 +158,7 @@ class _Decodes:
 
 def _engine(path: Path, decode: _Decodes) -> LeaseEngine:
     engine = LeaseEngine(store=LeaseStore(path), config=EngineConfig(lease_s=10), decode=decode)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     return engine
 
 
@@ -165,7 +166,7 @@ def _offer(engine: LeaseEngine, offset: int, job: Job) -> bytes:
     key, value, headers = _record(job)
     head = read_head(key, headers, value)
     assert head is not None
-    engine.offer(TP, offset, head, value)
+    engine.fetch.offer(TP, offset, head, value)
     return value
 
 
@@ -176,11 +177,13 @@ def test_claim_and_ack_decode_nothing_and_the_grant_carries_fields_and_payload(
     engine = _engine(tmp_path, decode)
     job = _job(max_attempts=4, timeout_s=7.0, trace={"traceparent": "00-1-2-01"})
     _offer(engine, 0, job)
-    (grant,) = engine.claim("w", 10, wait_s=0)
+    (grant,) = engine.workers.claim("w", 10, wait_s=0)
     assert grant.job is not None and grant.job.job_id == "j-1"
     assert grant.payload == job.payload and grant.attempt == 1
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)])
-    assert engine.commit_positions() == {TP: (1, "")}
+    engine.workers.settle(
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)]
+    )
+    assert engine.commits.commit_positions() == {TP: (1, "")}
     assert decode.calls == 0
 
 
@@ -190,12 +193,12 @@ def test_a_nack_decodes_once_and_its_retry_copy_carries_the_new_attempt_in_its_h
     decode = _Decodes(CODEC)
     engine = _engine(tmp_path, decode)
     _offer(engine, 0, _job(attempt=2, max_attempts=8))
-    (grant,) = engine.claim("w", 10, wait_s=0)
+    (grant,) = engine.workers.claim("w", 10, wait_s=0)
     assert grant.attempt == 3
     nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
                       error_class="Boom", message="boom")  # fmt: skip
-    engine.settle([nack])
-    (copy,) = [c for c in engine.take_copies() if c.kind is CopyKind.RETRY]
+    engine.workers.settle([nack])
+    (copy,) = [c for c in engine.copies.take() if c.kind is CopyKind.RETRY]
     assert decode.calls == 1
     assert copy.job is not None and copy.job.attempt == 3
     assert [e.error_class for e in copy.job.errors] == ["Boom"]
@@ -219,11 +222,11 @@ def test_an_envelope_that_cannot_be_decoded_when_it_must_be_rewritten_is_dead_le
     corrupt = value[:-3]  # its tail cut off
     head = read_head(b"t", job_headers(job, value), corrupt)
     assert head is not None
-    engine.offer(TP, 0, head, corrupt)
-    (grant,) = engine.claim("w", 10, wait_s=0)
+    engine.fetch.offer(TP, 0, head, corrupt)
+    (grant,) = engine.workers.claim("w", 10, wait_s=0)
     nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)
-    engine.settle([nack])
-    (copy,) = engine.take_copies()
+    engine.workers.settle([nack])
+    (copy,) = engine.copies.take()
     assert copy.kind is CopyKind.DEAD_RAW and copy.raw_value == corrupt
     assert "could not be decoded" in copy.detail
 
@@ -236,7 +239,7 @@ def test_inspect_job_decodes_only_the_job_it_shows(tmp_path: Path) -> None:
     _offer(engine, 0, _job(job_id="a" * 12, attempt=1, errors=(error,)))
     for n in range(1, 4):
         _offer(engine, n, _job(job_id=f"other-{n}"))
-    view = engine.job_view("a" * 12)
+    view = engine.views.job_view("a" * 12)
     assert view["errors"] == [{"attempt": 1, "error_class": "Boom", "message": "m"}]
     assert decode.calls == 1
 
@@ -246,11 +249,13 @@ def test_the_slow_path_decodes_once_for_good(tmp_path: Path) -> None:
     decode = _Decodes(CODEC)
     engine = _engine(tmp_path, decode)
     job = _job()
-    engine.offer(TP, 0, job, CODEC.encode(job))
-    (grant,) = engine.claim("w", 10, wait_s=0)
+    engine.fetch.offer(TP, 0, job, CODEC.encode(job))
+    (grant,) = engine.workers.claim("w", 10, wait_s=0)
     assert grant.payload == job.payload
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)])
-    assert [c.kind for c in engine.take_copies()] == [CopyKind.RETRY]
+    engine.workers.settle(
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)]
+    )
+    assert [c.kind for c in engine.copies.take()] == [CopyKind.RETRY]
     assert decode.calls == 0
 
 
@@ -264,9 +269,9 @@ def _flooded(
     from their headers, moved aside; returns it and the values fetched."""
     config = EngineConfig(lease_s=10, window_records=100, overflow_share=0.5)
     engine = LeaseEngine(store=LeaseStore(path), config=config, decode=decode)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     values = [_offer(engine, n, _job(job_id=f"big-{n}", tenant_id="big")) for n in range(30)]
-    assert engine.overflow_floods({TP}, 20) == 30
+    assert engine.overflow.floods({TP}, 20) == 30
     return engine, values
 
 
@@ -279,7 +284,7 @@ def test_an_overflow_move_copies_the_fetched_record_without_decoding_it(tmp_path
     made from the head (the same fields), into the same partition of the lane."""
     decode = _Decodes(CODEC)
     engine, values = _flooded(tmp_path, decode)
-    copies = [c for c in engine.take_copies() if c.kind is CopyKind.OVERFLOW]
+    copies = [c for c in engine.copies.take() if c.kind is CopyKind.OVERFLOW]
     assert [c.offset for c in copies] == list(range(30))
     assert all(c.job is None and c.head is not None for c in copies)
     record = _router().record(copies[7])
@@ -289,8 +294,8 @@ def test_an_overflow_move_copies_the_fetched_record_without_decoding_it(tmp_path
     assert head is not None
     _same(head, CODEC.decode(values[7]), record.value)
     for n, copy in enumerate(copies[:10]):
-        engine.copy_delivered(copy, at=100 + n)
-    assert engine.commit_positions()[TP][0] == 10
+        engine.copies.delivered(copy, at=100 + n)
+    assert engine.commits.commit_positions()[TP][0] == 10
     assert decode.calls == 0
 
 
@@ -299,7 +304,7 @@ def test_an_overflow_copy_too_large_for_the_lane_dies_as_its_decoded_job(tmp_pat
     the copy sent byte for byte is decoded only then, dead-lettered, and its status
     record says so."""
     engine, _ = _flooded(tmp_path, _Decodes(CODEC))
-    copy = next(c for c in engine.take_copies() if c.kind is CopyKind.OVERFLOW)
+    copy = next(c for c in engine.copies.take() if c.kind is CopyKind.OVERFLOW)
     record = _router().record(copy, Shrink.SHORT_HISTORY)
     assert record.topic == "jobs.q.dlq"
     letter = CODEC.decode_dead_letter(record.value)
@@ -308,8 +313,8 @@ def test_an_overflow_copy_too_large_for_the_lane_dies_as_its_decoded_job(tmp_pat
         and "overflow copy was too large" in letter.detail
     )
     assert CODEC.decode(letter.envelope).job_id == "big-0"
-    engine.copy_delivered(copy, dead=True)
-    (status,) = engine.take_statuses()
+    engine.copies.delivered(copy, dead=True)
+    (status,) = engine.copies.take_statuses()
     assert (status.job_id, status.reason) == ("big-0", DeadLetterReason.TOO_LARGE.value)
 
 
@@ -318,15 +323,15 @@ def test_an_undecodable_overflow_copy_too_large_for_the_lane_is_dead_lettered_ra
 ) -> None:
     config = EngineConfig(lease_s=10, window_records=100, overflow_share=0.5)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, decode=_Decodes(CODEC))
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     for n in range(30):
         job = _job(job_id=f"big-{n}", tenant_id="big")
         value = CODEC.encode(job)
         head = read_head(b"big", job_headers(job, value), value[:-3])  # tail cut off
         assert head is not None
-        engine.offer(TP, n, head, value[:-3])
-    engine.overflow_floods({TP}, 20)
-    copy = next(c for c in engine.take_copies() if c.kind is CopyKind.OVERFLOW)
+        engine.fetch.offer(TP, n, head, value[:-3])
+    engine.overflow.floods({TP}, 20)
+    copy = next(c for c in engine.copies.take() if c.kind is CopyKind.OVERFLOW)
     letter = CODEC.decode_dead_letter(_router().record(copy, Shrink.SHORT_HISTORY).value)
     assert letter.reason == DeadLetterReason.UNDECODABLE.value and letter.envelope is None
     assert "could not be decoded" in letter.detail and "big-0" in letter.detail
@@ -366,7 +371,7 @@ def _loop(codec: EnvelopeCodec, engine: object, consumer: _Consumer) -> Consumer
     return ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=None,  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engine=with_ports(engine),  # type: ignore[arg-type]
         codec=codec,
         outbox=None,  # type: ignore[arg-type]
         topics=QueueTopics(queue="q"),
@@ -456,13 +461,13 @@ class _HopEngine:
     """Records the copies the loop asks for."""
 
     def __init__(self) -> None:
-        self.copies: list[CopyRequest] = []
+        self.copied: list[CopyRequest] = []
 
     def track_unoffered(self, tp: TopicPart, offset: int) -> int:
         return 1
 
     def copy(self, request: CopyRequest) -> None:
-        self.copies.append(request)
+        self.copied.append(request)
 
 
 def _hop_of(codec: _CountingCodec, job: Job, *, headers: bool) -> tuple[CopyRequest, bytes]:
@@ -473,7 +478,7 @@ def _hop_of(codec: _CountingCodec, job: Job, *, headers: bool) -> tuple[CopyRequ
     produced = job.run_at_ms - 90 * 60_000  # its hour in the tier is over
     message = _TierMessage(5, value, job_headers(job, value) if headers else None, produced)
     loop._handle(message)  # type: ignore[arg-type]
-    (copy,) = engine.copies
+    (copy,) = engine.copied
     return copy, value
 
 

@@ -64,10 +64,10 @@ def test_the_engine_writes_a_status_record_for_a_skipped_duplicate(tmp_path: Pat
     engine.control.remember(DedupeClaim(tenant_id="t1", dedupe_key="k", job_id="job-0",
                                         seen_at_ms=1_800_000_000_000))  # fmt: skip
     tp = TopicPart("jobs.q", 0)
-    engine.assign(tp, 5)
-    engine.offer(tp, 5, Job(job_id="job-5", queue="q", tenant_id="t1", type="noop",
+    engine.partitions.assign(tp, 5)
+    engine.fetch.offer(tp, 5, Job(job_id="job-5", queue="q", tenant_id="t1", type="noop",
                             payload=b"", created_at_ms=0, dedupe_key="k"), b"x")  # fmt: skip
-    (status,) = engine.take_statuses()
+    (status,) = engine.copies.take_statuses()
     assert (status.job_id, status.state, status.duplicate_of) == (
         "job-5",
         JobEnd.CANCELLED,
@@ -210,12 +210,14 @@ def test_a_finished_job_s_status_record_names_the_record_it_last_ran_from(
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
                          clock=lambda: now, monotonic=lambda: now)  # fmt: skip
     tp = TopicPart("jobs.q", 0)
-    engine.assign(tp, 5)
-    engine.offer(tp, 5, Job(job_id="job-5", queue="q", tenant_id="t1", type="noop",
+    engine.partitions.assign(tp, 5)
+    engine.fetch.offer(tp, 5, Job(job_id="job-5", queue="q", tenant_id="t1", type="noop",
                             payload=b"", created_at_ms=0), b"x")  # fmt: skip
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)])
-    (status,) = engine.take_statuses()
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.workers.settle(
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)]
+    )
+    (status,) = engine.copies.take_statuses()
     assert (status.state, status.record) == (JobEnd.SUCCEEDED, "jobs.q/0/5")
     again = JobStatus.decode(status.encode())
     assert again == status and from_status(again, source="s").record == "jobs.q/0/5"

@@ -42,49 +42,52 @@ def job(i: int, run_at_ms: int = 0) -> Job:
 
 
 def statuses(engine: LeaseEngine) -> list[JobStatus]:
-    return engine.take_statuses()
+    return engine.copies.take_statuses()
 
 
 def test_an_ack_writes_succeeded_without_holding_the_commit(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)])
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.workers.settle(
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)]
+    )
     assert [(s.job_id, s.state, s.attempt) for s in statuses(engine)] == [
         ("job-0", JobEnd.SUCCEEDED, 1)
     ]
-    assert engine.commit_positions()[TP][0] == 1  # the status copy is not waited for
+    assert engine.commits.commit_positions()[TP][0] == 1  # the status copy is not waited for
 
 
 def test_a_permanent_failure_writes_dead_once_the_dead_letter_is_delivered(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
+                                      outcome=Outcome.NACK,
                               permanent=True)])  # fmt: skip
-    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
+    (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
     assert statuses(engine) == []  # not before the dead letter is durable
-    engine.copy_delivered(dead)
+    engine.copies.delivered(dead)
     ((job_id, state, reason),) = [(s.job_id, s.state, s.reason) for s in statuses(engine)]
     assert (job_id, state, reason) == ("job-0", JobEnd.DEAD, "permanent error")
 
 
 def test_a_cancellation_is_answered_for_waiting_and_running_jobs(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
-    engine.offer(TP, 1, job(1), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)  # job-0 runs, job-1 waits
-    engine.take_copies()
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    engine.fetch.offer(TP, 1, job(1), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)  # job-0 runs, job-1 waits
+    engine.copies.take()
     engine.control.cancel(Cancellation(job_id="job-1", cancelled_at_ms=0))
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
-    engine.cancellations_arrived()
+    engine.fetch.cancellations_arrived()
     assert [(s.job_id, s.reason) for s in statuses(engine)] == [
         ("job-1", CancelledHow.WAITING.value)
     ]
-    engine.heartbeat([(grant.lease_id, grant.token)])
+    engine.workers.heartbeat([(grant.lease_id, grant.token)])
     assert [(s.job_id, s.reason) for s in statuses(engine)] == [
         ("job-0", CancelledHow.RUNNING.value)
     ]
@@ -93,9 +96,9 @@ def test_a_cancellation_is_answered_for_waiting_and_running_jobs(tmp_path: Path)
 def test_a_cancelled_job_seen_in_a_held_tier_is_answered(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
-    engine.cancellations_arrived()  # not seen yet: nothing to say
+    engine.fetch.cancellations_arrived()  # not seen yet: nothing to say
     assert statuses(engine) == []
-    engine.note_delayed(
+    engine.fetch.note_delayed(
         TopicPart("jobs.q.retry.1m", 0), 3, JobHead.of(job(0, run_at_ms=2_000_000_000_000))
     )
     assert [(s.job_id, s.state) for s in statuses(engine)] == [("job-0", JobEnd.CANCELLED)]
@@ -120,16 +123,19 @@ def test_status_records_round_trip_and_answers_name_the_case() -> None:
 
 def test_status_records_name_the_worker_and_a_dead_jobs_last_error(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
-    engine.offer(TP, 1, job(1), b"x")
-    first, second = engine.claim("worker-7", 2, wait_s=0)
-    engine.settle([Settlement(lease_id=first.lease_id, token=first.token, outcome=Outcome.ACK)])
-    engine.settle([Settlement(lease_id=second.lease_id, token=second.token, outcome=Outcome.NACK,
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    engine.fetch.offer(TP, 1, job(1), b"x")
+    first, second = engine.workers.claim("worker-7", 2, wait_s=0)
+    engine.workers.settle(
+        [Settlement(lease_id=first.lease_id, token=first.token, outcome=Outcome.ACK)]
+    )
+    engine.workers.settle([Settlement(lease_id=second.lease_id, token=second.token,
+                                      outcome=Outcome.NACK,
                               permanent=True, error_class="ValueError",
                               message="bad input")])  # fmt: skip
-    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
-    engine.copy_delivered(dead)
+    (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
+    engine.copies.delivered(dead)
     ended_ = statuses(engine)
     found = {s.job_id: s for s in ended_}
     assert (found["job-0"].worker, found["job-0"].last_error) == ("worker-7", "")
@@ -149,18 +155,18 @@ def test_the_duration_is_the_run_time_the_worker_reported_not_the_lease_age(
     # The engine's clocks stand still: a lease's age is 0 whatever happens, so a
     # duration can only come from the worker's figure in its settlement.
     engine = make_engine(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     for offset in range(3):
-        engine.offer(TP, offset, job(offset), b"x")
-    ok, dies, silent = engine.claim("w", 3, wait_s=0)
-    engine.settle([
+        engine.fetch.offer(TP, offset, job(offset), b"x")
+    ok, dies, silent = engine.workers.claim("w", 3, wait_s=0)
+    engine.workers.settle([
         Settlement(lease_id=ok.lease_id, token=ok.token, outcome=Outcome.ACK, run_s=42.5),
         Settlement(lease_id=dies.lease_id, token=dies.token, outcome=Outcome.NACK,
                    permanent=True, run_s=7.25),
         Settlement(lease_id=silent.lease_id, token=silent.token, outcome=Outcome.ACK),
     ])  # fmt: skip
-    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
-    engine.copy_delivered(dead)
+    (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
+    engine.copies.delivered(dead)
     found = {s.job_id: s for s in statuses(engine)}
     assert found["job-0"].duration_s == 42.5
     assert found["job-1"].duration_s == 7.25
@@ -173,23 +179,23 @@ def test_the_duration_is_the_run_time_the_worker_reported_not_the_lease_age(
 def test_with_status_records_off_no_path_writes_one(tmp_path: Path) -> None:
     engine = LeaseEngine(store=LeaseStore(tmp_path), clock=clock, monotonic=clock,
                          config=EngineConfig(lease_s=10, status_records=False))  # fmt: skip
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     for offset in range(3):
-        engine.offer(TP, offset, job(offset), b"x")
-    ok, dies, running = engine.claim("w", 3, wait_s=0)
-    engine.settle([
+        engine.fetch.offer(TP, offset, job(offset), b"x")
+    ok, dies, running = engine.workers.claim("w", 3, wait_s=0)
+    engine.workers.settle([
         Settlement(lease_id=ok.lease_id, token=ok.token, outcome=Outcome.ACK),
         Settlement(lease_id=dies.lease_id, token=dies.token, outcome=Outcome.NACK,
                    permanent=True),
     ])  # fmt: skip
-    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
-    engine.copy_delivered(dead)
+    (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
+    engine.copies.delivered(dead)
     engine.control.cancel(Cancellation(job_id="job-2", cancelled_at_ms=0))
-    engine.cancellations_arrived()
-    engine.heartbeat([(running.lease_id, running.token)])
-    assert engine.take_statuses() == []
-    assert [c for c in engine.take_copies() if c.kind is CopyKind.STATUS] == []
-    assert engine.commit_positions()[TP][0] == 3  # the jobs still resolve
+    engine.fetch.cancellations_arrived()
+    engine.workers.heartbeat([(running.lease_id, running.token)])
+    assert engine.copies.take_statuses() == []
+    assert [c for c in engine.copies.take() if c.kind is CopyKind.STATUS] == []
+    assert engine.commits.commit_positions()[TP][0] == 3  # the jobs still resolve
 
 
 def test_the_switch_record_reads_back_and_is_no_job_status() -> None:
@@ -207,14 +213,14 @@ def test_a_held_tier_record_fetched_again_is_noted_and_answered_once(tmp_path: P
     next owner (a new assignment) notes it again."""
     tier = TopicPart("jobs.q.retry.1m", 0)
     engine = make_engine(tmp_path)
-    engine.assign(tier, 0)
+    engine.partitions.assign(tier, 0)
     engine.control.cancel(Cancellation(job_id="job-0", cancelled_at_ms=0))
-    engine.cancellations_arrived()
+    engine.fetch.cancellations_arrived()
     delayed = JobHead.of(job(0, run_at_ms=2_000_000_000_000))
     for _ in range(3):  # the head's wait checked three times
-        engine.note_delayed(tier, 3, delayed)
+        engine.fetch.note_delayed(tier, 3, delayed)
     assert [s.job_id for s in statuses(engine)] == ["job-0"]
-    engine.revoke(tier)
-    engine.assign(tier, 0)
-    engine.note_delayed(tier, 3, delayed)
+    engine.partitions.revoke(tier)
+    engine.partitions.assign(tier, 0)
+    engine.fetch.note_delayed(tier, 3, delayed)
     assert [s.job_id for s in statuses(engine)] == ["job-0"]

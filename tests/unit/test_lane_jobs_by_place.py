@@ -140,7 +140,7 @@ def test_a_held_ordered_job_goes_home_once_its_job_is_read_back_from_the_lane(
         monotonic=clock,
         config=EngineConfig(lease_s=10, lane_jobs_here=False),
     )
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     lane: dict[bytes, bytes] = {}
     answering = False
 
@@ -173,10 +173,10 @@ def test_a_held_ordered_job_goes_home_once_its_job_is_read_back_from_the_lane(
             sent.report(None, None)
         producer.sent.clear()
 
-    engine.offer(TP, 0, _job(0, 1_000), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.offer(TP, 1, _job(1, 1_000), b"x")
-    engine.settle(
+    engine.fetch.offer(TP, 0, _job(0, 1_000), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.fetch.offer(TP, 1, _job(1, 1_000), b"x")
+    engine.workers.settle(
         [
             Settlement(
                 lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK, retry_after_s=1.0
@@ -184,13 +184,15 @@ def test_a_held_ordered_job_goes_home_once_its_job_is_read_back_from_the_lane(
         ]
     )
     deliver()  # the head's retry goes to the lane
-    engine.promote_due()
+    engine.fetch.promote_due()
     deliver()  # the job behind it is held there
     assert set(lane) == {b"jobs.q.ready|0|0", b"jobs.q.ready|0|1"}
-    assert engine.commit_positions()[TP][0] == 2  # both resolved: their jobs are in the lane
+    assert (
+        engine.commits.commit_positions()[TP][0] == 2
+    )  # both resolved: their jobs are in the lane
 
     clock.now += 2.0  # the head is due: both go home, but the lane does not answer yet
-    engine.promote_due()
+    engine.fetch.promote_due()
     outbox.pump()
     assert producer.sent == [] and outbox.view().counters["lane_waits"] == 2
     answering = True

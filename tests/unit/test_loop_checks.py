@@ -35,7 +35,7 @@ def _engine(path: Path) -> LeaseEngine:
     config = EngineConfig(lease_s=30, max_span=MAX_SPAN, window_records=1_000, overflow_share=0.5)
     engine = LeaseEngine(store=LeaseStore(path), config=config)
     for tp in PARTS:
-        engine.assign(tp, 0)
+        engine.partitions.assign(tp, 0)
     return engine
 
 
@@ -72,46 +72,48 @@ class _Model:
             offset = self.next_offset[tp]
             self.next_offset[tp] += 1
             self.n += 1
-            self.engine.offer(tp, offset, _job(self.n), b"x")
+            self.engine.fetch.offer(tp, offset, _job(self.n), b"x")
 
     def fetch_unoffered(self, part: int) -> None:
         """A record that is copied, not dispatched (a tier hop)."""
         tp = PARTS[part]
         offset = self.next_offset[tp]
         self.next_offset[tp] += 1
-        generation = self.engine.track_unoffered(tp, offset)
+        generation = self.engine.fetch.track_unoffered(tp, offset)
         if generation is not None:
             self.n += 1
             hop = CopyRequest(kind=CopyKind.HOP, source=tp, offset=offset,
                               generation=generation, job=_job(self.n), tier="1s")  # fmt: skip
-            self.engine.copy(hop)
+            self.engine.copies.add(hop)
 
     def claim(self, count: int) -> None:
-        self.grants += [(g.lease_id, g.token) for g in self.engine.claim("w", count, 0)]
+        self.grants += [(g.lease_id, g.token) for g in self.engine.workers.claim("w", count, 0)]
 
     def ack(self, index: int) -> None:
         if self.grants:
             lease, token = self.grants.pop(index % len(self.grants))
-            self.engine.settle([Settlement(lease_id=lease, token=token, outcome=Outcome.ACK)])
+            self.engine.workers.settle(
+                [Settlement(lease_id=lease, token=token, outcome=Outcome.ACK)]
+            )
 
     def move_floods(self) -> None:
-        self.engine.overflow_floods({PARTS[0], PARTS[1]}, 2)
+        self.engine.overflow.floods({PARTS[0], PARTS[1]}, 2)
 
     def take(self) -> None:
-        self.copies += self.engine.take_copies()
+        self.copies += self.engine.copies.take()
 
     def deliver(self, index: int) -> None:
         if self.copies:
-            self.engine.copy_delivered(self.copies.pop(index % len(self.copies)), at=0)
+            self.engine.copies.delivered(self.copies.pop(index % len(self.copies)), at=0)
 
     def commit(self) -> None:
-        self.engine.committed(self.engine.commit_positions())
+        self.engine.commits.committed(self.engine.commits.commit_positions())
 
     def move(self, part: int) -> None:
         """The partition leaves and comes back (a rebalance)."""
         tp = PARTS[part]
-        self.engine.revoke(tp)
-        self.engine.assign(tp, 0)
+        self.engine.partitions.revoke(tp)
+        self.engine.partitions.assign(tp, 0)
         self.next_offset[tp] = 0
 
 
@@ -138,9 +140,11 @@ def test_the_kept_answers_equal_the_full_scan_after_any_sequence(
         model = _Model(engine)
         for name, *args in steps:
             getattr(model, str(name))(*args)
-            assert engine.over_span() == _scanned_over_span(engine), name
+            assert engine.commits.over_span() == _scanned_over_span(engine), name
             for limit, unsaved in ((1, 1), (2, 3), (4, 1)):
-                assert engine.copying(limit, unsaved) == _scanned_copying(engine, limit, unsaved)
+                assert engine.overflow.copying(limit, unsaved) == _scanned_copying(
+                    engine, limit, unsaved
+                )
 
 
 def test_a_partition_fetched_to_its_span_is_over_it_until_its_commit_catches_up(
@@ -149,17 +153,17 @@ def test_a_partition_fetched_to_its_span_is_over_it_until_its_commit_catches_up(
     engine = _engine(tmp_path)
     model = _Model(engine)
     model.fetch(0, MAX_SPAN - 1)
-    assert engine.over_span() == set()
+    assert engine.commits.over_span() == set()
     model.fetch(0, 1)
-    assert engine.over_span() == {PARTS[0]}
+    assert engine.commits.over_span() == {PARTS[0]}
     model.claim(1)
     model.ack(0)  # the first offset: the commit moves up by one
-    assert engine.over_span() == set()
+    assert engine.commits.over_span() == set()
     model.fetch(1, MAX_SPAN)
     model.fetch_unoffered(0)  # a hop's source counts as fetched too
-    assert engine.over_span() == {PARTS[0], PARTS[1]}
+    assert engine.commits.over_span() == {PARTS[0], PARTS[1]}
     model.move(1)
-    assert engine.over_span() == {PARTS[0]}
+    assert engine.commits.over_span() == {PARTS[0]}
 
 
 def test_a_partition_with_copies_on_the_way_is_copying_until_they_are_delivered(
@@ -170,12 +174,12 @@ def test_a_partition_with_copies_on_the_way_is_copying_until_they_are_delivered(
     model.fetch_unoffered(2)
     model.fetch_unoffered(2)
     model.take()
-    assert engine.copying(2, 100) == {PARTS[2]}
+    assert engine.overflow.copying(2, 100) == {PARTS[2]}
     model.deliver(0)
-    assert engine.copying(2, 100) == set()
-    assert engine.copying(1, 100) == {PARTS[2]}
+    assert engine.overflow.copying(2, 100) == set()
+    assert engine.overflow.copying(1, 100) == {PARTS[2]}
     model.deliver(0)
-    assert engine.copying(1, 100) == set()
+    assert engine.overflow.copying(1, 100) == set()
 
 
 def test_a_partition_whose_delivered_moves_are_in_no_commit_is_copying_until_one_lands(
@@ -191,6 +195,6 @@ def test_a_partition_whose_delivered_moves_are_in_no_commit_is_copying_until_one
     assert model.copies and all(c.kind is CopyKind.OVERFLOW for c in model.copies)
     while model.copies:
         model.deliver(0)
-    assert engine.copying(1_000, 1) == {PARTS[0]}
+    assert engine.overflow.copying(1_000, 1) == {PARTS[0]}
     model.commit()
-    assert engine.copying(1_000, 1) == set()
+    assert engine.overflow.copying(1_000, 1) == set()

@@ -116,12 +116,12 @@ class Outbox:
         self.engine, self.consumer = engine, consumer
 
     def pump(self) -> None:
-        self.engine.take_statuses()
-        for request in self.engine.take_copies():
+        self.engine.copies.take_statuses()
+        for request in self.engine.copies.take():
             if request.kind is CopyKind.RETURN:
                 assert request.lane is not None
                 self.consumer.log.append(CODEC.encode(request.lane.job))
-            self.engine.copy_delivered(request)
+            self.engine.copies.delivered(request)
 
     def blocked(self) -> dict[TopicPart, str]:
         return {}
@@ -204,10 +204,10 @@ def test_the_lane_is_read_after_the_callback_and_nothing_runs_before_it_is(
     started_when_read: list[int] = []
     for _ in range(40):
         loop._step()
-        grants = engine.claim("w", 100, wait_s=0)
+        grants = engine.workers.claim("w", 100, wait_s=0)
         started += [g.job.job_id for g in grants if g.job is not None]
         started_when_read += [sum(name == "load" for name, _ in lane.calls)] * len(grants)
-        engine.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
+        engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
                        for g in grants])  # fmt: skip
         clock.now += 0.01
     assert lane.calls and not any(during for _, during in lane.calls)  # none in the callback

@@ -97,9 +97,10 @@ def test_a_partition_paused_at_its_span_while_settling_moves_on_and_keeps_key_or
             loop._step()
             if consumer.paused():  # type: ignore[attr-defined]
                 paused_at.append(consumer.position([tp])[0].offset)
-            grants = engine.claim("w", 100, wait_s=0)
+            grants = engine.workers.claim("w", 100, wait_s=0)
             started += [g.job.job_id for g in grants if g.job is not None]
-            engine.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
+            engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token,
+                                              outcome=Outcome.ACK)
                            for g in grants])  # fmt: skip
             clock.now += 0.01
         assert paused_at and min(paused_at) < 100  # paused at its span, short of its end

@@ -68,7 +68,7 @@ def _claim(loop: ConsumerLoop, engine: LeaseEngine, count: int) -> list[Grant]:
     grants: list[Grant] = []
     for _ in range(50):
         loop._step()
-        grants += engine.claim("w", count - len(grants), wait_s=0)
+        grants += engine.workers.claim("w", count - len(grants), wait_s=0)
         if len(grants) >= count:
             break
     return grants
@@ -91,7 +91,7 @@ def test_acks_are_committed_and_a_nack_is_copied_to_its_retry_tier(
     grants = _claim(loop, engine, 4)
     assert sorted(g.job.job_id for g in grants if g.job is not None) == sorted(ids)
     nacked, acked = grants[0], grants[1:]
-    engine.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
+    engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
                    for g in acked])  # fmt: skip
     for _ in range(5):
         loop._step()
@@ -103,7 +103,7 @@ def test_acks_are_committed_and_a_nack_is_copied_to_its_retry_tier(
     assert cluster.committed(TOPICS.consumer_group, TOPICS.ready, other) == (ends[other], "")
     nack = Settlement(lease_id=nacked.lease_id, token=nacked.token, outcome=Outcome.NACK,
                       error_class="Boom", retry_after_s=1)  # fmt: skip
-    engine.settle([nack])
+    engine.workers.settle([nack])
     for _ in range(50):
         loop._step()
         if all(_committed(cluster, p) == end for p, end in ends.items()):

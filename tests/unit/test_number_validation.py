@@ -19,6 +19,7 @@ from leasekeeper.rpc.wire import MAX_RETRY_AFTER_S
 from schemas import worker_pb2 as pb
 from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
+from tests.unit.engine_ports import with_ports
 from workers import App
 from workers.errors import Retry
 
@@ -100,7 +101,7 @@ class RecordingEngine:
 def test_settle_clamps_retry_after_from_a_foreign_worker_and_counts_it() -> None:
     engine = RecordingEngine()
     counters = RpcCounters()
-    servicer = LeaseKeeperServicer(engine, dict, counters)  # type: ignore[arg-type]
+    servicer = LeaseKeeperServicer(with_ports(engine), dict, counters)  # type: ignore[arg-type]
     sent = [math.nan, math.inf, -2.0, 1e300, 7.5, 0.0]
     request = pb.SettleRequest(
         settlements=[

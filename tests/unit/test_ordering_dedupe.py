@@ -26,23 +26,23 @@ def make(tmp_path: Path) -> LeaseEngine:
     clock = lambda: NOW_S  # noqa: E731
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
                          clock=clock, monotonic=clock)  # fmt: skip
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     return engine
 
 
 def claim(engine: LeaseEngine) -> list[str]:
     """A loop turn, then a claim: the lease ids granted."""
-    engine.promote_due()
-    return [g.lease_id for g in engine.claim("w", 10, wait_s=0)]
+    engine.fetch.promote_due()
+    return [g.lease_id for g in engine.workers.claim("w", 10, wait_s=0)]
 
 
 def ack(engine: LeaseEngine, grant: Grant) -> None:
     item = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)
-    assert engine.settle([item])[0].ok
+    assert engine.workers.settle([item])[0].ok
 
 
 def dedupe_claim(engine: LeaseEngine) -> CopyRequest:
-    (request,) = [r for r in engine.take_copies() if r.kind is CopyKind.DEDUPE_CLAIM]
+    (request,) = [r for r in engine.copies.take() if r.kind is CopyKind.DEDUPE_CLAIM]
     return request
 
 
@@ -50,12 +50,12 @@ def test_the_next_job_of_its_key_waits_until_the_claim_is_durable_and_the_job_ha
     tmp_path: Path,
 ) -> None:
     engine = make(tmp_path)
-    engine.offer(TP, 0, ordered(0, dedupe="receipt-7"), b"x")
-    engine.offer(TP, 1, ordered(1), b"x")
+    engine.fetch.offer(TP, 0, ordered(0, dedupe="receipt-7"), b"x")
+    engine.fetch.offer(TP, 1, ordered(1), b"x")
     assert claim(engine) == []  # job 0's claim is not durable; job 1 may not pass it
-    engine.copy_delivered(dedupe_claim(engine))
-    engine.promote_due()
-    (first,) = engine.claim("w", 10, wait_s=0)
+    engine.copies.delivered(dedupe_claim(engine))
+    engine.fetch.promote_due()
+    (first,) = engine.workers.claim("w", 10, wait_s=0)
     assert first.lease_id == "jobs.q/0/0"
     assert claim(engine) == []  # job 1 waits for job 0 to end
     ack(engine, first)
@@ -64,32 +64,32 @@ def test_the_next_job_of_its_key_waits_until_the_claim_is_durable_and_the_job_ha
 
 def test_a_job_found_a_duplicate_when_its_claim_lands_leaves_its_line(tmp_path: Path) -> None:
     engine = make(tmp_path)
-    engine.offer(TP, 0, ordered(0, dedupe="receipt-7"), b"x")
-    engine.offer(TP, 1, ordered(1), b"x")
+    engine.fetch.offer(TP, 0, ordered(0, dedupe="receipt-7"), b"x")
+    engine.fetch.offer(TP, 1, ordered(1), b"x")
     request = dedupe_claim(engine)
     # Another leasekeeper's earlier claim of the same key arrives from the dedupe topic.
     earlier = DedupeClaim(tenant_id="t1", dedupe_key="receipt-7", job_id="job-elsewhere",
                           seen_at_ms=int(NOW_S * 1000) - 5_000)  # fmt: skip
     engine.control.remember(earlier)
-    engine.copy_delivered(request)
+    engine.copies.delivered(request)
     assert claim(engine) == ["jobs.q/0/1"]  # job 0 was skipped; its key goes on
     assert engine.counters.deduplicated == 1
-    assert engine.commit_positions()[TP][0] == 1  # job 0 resolved, job 1 running
+    assert engine.commits.commit_positions()[TP][0] == 1  # job 0 resolved, job 1 running
 
 
 def test_a_claim_that_cannot_be_delivered_keeps_its_key_waiting(tmp_path: Path) -> None:
     engine = make(tmp_path)
-    engine.offer(TP, 0, ordered(0, dedupe="receipt-7"), b"x")
-    engine.offer(TP, 1, ordered(1), b"x")
-    engine.offer(TP, 2, ordered(2, dedupe="receipt-8"), b"x")
-    engine.offer(TP, 3, ordered(3), b"x")
-    claims = [r for r in engine.take_copies() if r.kind is CopyKind.DEDUPE_CLAIM]
+    engine.fetch.offer(TP, 0, ordered(0, dedupe="receipt-7"), b"x")
+    engine.fetch.offer(TP, 1, ordered(1), b"x")
+    engine.fetch.offer(TP, 2, ordered(2, dedupe="receipt-8"), b"x")
+    engine.fetch.offer(TP, 3, ordered(3), b"x")
+    claims = [r for r in engine.copies.take() if r.kind is CopyKind.DEDUPE_CLAIM]
     assert [r.offset for r in claims] == [0, 2]
     for _ in range(5):  # the dedupe topic refuses them (an ACL): the outbox keeps trying
         assert claim(engine) == []
-    assert engine.commit_positions().get(TP, (0, ""))[0] == 0
+    assert engine.commits.commit_positions().get(TP, (0, ""))[0] == 0
     # Job 2's claim landing first does not let it (or job 3) pass job 0.
-    engine.copy_delivered(claims[1])
+    engine.copies.delivered(claims[1])
     assert claim(engine) == []
-    engine.copy_delivered(claims[0])
+    engine.copies.delivered(claims[0])
     assert claim(engine) == ["jobs.q/0/0"]

@@ -79,13 +79,13 @@ class Rig:
     read: int = 0  # records of ``broker.sent`` seen
 
     def offer(self, job: Job) -> None:
-        self.engine.offer(TP, self.fetched, job, CODEC.encode(job))
+        self.engine.fetch.offer(TP, self.fetched, job, CODEC.encode(job))
         self.fetched += 1
 
     def turn(self) -> None:
         """Loop turns until nothing more is sent: copies out, class records fetched."""
         while True:
-            self.engine.promote_due()
+            self.engine.fetch.promote_due()
             self.outbox.pump()
             fresh = self.broker.sent[self.read :]
             self.read = len(self.broker.sent)
@@ -97,12 +97,12 @@ class Rig:
 
     def claim(self) -> list[Grant]:
         self.turn()
-        return self.engine.claim("w", 10, wait_s=0)
+        return self.engine.workers.claim("w", 10, wait_s=0)
 
     def settle(self, grant: Grant, outcome: Outcome = Outcome.ACK) -> None:
         item = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
                           error_class="Boom", message="boom")  # fmt: skip
-        assert self.engine.settle([item])[0].ok
+        assert self.engine.workers.settle([item])[0].ok
         self.turn()
 
     def topics(self) -> set[str]:
@@ -114,7 +114,7 @@ def make(tmp_path: Path, *, in_report: bool, on_dead: OnDead = OnDead.CONTINUE) 
     retries = RetryPolicies(default=RetryPolicy(jitter=Jitter.NONE))
     config = EngineConfig(lease_s=10, retries=retries, on_dead=on_dead)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     broker = Broker(in_report=in_report)
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
     outbox = CopySender(producer=cast(Producer, broker), engine=engine, router=router, clock=clock)
@@ -138,8 +138,8 @@ def test_a_large_job_held_behind_a_failing_head_waits_in_its_line_and_runs_in_or
     rig.settle(head, Outcome.NACK)  # job 0 retries from the lane; 1 and 2 wait behind it
     assert rig.claim() == []
     assert TOPICS.dlq not in rig.topics()  # job 1 did not fail: no dead letter
-    assert rig.engine.commit_positions()[TP][0] == 1  # job 1 holds the commit instead
-    (blocked,) = rig.engine.blocked_keys()
+    assert rig.engine.commits.commit_positions()[TP][0] == 1  # job 1 holds the commit instead
+    (blocked,) = rig.engine.ordering.blocked_keys()
     assert blocked.held == 1  # job 2 is in the lane; job 1 is here
     rig.clock.now += 60  # the retry is due
     order = []
@@ -150,7 +150,7 @@ def test_a_large_job_held_behind_a_failing_head_waits_in_its_line_and_runs_in_or
         rig.settle(grant)
     assert order == ["job-0", "job-1", "job-2"]
     assert TOPICS.dlq not in rig.topics()
-    assert rig.engine.commit_positions()[TP][0] == rig.fetched
+    assert rig.engine.commits.commit_positions()[TP][0] == rig.fetched
 
 
 def test_a_large_failing_head_is_retried_in_place_then_its_key_goes_on(tmp_path: Path) -> None:

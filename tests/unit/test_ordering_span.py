@@ -42,8 +42,8 @@ class Partition:
 
     def fetch(self) -> None:
         """What the loop fetches: nothing while the partition is over its span."""
-        while TP not in self.engine.over_span() and self.fetched < self.end:
-            self.engine.offer(TP, self.fetched, self.log[self.fetched], b"x")
+        while TP not in self.engine.commits.over_span() and self.fetched < self.end:
+            self.engine.fetch.offer(TP, self.fetched, self.log[self.fetched], b"x")
             self.fetched += 1
 
     def turn(self) -> None:
@@ -51,20 +51,20 @@ class Partition:
         and ack everything, a commit."""
         engine = self.engine
         self.fetch()
-        engine.promote_due()
-        for request in engine.take_copies():
+        engine.fetch.promote_due()
+        for request in engine.copies.take():
             if request.kind is CopyKind.RETURN:
                 assert request.lane is not None
                 self.log[self.end] = request.lane.job  # lands at the partition's end
                 self.end += 1
-            engine.copy_delivered(request)
-        grants = engine.claim("w", 100, wait_s=0)
+            engine.copies.delivered(request)
+        grants = engine.workers.claim("w", 100, wait_s=0)
         self.started += [g.job.job_id for g in grants if g.job is not None]
-        engine.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
+        engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
                        for g in grants])  # fmt: skip
-        positions = engine.commit_positions()
+        positions = engine.commits.commit_positions()
         if positions:
-            engine.committed(positions)
+            engine.commits.committed(positions)
             self.commits.append(positions[TP][0])
 
     def run(self, turns: int = 200) -> None:
@@ -76,9 +76,9 @@ def assigned(tmp_path: Path, log: dict[int, Job], start: int,
              lane: list[LaneEntry] | None = None) -> Partition:  # fmt: skip
     """A leasekeeper assigned the partition at ``start``, its end then past ``log``."""
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(max_span=SPAN))
-    engine.assign(TP, start)
+    engine.partitions.assign(TP, start)
     end = max(log) + 1
-    engine.assign_lines(TP, end, lane or [])
+    engine.ordering.assign_lines(TP, end, lane or [])
     return Partition(engine=engine, log=log, fetched=start, end=end)
 
 
@@ -90,7 +90,7 @@ def test_an_ordered_job_at_the_head_of_a_backlog_deeper_than_the_span_runs(
     log = {i: job(f"j{i}", KEY if i in (0, 5) else None) for i in range(100)}
     part = assigned(tmp_path, log, 0)
     part.fetch()
-    assert TP in part.engine.over_span() and part.fetched == SPAN  # paused, far from 100
+    assert TP in part.engine.commits.over_span() and part.fetched == SPAN  # paused, far from 100
     part.run()
     assert "j0" in part.started
     assert part.commits and max(part.commits) > 0  # the commit moves

@@ -90,13 +90,13 @@ class Rig:
 
     def nack(self, job: Job) -> None:
         """Offer ``job`` at offset 0, lease it and nack it: its retry copy is queued."""
-        self.engine.offer(TP, 0, job, b"x")
-        (grant,) = self.engine.claim("w", 1, wait_s=0)
+        self.engine.fetch.offer(TP, 0, job, b"x")
+        (grant,) = self.engine.workers.claim("w", 1, wait_s=0)
         nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)
-        self.engine.settle([nack])
+        self.engine.workers.settle([nack])
 
     def committable(self) -> int:
-        return self.engine.commit_positions()[TP][0]
+        return self.engine.commits.commit_positions()[TP][0]
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def rig(tmp_path: Path) -> Rig:
     engine = LeaseEngine(
         store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10), clock=clock, monotonic=clock
     )
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     producer = FakeProducer()
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
     outbox = CopySender(
@@ -141,13 +141,13 @@ def test_a_transient_failure_is_sent_again_after_a_backoff_then_resolves(rig: Ri
     rig.producer.answer(KafkaError._MSG_TIMED_OUT)
     rig.outbox.pump()
     assert len(rig.producer.sent) == 1  # backing off
-    assert rig.committable() == 0 and rig.engine.in_flight({TP}) == 1
+    assert rig.committable() == 0 and rig.engine.partitions.in_flight({TP}) == 1
     rig.clock.now += 0.1
     rig.outbox.pump()
     assert len(rig.producer.sent) == 2
     rig.producer.answer()
     assert rig.committable() == 1
-    assert rig.engine.in_flight({TP}) == 0
+    assert rig.engine.partitions.in_flight({TP}) == 0
     assert rig.engine.counters.retried == 1
 
 
@@ -203,16 +203,16 @@ def test_a_copy_too_large_is_dead_lettered_smaller_and_resolved(
     assert [e.attempt for e in dead.errors] == [7, 8, 9]
     assert all(len(e.message) <= 200 and len(e.traceback) <= 200 for e in dead.errors)
     assert rig.committable() == 1
-    assert rig.engine.counters.dead == 1 and rig.engine.in_flight({TP}) == 0
+    assert rig.engine.counters.dead == 1 and rig.engine.partitions.in_flight({TP}) == 0
 
 
 def test_a_dead_letter_too_large_for_the_reaper_does_not_raise(rig: Rig) -> None:
     """The reaper's copy fails like any other: the loop thread never sees the error."""
     rig.producer.max_bytes = 20_000
-    rig.engine.offer(TP, 0, job(payload=b"p" * 60_000, errors=49), b"x")
-    rig.engine.claim("w", 1, wait_s=0)
+    rig.engine.fetch.offer(TP, 0, job(payload=b"p" * 60_000, errors=49), b"x")
+    rig.engine.workers.claim("w", 1, wait_s=0)
     rig.clock.now += 11
-    assert rig.engine.expire() == 1  # attempts exhausted: a dead letter
+    assert rig.engine.workers.expire() == 1  # attempts exhausted: a dead letter
     for _ in range(3):
         rig.outbox.pump()
     rig.producer.answer()
@@ -247,7 +247,7 @@ def test_an_unwritable_topic_blocks_the_partition_alerts_and_retries_until_fixed
         assert set(rig.outbox.blocked()) == {TP}
         assert [b.offset for b in rig.outbox.view().blocked] == [0]
         assert rig.outbox.view().counters["blocked_events"] == 1
-        assert rig.committable() == 0 and rig.engine.in_flight({TP}) == 1
+        assert rig.committable() == 0 and rig.engine.partitions.in_flight({TP}) == 1
         rig.clock.now += 0.1
         fail()  # still not fixed: backs off further, no second alert
         rig.clock.now += 0.1
@@ -268,48 +268,48 @@ def test_an_unwritable_topic_blocks_the_partition_alerts_and_retries_until_fixed
 def test_hops_and_raw_dead_letters_count_in_flight_until_delivered(
     rig: Rig, kind: CopyKind
 ) -> None:
-    generation = rig.engine.track_unoffered(TP, 0)
+    generation = rig.engine.fetch.track_unoffered(TP, 0)
     assert generation is not None
     request = CopyRequest(kind=kind, source=TP, offset=0, generation=generation,
                           job=job(), tier="1m", raw_value=b"\x00", detail="bad bytes")  # fmt: skip
-    rig.engine.copy(request)
-    assert rig.engine.in_flight({TP}) == 1
+    rig.engine.copies.add(request)
+    assert rig.engine.partitions.in_flight({TP}) == 1
     rig.outbox.pump()
-    assert rig.engine.in_flight({TP}) == 1  # produced, no report yet
+    assert rig.engine.partitions.in_flight({TP}) == 1  # produced, no report yet
     rig.producer.answer()
-    assert rig.engine.in_flight({TP}) == 0
+    assert rig.engine.partitions.in_flight({TP}) == 0
     assert rig.committable() == 1
 
 
 def test_a_copy_whose_partition_moved_is_dropped_not_sent(rig: Rig) -> None:
     rig.nack(job())
-    rig.engine.revoke(TP)
-    rig.engine.assign(TP, 0)  # back again, a new generation
+    rig.engine.partitions.revoke(TP)
+    rig.engine.partitions.assign(TP, 0)  # back again, a new generation
     rig.outbox.pump()
     assert rig.producer.sent == []
-    assert rig.engine.in_flight() == 0
+    assert rig.engine.partitions.in_flight() == 0
 
 
 def test_a_dedupe_claim_lets_its_job_run_once_delivered(rig: Rig) -> None:
     keyed = Job(job_id="k", queue="q", tenant_id="acme", type="noop", payload=b"",
                 created_at_ms=0, dedupe_key="receipt:1")  # fmt: skip
-    rig.engine.offer(TP, 0, keyed, b"x")
-    assert rig.engine.in_flight({TP}) == 1
+    rig.engine.fetch.offer(TP, 0, keyed, b"x")
+    assert rig.engine.partitions.in_flight({TP}) == 1
     rig.outbox.pump()
     assert [s.topic for s in rig.producer.sent] == [TOPICS.dedupe]
-    assert rig.engine.claim("w", 1, wait_s=0) == []
+    assert rig.engine.workers.claim("w", 1, wait_s=0) == []
     rig.producer.answer()
-    (grant,) = rig.engine.claim("w", 1, wait_s=0)
+    (grant,) = rig.engine.workers.claim("w", 1, wait_s=0)
     assert grant.lease_id == "jobs.q/0/0"
 
 
 def test_a_status_record_that_cannot_be_written_is_dropped_never_blocking(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rig.engine.offer(TP, 0, job(), b"x")
-    (grant,) = rig.engine.claim("w", 1, wait_s=0)
+    rig.engine.fetch.offer(TP, 0, job(), b"x")
+    (grant,) = rig.engine.workers.claim("w", 1, wait_s=0)
     ack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)
-    rig.engine.settle([ack])
+    rig.engine.workers.settle([ack])
     with caplog.at_level(logging.WARNING, logger="leasekeeper.kafka.copy_sender"):
         rig.outbox.pump()
         assert [s.topic for s in rig.producer.sent] == [TOPICS.status]

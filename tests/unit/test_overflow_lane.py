@@ -37,20 +37,20 @@ def engine_at(path: Path) -> LeaseEngine:
 
 def offer(engine: LeaseEngine, tenant: str, offsets: range, tp: TopicPart = TP) -> None:
     for offset in offsets:
-        engine.offer(tp, offset, job(offset, tenant), f"{tenant}-{offset}".encode())
+        engine.fetch.offer(tp, offset, job(offset, tenant), f"{tenant}-{offset}".encode())
 
 
 def moved(engine: LeaseEngine) -> list[CopyRequest]:
-    return [c for c in engine.take_copies() if c.kind is CopyKind.OVERFLOW]
+    return [c for c in engine.copies.take() if c.kind is CopyKind.OVERFLOW]
 
 
 def deliver(engine: LeaseEngine, copies: list[CopyRequest], first: int = 0) -> None:
     for index, copy in enumerate(copies):
-        engine.copy_delivered(copy, at=first + index)
+        engine.copies.delivered(copy, at=first + index)
 
 
 def ready_ids(engine: LeaseEngine) -> list[str]:
-    return [g.envelope.decode() for g in engine.claim("w", 1000, 0)]
+    return [g.envelope.decode() for g in engine.workers.claim("w", 1000, 0)]
 
 
 # -- the pure policy ----------------------------------------------------------------
@@ -129,10 +129,10 @@ def test_the_metadata_section_round_trips_and_the_progress_ignores_it() -> None:
 
 def test_a_flooding_tenants_ready_jobs_move_in_order_and_the_others_stay(tmp_path: Path) -> None:
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
     offer(engine, "small", range(30, 33))
-    assert engine.overflow_floods({TP}, SLICE) == 30
+    assert engine.overflow.floods({TP}, SLICE) == 30
     copies = moved(engine)
     assert [c.offset for c in copies] == list(range(30)), "moved in enqueue order"
     assert {c.job.tenant_id for c in copies if c.job} == {"big"}
@@ -141,9 +141,9 @@ def test_a_flooding_tenants_ready_jobs_move_in_order_and_the_others_stay(tmp_pat
 
 def test_a_tenant_in_overflow_has_its_newer_jobs_follow(tmp_path: Path) -> None:
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     moved(engine)
     offer(engine, "big", range(30, 32))
     offer(engine, "small", range(32, 33))
@@ -155,11 +155,11 @@ def test_moving_keeps_id_created_at_and_the_attempts_counted_on_the_offset(
     tmp_path: Path,
 ) -> None:
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0, None)
+    engine.partitions.assign(TP, 0, None)
     state = engine._book.parts[TP]
     state.claims[3] = 2  # leased twice before (e.g. by the partition's previous owner)
     offer(engine, "big", range(0, 30))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     copy = next(c for c in moved(engine) if c.offset == 3)
     assert copy.job is not None
     assert (copy.job.job_id, copy.job.created_at_ms, copy.job.attempt) == ("big-3", 3, 2)
@@ -167,30 +167,30 @@ def test_moving_keeps_id_created_at_and_the_attempts_counted_on_the_offset(
 
 def test_the_source_offset_resolves_only_once_the_copy_is_durable(tmp_path: Path) -> None:
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     copies = moved(engine)
-    assert engine.commit_positions()[TP][0] == 0
+    assert engine.commits.commit_positions()[TP][0] == 0
     deliver(engine, copies[:10])
-    assert engine.commit_positions()[TP][0] == 10
-    assert engine.in_flight({TP}) == 20
+    assert engine.commits.commit_positions()[TP][0] == 10
+    assert engine.partitions.in_flight({TP}) == 20
 
 
 def test_a_tenant_back_from_overflow_goes_straight_to_the_window(tmp_path: Path) -> None:
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     deliver(engine, moved(engine), first=100)  # overflow offsets 100..129
-    assert engine.overflow_watched() == {0}
-    engine.overflow_committed({0: 129})
+    assert engine.overflow.watched() == {0}
+    engine.overflow.committed({0: 129})
     offer(engine, "big", range(30, 31))
     assert [c.offset for c in moved(engine)] == [30], "job 129 has not run: still follows"
-    engine.copy_delivered(CopyRequest(kind=CopyKind.OVERFLOW, source=TP, offset=30,
+    engine.copies.delivered(CopyRequest(kind=CopyKind.OVERFLOW, source=TP, offset=30,
                                       generation=1, job=job(30, "big")), at=130)  # fmt: skip
-    engine.overflow_committed({0: 131})
-    assert engine.overflow_watched() == set()
+    engine.overflow.committed({0: 131})
+    assert engine.overflow.watched() == set()
     offer(engine, "big", range(31, 32))
     assert moved(engine) == []
     assert ready_ids(engine) == ["big-31"]
@@ -198,42 +198,42 @@ def test_a_tenant_back_from_overflow_goes_straight_to_the_window(tmp_path: Path)
 
 def test_the_overflow_backlog_is_shown_per_tenant(tmp_path: Path) -> None:
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     copies = moved(engine)
     deliver(engine, copies[:20], first=0)
-    engine.overflow_committed({0: 5})
-    views = {t.tenant: t for t in engine.fairness().tenants}
+    engine.overflow.committed({0: 5})
+    views = {t.tenant: t for t in engine.views.fairness().tenants}
     assert views["big"].overflow == 15 + 10  # 5..19 in the lane, 10 copies on their way
 
 
 def test_the_entry_survives_a_restart_in_place(tmp_path: Path) -> None:
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     deliver(engine, moved(engine)[:5])
     engine._store.close()  # killed: no commit, no revoke
     restarted = engine_at(tmp_path)
-    restarted.assign(TP, 0)  # the commit never moved: no metadata
+    restarted.partitions.assign(TP, 0)  # the commit never moved: no metadata
     offer(restarted, "big", range(0, 31))
     assert [c.offset for c in moved(restarted)] == list(range(5, 31)), "0-4 are resolved"
 
 
 def test_the_entry_travels_with_the_commit_to_the_next_owner(tmp_path: Path) -> None:
     engine = engine_at(tmp_path / "a")
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     deliver(engine, moved(engine)[:5])
-    offset, metadata = engine.commit_positions()[TP]
+    offset, metadata = engine.commits.commit_positions()[TP]
     assert (offset, split_metadata(metadata)[1]) == (5, {"big": OverflowEntry(first=0, last=4)})
-    engine.committed({TP: (offset, metadata)})
-    engine.revoke(TP)
+    engine.commits.committed({TP: (offset, metadata)})
+    engine.partitions.revoke(TP)
     assert engine._store.overflow(TP.topic, TP.partition) == "", "the store lets go on a move"
     other = engine_at(tmp_path / "b")
-    other.assign(TP, offset, metadata)
+    other.partitions.assign(TP, offset, metadata)
     offer(other, "big", range(5, 31))
     offer(other, "small", range(31, 32))
     assert [c.offset for c in moved(other)] == list(range(5, 31))
@@ -243,13 +243,13 @@ def test_the_entry_travels_with_the_commit_to_the_next_owner(tmp_path: Path) -> 
 def test_a_second_copy_of_a_job_in_the_lane_is_skipped(tmp_path: Path) -> None:
     engine = engine_at(tmp_path)
     lane = TopicPart("jobs.q.overflow", 0)
-    engine.overflow_topic(lane.topic)
-    engine.assign(lane, 0)
-    engine.offer(lane, 0, job(1, "big"), b"big-1")
-    engine.offer(lane, 1, job(2, "big"), b"big-2")
-    engine.offer(lane, 2, job(1, "big"), b"big-1 again")  # copied again after a crash
+    engine.overflow.set_topic(lane.topic)
+    engine.partitions.assign(lane, 0)
+    engine.fetch.offer(lane, 0, job(1, "big"), b"big-1")
+    engine.fetch.offer(lane, 1, job(2, "big"), b"big-2")
+    engine.fetch.offer(lane, 2, job(1, "big"), b"big-1 again")  # copied again after a crash
     assert ready_ids(engine) == ["big-1", "big-2"]
-    assert engine.commit_positions()[lane][0] == 0  # offsets 0 and 1 run; 2 is resolved
+    assert engine.commits.commit_positions()[lane][0] == 0  # offsets 0 and 1 run; 2 is resolved
     assert engine.counters.skipped == 1
 
 
@@ -259,32 +259,32 @@ def test_copies_wait_for_a_commit_apart_from_finished_jobs(tmp_path: Path) -> No
     engine = LeaseEngine(store=LeaseStore(tmp_path),
                          config=EngineConfig(window_records=100, max_uncommitted=4,
                                              overflow_share=0.5))  # fmt: skip
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     offer(engine, "big", range(0, 30))
     offer(engine, "small", range(30, 31))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     copies = moved(engine)
-    assert engine.copying(limit=30, unsaved=100) == {TP}, "30 copies on their way"
-    assert engine.copying(limit=1_000, unsaved=100) == set()
+    assert engine.overflow.copying(limit=30, unsaved=100) == {TP}, "30 copies on their way"
+    assert engine.overflow.copying(limit=1_000, unsaved=100) == set()
     deliver(engine, copies[:10])
-    assert engine.copying(limit=1_000, unsaved=10) == {TP}, "10 copies in no commit"
+    assert engine.overflow.copying(limit=1_000, unsaved=10) == {TP}, "10 copies in no commit"
     assert ready_ids(engine) == ["small-30"], "leasing goes on: copies are not finished jobs"
-    engine.committed(engine.commit_positions())
-    assert engine.copying(limit=1_000, unsaved=10) == set()
+    engine.commits.committed(engine.commits.commit_positions())
+    assert engine.overflow.copying(limit=1_000, unsaved=10) == set()
 
 
 def test_a_job_with_an_ordering_key_never_moves_to_the_lane(tmp_path: Path) -> None:
     """Its key's line lives on its own partition: a copy in the lane would be a second
     line of the same key, free to run beside the first."""
     engine = engine_at(tmp_path)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     ordered = replace(job(0, "big"), job_id="big-ordered-0", ordering_key="k", ordering_seq=0)
-    engine.offer(TP, 0, ordered, b"big-ordered-0")
+    engine.fetch.offer(TP, 0, ordered, b"big-ordered-0")
     offer(engine, "big", range(1, 31))
-    engine.overflow_floods({TP}, SLICE)
+    engine.overflow.floods({TP}, SLICE)
     assert [c.offset for c in moved(engine)] == list(range(1, 31)), "the ordered job stays"
     later = replace(job(31, "big"), job_id="big-ordered-31", ordering_key="k2", ordering_seq=31)
-    engine.offer(TP, 31, later, b"big-ordered-31")
+    engine.fetch.offer(TP, 31, later, b"big-ordered-31")
     offer(engine, "big", range(32, 33))
     assert [c.offset for c in moved(engine)] == [32], "newer unordered jobs follow, ordered not"
     assert sorted(ready_ids(engine)) == ["big-ordered-0", "big-ordered-31"]

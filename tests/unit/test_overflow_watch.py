@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from jobcore.kafka import TopicPartition
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.overflow.watch import MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES, OverflowWatch
+from tests.unit.engine_ports import with_ports
 
 
 @dataclass
@@ -53,7 +54,7 @@ class Clock:
 
 
 def watch(engine: Engine, clock: Clock) -> OverflowWatch:
-    return OverflowWatch(engine=engine, overflow_topic="jobs.q.overflow",  # type: ignore[arg-type]
+    return OverflowWatch(engine=with_ports(engine), overflow_topic="jobs.q.overflow",  # type: ignore[arg-type]
                          sources=frozenset({"jobs.q", "jobs.q.bulk"}), clock=clock)  # fmt: skip
 
 
@@ -101,7 +102,7 @@ def test_the_lanes_commits_are_read_once_per_interval_while_a_tenant_is_in_overf
     lane.poll(consumer)  # type: ignore[arg-type]
     lane.poll(consumer)  # type: ignore[arg-type]
     assert consumer.asked == [[("jobs.q.overflow", 0), ("jobs.q.overflow", 1)]]
-    assert engine.committed == [{0: 42, 1: 0}], "no commit yet is the partition's start"
+    assert engine.commits.committed == [{0: 42, 1: 0}], "no commit yet is the partition's start"
     clock.now = 2.0
     lane.poll(consumer)  # type: ignore[arg-type]
     assert len(consumer.asked) == 2

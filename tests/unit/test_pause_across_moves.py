@@ -18,6 +18,7 @@ from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
+from tests.unit.engine_ports import with_ports
 
 TOPICS = QueueTopics(queue="q")
 TP = TopicPart(TOPICS.ready, 0)
@@ -85,7 +86,7 @@ def test_a_partition_paused_when_its_session_expired_is_fetched_when_it_comes_ba
     loop = ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=None,  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engine=with_ports(engine),  # type: ignore[arg-type]
         codec=EnvelopeCodec(SchemaRegistry()),
         outbox=Outbox(),  # type: ignore[arg-type]
         topics=TOPICS,

@@ -81,21 +81,24 @@ def test_a_leased_job_s_progress_reaches_the_dashboard_and_producer_status(
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
                          clock=lambda: now, monotonic=lambda: now)  # fmt: skip
     tp = TopicPart("jobs.q", 0)
-    engine.assign(tp, 5)
+    engine.partitions.assign(tp, 5)
     for offset in (5, 6):
         job = Job(job_id=f"job-{offset}", queue="q", tenant_id="t1", type="render",
                   payload=b"", created_at_ms=0)  # fmt: skip
-        engine.offer(tp, offset, job, b"x")
-    grant, quiet = engine.claim("w-1", 2, wait_s=0)
-    engine.heartbeat([(grant.lease_id, grant.token)], progress={grant.lease_id: SAID})
+        engine.fetch.offer(tp, offset, job, b"x")
+    grant, quiet = engine.workers.claim("w-1", 2, wait_s=0)
+    engine.workers.heartbeat([(grant.lease_id, grant.token)], progress={grant.lease_id: SAID})
 
     # inspect job, from the leasekeeper's own view
-    held = engine.job_view("job-5")
+    held = engine.views.job_view("job-5")
     assert from_inspect(held, source="inspect").progress == 0.4
     assert f"  progress: {SAID.text()}" in job_lines(held, 0)
 
     # the dashboard, from the snapshot the leasekeeper publishes
-    snapshot = {"queue": "q", "partitions": [p.to_dict() for p in engine.snapshot().partitions]}
+    snapshot = {
+        "queue": "q",
+        "partitions": [p.to_dict() for p in engine.views.snapshot().partitions],
+    }
     fleet = FleetState()
     at_ms = int(now * 1000)
     fleet.apply("q@lk-1", json.dumps(fleet_record(snapshot, instance="lk-1", now_ms=at_ms,

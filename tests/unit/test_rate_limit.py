@@ -45,7 +45,7 @@ def job(i: int, kind: str = "sms", tenant: str = "t1") -> Job:
 def engine_with(path: Path, clock: Clock, limits: RateLimitConfig, **cfg: int) -> LeaseEngine:
     config = EngineConfig(lease_s=10, rate_limits=limits, **cfg)  # type: ignore[arg-type]
     engine = LeaseEngine(store=LeaseStore(path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, -1001)
+    engine.partitions.assign(TP, -1001)
     return engine
 
 
@@ -125,26 +125,26 @@ def test_jobs_over_the_limit_wait_and_others_go_on(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=5/s"]))
     for i in range(8):
-        engine.offer(TP, i, job(i), b"x")
-    engine.offer(TP, 8, job(8, kind="mail"), b"x")
-    grants = engine.claim("w", 20, wait_s=0)
+        engine.fetch.offer(TP, i, job(i), b"x")
+    engine.fetch.offer(TP, 8, job(8, kind="mail"), b"x")
+    grants = engine.workers.claim("w", 20, wait_s=0)
     assert len(grants) == 6, "a burst of 5 sms, and the mail job beside them"
     assert "jobs.q/0/8" in {g.lease_id for g in grants}
-    assert engine.claim("w", 20, wait_s=0) == [], "no token: the rest waits"
+    assert engine.workers.claim("w", 20, wait_s=0) == [], "no token: the rest waits"
     clock.now += 0.4
-    assert len(engine.claim("w", 20, wait_s=0)) == 2, "0.4 s at 5/s is two tokens"
+    assert len(engine.workers.claim("w", 20, wait_s=0)) == 2, "0.4 s at 5/s is two tokens"
     assert engine.counters.dead == 0 and engine.counters.retried == 0
-    assert engine.take_copies() == [], "nothing failed, nothing copied"
+    assert engine.copies.take() == [], "nothing failed, nothing copied"
 
 
 def test_dispatches_over_a_window_stay_at_the_rate(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=10/s"]))
     for i in range(300):
-        engine.offer(TP, i, job(i), b"x")
+        engine.fetch.offer(TP, i, job(i), b"x")
     dispatched = 0
     for _ in range(200):  # 20 s in steps of 0.1 s
-        dispatched += len(engine.claim("w", 50, wait_s=0))
+        dispatched += len(engine.workers.claim("w", 50, wait_s=0))
         clock.now += 0.1
     assert dispatched <= 10 * 20 + 10, "the rate over 20 s, plus one burst"
     assert dispatched >= 10 * 20 - 1
@@ -155,10 +155,10 @@ def test_a_tenant_limit_holds_that_tenant_only(tmp_path: Path) -> None:
     limits = rate_limit_config(tenant="2/s", tenant_for=["big=4/s"])
     engine = engine_with(tmp_path, clock, limits)
     for i in range(30):
-        engine.offer(TP, i, job(i, tenant=("small", "big", "other")[i % 3]), b"x")
-    grants = engine.claim("w", 30, wait_s=0)
+        engine.fetch.offer(TP, i, job(i, tenant=("small", "big", "other")[i % 3]), b"x")
+    grants = engine.workers.claim("w", 30, wait_s=0)
     assert len(grants) == 2 + 4 + 2
-    (view,) = [v for v in engine.limits().limiters if v.key == "big"]  # type: ignore[union-attr]
+    (view,) = [v for v in engine.limits.snapshot().limiters if v.key == "big"]  # type: ignore[union-attr]
     assert (view.kind, view.limit, view.waiting, view.dispatched) == ("tenant", "4/s", 6, 4)
 
 
@@ -175,12 +175,12 @@ def test_a_claim_waits_for_the_next_token_instead_of_answering_empty(tmp_path: P
     engine = LeaseEngine(
         store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock, sleep=sleep
     )
-    engine.assign(TP, -1001)
-    engine.offer(TP, 0, job(0), b"x")
-    engine.offer(TP, 1, job(1), b"x")
-    assert len(engine.claim("w", 5, wait_s=0)) == 1
+    engine.partitions.assign(TP, -1001)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    engine.fetch.offer(TP, 1, job(1), b"x")
+    assert len(engine.workers.claim("w", 5, wait_s=0)) == 1
     assert waits == []
-    assert len(engine.claim("w", 5, wait_s=3)) == 1
+    assert len(engine.workers.claim("w", 5, wait_s=3)) == 1
     assert waits and max(waits) <= 1.0, "slept until the next token, not the whole poll"
 
 
@@ -188,11 +188,11 @@ def test_inspect_shows_each_limiter(tmp_path: Path) -> None:
     clock = Clock()
     limits = rate_limit_config(by_type=["sms=5/s", "fax=1/m"])
     engine = engine_with(tmp_path, clock, limits)
-    assert engine_with(tmp_path / "none", clock, RateLimitConfig()).limits() is None
+    assert engine_with(tmp_path / "none", clock, RateLimitConfig()).limits.snapshot() is None
     for i in range(7):
-        engine.offer(TP, i, job(i), b"x")
-    engine.claim("w", 10, wait_s=0)
-    snap = engine.limits()
+        engine.fetch.offer(TP, i, job(i), b"x")
+    engine.workers.claim("w", 10, wait_s=0)
+    snap = engine.limits.snapshot()
     assert snap is not None
     views = {v.key: v for v in snap.limiters}
     assert (views["sms"].tokens, views["sms"].waiting, views["sms"].dispatched) == (0, 2, 5)
@@ -207,23 +207,23 @@ def test_a_limited_backlog_beyond_its_share_is_parked_without_an_attempt(tmp_pat
     engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=1/s"]),
                          window_records=1000)  # fmt: skip
     for i in range(100):
-        engine.offer(TP, i, job(i), b"x")
-    engine.offer(TP, 100, job(100, kind="mail"), b"x")
-    assert engine.park_excess() == 100 - MIN_HOLD
-    copies = engine.take_copies()
+        engine.fetch.offer(TP, i, job(i), b"x")
+    engine.fetch.offer(TP, 100, job(100, kind="mail"), b"x")
+    assert engine.limits.park_excess() == 100 - MIN_HOLD
+    copies = engine.copies.take()
     assert {c.kind for c in copies} == {CopyKind.PARK}, "parked through a delay tier"
     assert all(c.job is not None and c.job.attempt == 0 and not c.job.errors for c in copies)
     delays = [c.delay_s for c in sorted(copies, key=lambda c: c.offset)]
     assert delays == sorted(delays) and delays[0] >= MIN_HOLD, "each comes back in its turn"
     assert min(c.offset for c in copies) == MIN_HOLD, "the oldest stay in the window"
-    snap = engine.snapshot()
+    snap = engine.views.snapshot()
     assert snap.ready == MIN_HOLD + 1
     for copy in copies:
-        engine.copy_delivered(copy)
+        engine.copies.delivered(copy)
     assert engine.counters.retried == 0 and engine.counters.dead == 0
-    grants = engine.claim("w", 50, wait_s=0)
+    grants = engine.workers.claim("w", 50, wait_s=0)
     assert len(grants) == 2, "one sms token, and the mail job is not held back"
-    (view,) = engine.limits().limiters  # type: ignore[union-attr]
+    (view,) = engine.limits.snapshot().limiters  # type: ignore[union-attr]
     assert view.parked == 100 - MIN_HOLD
 
 
@@ -231,19 +231,19 @@ def test_nothing_is_parked_without_limits(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_with(tmp_path, clock, RateLimitConfig())
     for i in range(100):
-        engine.offer(TP, i, job(i), b"x")
-    assert engine.park_excess() == 0
-    assert len(engine.claim("w", 200, wait_s=0)) == 100
+        engine.fetch.offer(TP, i, job(i), b"x")
+    assert engine.limits.park_excess() == 0
+    assert len(engine.workers.claim("w", 200, wait_s=0)) == 100
 
 
 def test_the_share_follows_the_partitions_owned(tmp_path: Path) -> None:
     clock = Clock()
     engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=40/s"]))
-    engine.queue_partitions(frozenset({"jobs.q", "jobs.q.retry.1s"}), 2)  # holds 1 of 4
+    engine.limits.queue_partitions(frozenset({"jobs.q", "jobs.q.retry.1s"}), 2)  # holds 1 of 4
     for i in range(40):
-        engine.offer(TP, i, job(i), b"x")
-    assert len(engine.claim("w", 40, wait_s=0)) == 10
-    snap = engine.limits()
+        engine.fetch.offer(TP, i, job(i), b"x")
+    assert len(engine.workers.claim("w", 40, wait_s=0)) == 10
+    snap = engine.limits.snapshot()
     assert snap is not None and snap.share == 0.25
 
 
@@ -254,19 +254,19 @@ def test_parked_jobs_take_the_next_free_slots_and_the_newest_are_parked(
     engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=1/s"]),
                          window_records=1000)  # fmt: skip
     for i in range(30):
-        engine.offer(TP, i, job(i), b"x")
-    assert engine.park_excess() == 20
-    first = sorted(c.delay_s for c in engine.take_copies())
+        engine.fetch.offer(TP, i, job(i), b"x")
+    assert engine.limits.park_excess() == 20
+    first = sorted(c.delay_s for c in engine.copies.take())
     assert first == [10.0 + n for n in range(20)], "after the 10 kept, one slot a second"
     for _ in range(10):  # the kept ones go out at the limit
         clock.now += 1
-        assert len(engine.claim("w", 5, wait_s=0)) == 1
+        assert len(engine.workers.claim("w", 5, wait_s=0)) == 1
     back = job(25)  # a parked job back from its tier, older than what came meanwhile
-    engine.offer(TP, 30, back, b"x")
+    engine.fetch.offer(TP, 30, back, b"x")
     for i in range(31, 45):
-        engine.offer(TP, i, job(100 + i), b"x")
-    assert engine.park_excess() == 5
-    second = engine.take_copies()
+        engine.fetch.offer(TP, i, job(100 + i), b"x")
+    assert engine.limits.park_excess() == 5
+    second = engine.copies.take()
     assert {c.job.job_id for c in second if c.job} == {f"job-{n}" for n in range(140, 145)}
     assert min(c.delay_s for c in second) == 20.0, "behind every job parked before"
 
@@ -276,14 +276,14 @@ def test_a_leasekeeper_with_no_share_parks_nothing_and_loses_nothing(tmp_path: P
     in the window, not be taken out and then neither parked nor run."""
     clock = Clock()
     engine = engine_with(tmp_path, clock, rate_limit_config(by_type=["sms=1/s"]))
-    engine.queue_partitions(frozenset({"jobs.other"}), 1)  # owns none of them: share 0
+    engine.limits.queue_partitions(frozenset({"jobs.other"}), 1)  # owns none of them: share 0
     for i in range(30):
-        engine.offer(TP, i, job(i), b"x")
-    assert engine.park_excess() == 0
-    assert engine.snapshot().ready == 30, "every job still in the window"
-    engine.queue_partitions(frozenset({"jobs.q"}), 1)  # the share comes back
+        engine.fetch.offer(TP, i, job(i), b"x")
+    assert engine.limits.park_excess() == 0
+    assert engine.views.snapshot().ready == 30, "every job still in the window"
+    engine.limits.queue_partitions(frozenset({"jobs.q"}), 1)  # the share comes back
     clock.now += 60
-    assert len(engine.claim("w", 5, wait_s=0)) == 1
+    assert len(engine.workers.claim("w", 5, wait_s=0)) == 1
 
 
 def test_parking_horizons_of_tenants_long_gone_are_forgotten(tmp_path: Path) -> None:
@@ -295,10 +295,10 @@ def test_parking_horizons_of_tenants_long_gone_are_forgotten(tmp_path: Path) -> 
     offset = 0
     for t in range(tenants):
         for _ in range(MIN_HOLD + 1):
-            engine.offer(TP, offset, job(offset, tenant=f"t{t}"), b"x")
+            engine.fetch.offer(TP, offset, job(offset, tenant=f"t{t}"), b"x")
             offset += 1
-    assert engine.park_excess() == tenants, "one job of each tenant over its hold"
+    assert engine.limits.park_excess() == tenants, "one job of each tenant over its hold"
     assert len(engine._limits._horizon) == tenants
     clock.now += 3600  # every parked job came back and ran long ago
-    engine.park_excess()
+    engine.limits.park_excess()
     assert engine._limits._horizon == {}

@@ -83,35 +83,39 @@ def _head(job: Job) -> tuple[JobHead, bytes]:
 def _engine(path: Path, clock: Clock, registry: Registry, **config: object) -> LeaseEngine:
     engine = LeaseEngine(store=LeaseStore(path), config=EngineConfig(lease_s=10, **config),  # type: ignore[arg-type]
                          clock=clock, monotonic=clock, decode=registry)  # fmt: skip
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     return engine
 
 
 def _offer(engine: LeaseEngine, offset: int, job: Job) -> None:
     head, value = _head(job)
-    engine.offer(TP, offset, head, value)
+    engine.fetch.offer(TP, offset, head, value)
 
 
 def _nack(engine: LeaseEngine) -> None:
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
+                                      outcome=Outcome.NACK,
                               error_class="Boom", message="boom", run_s=0.25)])  # fmt: skip
 
 
 def _held_then_built(engine: LeaseEngine, clock: Clock, registry: Registry) -> CopyRequest:
     """Nothing leaves while the registry is down (the offset holds the commit, the copy
     counts in flight); once it answers, the held copy is built after the backoff."""
-    assert engine.take_copies() == []  # no raw dead letter, nothing at all
+    assert engine.copies.take() == []  # no raw dead letter, nothing at all
     assert engine.counters.schema_waits == 1
-    assert engine.commit_positions().get(TP, (0, ""))[0] == 0 and engine.in_flight() == 1
+    assert (
+        engine.commits.commit_positions().get(TP, (0, ""))[0] == 0
+        and engine.partitions.in_flight() == 1
+    )
     registry.down = False
     calls = registry.calls
-    assert engine.take_copies() == []  # within the backoff: not asked again
+    assert engine.copies.take() == []  # within the backoff: not asked again
     assert registry.calls == calls
     clock.now += HELD_RETRY_S
-    (copy,) = engine.take_copies()
+    (copy,) = engine.copies.take()
     assert copy.kind is not CopyKind.DEAD_RAW and copy.job is not None
-    assert engine.in_flight() == 1  # the built copy, in place of the held one
+    assert engine.partitions.in_flight() == 1  # the built copy, in place of the held one
     return copy
 
 
@@ -125,8 +129,8 @@ def test_a_nack_while_the_registry_is_down_is_retried_once_it_answers(tmp_path: 
     assert copy.job.attempt == 1  # the nacked attempt was spent
     assert [(e.error_class, e.message) for e in copy.job.errors] == [("Boom", "boom")]
     assert copy.job.run_at_ms > int(clock.now * 1000) and copy.run_s == 0.25
-    engine.copy_delivered(copy)
-    assert engine.commit_positions()[TP][0] == 1 and engine.in_flight() == 0
+    engine.copies.delivered(copy)
+    assert engine.commits.commit_positions()[TP][0] == 1 and engine.partitions.in_flight() == 0
 
 
 def test_held_copies_back_off_while_the_registry_stays_down(
@@ -143,14 +147,14 @@ def test_held_copies_back_off_while_the_registry_stays_down(
             _nack(engine)
         assert registry.calls == 3  # each nack tried once
         clock.now += HELD_RETRY_S
-        assert engine.take_copies() == [] and registry.calls == 4  # still down: pass ends
+        assert engine.copies.take() == [] and registry.calls == 4  # still down: pass ends
         clock.now += HELD_RETRY_S  # not yet: the wait doubled
-        assert engine.take_copies() == [] and registry.calls == 4
+        assert engine.copies.take() == [] and registry.calls == 4
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "Schema Registry does not answer" in warnings[0].message
     registry.down = False
     clock.now += HELD_RETRY_S
-    copies = engine.take_copies()
+    copies = engine.copies.take()
     assert [(c.kind, c.offset) for c in copies] == [(CopyKind.RETRY, n) for n in range(3)]
     assert engine.counters.schema_waits == 3
 
@@ -161,7 +165,7 @@ def test_a_crashed_job_is_dead_lettered_once_the_registry_answers(tmp_path: Path
     clock, registry = Clock(), Registry()
     engine = _engine(tmp_path, clock, registry)
     _offer(engine, 0, _job(attempt=3, max_attempts=3))
-    assert engine.claim("w", 1, wait_s=0) == []
+    assert engine.workers.claim("w", 1, wait_s=0) == []
     copy = _held_then_built(engine, clock, registry)
     assert copy.kind is CopyKind.DEAD and copy.reason is DeadLetterReason.ATTEMPTS_EXHAUSTED
 
@@ -170,11 +174,11 @@ def test_an_unknown_type_is_dead_lettered_once_the_registry_answers(tmp_path: Pa
     clock, registry = Clock(), Registry()
     engine = _engine(tmp_path, clock, registry, unknown_type_grace_s=60)
     _offer(engine, 0, _job(type="video"))
-    engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert engine.sweep_unhandled() == 0  # the grace starts
+    engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert engine.workers.sweep_unhandled() == 0  # the grace starts
     clock.now += 60
-    engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
-    assert engine.sweep_unhandled() == 1
+    engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email"}))
+    assert engine.workers.sweep_unhandled() == 1
     copy = _held_then_built(engine, clock, registry)
     assert copy.kind is CopyKind.DEAD and copy.reason is DeadLetterReason.UNKNOWN_JOB_TYPE
 
@@ -183,7 +187,7 @@ def test_a_park_by_an_open_breaker_is_made_once_the_registry_answers(tmp_path: P
     clock, registry = Clock(), Registry()
     engine = _engine(tmp_path, clock, registry)
     _offer(engine, 0, _job())
-    engine.adopt_breaker(  # an operator's open, as the breaker topic brings it
+    engine.breakers.adopt(  # an operator's open, as the breaker topic brings it
         "noop",
         state=BreakerState.OPEN,
         until_ms=int(clock() * 1000) + 60_000,
@@ -204,12 +208,12 @@ def test_parks_over_a_rate_limit_are_made_once_the_registry_answers(tmp_path: Pa
     engine = _engine(tmp_path, clock, registry, rate_limits=limits, window_records=1000)
     for n in range(MIN_HOLD + 3):
         _offer(engine, n, _job(n))
-    assert engine.park_excess() == 3
-    assert engine.take_copies() == [] and engine.counters.schema_waits == 3
+    assert engine.limits.park_excess() == 3
+    assert engine.copies.take() == [] and engine.counters.schema_waits == 3
     registry.down = False
     decided_ms = int(clock.now * 1000)
     clock.now += HELD_RETRY_S
-    copies = engine.take_copies()
+    copies = engine.copies.take()
     assert [c.kind for c in copies] == [CopyKind.PARK] * 3
     assert all(c.job is not None and c.job.run_at_ms > decided_ms for c in copies)
 
@@ -224,13 +228,13 @@ def test_an_overflow_move_that_must_count_attempts_waits_for_the_registry(
     engine._book.parts[TP].claims[3] = 2  # leased twice before (by the previous owner)
     for n in range(30):
         _offer(engine, n, _job(n, tenant_id="big"))
-    assert engine.overflow_floods({TP}, 20) == 30
-    moved = engine.take_copies()
+    assert engine.overflow.floods({TP}, 20) == 30
+    moved = engine.copies.take()
     assert [c.offset for c in moved] == [n for n in range(30) if n != 3]
     assert all(c.kind is CopyKind.OVERFLOW for c in moved)
     registry.down = False
     clock.now += HELD_RETRY_S
-    (copy,) = engine.take_copies()
+    (copy,) = engine.copies.take()
     assert (copy.kind, copy.offset) == (CopyKind.OVERFLOW, 3)
     assert copy.job is not None and copy.job.attempt == 2
 
@@ -241,10 +245,10 @@ def test_a_held_copy_of_a_partition_that_moved_is_dropped(tmp_path: Path) -> Non
     engine = _engine(tmp_path, clock, registry)
     _offer(engine, 0, _job())
     _nack(engine)
-    engine.revoke(TP)
+    engine.partitions.revoke(TP)
     registry.down = False
     clock.now += HELD_RETRY_S
-    assert engine.take_copies() == []
+    assert engine.copies.take() == []
 
 
 class _Codec(EnvelopeCodec):
@@ -267,7 +271,7 @@ def test_a_byte_for_byte_copy_too_large_waits_for_the_registry_to_die_decoded(
     clock = Clock()
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
                          clock=clock, monotonic=clock)  # fmt: skip
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     codec = _Codec(SchemaRegistry())
     producer = FakeProducer(max_bytes=1000)
     router = KafkaRouter(codec=codec, topics=QueueTopics(queue="q"), tiers=DelayTiers(),
@@ -277,14 +281,17 @@ def test_a_byte_for_byte_copy_too_large_waits_for_the_registry_to_die_decoded(
                     clock=clock)  # fmt: skip
     job = _job(payload=b"p" * 2000, run_at_ms=int(clock.now * 1000) + 30 * 60_000)
     head, value = _head(job)
-    generation = engine.track_unoffered(TP, 0)
+    generation = engine.fetch.track_unoffered(TP, 0)
     assert generation is not None
-    engine.copy(CopyRequest(kind=CopyKind.HOP, source=TP, offset=0, generation=generation,
+    engine.copies.add(CopyRequest(kind=CopyKind.HOP, source=TP, offset=0, generation=generation,
                             tier="10m", head=head, raw_value=value))  # fmt: skip
     outbox.pump()  # refused as too large: rebuilt as a dead letter, which needs the schema
     outbox.pump()
     assert producer.sent == [] and outbox.view().counters["schema_waits"] == 1
-    assert engine.in_flight() == 1 and engine.commit_positions().get(TP, (0, ""))[0] == 0
+    assert (
+        engine.partitions.in_flight() == 1
+        and engine.commits.commit_positions().get(TP, (0, ""))[0] == 0
+    )
     codec.down = False
     clock.now += 0.1
     outbox.pump()  # its short-history letter is still too large: sent without the payload
@@ -295,4 +302,4 @@ def test_a_byte_for_byte_copy_too_large_waits_for_the_registry_to_die_decoded(
     assert letter.envelope is not None  # the decoded job, not raw bytes
     assert CODEC.decode(letter.envelope).job_id == "j-0"
     producer.answer()
-    assert engine.commit_positions()[TP][0] == 1
+    assert engine.commits.commit_positions()[TP][0] == 1

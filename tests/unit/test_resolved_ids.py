@@ -80,34 +80,34 @@ def engine(tmp_path: Path) -> LeaseEngine:
     clock = Clock()
     config = EngineConfig(lease_s=10, resolved_window_s=60)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, 0)
-    engine.assign(TIER, 0)
+    engine.partitions.assign(TP, 0)
+    engine.partitions.assign(TIER, 0)
     return engine
 
 
 def settle(engine: LeaseEngine, outcome: Outcome, **fields: Any) -> None:
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
                               **fields)])  # fmt: skip
 
 
 def test_a_copy_of_an_acked_job_is_skipped_and_its_offset_resolved(engine: LeaseEngine) -> None:
-    engine.offer(TP, 0, JOB, b"x")
+    engine.fetch.offer(TP, 0, JOB, b"x")
     settle(engine, Outcome.ACK)
-    engine.offer(TP, 1, JOB, b"x")  # the relay's second send
-    assert engine.claim("w", 1, wait_s=0) == []
+    engine.fetch.offer(TP, 1, JOB, b"x")  # the relay's second send
+    assert engine.workers.claim("w", 1, wait_s=0) == []
     assert engine.counters.resolved_again == 1
-    assert engine.commit_positions()[TP][0] == 2, "the commit passes the skipped copy"
+    assert engine.commits.commit_positions()[TP][0] == 2, "the commit passes the skipped copy"
 
 
 def test_a_retry_copy_is_the_job_going_on_and_is_not_skipped(engine: LeaseEngine) -> None:
-    engine.offer(TP, 0, JOB, b"x")
+    engine.fetch.offer(TP, 0, JOB, b"x")
     settle(engine, Outcome.NACK)
-    (retry,) = [c for c in engine.take_copies() if c.kind is CopyKind.RETRY]
-    engine.copy_delivered(retry)
+    (retry,) = [c for c in engine.copies.take() if c.kind is CopyKind.RETRY]
+    engine.copies.delivered(retry)
     assert retry.job is not None
-    engine.offer(TIER, 0, retry.job, b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.fetch.offer(TIER, 0, retry.job, b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
     assert grant.lease_id == "jobs.q.retry.1s/0/0" and engine.counters.resolved_again == 0
 
 
@@ -116,12 +116,12 @@ def test_a_dead_lettered_job_is_not_remembered_so_its_replay_runs(
 ) -> None:
     """A replay from the DLQ keeps the job's id, and a record's headers cannot tell it
     from a copy: dead-lettered jobs are not skipped."""
-    engine.offer(TP, 0, JOB, b"x")
+    engine.fetch.offer(TP, 0, JOB, b"x")
     settle(engine, Outcome.NACK, permanent=True)
-    (dead,) = [c for c in engine.take_copies() if c.kind is CopyKind.DEAD]
-    engine.copy_delivered(dead)
-    engine.offer(TP, 1, replace(JOB, replay_count=1), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
+    (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
+    engine.copies.delivered(dead)
+    engine.fetch.offer(TP, 1, replace(JOB, replay_count=1), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
     assert grant.lease_id == "jobs.q/0/1" and engine.counters.resolved_again == 0
 
 
@@ -130,6 +130,6 @@ def test_a_job_whose_dedupe_key_was_used_counts_as_a_dedupe_skip(engine: LeaseEn
     keyed = replace(JOB, dedupe_key="order-1")
     engine.control.remember(DedupeClaim(tenant_id="acme", dedupe_key="order-1", job_id="other",
                                         seen_at_ms=1_000_000_000))  # fmt: skip
-    engine.offer(TP, 0, keyed, b"x")
-    assert engine.claim("w", 1, wait_s=0) == []
+    engine.fetch.offer(TP, 0, keyed, b"x")
+    assert engine.workers.claim("w", 1, wait_s=0) == []
     assert (engine.counters.deduplicated, engine.counters.resolved_again) == (1, 0)

@@ -19,9 +19,10 @@ __all__ = ["rig"]  # the fixture, used by name
 
 
 def ack_with_result(engine: LeaseEngine, result: bytes = b'{"url":"u"}') -> None:
-    engine.offer(TP, 0, job(), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK,
+    engine.fetch.offer(TP, 0, job(), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
+                                      outcome=Outcome.ACK,
                               result=result)])  # fmt: skip
 
 
@@ -59,10 +60,10 @@ def test_a_result_on_a_queue_without_status_records_is_written_with_a_warning(
     clock = lambda: 1_000.0  # noqa: E731
     config = EngineConfig(lease_s=10, status_records=False, queue="thumbs")
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config, clock=clock, monotonic=clock)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     with caplog.at_level(logging.WARNING, logger="leasekeeper.core.results"):
         ack_with_result(engine)
-    (copy,) = engine.take_copies()
+    (copy,) = engine.copies.take()
     assert copy.raw_value == b'{"url":"u"}' and copy.status is None
     (warning,) = caplog.records
     assert "queue thumbs" in warning.getMessage() and "--no-status" in warning.getMessage()

@@ -187,19 +187,19 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
     clock = Clock()
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10),
                          clock=clock, monotonic=clock)  # fmt: skip
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     copies = FakeProducer()
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
 
     def results(dropped: Callable[[CopyRequest, str], None]) -> ResultSender:
         return ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
-                            delivered=engine.copies_delivered, on_dropped=dropped)  # fmt: skip
+                            delivered=engine.copies.delivered_many, on_dropped=dropped)  # fmt: skip
 
     outbox = CopySender(producer=cast(KafkaProducer, copies), engine=engine, router=router,
                     clock=clock, results=results)  # fmt: skip
 
     def committable() -> int:
-        return engine.commit_positions()[TP][0]
+        return engine.commits.commit_positions()[TP][0]
 
     ack_with_result(engine)
     outbox.pump()
@@ -213,9 +213,10 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
     outbox.pump()
     assert [s.topic for s in copies.sent] == [TOPICS.status], "the status after the result"
     # A refused one resolves its job too, counted and warned about by the outbox.
-    engine.offer(TP, 1, replace(job(), job_id="job-1"), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK,
+    engine.fetch.offer(TP, 1, replace(job(), job_id="job-1"), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
+                                      outcome=Outcome.ACK,
                               result=b"1")])  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="leasekeeper.kafka.copy_sender"):
         outbox.pump()
@@ -234,18 +235,18 @@ def test_the_results_one_poll_reports_resolve_under_one_store_write(
     store = LeaseStore(tmp_path)
     engine = LeaseEngine(store=store, config=EngineConfig(lease_s=10), clock=clock,
                          monotonic=clock)  # fmt: skip
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     send = ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
-                        delivered=engine.copies_delivered,
+                        delivered=engine.copies.delivered_many,
                         on_dropped=lambda r, why: None)  # fmt: skip
     for offset in range(20):
-        engine.offer(TP, offset, replace(job(), job_id=f"job-{offset}"), b"x")
-    grants = engine.claim("w", 20, wait_s=0)
-    engine.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK,
+        engine.fetch.offer(TP, offset, replace(job(), job_id=f"job-{offset}"), b"x")
+    grants = engine.workers.claim("w", 20, wait_s=0)
+    engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK,
                               result=b"1") for g in grants])  # fmt: skip
-    assert send.take(engine.take_copies()) == []
+    assert send.take(engine.copies.take()) == []
     (producer,) = made
-    assert len(producer.sent) == 20 and engine.commit_positions()[TP][0] == 0
+    assert len(producer.sent) == 20 and engine.commits.commit_positions()[TP][0] == 0
     for partition, *_ in producer.sent:
         producer.deliver(partition)
     writes: list[int] = []
@@ -253,4 +254,4 @@ def test_the_results_one_poll_reports_resolve_under_one_store_write(
     store.write = lambda batch: (writes.append(len(batch)), write(batch))[1]  # type: ignore[method-assign]
     send.take([])
     assert writes == [20], "one write holds the 20 resolutions"
-    assert engine.commit_positions()[TP][0] == 20
+    assert engine.commits.commit_positions()[TP][0] == 20

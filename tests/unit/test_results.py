@@ -200,15 +200,15 @@ def _engine(tmp_path: Path, **config: Any) -> LeaseEngine:
     clock = lambda: 1_000_000.0  # noqa: E731
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10, **config),
                          clock=clock, monotonic=clock)  # fmt: skip
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, Job(job_id="job-1", queue="q", tenant_id="t", type="thumb",
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, Job(job_id="job-1", queue="q", tenant_id="t", type="thumb",
                             payload=b"", created_at_ms=0), b"x")  # fmt: skip
     return engine
 
 
 def _ack(engine: LeaseEngine, result: bytes) -> None:
-    (grant,) = engine.claim("w", 1, wait_s=0)
-    (answer,) = engine.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
+    (answer,) = engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
                                           outcome=Outcome.ACK, result=result)])  # fmt: skip
     assert answer.ok
 
@@ -216,13 +216,13 @@ def _ack(engine: LeaseEngine, result: bytes) -> None:
 def test_an_ack_with_a_result_resolves_once_its_record_is_durable(tmp_path: Path) -> None:
     engine = _engine(tmp_path)
     _ack(engine, b'{"url":"u"}')
-    (copy,) = engine.take_copies()
+    (copy,) = engine.copies.take()
     assert copy.kind is CopyKind.RESULT and copy.raw_value == b'{"url":"u"}'
-    assert engine.commit_positions()[TP][0] == 0  # not past the job yet
-    assert engine.take_statuses() == []  # nor "succeeded" before the value can be read
-    engine.copy_delivered(copy)
-    assert engine.commit_positions() == {TP: (1, "")}
-    (status,) = engine.take_statuses()
+    assert engine.commits.commit_positions()[TP][0] == 0  # not past the job yet
+    assert engine.copies.take_statuses() == []  # nor "succeeded" before the value can be read
+    engine.copies.delivered(copy)
+    assert engine.commits.commit_positions() == {TP: (1, "")}
+    (status,) = engine.copies.take_statuses()
     assert (status.job_id, status.state) == ("job-1", JobEnd.SUCCEEDED)
     assert engine.counters.acked == 1
 
@@ -230,14 +230,14 @@ def test_an_ack_with_a_result_resolves_once_its_record_is_durable(tmp_path: Path
 def test_an_ack_without_a_result_makes_no_copy(tmp_path: Path) -> None:
     engine = _engine(tmp_path)
     _ack(engine, b"")
-    assert engine.take_copies() == []
-    assert engine.commit_positions() == {TP: (1, "")}
+    assert engine.copies.take() == []
+    assert engine.commits.commit_positions() == {TP: (1, "")}
 
 
 def test_a_result_over_the_leasekeeper_s_cap_dead_letters_the_job(tmp_path: Path) -> None:
     engine = _engine(tmp_path, max_result_bytes=10)
     _ack(engine, b'"' + b"x" * 20 + b'"')
-    (copy,) = engine.take_copies()
+    (copy,) = engine.copies.take()
     assert copy.kind is CopyKind.DEAD and copy.job is not None
     (error,) = copy.job.errors
     assert error.error_class == "ResultTooLarge" and "store the value elsewhere" in error.message
@@ -260,11 +260,11 @@ def test_a_job_acked_with_a_result_counts_as_ended_here_once_the_result_is_durab
     were the result dropped (its partition moved), the job must run again."""
     engine = _engine(tmp_path)
     _ack(engine, b"1")
-    (copy,) = engine.take_copies()
+    (copy,) = engine.copies.take()
     again = Job(job_id="job-1", queue="q", tenant_id="t", type="thumb", payload=b"",
                 created_at_ms=0)  # fmt: skip
-    engine.offer(TP, 1, again, b"x")
+    engine.fetch.offer(TP, 1, again, b"x")
     assert engine.counters.resolved_again == 0
-    engine.copy_delivered(copy)
-    engine.offer(TP, 2, again, b"x")
+    engine.copies.delivered(copy)
+    engine.fetch.offer(TP, 2, again, b"x")
     assert engine.counters.resolved_again == 1

@@ -28,7 +28,7 @@ class Peerless:
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[LeaseEngine]:
     engine = LeaseEngine(store=LeaseStore(tmp_path / "state"), config=EngineConfig())
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     yield engine
     engine.close()
 
@@ -37,7 +37,7 @@ def _offer(engine: LeaseEngine, offsets: range) -> None:
     for n in offsets:
         job = Job(job_id=f"j{n}", queue="q", tenant_id="t", type="noop", payload=b"",
                   created_at_ms=1)  # fmt: skip
-        engine.offer(TP, n, job, b"x")
+        engine.fetch.offer(TP, n, job, b"x")
 
 
 def _claim(servicer: LeaseKeeperServicer, n: int) -> list[pb.ClaimedJob]:
@@ -129,7 +129,7 @@ def test_a_settle_sent_again_with_its_id_gets_the_same_jobs_not_a_second_claim(
     assert [j.job_id for j in again.jobs] == ["j2", "j3", "j4"]
     pairs = zip(again.jobs, lost.jobs, strict=True)
     assert all(a.lease_until_ms >= b.lease_until_ms for a, b in pairs), "extended, if at all"
-    assert engine.in_flight() == 3, "no jobs leased past the first answer's"
+    assert engine.partitions.in_flight() == 3, "no jobs leased past the first answer's"
     assert [j.job_id for j in _claim(servicer, 8)] == ["j5", "j6", "j7"]
     # A fresh id is a new Settle: it claims.
     fresh = servicer.Settle(_settle_and_claim(list(again.jobs), 3, "settle-2"), Peerless())  # type: ignore[arg-type]
@@ -145,7 +145,7 @@ def test_a_resend_leaves_out_the_jobs_whose_lease_ended(engine: LeaseEngine) -> 
     servicer.Settle(pb.SettleRequest(settlements=_acks(lost[:1])), Peerless())  # type: ignore[arg-type]
     again = servicer.Settle(request, Peerless())  # type: ignore[arg-type]
     assert [j.job_id for j in again.jobs] == [lost[1].job_id]
-    assert engine.in_flight() == 1
+    assert engine.partitions.in_flight() == 1
 
 
 def test_a_settle_without_an_id_claims_each_time_as_before(engine: LeaseEngine) -> None:

@@ -13,6 +13,7 @@ from jobcore.topics import QueueTopics
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
+from tests.unit.engine_ports import with_ports
 from tests.unit.test_pause_across_moves import Consumer, Engine, Outbox
 
 TOPICS = QueueTopics(queue="q")
@@ -36,7 +37,7 @@ def loop_over(consumer: object, engine: Engine) -> ConsumerLoop:
     return ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=None,  # type: ignore[arg-type]
-        engine=engine,  # type: ignore[arg-type]
+        engine=with_ports(engine),  # type: ignore[arg-type]
         codec=EnvelopeCodec(SchemaRegistry()),
         outbox=Outbox(),  # type: ignore[arg-type]
         topics=TOPICS,

@@ -42,8 +42,8 @@ def _tick(engine: LeaseEngine, clock: Clock, seconds: float) -> None:
     """``seconds`` of the consumer loop: the mailer claims, the sweep runs each 0.5 s."""
     for _ in range(int(seconds * 2)):
         clock.now += 0.5
-        engine.claim("mailer", 1, wait_s=0, job_types=frozenset({"email", "sms"}))
-        engine.sweep_unhandled()
+        engine.workers.claim("mailer", 1, wait_s=0, job_types=frozenset({"email", "sms"}))
+        engine.workers.sweep_unhandled()
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -60,13 +60,13 @@ def test_a_type_no_worker_runs_is_warned_about_once_and_clears_when_one_connects
     caplog.set_level(logging.INFO, logger="leasekeeper.core.unhandled")
     clock = Clock()
     engine = _engine(tmp_path, clock)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, typed(0, "video"), b"x")
-    engine.offer(TP, 1, typed(1, "video"), b"x")
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, typed(0, "video"), b"x")
+    engine.fetch.offer(TP, 1, typed(1, "video"), b"x")
     start_ms = int(clock.now * 1000)
     _tick(engine, clock, 60)
 
-    (wait,) = engine.snapshot().to_dict()["unhandled"]  # type: ignore[misc]
+    (wait,) = engine.views.snapshot().to_dict()["unhandled"]  # type: ignore[misc]
     assert wait["type"] == "video" and wait["queue"] == "orders" and wait["jobs"] == 2
     assert wait["topics"] == ["jobs.q"] and wait["handled"] == ["email", "sms"]
     assert start_ms < wait["since_ms"] <= start_ms + 1000
@@ -79,9 +79,9 @@ def test_a_type_no_worker_runs_is_warned_about_once_and_clears_when_one_connects
     _tick(engine, clock, 60)  # it lasts: not logged again so soon
     assert len(_warnings(caplog)) == 1
 
-    engine.claim("video-worker", 0, wait_s=0, job_types=frozenset({"video"}))
-    engine.sweep_unhandled()
-    assert engine.snapshot().to_dict()["unhandled"] == []
+    engine.workers.claim("video-worker", 0, wait_s=0, job_types=frozenset({"video"}))
+    engine.workers.sweep_unhandled()
+    assert engine.views.snapshot().to_dict()["unhandled"] == []
     assert len(_warnings(caplog)) == 1
     assert any("no ready job of type 'video'" in r.getMessage() for r in caplog.records)
 
@@ -91,8 +91,8 @@ def test_a_wait_that_lasts_is_logged_again_every_few_minutes(
 ) -> None:
     clock = Clock()
     engine = _engine(tmp_path, clock)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, typed(0, "video"), b"x")
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, typed(0, "video"), b"x")
     _tick(engine, clock, 340)
     assert len(_warnings(caplog)) == 2
 
@@ -102,12 +102,12 @@ def test_a_worker_started_a_few_seconds_later_is_no_warning(
 ) -> None:
     clock = Clock()
     engine = _engine(tmp_path, clock)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, typed(0, "video"), b"x")
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, typed(0, "video"), b"x")
     _tick(engine, clock, 10)
-    engine.claim("video-worker", 0, wait_s=0, job_types=frozenset({"video"}))
+    engine.workers.claim("video-worker", 0, wait_s=0, job_types=frozenset({"video"}))
     _tick(engine, clock, 60)
-    assert _warnings(caplog) == [] and engine.snapshot().unhandled == ()
+    assert _warnings(caplog) == [] and engine.views.snapshot().unhandled == ()
 
 
 NOW_MS = 1_765_000_000_000

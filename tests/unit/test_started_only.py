@@ -42,7 +42,7 @@ def _lease(*, started: bool) -> Lease:
 
 
 def _claimed(engine: LeaseEngine, n: int) -> dict[str, str]:
-    grants = engine.claim("w", n, wait_s=0, reports_started=True)
+    grants = engine.workers.claim("w", n, wait_s=0, reports_started=True)
     return {g.lease_id: g.token for g in grants}
 
 
@@ -70,17 +70,17 @@ def test_a_worker_crash_refunds_the_unstarted_job_and_spends_the_started_one(
 ) -> None:
     router = RecordingRouter()
     engine = make_engine(tmp_path, clock, router)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
-    engine.offer(TP, 1, job(1), b"x")
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    engine.fetch.offer(TP, 1, job(1), b"x")
     tokens = _claimed(engine, 2)
-    assert engine.claim("w", 1, wait_s=0) == []  # attempts are counted at claim
-    engine.heartbeat(list(tokens.items()), started=frozenset({"jobs.q/0/0"}))
+    assert engine.workers.claim("w", 1, wait_s=0) == []  # attempts are counted at claim
+    engine.workers.heartbeat(list(tokens.items()), started=frozenset({"jobs.q/0/0"}))
     clock.now += 11  # the worker died: no heartbeat, no settle
-    assert engine.expire() == 1  # one copy: the started job's retry
+    assert engine.workers.expire() == 1  # one copy: the started job's retry
     ((retry, _),) = router.retries
     assert retry.job_id == "job-0" and retry.attempt == 1
-    (again,) = engine.claim("w2", 1, wait_s=0)
+    (again,) = engine.workers.claim("w2", 1, wait_s=0)
     assert again.lease_id == "jobs.q/0/1" and again.attempt == 1  # its attempt back
     assert engine.counters.refunded == 1 and engine.counters.expired == 2
 
@@ -91,14 +91,14 @@ def test_a_job_that_kills_its_worker_before_reporting_still_reaches_the_dlq(
     """Poison: it never reports a start; one refund per record, then attempts are spent."""
     router = RecordingRouter()
     engine = make_engine(tmp_path, clock, router)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     current, crashes = job(0, max_attempts=2), 0
     for offset in range(2):
-        engine.offer(TP, offset, current, b"x")
+        engine.fetch.offer(TP, offset, current, b"x")
         for _ in range(2):  # refunded once, then spent
             _claimed(engine, 1)
             clock.now += 11
-            engine.expire()
+            engine.workers.expire()
             crashes += 1
         if offset == 0:
             current, delivered = router.retries[-1]
@@ -112,65 +112,65 @@ def test_an_unstarted_lease_is_not_timed_out_and_its_timeout_starts_at_the_start
     tmp_path: Path, clock: Clock
 ) -> None:
     engine = make_engine(tmp_path, clock, RecordingRouter())
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     slow = replace(job(0), timeout_s=5)
-    engine.offer(TP, 0, slow, b"x")
+    engine.fetch.offer(TP, 0, slow, b"x")
     ((lease_id, token),) = _claimed(engine, 1).items()
     for _ in range(3):  # waits 24 s behind other jobs, heartbeated
         clock.now += 8
-        engine.heartbeat([(lease_id, token)])
-        assert engine.expire() == 0
-    engine.heartbeat([(lease_id, token)], started=frozenset({lease_id}))
+        engine.workers.heartbeat([(lease_id, token)])
+        assert engine.workers.expire() == 0
+    engine.workers.heartbeat([(lease_id, token)], started=frozenset({lease_id}))
     clock.now += 8  # within timeout_s + the reaper's 5 s grace
-    engine.heartbeat([(lease_id, token)])
-    assert engine.expire() == 0
+    engine.workers.heartbeat([(lease_id, token)])
+    assert engine.workers.expire() == 0
     clock.now += 3
-    assert engine.expire() == 1  # past timeout_s + grace since it started
+    assert engine.workers.expire() == 1  # past timeout_s + grace since it started
 
 
 def test_a_refund_holds_across_a_restart_on_the_same_store(tmp_path: Path, clock: Clock) -> None:
     engine = make_engine(tmp_path, clock, RecordingRouter())
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
     _claimed(engine, 1)
     engine._store.close()  # the leasekeeper dies too; the lease record says "not started"
 
     restarted = make_engine(tmp_path, clock, RecordingRouter())
-    restarted.assign(TP, 0)
-    restarted.offer(TP, 0, job(0), b"x")
+    restarted.partitions.assign(TP, 0)
+    restarted.fetch.offer(TP, 0, job(0), b"x")
     clock.now += 11
-    assert restarted.expire() == 0 and restarted.counters.refunded == 1
+    assert restarted.workers.expire() == 0 and restarted.counters.refunded == 1
     restarted._store.close()
 
     again = make_engine(tmp_path, clock, RecordingRouter())
-    again.assign(TP, 0)
-    again.offer(TP, 0, job(0), b"x")
-    (grant,) = again.claim("w", 1, wait_s=0, reports_started=True)
+    again.partitions.assign(TP, 0)
+    again.fetch.offer(TP, 0, job(0), b"x")
+    (grant,) = again.workers.claim("w", 1, wait_s=0, reports_started=True)
     assert grant.attempt == 1  # the refund was stored
     clock.now += 11
-    assert again.expire() == 1  # and so was the refund already used: spent now
+    assert again.workers.expire() == 1  # and so was the refund already used: spent now
 
 
 def test_a_refund_travels_with_the_partition(tmp_path: Path, clock: Clock) -> None:
     first = make_engine(tmp_path / "a", clock, RecordingRouter())
-    first.assign(TP, 0)
+    first.partitions.assign(TP, 0)
     for i in range(2):
-        first.offer(TP, i, job(i), b"x")
+        first.fetch.offer(TP, i, job(i), b"x")
     tokens = _claimed(first, 2)
-    first.heartbeat(list(tokens.items()), started=frozenset({"jobs.q/0/1"}))
+    first.workers.heartbeat(list(tokens.items()), started=frozenset({"jobs.q/0/1"}))
     clock.now += 11
-    first.expire()
-    first.begin_revoke({TP})
-    offset, metadata = first.commit_positions()[TP]
+    first.workers.expire()
+    first.partitions.begin_revoke({TP})
+    offset, metadata = first.commits.commit_positions()[TP]
     # Offset 0's refund is in the hand-over; offset 1 spent its attempt (its retry
     # copy is not delivered yet, so the next owner runs it again as attempt 2).
     assert decode_progress(offset, metadata).claims == {1: 1}
 
     second = make_engine(tmp_path / "b", clock, RecordingRouter())  # another disk
-    second.assign(TP, offset, metadata)
+    second.partitions.assign(TP, offset, metadata)
     for i in range(2):
-        second.offer(TP, i, job(i), b"x")
-    grants = second.claim("w2", 2, wait_s=0)
+        second.fetch.offer(TP, i, job(i), b"x")
+    grants = second.workers.claim("w2", 2, wait_s=0)
     assert {g.lease_id: g.attempt for g in grants} == {"jobs.q/0/0": 1, "jobs.q/0/1": 2}
 
 
@@ -179,20 +179,20 @@ def test_an_old_worker_that_reports_no_starts_spends_every_expired_attempt(
 ) -> None:
     router = RecordingRouter()
     engine = make_engine(tmp_path, clock, router)
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
-    engine.claim("w", 1, wait_s=0)  # reports_started defaults to False
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    engine.workers.claim("w", 1, wait_s=0)  # reports_started defaults to False
     clock.now += 11
-    assert engine.expire() == 1 and engine.counters.refunded == 0
+    assert engine.workers.expire() == 1 and engine.counters.refunded == 0
 
 
 def test_a_release_still_gives_the_attempt_back(tmp_path: Path, clock: Clock) -> None:
     engine = make_engine(tmp_path, clock, RecordingRouter())
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
     ((lease_id, token),) = _claimed(engine, 1).items()
-    engine.settle([Settlement(lease_id=lease_id, token=token, outcome=Outcome.RELEASE)])
-    (again,) = engine.claim("w", 1, wait_s=0, reports_started=True)
+    engine.workers.settle([Settlement(lease_id=lease_id, token=token, outcome=Outcome.RELEASE)])
+    (again,) = engine.workers.claim("w", 1, wait_s=0, reports_started=True)
     assert again.attempt == 1
 
 
@@ -200,27 +200,27 @@ def test_a_refund_after_a_commit_holds_across_a_restart(tmp_path: Path, clock: C
     """The commit Kafka holds predates the refund (it says offset 0 used an attempt);
     the store, which wrote that commit and knows of the refund since, wins."""
     engine = make_engine(tmp_path, clock, RecordingRouter())
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     for i in range(2):
-        engine.offer(TP, i, job(i), b"x")
+        engine.fetch.offer(TP, i, job(i), b"x")
     tokens = _claimed(engine, 2)
-    engine.settle(
+    engine.workers.settle(
         [Settlement(lease_id="jobs.q/0/1", token=tokens["jobs.q/0/1"], outcome=Outcome.ACK)]
     )
-    positions = engine.commit_positions()
-    engine.committed(positions)
+    positions = engine.commits.commit_positions()
+    engine.commits.committed(positions)
     offset, metadata = positions[TP]
     assert decode_progress(offset, metadata).claims == {0: 1}
     clock.now += 11
-    engine.expire()  # offset 0 never started: refunded, then the leasekeeper dies
+    engine.workers.expire()  # offset 0 never started: refunded, then the leasekeeper dies
     assert engine.counters.refunded == 1
     engine._store.close()
 
     restarted = make_engine(tmp_path, clock, RecordingRouter())
-    restarted.assign(TP, offset, metadata)
+    restarted.partitions.assign(TP, offset, metadata)
     for i in range(2):
-        restarted.offer(TP, i, job(i), b"x")
-    (grant,) = restarted.claim("w", 2, wait_s=0, reports_started=True)
+        restarted.fetch.offer(TP, i, job(i), b"x")
+    (grant,) = restarted.workers.claim("w", 2, wait_s=0, reports_started=True)
     assert grant.lease_id == "jobs.q/0/0" and grant.attempt == 1
 
 
@@ -230,20 +230,20 @@ def test_a_newer_commit_of_another_owner_still_counts_its_claims(
     """The store knows only its own past: a commit it did not write wins where it
     knows more (the partition moved away and back)."""
     engine = make_engine(tmp_path / "a", clock, RecordingRouter())
-    engine.assign(TP, 0)
-    engine.offer(TP, 0, job(0), b"x")
-    engine.committed(engine.commit_positions())
-    engine.revoke(TP)
+    engine.partitions.assign(TP, 0)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    engine.commits.committed(engine.commits.commit_positions())
+    engine.partitions.revoke(TP)
 
     other = make_engine(tmp_path / "b", clock, RecordingRouter())
-    other.assign(TP, 0)
-    other.offer(TP, 0, job(0), b"x")
-    other.claim("w", 1, wait_s=0)
-    offset, metadata = other.commit_positions()[TP]
+    other.partitions.assign(TP, 0)
+    other.fetch.offer(TP, 0, job(0), b"x")
+    other.workers.claim("w", 1, wait_s=0)
+    offset, metadata = other.commits.commit_positions()[TP]
 
-    engine.assign(TP, offset, metadata)
-    engine.offer(TP, 0, job(0), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
+    engine.partitions.assign(TP, offset, metadata)
+    engine.fetch.offer(TP, 0, job(0), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
     assert grant.attempt == 2
 
 
@@ -252,34 +252,34 @@ def test_claims_inherited_from_a_previous_owner_survive_a_restart_after_our_comm
 ) -> None:
     """Inherited counts live in our commit's metadata, not in our store: still counted."""
     first = make_engine(tmp_path / "a", clock, RecordingRouter())
-    first.assign(TP, 0)
-    first.offer(TP, 0, job(0), b"x")
-    first.claim("w", 1, wait_s=0)
-    offset, metadata = first.commit_positions()[TP]
+    first.partitions.assign(TP, 0)
+    first.fetch.offer(TP, 0, job(0), b"x")
+    first.workers.claim("w", 1, wait_s=0)
+    offset, metadata = first.commits.commit_positions()[TP]
 
     second = make_engine(tmp_path / "b", clock, RecordingRouter())
-    second.assign(TP, offset, metadata)
-    second.committed({TP: (offset, metadata)})  # the same position, accepted as ours
+    second.partitions.assign(TP, offset, metadata)
+    second.commits.committed({TP: (offset, metadata)})  # the same position, accepted as ours
     second._store.close()
 
     restarted = make_engine(tmp_path / "b", clock, RecordingRouter())
-    restarted.assign(TP, offset, metadata)
-    restarted.offer(TP, 0, job(0), b"x")
-    (grant,) = restarted.claim("w", 1, wait_s=0)
+    restarted.partitions.assign(TP, offset, metadata)
+    restarted.fetch.offer(TP, 0, job(0), b"x")
+    (grant,) = restarted.workers.claim("w", 1, wait_s=0)
     assert grant.attempt == 2
 
 
 def test_jobs_for_idle_handlers_count_as_started_at_claim(tmp_path: Path, clock: Clock) -> None:
     router = RecordingRouter()
     engine = make_engine(tmp_path, clock, router)
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     for i in range(3):
-        engine.offer(TP, i, job(i), b"x")
-    grants = engine.claim("w", 3, wait_s=0, reports_started=True, start_now=1)
+        engine.fetch.offer(TP, i, job(i), b"x")
+    grants = engine.workers.claim("w", 3, wait_s=0, reports_started=True, start_now=1)
     assert [g.lease_id for g in grants] == ["jobs.q/0/0", "jobs.q/0/1", "jobs.q/0/2"]
     clock.now += 11  # the worker died before it reported anything
-    assert engine.expire() == 1  # the job its idle handler took at once: spent
+    assert engine.workers.expire() == 1  # the job its idle handler took at once: spent
     ((retry, _),) = router.retries
     assert retry.job_id == "job-0"
-    again = engine.claim("w2", 3, wait_s=0)
+    again = engine.workers.claim("w2", 3, wait_s=0)
     assert {g.lease_id: g.attempt for g in again} == {"jobs.q/0/1": 1, "jobs.q/0/2": 1}

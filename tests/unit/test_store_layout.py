@@ -36,7 +36,7 @@ def _job(n: int) -> Job:
 
 def _engine(store: LeaseStore) -> LeaseEngine:
     engine = LeaseEngine(store=store, config=EngineConfig(lease_s=10))
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     return engine
 
 
@@ -44,11 +44,11 @@ def test_claim_heartbeat_ack_and_nack_are_one_stored_value_each(tmp_path: Path) 
     store = _CountingStore(tmp_path)
     engine = _engine(store)
     for n in range(4):
-        engine.offer(TP, n, _job(n), b"x")
-    grants = engine.claim("w", 4, wait_s=0)
-    engine.heartbeat([(g.lease_id, g.token) for g in grants])
+        engine.fetch.offer(TP, n, _job(n), b"x")
+    grants = engine.workers.claim("w", 4, wait_s=0)
+    engine.workers.heartbeat([(g.lease_id, g.token) for g in grants])
     acks = [Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK) for g in grants[:3]]
-    engine.settle([*acks, Settlement(lease_id=grants[3].lease_id, token=grants[3].token,
+    engine.workers.settle([*acks, Settlement(lease_id=grants[3].lease_id, token=grants[3].token,
                                      outcome=Outcome.NACK)])  # fmt: skip
     assert store.writes == [4, 4, 4]  # claim, heartbeat, settle: one value per job
 
@@ -57,10 +57,12 @@ def test_a_restart_reads_each_jobs_one_value(tmp_path: Path) -> None:
     store = LeaseStore(tmp_path)
     engine = _engine(store)
     for n in range(3):
-        engine.offer(TP, n, _job(n), b"x")
-    acked, leased, released = engine.claim("w", 3, wait_s=0)
-    engine.settle([Settlement(lease_id=acked.lease_id, token=acked.token, outcome=Outcome.ACK)])
-    engine.settle([Settlement(lease_id=released.lease_id, token=released.token,
+        engine.fetch.offer(TP, n, _job(n), b"x")
+    acked, leased, released = engine.workers.claim("w", 3, wait_s=0)
+    engine.workers.settle(
+        [Settlement(lease_id=acked.lease_id, token=acked.token, outcome=Outcome.ACK)]
+    )
+    engine.workers.settle([Settlement(lease_id=released.lease_id, token=released.token,
                               outcome=Outcome.RELEASE)])  # fmt: skip
     store.close()
     memory = LeaseStore(tmp_path).load(TP.topic, TP.partition, 0)
@@ -117,11 +119,13 @@ def test_an_engine_on_an_old_store_skips_what_was_acked_and_honours_old_leases(
 ) -> None:
     _legacy_store(tmp_path)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig(lease_s=10))
-    engine.assign(TP, 0)
+    engine.partitions.assign(TP, 0)
     for n in range(3):
-        engine.offer(TP, n, _job(n), b"x")
+        engine.fetch.offer(TP, n, _job(n), b"x")
     assert engine.counters.skipped == 1  # offset 0 was acked
-    (grant,) = engine.claim("w", 10, wait_s=0)
+    (grant,) = engine.workers.claim("w", 10, wait_s=0)
     assert grant.lease_id == "jobs.q/0/1" and grant.attempt == 3  # two claims before
-    answer = engine.settle([Settlement(lease_id="jobs.q/0/2", token="tok", outcome=Outcome.ACK)])
+    answer = engine.workers.settle(
+        [Settlement(lease_id="jobs.q/0/2", token="tok", outcome=Outcome.ACK)]
+    )
     assert answer[0].ok

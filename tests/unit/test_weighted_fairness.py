@@ -158,35 +158,35 @@ def engine_job(i: int, tenant: str, klass: str = "default") -> Job:
 def test_the_cap_holds_across_the_workers_of_one_leasekeeper(tmp_path: Path) -> None:
     config = EngineConfig(tenants=TenantPolicy(default_cap=2, caps={"b": 1}))
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=config)
-    engine.assign(TP, -1001)
+    engine.partitions.assign(TP, -1001)
     for i in range(6):
-        engine.offer(TP, i, engine_job(i, "a" if i < 4 else "b"), b"x")
-    first = engine.claim("w1", 10, wait_s=0)
+        engine.fetch.offer(TP, i, engine_job(i, "a" if i < 4 else "b"), b"x")
+    first = engine.workers.claim("w1", 10, wait_s=0)
     assert len(first) == 3, "two of a (its cap), one of b (its own cap)"
-    assert engine.claim("w2", 10, wait_s=0) == []
-    engine.settle([Settlement(lease_id=first[0].lease_id, token=first[0].token,
+    assert engine.workers.claim("w2", 10, wait_s=0) == []
+    engine.workers.settle([Settlement(lease_id=first[0].lease_id, token=first[0].token,
                               outcome=Outcome.ACK, run_s=0.05)])  # fmt: skip
-    assert len(engine.claim("w2", 10, wait_s=0)) == 1
+    assert len(engine.workers.claim("w2", 10, wait_s=0)) == 1
 
 
 def test_a_critical_job_behind_a_bulk_backlog_is_claimed_first(tmp_path: Path) -> None:
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig())
-    engine.assign(TP, -1001)
+    engine.partitions.assign(TP, -1001)
     for i in range(200):
-        engine.offer(TP, i, engine_job(i, "flood", "bulk"), b"x")
-    engine.offer(TP, 200, engine_job(0, "reset", "critical"), b"x")
-    (grant,) = engine.claim("w", 1, wait_s=0)
+        engine.fetch.offer(TP, i, engine_job(i, "flood", "bulk"), b"x")
+    engine.fetch.offer(TP, 200, engine_job(0, "reset", "critical"), b"x")
+    (grant,) = engine.workers.claim("w", 1, wait_s=0)
     assert grant.lease_id == TP.lease_id(200)
 
 
 def test_a_settlements_run_time_is_charged_to_its_tenant(tmp_path: Path) -> None:
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig())
-    engine.assign(TP, -1001)
+    engine.partitions.assign(TP, -1001)
     for i, tenant in enumerate(["a", "a", "b", "b"]):
-        engine.offer(TP, i, engine_job(i, tenant), b"x")
-    (first,) = engine.claim("w", 1, wait_s=0)
+        engine.fetch.offer(TP, i, engine_job(i, tenant), b"x")
+    (first,) = engine.workers.claim("w", 1, wait_s=0)
     assert first.lease_id == TP.lease_id(0)
-    engine.settle([Settlement(lease_id=first.lease_id, token=first.token,
+    engine.workers.settle([Settlement(lease_id=first.lease_id, token=first.token,
                               outcome=Outcome.ACK, run_s=1.0)])  # fmt: skip
-    rest = [g.lease_id for g in engine.claim("w", 2, wait_s=0)]
+    rest = [g.lease_id for g in engine.workers.claim("w", 2, wait_s=0)]
     assert rest == [TP.lease_id(2), TP.lease_id(3)], "a's one second buys b two turns"

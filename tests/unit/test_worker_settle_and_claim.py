@@ -146,10 +146,10 @@ def test_a_settle_whose_answer_was_lost_is_sent_again_and_its_jobs_run_once(
     leased: none waits out its lease, none runs twice, none is leased twice."""
     tp = TopicPart("jobs.q", 0)
     engine = LeaseEngine(store=LeaseStore(tmp_path / "state"), config=EngineConfig(lease_s=60))
-    engine.assign(tp, 0)
+    engine.partitions.assign(tp, 0)
     for offset in range(JOBS):
         value = envelopes()
-        engine.offer(tp, offset, envelopes.codec.decode(value), value)
+        engine.fetch.offer(tp, offset, envelopes.codec.decode(value), value)
     leasekeeper = LostAnswer(engine)
     ran: Counter[str] = Counter()
     app = App()
@@ -163,7 +163,8 @@ def test_a_settle_whose_answer_was_lost_is_sent_again_and_its_jobs_run_once(
         with running_worker(app, f"unix:{sock}", concurrency=4, prefetch=2,
                             settle_interval_s=0.5):  # fmt: skip
             wait_until(lambda: engine.counters.acked == JOBS, what=f"{JOBS} acks",
-                       describe=lambda: f"ran {len(ran)}, leased {engine.in_flight()}")  # fmt: skip
+                       describe=lambda: f"ran {len(ran)}, "
+                                        f"leased {engine.partitions.in_flight()}")  # fmt: skip
     finally:
         server.stop(0).wait()
         engine.close()
