@@ -100,7 +100,7 @@ class MemoryLeaseKeeper:
             codec=codec,
             outbox=CopySender(
                 producer=producer,
-                engine=self.engine,
+                copies=self.engine.copies,
                 router=router,
                 clock=clock.monotonic,
                 status=status,

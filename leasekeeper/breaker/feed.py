@@ -42,7 +42,7 @@ from jobcore.kafka import (
 )
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker.policy import BreakerState
-from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.breaker.port import BreakerPort
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +112,12 @@ class BreakerFeed:
         *,
         settings: KafkaSettings,
         topics: QueueTopics,
-        engine: LeaseEngine,
+        breakers: BreakerPort,
         producer: Producer,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._topic = topics.breakers
-        self._engine = engine
+        self._breakers = breakers
         self._producer = producer
         self._clock = clock
         self.writer = f"leasekeeper-{uuid.uuid4().hex[:12]}"
@@ -154,7 +154,7 @@ class BreakerFeed:
     def poll(self) -> None:
         """Apply what others wrote since the last call, then publish this engine's
         changes; never waits."""
-        transitions = self._engine.breakers.transitions()
+        transitions = self._breakers.transitions()
         if self._missing:
             for transition in transitions:
                 log.warning("breaker of job type %s is %s: %s", transition.job_type,
@@ -167,7 +167,7 @@ class BreakerFeed:
             record = BreakerRecord(
                 job_type=transition.job_type,
                 state=transition.state,
-                until_ms=self._engine.breakers.wall_ms(transition.until),
+                until_ms=self._breakers.wall_ms(transition.until),
                 cooldown_s=transition.cooldown_s,
                 trips=transition.trips,
                 forced=transition.forced,
@@ -205,7 +205,7 @@ class BreakerFeed:
         if record.writer == self.writer and not own_too:
             return
         self.applied += 1
-        self._engine.breakers.adopt(
+        self._breakers.adopt(
             record.job_type,
             state=record.state,
             until_ms=record.until_ms,

@@ -24,7 +24,7 @@ from jobcore.kafka import (
     classify_error,
 )
 from jobcore.kafka_retry import Backoff
-from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.commit_port import CommitPort
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.kafka.family_consumer import FamilyConsumer
 
@@ -50,13 +50,13 @@ class Committer:
     def __init__(
         self,
         *,
-        engine: LeaseEngine,
+        commits: CommitPort,
         consumer: Callable[[], Consumer | FamilyConsumer],
         producer: Producer,
         clock: Callable[[], float],
         backoff: Backoff = COMMIT_BACKOFF,
     ) -> None:
-        self._engine = engine
+        self._commits = commits
         self._consumer = consumer
         self._producer = producer
         self._clock = clock
@@ -86,7 +86,7 @@ class Committer:
             log.warning(
                 "no answer to a commit after %.0fs; committing again", ASYNC_COMMIT_PATIENCE_S
             )
-        positions = self._engine.commits.commit_positions()
+        positions = self._commits.commit_positions()
         if not positions:
             self._async_commit = None
             return
@@ -124,14 +124,14 @@ class Committer:
             if code is None and error is None:
                 done[tp] = position
             elif code == KafkaError.OFFSET_METADATA_TOO_LARGE:
-                self._engine.commits.shrink_metadata(tp)
+                self._commits.shrink_metadata(tp)
             else:
                 failure = part.error or error
         if done:
             self._failures = 0
             self._next = 0.0
             self.commits += self._async_commit is None  # counted once, at its last part
-            self._engine.commits.committed(done)
+            self._commits.committed(done)
         if failure is not None:
             self._failed(KafkaException(failure))
 
@@ -154,7 +154,7 @@ class Committer:
         twice in a CI run that gave up on it); both are answered. A member whose
         partitions were lost for good has no positions left once answered: it stops
         at once."""
-        positions = self._engine.commits.commit_positions(only)
+        positions = self._commits.commit_positions(only)
         if not positions:
             return
         deadline = self._clock() + patience_s
@@ -185,7 +185,7 @@ class Committer:
                     # Paused: nothing is fetched; a revoke served here commits its own.
                     self._consumer().consume(num_messages=1, timeout=COMMIT_RETRY_S)
                     self._producer.poll(0)
-                    positions = self._engine.commits.commit_positions(only)
+                    positions = self._commits.commit_positions(only)
                     if not positions:
                         return
                     continue
@@ -194,7 +194,7 @@ class Committer:
         self._failures = 0
         self._next = 0.0
         self.commits += 1
-        self._engine.commits.committed(positions)
+        self._commits.committed(positions)
 
     def _commit_each(self, positions: dict[TopicPart, tuple[int, str]]) -> None:
         """Some partition's metadata is over the broker's limit (the others may have been
@@ -213,13 +213,13 @@ class Committer:
                     if exc.args[0].code() != KafkaError.OFFSET_METADATA_TOO_LARGE or not metadata:
                         log.warning("commit of %s failed (will retry): %s", tp, exc)
                         break
-                    position = self._engine.commits.shrink_metadata(tp)
+                    position = self._commits.shrink_metadata(tp)
                     continue
                 done[tp] = position
                 break
         if done:
             self.commits += 1
-            self._engine.commits.committed(done)
+            self._commits.committed(done)
 
     def _failed(self, exc: KafkaException) -> None:
         """Back off (capped, exponential) while commits fail, one log line per step:

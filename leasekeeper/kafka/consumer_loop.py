@@ -114,17 +114,17 @@ class ConsumerLoop:
             t: {} for t in self._ready_topics if self._gate.tier_of(t) is None
         }
         # The overflow lane: a flooded class partition's excess moves there.
-        self._overflow = OverflowWatch(
-            engine=engine,
-            overflow_topic=topics.overflow,
-            sources=frozenset(self._ready_topics) - {topics.overflow},
-            clock=clock,
-        )
+        self._overflow = OverflowWatch(overflow=engine.overflow,
+                                       window_records=engine.fetch.window_records,
+                                       overflow_topic=topics.overflow,
+                                       sources=frozenset(self._ready_topics) - {topics.overflow},
+                                       clock=clock)  # fmt: skip
         # Jobs a producer diverted to the overflow lane wait for their switch.
         self.switches = SwitchHolds(commits)
         self._overflow_topic = topics.overflow  # a property builds it: not per record
-        self._slow = SlowPath(engine=engine, codec=codec, gate=gate, switches=self.switches,
-                              overflow_topic=self._overflow_topic, hold=self._hold)  # fmt: skip
+        self._slow = SlowPath(fetch=engine.fetch, copies=engine.copies, codec=codec, gate=gate,
+                              switches=self.switches, overflow_topic=self._overflow_topic,
+                              hold=self._hold)  # fmt: skip
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
@@ -137,10 +137,10 @@ class ConsumerLoop:
         self._full = False
         self.lane = lane
         self._feeds = (*feeds, lane) if lane is not None else tuple(feeds)
-        self._lanes = LaneLoads(engine)  # class partitions whose lane entries are not read
+        self._lanes = LaneLoads(engine.ordering)  # class partitions whose lane entries are not read
         self._last_commit = self._clock()  # nothing to commit before the first fetch
         self._last_reap = 0.0
-        self.committer = Committer(engine=engine, consumer=lambda: self._consumer,
+        self.committer = Committer(commits=engine.commits, consumer=lambda: self._consumer,
                                    producer=producer, clock=clock, backoff=backoff)  # fmt: skip
 
     def run(self, stop: threading.Event) -> None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from jobcore.kafka import ProduceError, ProduceFailure, Producer, produce_once
 from leasekeeper.core.copies import CopyKind, CopyRequest, Shrink
-from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.copy_port import CopyPort
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.log_lines import RateLimit, copy_line
 from leasekeeper.kafka.result_sender import ResultSender
@@ -110,7 +110,7 @@ class CopySender:
         self,
         *,
         producer: Producer,
-        engine: LeaseEngine,
+        copies: CopyPort,
         router: KafkaRouter,
         config: OutboxConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -118,7 +118,7 @@ class CopySender:
         results: Callable[[Callable[[CopyRequest, str], None]], ResultSender] | None = None,
     ) -> None:
         self._producer = producer
-        self._engine = engine
+        self._copies = copies
         self._router = router
         self._config = config or OutboxConfig()
         self._clock = clock
@@ -149,10 +149,10 @@ class CopySender:
     def pump(self) -> None:
         """Send every copy that is due; called on each turn of the Kafka loop."""
         now = self._clock()
-        copies = self._engine.copies.take()
+        copies = self._copies.take()
         if self._results is not None:
             copies = self._results.take(copies)
-        statuses = self._engine.copies.take_statuses()
+        statuses = self._copies.take_statuses()
         if self._status is not None:
             self._status.send(statuses)
         else:
@@ -186,8 +186,8 @@ class CopySender:
     def _send(self, entry: _Entry, now: float) -> bool:
         """Produce one copy; False when the producer's queue is full (stop for now)."""
         request = entry.request
-        if not self._engine.copies.is_current(request):
-            self._engine.copies.dropped(request)  # moved: the next owner runs the job again
+        if not self._copies.is_current(request):
+            self._copies.dropped(request)  # moved: the next owner runs the job again
             return True
         try:
             record = self._router.record(request, entry.shrink)
@@ -227,9 +227,7 @@ class CopySender:
                         _name(entry.request.source))  # fmt: skip
         self._counters["delivered"] += 1
         self._tell(entry)
-        self._engine.copies.delivered(
-            entry.request, dead=entry.shrink is not Shrink.FULL, at=entry.offset
-        )
+        self._copies.delivered(entry.request, dead=entry.shrink is not Shrink.FULL, at=entry.offset)
 
     def _tell(self, entry: _Entry) -> None:
         """Log a retry or a dead letter at INFO once it is durable, a few a minute at most."""
@@ -255,7 +253,7 @@ class CopySender:
             # the job in its line, unresolved (never a dead letter for it).
             log.warning("%s too large for %s (%s): it waits in its partition instead",
                         entry.request.describe, topic, text)  # fmt: skip
-            self._engine.copies.delivered(entry.request, dead=True)
+            self._copies.delivered(entry.request, dead=True)
             return
         if failure is ProduceFailure.TOO_LARGE and _can_shrink(entry):
             entry.shrink = Shrink(entry.shrink + 1)
@@ -319,7 +317,7 @@ class CopySender:
         """A result Kafka refuses is dropped and its job resolved as acked: like a status
         record, it must never stall the partition. Warned at most once a minute."""
         self._counters["results_dropped"] += 1
-        self._engine.copies.delivered(request)
+        self._copies.delivered(request)
         now = self._clock()
         if now - self._result_warned_at >= 60:
             self._result_warned_at = now

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 from jobcore.kafka import Message
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import LeaseEngine
+from leasekeeper.core.copy_port import CopyPort
+from leasekeeper.core.fetch_port import FetchPort
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.overflow.switch_hold import RECHECK_MS, SwitchHolds
@@ -41,14 +42,16 @@ class SlowPath:
     def __init__(
         self,
         *,
-        engine: LeaseEngine,
+        fetch: FetchPort,
+        copies: CopyPort,
         codec: EnvelopeCodec,
         gate: TierGate,
         switches: SwitchHolds,
         overflow_topic: str,
         hold: Callable[[TopicPart, int, int], None],
     ) -> None:
-        self._engine = engine
+        self._fetch = fetch
+        self._copies = copies
         self._codec = codec
         self._gate = gate
         self._switches = switches
@@ -70,7 +73,7 @@ class SlowPath:
         if tier is None:
             value = message.value()
             assert value is not None  # read above
-            self._engine.fetch.offer(tp, offset, head, value)
+            self._fetch.offer(tp, offset, head, value)
         else:
             self._from_tier(tier, tp, offset, head, message)
 
@@ -129,15 +132,15 @@ class SlowPath:
         value = message.value()
         assert value is not None
         if job.run_at_ms - now < self._gate.tiers.seconds[0] * 1000:
-            self._engine.fetch.forget_delayed(job.job_id)
-            self._engine.fetch.offer(tp, offset, job, value, not_before_ms=job.run_at_ms)
+            self._fetch.forget_delayed(job.job_id)
+            self._fetch.offer(tp, offset, job, value, not_before_ms=job.run_at_ms)
             return
         _, produced_ms = message.timestamp()
         release_at = self._gate.release_at_ms(
             tier, produced_ms if produced_ms > 0 else now, job.run_at_ms
         )
         if release_at > now:
-            self._engine.fetch.note_delayed(tp, offset, job)
+            self._fetch.note_delayed(tp, offset, job)
             self._hold(tp, offset, release_at)
             return
         hop = self._gate.tiers.next_hop(job.run_at_ms, now)
@@ -150,7 +153,7 @@ class SlowPath:
         value = message.value()
         if value is None or self._gate.tier_of(tp.topic) is None:
             return
-        if self._engine.fetch.noted(tp, offset):
+        if self._fetch.noted(tp, offset):
             return  # fetched again behind the same head: noted the first time
         head = read_head(message.key(), message.headers(), value)
         if head is None:
@@ -158,7 +161,7 @@ class SlowPath:
                 head = JobHead.of(self._codec.decode(value))
             except (DecodeError, SchemaUnavailable):
                 return  # dead-lettered (or held) when its turn comes
-        self._engine.fetch.note_delayed(tp, offset, head)
+        self._fetch.note_delayed(tp, offset, head)
 
     def _hop(self, tp: TopicPart, offset: int, head: JobHead, value: bytes, hop: str) -> None:
         """Copy the job to tier ``hop``; the original resolves on the copy's delivery.
@@ -168,7 +171,7 @@ class SlowPath:
         minutes hops through the short tiers several times, and decoding and encoding
         it at each hop cost more than the rest of its handling. A record read through
         its envelope (an older producer's) is written anew with headers."""
-        generation = self._engine.fetch.track_unoffered(tp, offset)
+        generation = self._fetch.track_unoffered(tp, offset)
         if generation is None:
             return
         if head.full is not None:
@@ -178,17 +181,17 @@ class SlowPath:
             request = CopyRequest(kind=CopyKind.HOP, source=tp, offset=offset,
                                   generation=generation, head=head, raw_value=value,
                                   tier=hop)  # fmt: skip
-        self._engine.copies.add(request)
+        self._copies.add(request)
 
     def _dead_letter_raw(
         self, tp: TopicPart, offset: int, key: bytes | None, value: bytes | None, reason: str
     ) -> None:
         """Undecodable input goes to the DLQ with the reason; the partition keeps moving."""
-        generation = self._engine.fetch.track_unoffered(tp, offset)
+        generation = self._fetch.track_unoffered(tp, offset)
         if generation is None:
             return
         log.warning("undecodable record %s/%d/%d: %s", tp.topic, tp.partition, offset, reason)
-        self._engine.copies.add(
+        self._copies.add(
             CopyRequest(
                 kind=CopyKind.DEAD_RAW,
                 source=tp,

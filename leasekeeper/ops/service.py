@@ -105,7 +105,7 @@ class LeaseKeeperService:
         self._group_id = config.group_id or self.topics.consumer_group
         self.outbox = CopySender(
             producer=self._producer,
-            engine=self.engine,
+            copies=self.engine.copies,
             router=router,
             status=self._status_sender if config.engine.status_records else None,
             results=self._result_sender,
@@ -113,9 +113,9 @@ class LeaseKeeperService:
         self._feed = ControlFeed(
             settings=config.kafka, topics=self.topics, state=self.engine.control
         )
-        self._breaker_feed = BreakerFeed(
-            settings=config.kafka, topics=self.topics, engine=self.engine, producer=self._producer
-        )
+        self._breaker_feed = BreakerFeed(settings=config.kafka, topics=self.topics,
+                                         breakers=self.engine.breakers,
+                                         producer=self._producer)  # fmt: skip
         self._lane = LaneFeed(settings=config.kafka, topic=self.topics.ordering, codec=codec,
                               on_operator=self.engine.ordering.lane_operator)  # fmt: skip
         self.failure: ServiceFailure | None = None

@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 
 from jobcore.kafka import Consumer, KafkaException, Message, TopicPartition
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.log_lines import partitions_line
 from leasekeeper.ordering.lane import LaneFeed
+from leasekeeper.ordering.port import OrderingPort
 
 __all__ = ["LOAD_TURN_S", "LaneLoads"]
 
@@ -39,8 +39,8 @@ LOAD_TURN_S = 1.0
 class LaneLoads:
     """The class partitions assigned and not yet given their lane entries."""
 
-    def __init__(self, engine: LeaseEngine, turn_s: float = LOAD_TURN_S) -> None:
-        self._engine = engine
+    def __init__(self, ordering: OrderingPort, turn_s: float = LOAD_TURN_S) -> None:
+        self._ordering = ordering
         self._turn_s = turn_s
         # Each waiting partition's consumer (to read its end offset) and end offset.
         self._consumers: dict[TopicPart, Consumer] = {}
@@ -104,5 +104,5 @@ class LaneLoads:
             return
         self._failing = False
         for tp in tps:
-            self._engine.ordering.assign_lines(tp, self._ends.pop(tp), loaded.get(tp, []))
+            self._ordering.assign_lines(tp, self._ends.pop(tp), loaded.get(tp, []))
             del self._consumers[tp]

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from jobcore.kafka import KafkaException, TopicPartition
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
+from leasekeeper.overflow.port import OverflowPort
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +50,16 @@ class OverflowWatch:
     def __init__(
         self,
         *,
-        engine: LeaseEngine,
+        overflow: OverflowPort,
+        window_records: int,
         overflow_topic: str,
         sources: frozenset[str],
         interval_s: float = INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``sources``: the ready (class) topics whose floods move to ``overflow_topic``."""
-        self._engine = engine
+        self._overflow = overflow
+        self._window_records = window_records
         self._topic = overflow_topic
         self._sources = sources
         self._interval_s = interval_s
@@ -81,12 +83,12 @@ class OverflowWatch:
         if not flooded:
             return 0
         units = {tp if unit is None else unit(tp) for tp in assignment}
-        slice_ = self._engine.fetch.window_records // max(1, len(units))
-        return self._engine.overflow.floods(flooded, slice_)
+        slice_ = self._window_records // max(1, len(units))
+        return self._overflow.floods(flooded, slice_)
 
     def copying(self, assignment: set[TopicPart]) -> set[TopicPart]:
         """Partitions to pause while their copies are on the way."""
-        return self._engine.overflow.copying(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES) & assignment
+        return self._overflow.copying(MAX_COPIES_IN_FLIGHT, MAX_UNSAVED_COPIES) & assignment
 
     def poll(self, consumer: CommitsReader) -> None:
         """Read the overflow partitions' committed offsets when due; the engine clears
@@ -95,7 +97,7 @@ class OverflowWatch:
         if now < self._next:
             return
         self._next = now + self._interval_s
-        partitions = self._engine.overflow.watched()
+        partitions = self._overflow.watched()
         if not partitions:
             return
         asked = [TopicPartition(self._topic, p) for p in sorted(partitions)]
@@ -106,4 +108,4 @@ class OverflowWatch:
             return  # asked again next time; the tenants stay in overflow meanwhile
         # No commit yet (a negative offset) is the start of the partition.
         committed = {tp.partition: max(0, tp.offset) for tp in answer if tp.error is None}
-        self._engine.overflow.committed(committed)
+        self._overflow.committed(committed)

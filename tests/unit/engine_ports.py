@@ -50,6 +50,7 @@ PORTS = {
     },
     "copies": {"add": "copy", "take": "take_copies", "delivered": "copy_delivered"},
     "limits": {"park_excess": "park_excess"},
+    "ordering": {"assign_lines": "assign_lines"},
     "overflow": {
         "floods": "overflow_floods",
         "watched": "overflow_watched",
@@ -63,5 +64,7 @@ def with_ports(fake: T) -> T:
     """``fake`` with a namespace per port holding those of its methods the port has."""
     for port, names in PORTS.items():
         found = {new: getattr(fake, old) for new, old in names.items() if hasattr(fake, old)}
+        if port == "fetch":  # the loop reads it once, for the overflow watch's slices
+            found.setdefault("window_records", 1000)
         setattr(fake, port, SimpleNamespace(**found))
     return fake

@@ -157,7 +157,7 @@ def test_a_held_ordered_job_goes_home_once_its_job_is_read_back_from_the_lane(
     )
     outbox = CopySender(
         producer=cast(Producer, producer),
-        engine=engine,
+        copies=engine.copies,
         router=router,
         config=OutboxConfig(backoff_base_s=0.1, backoff_max_s=1.0),
         clock=clock,

@@ -81,7 +81,7 @@ def test_a_partition_paused_at_its_span_while_settling_moves_on_and_keeps_key_or
             producer=producer,
             engine=engine,
             codec=CODEC,
-            outbox=CopySender(producer=producer, engine=engine,
+            outbox=CopySender(producer=producer, copies=engine.copies,
                           router=KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers())),
             topics=TOPICS,
             gate=TierGate(DelayTiers(), TOPICS),

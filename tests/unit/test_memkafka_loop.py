@@ -54,7 +54,7 @@ def _loop(engine: LeaseEngine) -> ConsumerLoop:
         producer=producer,
         engine=engine,
         codec=CODEC,
-        outbox=CopySender(producer=producer, engine=engine, router=router),
+        outbox=CopySender(producer=producer, copies=engine.copies, router=router),
         topics=TOPICS,
         gate=TierGate(TIERS, TOPICS),
         config=LoopConfig(commit_interval_s=0.0, poll_timeout_s=0.0),

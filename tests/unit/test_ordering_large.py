@@ -117,7 +117,9 @@ def make(tmp_path: Path, *, in_report: bool, on_dead: OnDead = OnDead.CONTINUE) 
     engine.partitions.assign(TP, 0)
     broker = Broker(in_report=in_report)
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
-    outbox = CopySender(producer=cast(Producer, broker), engine=engine, router=router, clock=clock)
+    outbox = CopySender(
+        producer=cast(Producer, broker), copies=engine.copies, router=router, clock=clock
+    )
     return Rig(engine=engine, outbox=outbox, broker=broker, clock=clock)
 
 

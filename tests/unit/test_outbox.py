@@ -110,7 +110,7 @@ def rig(tmp_path: Path) -> Rig:
     router = KafkaRouter(codec=CODEC, topics=TOPICS, tiers=DelayTiers(), clock=clock)
     outbox = CopySender(
         producer=cast(Producer, producer),
-        engine=engine,
+        copies=engine.copies,
         router=router,
         config=OutboxConfig(backoff_base_s=0.1, backoff_max_s=1.0),
         clock=clock,

@@ -54,7 +54,8 @@ class Clock:
 
 
 def watch(engine: Engine, clock: Clock) -> OverflowWatch:
-    return OverflowWatch(engine=with_ports(engine), overflow_topic="jobs.q.overflow",  # type: ignore[arg-type]
+    return OverflowWatch(overflow=with_ports(engine).overflow,  # type: ignore[attr-defined]
+                         window_records=engine.window_records, overflow_topic="jobs.q.overflow",
                          sources=frozenset({"jobs.q", "jobs.q.bulk"}), clock=clock)  # fmt: skip
 
 

@@ -276,7 +276,7 @@ def test_a_byte_for_byte_copy_too_large_waits_for_the_registry_to_die_decoded(
     producer = FakeProducer(max_bytes=1000)
     router = KafkaRouter(codec=codec, topics=QueueTopics(queue="q"), tiers=DelayTiers(),
                          clock=clock)  # fmt: skip
-    outbox = CopySender(producer=cast(Producer, producer), engine=engine, router=router,
+    outbox = CopySender(producer=cast(Producer, producer), copies=engine.copies, router=router,
                     config=OutboxConfig(backoff_base_s=0.1, backoff_max_s=1.0),
                     clock=clock)  # fmt: skip
     job = _job(payload=b"p" * 2000, run_at_ms=int(clock.now * 1000) + 30 * 60_000)

@@ -195,7 +195,7 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
         return ResultSender(KafkaSettings(bootstrap="x:1"), TOPICS.results, clock=clock,
                             delivered=engine.copies.delivered_many, on_dropped=dropped)  # fmt: skip
 
-    outbox = CopySender(producer=cast(KafkaProducer, copies), engine=engine, router=router,
+    outbox = CopySender(producer=cast(KafkaProducer, copies), copies=engine.copies, router=router,
                     clock=clock, results=results)  # fmt: skip
 
     def committable() -> int:
