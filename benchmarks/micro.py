@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.rpc.listen import ChannelSecurity
 from leasekeeper.rpc.server import start_rpc_server
@@ -113,7 +113,9 @@ def claim_and_settle(jobs: int) -> tuple[float, float]:
                 grants.extend(engine.workers.claim("w", BATCH, 0))
 
         claim_us = _per_job_us(jobs, claim_all)
-        acks = [Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK) for g in grants]
+        acks = [
+            Settlement(lease_id=g.lease_id, token=g.token, outcome=SettleKind.ACK) for g in grants
+        ]
         batches = [acks[i : i + BATCH] for i in range(0, len(acks), BATCH)]
         settle_us = _per_job_us(jobs, lambda: [engine.workers.settle(b) for b in batches])
         engine.close()

@@ -61,7 +61,7 @@ from schemas.vocabulary import DeadLetterReason
 from workers.app import App
 from workers.decoding import Unrunnable
 from workers.errors import PAYLOAD_DECODE_ERROR, UNKNOWN_JOB_TYPE
-from workers.messages import Lease
+from workers.messages import ClaimedJob
 from workers.middleware import MiddlewareChain
 from workers.tracing import default_middleware
 
@@ -250,7 +250,7 @@ class EagerTransport:
             return {}
 
 
-def _lease(job: Job, attempt: int) -> Lease:
+def _lease(job: Job, attempt: int) -> ClaimedJob:
     return lease_for(
         job_id=job.job_id,
         attempt=attempt,

@@ -28,7 +28,7 @@ from workers.app import App
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, prepare
 from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import Returned, call_async, call_sync
-from workers.messages import Lease, LeaseRef
+from workers.messages import ClaimedJob, LeaseRef
 from workers.middleware import MiddlewareChain
 
 __all__ = ["Attempt", "PrivateLoop", "lease_for", "run_attempt"]
@@ -121,7 +121,7 @@ def run_attempt(
     decoder: EnvelopeDecoder,
     chain: MiddlewareChain,
     loop: PrivateLoop,
-    lease: Lease,
+    lease: ClaimedJob,
 ) -> tuple[Runnable | Unrunnable, Attempt]:
     """Prepare ``lease`` as a worker does and, when it can run, run its handler once."""
     prepared = prepare(app, decoder, lease)
@@ -149,10 +149,10 @@ def lease_for(
     timeout_s: float,
     created_at_ms: int,
     trace: dict[str, str],
-) -> Lease:
+) -> ClaimedJob:
     """The lease a leasekeeper would hand out for this attempt (the job's fields in
     the claim, as today's leasekeeper sends them)."""
-    return Lease(
+    return ClaimedJob(
         ref=LeaseRef(lease_id=f"eager-{job_id}-{attempt}", token="eager"),
         until_ms=0,
         attempt=attempt,

@@ -38,7 +38,7 @@ from leasekeeper.rpc.server import LeaseKeeperServicer
 from schemas import worker_pb2 as pb
 from schemas.codec import EnvelopeCodec
 from workers import wire
-from workers.messages import Lease, LeaseResult, Settlement
+from workers.messages import ClaimedJob, LeaseResult, WorkerSettlement
 
 __all__ = ["MemoryLeaseKeeper"]
 
@@ -123,14 +123,14 @@ class MemoryLeaseKeeper:
         """One turn of the Kafka loop: fetch, offer, send copies, commit."""
         self.loop._step()
 
-    def claim(self, job_types: Sequence[str], max_jobs: int = 1) -> list[Lease]:
+    def claim(self, job_types: Sequence[str], max_jobs: int = 1) -> list[ClaimedJob]:
         """What a worker's Claim gets, never waiting (the caller steps the loop)."""
         request = pb.ClaimRequest(max_jobs=max_jobs, wait_ms=0, job_types=list(job_types),
                                   worker_id=self._worker_id, start_now=max_jobs)  # fmt: skip
         answer = self._servicer.Claim(request, _NO_CONTEXT)
         return [wire.lease(job) for job in answer.jobs]
 
-    def settle(self, settlement: Settlement) -> LeaseResult:
+    def settle(self, settlement: WorkerSettlement) -> LeaseResult:
         request = pb.SettleRequest(settlements=[wire.settlement(settlement)],
                                    worker_id=self._worker_id)  # fmt: skip
         answer = self._servicer.Settle(request, _NO_CONTEXT)

@@ -29,7 +29,7 @@ from workers.context import JobContext
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
 from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import Returned, call_async, call_sync
-from workers.messages import Lease, Settlement
+from workers.messages import ClaimedJob, WorkerSettlement
 from workers.middleware import MiddlewareChain
 from workers.tracing import default_middleware
 
@@ -44,7 +44,7 @@ class Ran:
     the job's context (its ``job_id`` empty for an envelope that could not be read)."""
 
     ctx: JobContext
-    settlement: Settlement
+    settlement: WorkerSettlement
     attempt: Attempt
 
 
@@ -67,13 +67,13 @@ class MemoryWorker:
     def stop(self) -> None:
         self._middleware.worker_stop(self.app)
 
-    def run(self, lease: Lease) -> Ran:
+    def run(self, lease: ClaimedJob) -> Ran:
         prepared = prepare(self.app, self._decoder, lease)
         ctx = prepared.ctx
         if isinstance(prepared, Unrunnable):
             # Only types this app runs are claimed, so this is a record that cannot be
             # decoded: nacked (permanently), as the runtime does.
-            return Ran(ctx=ctx, settlement=Settlement.nack(lease.ref, prepared.failure),
+            return Ran(ctx=ctx, settlement=WorkerSettlement.nack(lease.ref, prepared.failure),
                        attempt=_attempt(lease.attempt, prepared.failure))  # fmt: skip
         started = self._clock.monotonic()
         timeout = _Timeout(prepared, started)
@@ -95,12 +95,12 @@ class MemoryWorker:
             message = f"handler for {ctx.type!r} ran longer than timeout_s={limit:g}"
             failure = Failure(error_class=JOB_TIMEOUT, message=message)
             attempt = _attempt(lease.attempt, failure, overran=finished - timeout.deadline)
-            return Ran(ctx=ctx, settlement=Settlement.nack(lease.ref, failure),
+            return Ran(ctx=ctx, settlement=WorkerSettlement.nack(lease.ref, failure),
                        attempt=attempt)  # fmt: skip
         settlement = (
-            Settlement.ack(lease.ref, run_s, slot.result)
+            WorkerSettlement.ack(lease.ref, run_s, slot.result)
             if failure is None
-            else Settlement.nack(lease.ref, failure, run_s)
+            else WorkerSettlement.nack(lease.ref, failure, run_s)
         )
         return Ran(ctx=ctx, settlement=settlement,
                    attempt=_attempt(lease.attempt, failure))  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DeadLetterReason", "ErrorClass", "OnDead", "Outcome"]
+__all__ = ["DeadLetterReason", "ErrorClass", "OnDead", "SettleKind"]
 
 
 class ErrorClass(StrEnum):
@@ -40,7 +40,7 @@ class DeadLetterReason(StrEnum):
     ORDERING_CONFLICT = "ordering class conflict"  # its key is in another class
 
 
-class Outcome(StrEnum):
+class SettleKind(StrEnum):
     """How a worker settles a lease."""
 
     ACK = "ack"

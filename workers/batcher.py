@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
-from workers.messages import LeaseResult, Settlement
+from workers.messages import LeaseResult, WorkerSettlement
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,13 @@ RELAXED_INTERVAL_S = 0.05
 
 # Called once per item batch: the items and the leasekeeper's results, or None
 # when the call failed and the batch was dropped.
-AnswerCallback = Callable[[Sequence[tuple[Settlement, T]], list[LeaseResult] | None], None]
+AnswerCallback = Callable[[Sequence[tuple[WorkerSettlement, T]], list[LeaseResult] | None], None]
 
 
 class SettleClient(Protocol):
     """The one call the batcher needs (``LeaseKeeperClient`` has it)."""
 
-    def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]: ...
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]: ...
 
 
 class SettleBatcher(Generic[T]):
@@ -80,14 +80,14 @@ class SettleBatcher(Generic[T]):
         self._max_batch = max_batch
         self._clock = clock
         self._cond = threading.Condition()
-        self._items: list[tuple[Settlement, T]] = []
+        self._items: list[tuple[WorkerSettlement, T]] = []
         self._closing = False
         self._settler = threading.Thread(target=self._run, name="worker-settle", daemon=True)
 
     def start(self) -> None:
         self._settler.start()
 
-    def put(self, settlement: Settlement, tag: T) -> None:
+    def put(self, settlement: WorkerSettlement, tag: T) -> None:
         with self._cond:
             self._items.append((settlement, tag))
             if len(self._items) == 1 or len(self._items) >= self._max_batch:
@@ -105,7 +105,7 @@ class SettleBatcher(Generic[T]):
                 if self._relaxing:
                     self._cond.notify_all()
 
-    def take(self) -> list[tuple[Settlement, T]]:
+    def take(self) -> list[tuple[WorkerSettlement, T]]:
         """The waiting settlements (a batch at most), for a caller that sends them in a
         call of its own (the worker's settle-and-claim); none once closing."""
         with self._cond:
@@ -115,7 +115,7 @@ class SettleBatcher(Generic[T]):
             del self._items[: self._max_batch]
             return batch
 
-    def give_back(self, items: Sequence[tuple[Settlement, T]]) -> None:
+    def give_back(self, items: Sequence[tuple[WorkerSettlement, T]]) -> None:
         """Settlements a taker could not send: this thread sends them, first, with its
         retries."""
         if items:
@@ -123,7 +123,9 @@ class SettleBatcher(Generic[T]):
                 self._items[:0] = items
                 self._cond.notify_all()
 
-    def answered(self, items: Sequence[tuple[Settlement, T]], results: list[LeaseResult]) -> None:
+    def answered(
+        self, items: Sequence[tuple[WorkerSettlement, T]], results: list[LeaseResult]
+    ) -> None:
         """The answers to a taker's call: the callback hears of each, but those to send
         again later (a restarted leasekeeper had not re-read them) come back here."""
         later = {r.lease_id for r in results if r.retry_later}
@@ -147,7 +149,7 @@ class SettleBatcher(Generic[T]):
                 return
             self._send(batch)
 
-    def _settle_with_retries(self, settlements: list[Settlement]) -> list[LeaseResult]:
+    def _settle_with_retries(self, settlements: list[WorkerSettlement]) -> list[LeaseResult]:
         """Keep trying while the leasekeeper is away (a restart on the same disk keeps
         its leases, so an ack that arrives once it is back still counts and the job
         does not run twice); give up after ``retry_window_s``."""
@@ -162,7 +164,7 @@ class SettleBatcher(Generic[T]):
                     if self._cond.wait_for(lambda: self._closing, timeout=0.05):
                         raise
 
-    def _next_batch(self) -> list[tuple[Settlement, T]] | None:
+    def _next_batch(self) -> list[tuple[WorkerSettlement, T]] | None:
         with self._cond:
             self._cond.wait_for(lambda: bool(self._items) or self._closing)
             if not self._items:
@@ -195,7 +197,7 @@ class SettleBatcher(Generic[T]):
             return False
         return flush_at < first_at + self._relaxed_interval_s and self._relaxed()
 
-    def _send(self, batch: list[tuple[Settlement, T]]) -> None:
+    def _send(self, batch: list[tuple[WorkerSettlement, T]]) -> None:
         """Send a batch; settlements answered "retry later" (a restarted leasekeeper
         that has not re-read their leases yet) are sent again every ``retry_later_s``,
         together with whatever was queued meanwhile, so they never hold other acks
@@ -230,10 +232,10 @@ class SettleBatcher(Generic[T]):
 
     def _to_send_again(
         self,
-        pending: list[tuple[Settlement, T]],
+        pending: list[tuple[WorkerSettlement, T]],
         results: list[LeaseResult],
         first_later: dict[str, float],
-    ) -> list[tuple[Settlement, T]]:
+    ) -> list[tuple[WorkerSettlement, T]]:
         now = self._clock()
         later_ids = {r.lease_id for r in results if r.retry_later}
         again = []
@@ -246,7 +248,7 @@ class SettleBatcher(Generic[T]):
         return again
 
     def _answer(
-        self, items: Sequence[tuple[Settlement, T]], results: list[LeaseResult] | None
+        self, items: Sequence[tuple[WorkerSettlement, T]], results: list[LeaseResult] | None
     ) -> None:
         if not items:
             return

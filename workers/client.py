@@ -30,7 +30,7 @@ from jobcore.socket_owner import socket_absent, target_problem
 from schemas import worker_pb2
 from schemas.worker_pb2_grpc import LeaseKeeperStub
 from workers.channel_errors import LeaseKeeperRejected, LeaseKeeperUnavailable, UntrustedSocket
-from workers.messages import Lease, LeaseRef, LeaseResult, Settlement
+from workers.messages import ClaimedJob, LeaseRef, LeaseResult, WorkerSettlement
 from workers.reconnect import ReconnectBackoff
 from workers.wire import beat, lease, result, settle_id, settlement
 
@@ -137,7 +137,7 @@ class LeaseKeeperClient:
         *,
         reports_started: bool = False,
         start_now: int = 0,
-    ) -> list[Lease]:
+    ) -> list[ClaimedJob]:
         """Long-poll for up to ``max_jobs`` jobs of ``job_types`` (empty: any type); an
         empty list when none came in ``wait_ms``. With ``reports_started`` the caller
         promises to report each job's start in its heartbeats, except the first
@@ -171,7 +171,7 @@ class LeaseKeeperClient:
         )
         return [result(r) for r in response.results]
 
-    def settle(self, settlements: Sequence[Settlement]) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement]) -> list[LeaseResult]:
         """Ack, nack or release many leases in one call."""
         request = worker_pb2.SettleRequest(
             worker_id=self.worker_id, settlements=[settlement(s) for s in settlements]
@@ -184,14 +184,14 @@ class LeaseKeeperClient:
 
     def settle_and_claim(
         self,
-        settlements: Sequence[Settlement],
+        settlements: Sequence[WorkerSettlement],
         max_jobs: int,
         job_types: Sequence[str] = (),
         *,
         reports_started: bool = False,
         start_now: int = 0,
         resends: int = SETTLE_RESENDS,
-    ) -> tuple[list[LeaseResult], list[Lease]]:
+    ) -> tuple[list[LeaseResult], list[ClaimedJob]]:
         """``settle()``, then claim up to ``max_jobs`` in the same call: the jobs that
         are ready, without waiting (maybe none; a leasekeeper from before the
         combined call always answers none). An answer lost on its way (a deadline, a

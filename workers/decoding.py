@@ -18,7 +18,7 @@ from schemas.job import Job
 from workers.app import App, Handler
 from workers.context import JobContext, _Signals
 from workers.errors import PAYLOAD_DECODE_ERROR, UNKNOWN_JOB_TYPE, Failure, format_traceback
-from workers.messages import Lease
+from workers.messages import ClaimedJob
 
 
 class EnvelopeDecoder(Protocol):
@@ -91,7 +91,7 @@ class Unrunnable:
     release: bool = False
 
 
-def prepare(app: App, decoder: EnvelopeDecoder, lease: Lease) -> Runnable | Unrunnable:
+def prepare(app: App, decoder: EnvelopeDecoder, lease: ClaimedJob) -> Runnable | Unrunnable:
     """Decode ``lease``'s envelope and payload and find its handler.
 
     A decoding failure is permanent: another attempt would decode the same bytes
@@ -146,7 +146,7 @@ def _decode_failure(what: str, exc: Exception) -> Failure:
     )
 
 
-def _context(lease: Lease, envelope: Job) -> JobContext:
+def _context(lease: ClaimedJob, envelope: Job) -> JobContext:
     return _new_context(
         job_id=envelope.job_id,
         attempt=lease.attempt,
@@ -160,7 +160,7 @@ def _context(lease: Lease, envelope: Job) -> JobContext:
     )
 
 
-def _claim_context(lease: Lease) -> JobContext:
+def _claim_context(lease: ClaimedJob) -> JobContext:
     """The context from the fields the claim carried (no envelope decoded)."""
     return _new_context(
         job_id=lease.job_id,
@@ -175,7 +175,7 @@ def _claim_context(lease: Lease) -> JobContext:
     )
 
 
-def _bare_context(lease: Lease) -> JobContext:
+def _bare_context(lease: ClaimedJob) -> JobContext:
     """A context for an envelope that could not be read: only the lease is known."""
     return _new_context(
         job_id="",

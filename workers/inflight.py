@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from workers.context import JobContext
-from workers.messages import Lease, LeaseRef
+from workers.messages import ClaimedJob, LeaseRef
 
 
 class Phase(enum.Enum):
@@ -35,7 +35,7 @@ class Held:
     def __init__(
         self,
         *,
-        lease: Lease,
+        lease: ClaimedJob,
         ctx: JobContext,
         until_ms: int,
         beat_interval_s: float,
@@ -153,7 +153,9 @@ class InFlight:
         with self._cond:
             self._cond.notify_all()
 
-    def add(self, lease: Lease, ctx: JobContext, *, now: float, beat_interval_s: float) -> Held:
+    def add(
+        self, lease: ClaimedJob, ctx: JobContext, *, now: float, beat_interval_s: float
+    ) -> Held:
         held = Held(
             lease=lease,
             ctx=ctx,

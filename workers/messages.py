@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 # How a job's lease ends; the string is what ``App.on_settled`` hooks receive.
 from jobcore.progress import JobProgress
-from schemas.vocabulary import Outcome as Outcome
+from schemas.vocabulary import SettleKind as SettleKind
 from workers.errors import Failure
 
 
@@ -25,7 +25,7 @@ class LeaseRef(NamedTuple):
     token: str
 
 
-class Lease:
+class ClaimedJob:
     """One claimed job as the leasekeeper handed it out.
 
     ``job_id`` and the fields after it come from the record's headers: with them the
@@ -88,10 +88,10 @@ class Lease:
                 self.timeout_s, self.created_at_ms, dict(self.trace), self.run_first)  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Lease) and self._fields() == other._fields()
+        return isinstance(other, ClaimedJob) and self._fields() == other._fields()
 
     def __repr__(self) -> str:
-        return f"Lease(ref={self.ref!r}, attempt={self.attempt}, job_id={self.job_id!r})"
+        return f"ClaimedJob(ref={self.ref!r}, attempt={self.attempt}, job_id={self.job_id!r})"
 
 
 class LeaseResult:
@@ -130,7 +130,7 @@ class LeaseResult:
                 f"until_ms={self.until_ms}, retry_later={self.retry_later})")  # fmt: skip
 
 
-class Settlement:
+class WorkerSettlement:
     """An ack, nack (with its classified failure) or release of one lease. ``run_s``:
     the handler's own run time (not claim-to-settle, which prefetch inflates): the
     leasekeeper charges it to the job's tenant in weighted fair queuing. ``result``:
@@ -144,7 +144,7 @@ class Settlement:
         self,
         *,
         ref: LeaseRef,
-        outcome: Outcome,
+        outcome: SettleKind,
         failure: Failure | None = None,
         run_s: float = 0.0,
         result: bytes = b"",
@@ -157,30 +157,30 @@ class Settlement:
         self.result = result
         self.progress = progress
 
-    def _fields(self) -> tuple[LeaseRef, Outcome, Failure | None, float, bytes]:
+    def _fields(self) -> tuple[LeaseRef, SettleKind, Failure | None, float, bytes]:
         return (self.ref, self.outcome, self.failure, self.run_s, self.result)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Settlement) and self._fields() == other._fields()
+        return isinstance(other, WorkerSettlement) and self._fields() == other._fields()
 
     def __hash__(self) -> int:
         return hash(self._fields())
 
     def __repr__(self) -> str:
-        return (f"Settlement(ref={self.ref!r}, outcome={self.outcome!r}, "
+        return (f"WorkerSettlement(ref={self.ref!r}, outcome={self.outcome!r}, "
                 f"failure={self.failure!r}, run_s={self.run_s})")  # fmt: skip
 
     @classmethod
     def ack(cls, ref: LeaseRef, run_s: float = 0.0, result: bytes = b"",
-            progress: JobProgress | None = None) -> Settlement:  # fmt: skip
-        return cls(ref=ref, outcome=Outcome.ACK, run_s=run_s, result=result, progress=progress)
+            progress: JobProgress | None = None) -> WorkerSettlement:  # fmt: skip
+        return cls(ref=ref, outcome=SettleKind.ACK, run_s=run_s, result=result, progress=progress)
 
     @classmethod
     def nack(cls, ref: LeaseRef, failure: Failure, run_s: float = 0.0,
-             progress: JobProgress | None = None) -> Settlement:  # fmt: skip
-        return cls(ref=ref, outcome=Outcome.NACK, failure=failure, run_s=run_s,
+             progress: JobProgress | None = None) -> WorkerSettlement:  # fmt: skip
+        return cls(ref=ref, outcome=SettleKind.NACK, failure=failure, run_s=run_s,
                    progress=progress)  # fmt: skip
 
     @classmethod
-    def release(cls, ref: LeaseRef) -> Settlement:
-        return cls(ref=ref, outcome=Outcome.RELEASE)
+    def release(cls, ref: LeaseRef) -> WorkerSettlement:
+        return cls(ref=ref, outcome=SettleKind.RELEASE)

@@ -53,7 +53,7 @@ from workers.errors import JOB_TIMEOUT, Failure
 from workers.execution import EventLoopThread, call_async, call_sync, log_outcome
 from workers.handler_threads import HandlerThreads
 from workers.inflight import Held, InFlight, Phase
-from workers.messages import Lease, LeaseResult, Settlement
+from workers.messages import ClaimedJob, LeaseResult, WorkerSettlement
 from workers.middleware import MiddlewareChain
 from workers.monitor import LeaseMonitor
 from workers.tracing import default_middleware
@@ -311,7 +311,7 @@ class Worker:
         them at once (in claim order), so they count as started at claim."""
         return max(0, self._concurrency - self._table.waiting_or_running())
 
-    def _accept(self, leases: Sequence[Lease], free: int) -> None:
+    def _accept(self, leases: Sequence[ClaimedJob], free: int) -> None:
         if len(leases) > free:
             log.warning("leasekeeper sent %d jobs for %d free slots", len(leases), free)
         sync: list[tuple[Held, Runnable]] = []
@@ -321,7 +321,7 @@ class Worker:
             interval = (lease.lease_s if lease.lease_s > 0 else DEFAULT_LEASE_S) / 3
             held = self._table.add(lease, prepared.ctx, now=self._clock(), beat_interval_s=interval)
             if self._stopping.is_set() or index >= free:
-                self._settle_now(held, Settlement.release(lease.ref))
+                self._settle_now(held, WorkerSettlement.release(lease.ref))
             elif isinstance(prepared, Unrunnable) and prepared.release:
                 log.warning(
                     "job %s (lease %s): %s; released for a worker that has one",
@@ -329,7 +329,7 @@ class Worker:
                     lease.ref.lease_id,
                     prepared.failure.message,
                 )
-                self._settle_now(held, Settlement.release(lease.ref))
+                self._settle_now(held, WorkerSettlement.release(lease.ref))
             elif isinstance(prepared, Unrunnable):
                 log.warning(
                     "job %s (lease %s) cannot run: %s: %s",
@@ -338,7 +338,7 @@ class Worker:
                     prepared.failure.error_class,
                     prepared.failure.message,
                 )
-                self._settle_now(held, Settlement.nack(lease.ref, prepared.failure))
+                self._settle_now(held, WorkerSettlement.nack(lease.ref, prepared.failure))
             elif not prepared.handler.is_async:
                 (first if lease.run_first else sync).append((held, prepared))
             else:
@@ -354,7 +354,7 @@ class Worker:
         try:
             future = self._loop.submit(self._run_async(held, job, first))
         except RuntimeError:
-            self._settle_now(held, Settlement.release(held.ref))
+            self._settle_now(held, WorkerSettlement.release(held.ref))
             return
         held.cancel = future.cancel
 
@@ -393,15 +393,15 @@ class Worker:
                 ref = held.ref
                 run_s = 0.0 if held.started_at is None else self._clock() - held.started_at
                 outcome = (  # with the last progress, which no heartbeat may have carried
-                    Settlement.ack(ref, run_s, held.result, held.ctx.last_progress)
+                    WorkerSettlement.ack(ref, run_s, held.result, held.ctx.last_progress)
                     if failure is None
-                    else Settlement.nack(ref, failure, run_s, held.ctx.last_progress)
+                    else WorkerSettlement.nack(ref, failure, run_s, held.ctx.last_progress)
                 )
                 self._batcher.put(outcome, held)
         finally:
             self._table.finish(held)
 
-    def _settle_now(self, held: Held, settlement: Settlement) -> None:
+    def _settle_now(self, held: Held, settlement: WorkerSettlement) -> None:
         """Settle a job that will not run (undecodable, released) and free its thread."""
         if self._table.decide(held):
             self._batcher.put(settlement, held)
@@ -417,10 +417,10 @@ class Worker:
         message = f"handler for {held.ctx.type!r} ran longer than timeout_s={limit:g}"
         log.warning("job %s (lease %s): %s", held.ctx.job_id, held.ref.lease_id, message)
         failure = Failure(error_class=JOB_TIMEOUT, message=message)
-        self._batcher.put(Settlement.nack(held.ref, failure), held)
+        self._batcher.put(WorkerSettlement.nack(held.ref, failure), held)
 
     def _answered(
-        self, batch: Sequence[tuple[Settlement, Held]], results: list[LeaseResult] | None
+        self, batch: Sequence[tuple[WorkerSettlement, Held]], results: list[LeaseResult] | None
     ) -> None:
         by_id = {} if results is None else {result.lease_id: result for result in results}
         for settlement, held in batch:
@@ -443,7 +443,7 @@ class Worker:
         self.stop()
         unstarted = self._table.take_unstarted()
         for held in unstarted:
-            self._batcher.put(Settlement.release(held.ref), held)
+            self._batcher.put(WorkerSettlement.release(held.ref), held)
         if unstarted:
             log.info("released %d job(s) that had not started", len(unstarted))
         deadline = self._clock() + self.shutdown_grace_s
@@ -473,7 +473,7 @@ class Worker:
             if held.cancel is not None:
                 held.cancel()
             log.warning("job %s still running at shutdown; releasing it", held.ctx.job_id)
-            self._batcher.put(Settlement.release(held.ref), held)
+            self._batcher.put(WorkerSettlement.release(held.ref), held)
 
 
 def _none_running(held: list[Held]) -> bool:

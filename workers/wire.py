@@ -12,12 +12,12 @@ from typing import Final
 
 from jobcore.progress import JobProgress
 from schemas import worker_pb2
-from workers.messages import Lease, LeaseRef, LeaseResult, Outcome, Settlement
+from workers.messages import ClaimedJob, LeaseRef, LeaseResult, SettleKind, WorkerSettlement
 
 _OUTCOMES: Final = {
-    Outcome.ACK: worker_pb2.ACK,
-    Outcome.NACK: worker_pb2.NACK,
-    Outcome.RELEASE: worker_pb2.RELEASE,
+    SettleKind.ACK: worker_pb2.ACK,
+    SettleKind.NACK: worker_pb2.NACK,
+    SettleKind.RELEASE: worker_pb2.RELEASE,
 }
 
 
@@ -27,13 +27,13 @@ def settle_id() -> str:
     return secrets.token_hex(16)
 
 
-def lease(job: worker_pb2.ClaimedJob) -> Lease:
+def lease(job: worker_pb2.ClaimedJob) -> ClaimedJob:
     ref = LeaseRef(lease_id=job.lease_id, token=job.lease_token)
     if not job.job_id:  # a leasekeeper that sends only the envelope
-        return Lease(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
+        return ClaimedJob(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
                      envelope=job.envelope, lease_s=job.lease_s,
                      run_first=job.run_first)  # fmt: skip
-    return Lease(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
+    return ClaimedJob(ref=ref, until_ms=job.lease_until_ms, attempt=job.attempt,
                  envelope=job.envelope, lease_s=job.lease_s, job_id=job.job_id,
                  type=job.type, tenant_id=job.tenant_id, queue=job.queue,
                  payload=job.payload, max_attempts=job.max_attempts,
@@ -64,7 +64,7 @@ def result(result: worker_pb2.LeaseResult) -> LeaseResult:
     )
 
 
-def settlement(settlement: Settlement) -> worker_pb2.Settlement:
+def settlement(settlement: WorkerSettlement) -> worker_pb2.Settlement:
     message = worker_pb2.Settlement(
         lease=worker_pb2.LeaseRef(
             lease_id=settlement.ref.lease_id, lease_token=settlement.ref.token

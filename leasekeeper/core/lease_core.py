@@ -30,8 +30,8 @@ from leasekeeper.core.leases import (
     Grant,
     Lease,
     LeaseAnswer,
-    Outcome,
     Pending,
+    SettleKind,
     Settlement,
     mark_started,
     mint_token,
@@ -316,7 +316,7 @@ class LeaseCore:
             state, lease = found
             self._remember_settled(item.lease_id, item.token)
             del state.leases[lease.pending.offset]
-            if item.outcome is not Outcome.RELEASE:
+            if item.outcome is not SettleKind.RELEASE:
                 self._window.settled(lease.pending.job.tenant_id, item.run_s)
             self._apply(state, lease, item, batch, actions)
             answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
@@ -331,7 +331,7 @@ class LeaseCore:
     def _acked_before(self, item: Settlement) -> bool:
         """An ack this store kept with its token before a restart: sent again because
         the restart lost its answer (a worker would report the job refused)."""
-        if item.outcome is not Outcome.ACK:
+        if item.outcome is not SettleKind.ACK:
             return False
         try:
             tp, offset = parse_lease_id(item.lease_id)
@@ -357,7 +357,7 @@ class LeaseCore:
         lease.progress = item.progress or lease.progress  # the last one, if no beat took it
         if item.result:  # over this leasekeeper's cap: a permanent nack saying so
             item = self._results.checked(item, pending.job.type)
-        if item.outcome is Outcome.ACK:
+        if item.outcome is SettleKind.ACK:
             self._counters.acked += 1
             self._ended(lease, LeaseEnd.ACKED, item)
             status = None
@@ -373,7 +373,7 @@ class LeaseCore:
                     self._copies.add_status(status)
                 state.tracker.resolve(pending.offset)
             self._ordering.finished(pending)
-        elif item.outcome is Outcome.RELEASE:  # not run: the attempt is given back
+        elif item.outcome is SettleKind.RELEASE:  # not run: the attempt is given back
             self._counters.released += 1
             self._ended(lease, LeaseEnd.RELEASED, item)
             count = max(0, state.claims.get(pending.offset, 1) - 1)

@@ -8,14 +8,14 @@ from typing import NamedTuple
 from jobcore.progress import JobProgress
 from leasekeeper.core.store import LeaseRecord
 from schemas.job_headers import JobHead
-from schemas.vocabulary import Outcome
+from schemas.vocabulary import SettleKind
 
 __all__ = [
     "Grant",
     "Lease",
     "LeaseAnswer",
-    "Outcome",
     "Pending",
+    "SettleKind",
     "Settlement",
     "TopicPart",
     "mint_token",
@@ -192,7 +192,7 @@ class Settlement:
 
     lease_id: str
     token: str
-    outcome: Outcome
+    outcome: SettleKind
     error_class: str
     message: str
     traceback: str
@@ -211,7 +211,7 @@ class Settlement:
         *,
         lease_id: str,
         token: str,
-        outcome: Outcome,
+        outcome: SettleKind,
         error_class: str = "",
         message: str = "",
         traceback: str = "",

@@ -19,7 +19,7 @@ import time
 from jobcore.control import JobStatus
 from jobcore.results import too_large_message
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.leases import Lease, Outcome, Settlement
+from leasekeeper.core.leases import Lease, SettleKind, Settlement
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class ResultPath:
         if size <= self._limit:
             return item
         message = too_large_message(job_type, size, self._limit)
-        return Settlement(lease_id=item.lease_id, token=item.token, outcome=Outcome.NACK,
+        return Settlement(lease_id=item.lease_id, token=item.token, outcome=SettleKind.NACK,
                           error_class=RESULT_TOO_LARGE, message=message, permanent=True,
                           run_s=item.run_s)  # fmt: skip
 

@@ -13,13 +13,13 @@ import math
 from collections.abc import Callable, Iterable
 
 from jobcore.progress import JobProgress
-from leasekeeper.core.leases import Grant, LeaseAnswer, Outcome, Pending, Settlement
+from leasekeeper.core.leases import Grant, LeaseAnswer, Pending, SettleKind, Settlement
 from schemas import worker_pb2 as pb
 
 # The longest delay the queue can hold (the delay tiers reach 30 days).
 MAX_RETRY_AFTER_S = 30 * 24 * 3600.0
 
-_OUTCOMES = {pb.ACK: Outcome.ACK, pb.NACK: Outcome.NACK, pb.RELEASE: Outcome.RELEASE}
+_OUTCOMES = {pb.ACK: SettleKind.ACK, pb.NACK: SettleKind.NACK, pb.RELEASE: SettleKind.RELEASE}
 
 # What a ``ClaimedJob`` costs besides its strings and bytes, at most: 9 length-delimited
 # fields (8 and the job's own framing in the answer's list) of up to 2 tag and 5 length
@@ -130,7 +130,7 @@ def settlements(
             Settlement(
                 lease_id=lease.lease_id,
                 token=lease.lease_token,
-                outcome=_OUTCOMES.get(s.outcome, Outcome.NACK),
+                outcome=_OUTCOMES.get(s.outcome, SettleKind.NACK),
                 error_class=s.error_class,
                 message=s.error_message,
                 traceback=s.traceback,

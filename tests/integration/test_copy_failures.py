@@ -28,7 +28,7 @@ from jobcore.kafka import (
 )
 from jobcore.topics import QueueTopics
 from leasekeeper.core.engine import EngineConfig
-from leasekeeper.core.leases import Grant, Outcome, Settlement
+from leasekeeper.core.leases import Grant, SettleKind, Settlement
 from leasekeeper.ops.service import LeaseKeeperService, ServeConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import DeadLetter, Job
@@ -115,7 +115,7 @@ def test_a_nack_copy_too_large_for_kafka_ends_in_the_dlq_and_the_commit_moves_on
     payload = os.urandom(8_000)  # incompressible: larger than the tier topics and the DLQ take
     big = enqueue(kafka, service.topics.ready, payload)
     grant = claim_one(service)
-    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK,
                       error_class="TimeoutError", message="partner API timed out")  # fmt: skip
     assert service.engine.workers.settle([nack])[0].ok
 
@@ -129,7 +129,7 @@ def test_a_nack_copy_too_large_for_kafka_ends_in_the_dlq_and_the_commit_moves_on
     # The leasekeeper keeps running: the next job is served and committed.
     enqueue(kafka, service.topics.ready, b"small")
     after = claim_one(service)
-    ack = Settlement(lease_id=after.lease_id, token=after.token, outcome=Outcome.ACK)
+    ack = Settlement(lease_id=after.lease_id, token=after.token, outcome=SettleKind.ACK)
     assert service.engine.workers.settle([ack])[0].ok
     wait_until(lambda: committed(kafka, service) == 2, 30, "the commit past the next job")
     assert not service.wait(0)

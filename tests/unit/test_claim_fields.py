@@ -16,7 +16,7 @@ from schemas.job import Job
 from schemas.job_headers import JobHead, job_headers, read_head
 from workers import App
 from workers.decoding import Runnable, Unrunnable, prepare
-from workers.messages import Lease
+from workers.messages import ClaimedJob
 from workers.wire import lease as _lease
 
 CODEC = EnvelopeCodec(SchemaRegistry())
@@ -38,7 +38,7 @@ def _grant(*, fields: bool) -> Grant:
                  payload=head.payload(value) if fields else b"")  # fmt: skip
 
 
-def _over_the_wire(grant: Grant) -> Lease:
+def _over_the_wire(grant: Grant) -> ClaimedJob:
     wire = pb.ClaimResponse(jobs=[_claimed(grant)]).SerializeToString()
     (claimed,) = pb.ClaimResponse.FromString(wire).jobs
     return _lease(claimed)

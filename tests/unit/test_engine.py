@@ -10,7 +10,7 @@ import pytest
 from jobcore.control import Cancellation, DedupeClaim
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.offset_metadata import decode as decode_progress
 from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
@@ -89,7 +89,7 @@ def make_engine(path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -
 
 
 def ack(grant_lease: str, token: str) -> Settlement:
-    return Settlement(lease_id=grant_lease, token=token, outcome=Outcome.ACK)
+    return Settlement(lease_id=grant_lease, token=token, outcome=SettleKind.ACK)
 
 
 def test_claims_round_robin_across_tenants(tmp_path: Path, clock: Clock) -> None:
@@ -140,7 +140,7 @@ def test_nack_resolves_only_once_the_retry_copy_is_delivered(tmp_path: Path, clo
     nack = Settlement(
         lease_id=grant.lease_id,
         token=grant.token,
-        outcome=Outcome.NACK,
+        outcome=SettleKind.NACK,
         error_class="TimeoutError",
         message="partner API timed out",
     )
@@ -163,7 +163,7 @@ def test_an_undelivered_copy_stays_in_flight_and_the_job_is_not_run_again(
     engine.fetch.offer(TP, 0, job(0), b"x")
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle(
-        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)]
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK)]
     )
     router.retries[0][1](False)
     assert engine.workers.claim("w", 1, wait_s=0) == []
@@ -180,8 +180,10 @@ def test_permanent_and_exhausted_failures_go_to_the_dlq(tmp_path: Path, clock: C
     g0, g1 = engine.workers.claim("w", 2, wait_s=0)
     engine.workers.settle(
         [
-            Settlement(lease_id=g0.lease_id, token=g0.token, outcome=Outcome.NACK, permanent=True),
-            Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK),
+            Settlement(
+                lease_id=g0.lease_id, token=g0.token, outcome=SettleKind.NACK, permanent=True
+            ),
+            Settlement(lease_id=g1.lease_id, token=g1.token, outcome=SettleKind.NACK),
         ]
     )
     assert [reason for _, reason, _ in router.deaths] == ["permanent error", "attempts exhausted"]
@@ -194,7 +196,7 @@ def test_release_gives_the_attempt_back(tmp_path: Path, clock: Clock) -> None:
     engine.fetch.offer(TP, 0, job(0), b"x")
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle(
-        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.RELEASE)]
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.RELEASE)]
     )
     (again,) = engine.workers.claim("w2", 1, wait_s=0)
     assert again.attempt == 1 and again.token != grant.token
@@ -347,7 +349,7 @@ def test_an_ack_whose_answer_a_restart_lost_is_answered_as_applied(
     again = restarted.workers.settle([ack(g0.lease_id, g0.token)])[0]
     assert again.ok and again.reason == "already settled"
     assert not restarted.workers.settle([ack(g1.lease_id, "not-the-token")])[0].ok
-    nack = Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK)
+    nack = Settlement(lease_id=g1.lease_id, token=g1.token, outcome=SettleKind.NACK)
     assert not restarted.workers.settle([nack])[0].ok
 
 
@@ -426,8 +428,8 @@ def test_a_failed_job_waits_its_jittered_backoff_and_retry_after_wins(
     engine.fetch.offer(TP, 1, job(1), b"x")
     g0, g1 = engine.workers.claim("w", 2, wait_s=0)
     engine.workers.settle([
-        Settlement(lease_id=g0.lease_id, token=g0.token, outcome=Outcome.NACK),
-        Settlement(lease_id=g1.lease_id, token=g1.token, outcome=Outcome.NACK, retry_after_s=42),
+        Settlement(lease_id=g0.lease_id, token=g0.token, outcome=SettleKind.NACK),
+        Settlement(lease_id=g1.lease_id, token=g1.token, outcome=SettleKind.NACK, retry_after_s=42),
     ])  # fmt: skip
     backoff, retry_after = router.delays
     assert 0 <= backoff <= 2.0  # full jitter after attempt 1: uniform(0, base * 2)
@@ -629,7 +631,7 @@ def test_error_messages_and_tracebacks_in_the_history_are_capped(
     engine.partitions.assign(TP, 0)
     engine.fetch.offer(TP, 0, job(0), b"x")
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
-    huge = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+    huge = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK,
                       message="m" * 1_000_000, traceback="t" * 999_999 + "raise")  # fmt: skip
     engine.workers.settle([huge])
     ((copy, _),) = router.retries

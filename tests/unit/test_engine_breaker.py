@@ -13,7 +13,7 @@ from leasekeeper.breaker.feed import BreakerRecord, operator_record
 from leasekeeper.breaker.policy import BreakerRule, BreakerSettings, BreakerState
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.views.inspect_view import breaker_lines
@@ -54,12 +54,12 @@ def engine(tmp_path: Path, clock: Clock) -> LeaseEngine:
 
 
 def nack(grant: Grant, error_class: str = "SMTPError", **kw: object) -> Settlement:
-    return Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+    return Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK,
                       error_class=error_class, **kw)  # type: ignore[arg-type]  # fmt: skip
 
 
 def ack(grant: Grant) -> Settlement:
-    return Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)
+    return Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.ACK)
 
 
 def of(copies: list[CopyRequest], kind: CopyKind) -> list[CopyRequest]:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from leasekeeper.core.engine import UNKNOWN_JOB_TYPE, EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
 from tests.unit.test_engine import Clock, RecordingRouter, job
@@ -27,7 +27,7 @@ def typed(i: int, job_type: str, tenant: str = "t1") -> Job:
 
 
 def ack(lease_id: str, token: str) -> Settlement:
-    return Settlement(lease_id=lease_id, token=token, outcome=Outcome.ACK)
+    return Settlement(lease_id=lease_id, token=token, outcome=SettleKind.ACK)
 
 
 def test_a_restarted_engine_answers_retry_later_until_it_has_re_read_the_lease(

@@ -20,7 +20,7 @@ import pytest
 
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.engine_config import EngineConfig
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.recent import RECENT_LIMIT
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.fairness.weighted import TenantPolicy
@@ -114,7 +114,7 @@ def serve(engine: LeaseEngine, clock: Clock, start: int, count: int) -> None:
                 assert grant.job is not None
                 number = int(grant.job.job_id.removeprefix("job-"))
                 fail = number % 10 == 1 and number % 3 != 0
-                outcome = Outcome.NACK if fail else Outcome.ACK
+                outcome = SettleKind.NACK if fail else SettleKind.ACK
                 settlements.append(Settlement(lease_id=grant.lease_id, token=grant.token,
                                               outcome=outcome, retry_after_s=0))  # fmt: skip
             engine.workers.settle(settlements)

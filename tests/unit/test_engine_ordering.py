@@ -11,7 +11,7 @@ import pytest
 from jobcore.control import Cancellation
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.ordering.keys import LaneState, OnDead
@@ -49,7 +49,7 @@ def ids(grants: list[Grant]) -> list[str]:
     return [g.lease_id for g in grants]
 
 
-def settle(engine: LeaseEngine, grant: Grant, outcome: Outcome = Outcome.ACK) -> None:
+def settle(engine: LeaseEngine, grant: Grant, outcome: SettleKind = SettleKind.ACK) -> None:
     item = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
                       error_class="Boom", message="boom")  # fmt: skip
     assert engine.workers.settle([item])[0].ok
@@ -96,7 +96,7 @@ def test_a_failing_head_blocks_only_its_key_and_its_followers_leave_the_window(
     engine.fetch.offer(TP, 3, ordered(3, key="user-7"), b"x")
     grants = engine.workers.claim("w", 10, wait_s=0)
     head = next(g for g in grants if g.lease_id.endswith("/0"))
-    settle(engine, head, Outcome.NACK)
+    settle(engine, head, SettleKind.NACK)
     (retry,) = deliver(engine, CopyKind.LANE)
     assert retry.lane is not None and retry.lane.state is LaneState.RETRYING
     assert retry.job is not None and retry.job.ordering_seq == 0  # keeps its place
@@ -116,7 +116,7 @@ def test_a_due_head_comes_back_with_its_followers_in_order(tmp_path: Path, clock
     for i in range(3):
         engine.fetch.offer(TP, i, ordered(i), b"x")
     (head,) = engine.workers.claim("w", 10, wait_s=0)
-    settle(engine, head, Outcome.NACK)
+    settle(engine, head, SettleKind.NACK)
     deliver(engine, CopyKind.LANE)
     engine.fetch.promote_due()
     deliver(engine, CopyKind.LANE)
@@ -146,7 +146,7 @@ def test_a_dead_head_lets_its_key_go_on_once_the_letter_is_durable(
     engine.fetch.offer(TP, 0, ordered(0, max_attempts=1), b"x")
     engine.fetch.offer(TP, 1, ordered(1), b"x")
     (head,) = engine.workers.claim("w", 10, wait_s=0)
-    settle(engine, head, Outcome.NACK)
+    settle(engine, head, SettleKind.NACK)
     assert engine.workers.claim("w", 10, wait_s=0) == []
     deliver(engine, CopyKind.DEAD)
     assert ids(engine.workers.claim("w", 10, wait_s=0)) == ["jobs.q/0/1"]
@@ -159,7 +159,7 @@ def test_with_on_dead_block_a_dead_head_blocks_until_an_operator_skips_it(
     engine.fetch.offer(TP, 0, ordered(0, max_attempts=1), b"x")
     engine.fetch.offer(TP, 1, ordered(1), b"x")
     (head,) = engine.workers.claim("w", 10, wait_s=0)
-    settle(engine, head, Outcome.NACK)
+    settle(engine, head, SettleKind.NACK)
     (lane,) = deliver(engine, CopyKind.LANE)
     assert lane.lane is not None and lane.lane.state is LaneState.DEAD
     (letter,) = deliver(engine, CopyKind.DEAD)  # sent once the lane record is durable
@@ -196,7 +196,7 @@ def test_a_copy_of_a_job_the_lane_holds_is_skipped_after_a_move(
     for i in range(2):
         engine.fetch.offer(TP, i, ordered(i), b"x")
     (head,) = engine.workers.claim("w", 10, wait_s=0)
-    settle(engine, head, Outcome.NACK)
+    settle(engine, head, SettleKind.NACK)
     (retry,) = deliver(engine, CopyKind.LANE)
     assert retry.lane is not None
     # Another leasekeeper takes the partition from offset 0 and reads the lane first.
@@ -217,7 +217,7 @@ def test_a_held_job_cancelled_meanwhile_lets_its_key_go_on_when_it_comes_back(
     for i in range(3):
         engine.fetch.offer(TP, i, ordered(i), b"x")
     (head,) = engine.workers.claim("w", 10, wait_s=0)
-    settle(engine, head, Outcome.NACK)
+    settle(engine, head, SettleKind.NACK)
     deliver(engine, CopyKind.LANE)
     engine.fetch.promote_due()
     deliver(engine, CopyKind.LANE)  # 1 and 2 held

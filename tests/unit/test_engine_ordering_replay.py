@@ -10,7 +10,7 @@ from pathlib import Path
 from jobcore.control import Cancellation
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dlq.replay import replay_job
@@ -46,7 +46,7 @@ def deliver(engine: LeaseEngine, kind: CopyKind) -> list[CopyRequest]:
     return chosen
 
 
-def settle(engine: LeaseEngine, grant: Grant, outcome: Outcome) -> None:
+def settle(engine: LeaseEngine, grant: Grant, outcome: SettleKind) -> None:
     settlement = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
                             error_class="Boom", message="boom")  # fmt: skip
     assert engine.workers.settle([settlement])[0].ok
@@ -61,7 +61,7 @@ def killed_twice(tmp_path: Path, mode: OnDead) -> tuple[LeaseEngine, Clock, Job]
     engine.partitions.assign(TP, 0)
     engine.fetch.offer(TP, 0, ordered(0, max_attempts=2), b"x")
     (grant,) = engine.workers.claim("w", 10, 0)
-    settle(engine, grant, Outcome.NACK)
+    settle(engine, grant, SettleKind.NACK)
     deliver(engine, CopyKind.LANE)
     clock.now += 3600
     engine.fetch.promote_due()
@@ -71,7 +71,7 @@ def killed_twice(tmp_path: Path, mode: OnDead) -> tuple[LeaseEngine, Clock, Job]
     deliver(engine, CopyKind.LANE_DROP)
     engine.fetch.promote_due()
     (grant,) = engine.workers.claim("w", 10, 0)
-    settle(engine, grant, Outcome.NACK)
+    settle(engine, grant, SettleKind.NACK)
     if mode is OnDead.BLOCK:
         deliver(engine, CopyKind.LANE)  # the key's dead head, blocking it
     (dead,) = deliver(engine, CopyKind.DEAD)
@@ -89,14 +89,14 @@ def test_under_continue_a_replay_runs_after_the_jobs_of_its_key_enqueued_before_
     (grant,) = engine.workers.claim("w", 10, 0)
     started = [grant.lease_id]
     engine.fetch.offer(TP, 5, replay_job(dead, now_ms=0), b"x")  # the replay lands at offset 5
-    settle(engine, grant, Outcome.ACK)
+    settle(engine, grant, SettleKind.ACK)
     for _ in range(4):
         engine.fetch.promote_due()
         grants = engine.workers.claim("w", 10, 0)
         if not grants:
             break
         started.append(grants[0].lease_id)
-        settle(engine, grants[0], Outcome.ACK)
+        settle(engine, grants[0], SettleKind.ACK)
     assert started == ["jobs.q/0/2", "jobs.q/0/3", "jobs.q/0/4", "jobs.q/0/5"]
 
 
@@ -122,7 +122,7 @@ def test_a_line_whose_copy_back_is_skipped_when_fetched_is_forgotten(tmp_path: P
     engine.partitions.assign(TP, 0)
     engine.fetch.offer(TP, 0, ordered(0), b"x")
     (grant,) = engine.workers.claim("w", 10, 0)
-    settle(engine, grant, Outcome.NACK)
+    settle(engine, grant, SettleKind.NACK)
     deliver(engine, CopyKind.LANE)
     clock.now += 3600
     engine.fetch.promote_due()

@@ -14,7 +14,7 @@ from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind, CopyRequest, Shrink
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.job_reader import JobReader
-from leasekeeper.core.leases import Outcome, Pending, Settlement, TopicPart
+from leasekeeper.core.leases import Pending, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
@@ -181,7 +181,7 @@ def test_claim_and_ack_decode_nothing_and_the_grant_carries_fields_and_payload(
     assert grant.job is not None and grant.job.job_id == "j-1"
     assert grant.payload == job.payload and grant.attempt == 1
     engine.workers.settle(
-        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)]
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.ACK)]
     )
     assert engine.commits.commit_positions() == {TP: (1, "")}
     assert decode.calls == 0
@@ -195,7 +195,7 @@ def test_a_nack_decodes_once_and_its_retry_copy_carries_the_new_attempt_in_its_h
     _offer(engine, 0, _job(attempt=2, max_attempts=8))
     (grant,) = engine.workers.claim("w", 10, wait_s=0)
     assert grant.attempt == 3
-    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK,
+    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK,
                       error_class="Boom", message="boom")  # fmt: skip
     engine.workers.settle([nack])
     (copy,) = [c for c in engine.copies.take() if c.kind is CopyKind.RETRY]
@@ -224,7 +224,7 @@ def test_an_envelope_that_cannot_be_decoded_when_it_must_be_rewritten_is_dead_le
     assert head is not None
     engine.fetch.offer(TP, 0, head, corrupt)
     (grant,) = engine.workers.claim("w", 10, wait_s=0)
-    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)
+    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK)
     engine.workers.settle([nack])
     (copy,) = engine.copies.take()
     assert copy.kind is CopyKind.DEAD_RAW and copy.raw_value == corrupt
@@ -253,7 +253,7 @@ def test_the_slow_path_decodes_once_for_good(tmp_path: Path) -> None:
     (grant,) = engine.workers.claim("w", 10, wait_s=0)
     assert grant.payload == job.payload
     engine.workers.settle(
-        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)]
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK)]
     )
     assert [c.kind for c in engine.copies.take()] == [CopyKind.RETRY]
     assert decode.calls == 0

@@ -22,7 +22,7 @@ from jobcore.job_state import (
 )
 from jobcore.kafka import KafkaSettings
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard import job_lookup
 from leasekeeper.dashboard.fleet_view import FleetState
@@ -215,7 +215,7 @@ def test_a_finished_job_s_status_record_names_the_record_it_last_ran_from(
                             payload=b"", created_at_ms=0), b"x")  # fmt: skip
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle(
-        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)]
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.ACK)]
     )
     (status,) = engine.copies.take_statuses()
     assert (status.state, status.record) == (JobEnd.SUCCEEDED, "jobs.q/0/5")

@@ -16,7 +16,7 @@ from jobcore.control import (
 from jobcore.status import switched_off_note
 from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from producer.status import CancelAnswer, CancelOutcome, ended
 from schemas.job import Job
@@ -51,7 +51,7 @@ def test_an_ack_writes_succeeded_without_holding_the_commit(tmp_path: Path) -> N
     engine.fetch.offer(TP, 0, job(0), b"x")
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle(
-        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)]
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.ACK)]
     )
     assert [(s.job_id, s.state, s.attempt) for s in statuses(engine)] == [
         ("job-0", JobEnd.SUCCEEDED, 1)
@@ -65,7 +65,7 @@ def test_a_permanent_failure_writes_dead_once_the_dead_letter_is_delivered(tmp_p
     engine.fetch.offer(TP, 0, job(0), b"x")
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
-                                      outcome=Outcome.NACK,
+                                      outcome=SettleKind.NACK,
                               permanent=True)])  # fmt: skip
     (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
     assert statuses(engine) == []  # not before the dead letter is durable
@@ -128,10 +128,10 @@ def test_status_records_name_the_worker_and_a_dead_jobs_last_error(tmp_path: Pat
     engine.fetch.offer(TP, 1, job(1), b"x")
     first, second = engine.workers.claim("worker-7", 2, wait_s=0)
     engine.workers.settle(
-        [Settlement(lease_id=first.lease_id, token=first.token, outcome=Outcome.ACK)]
+        [Settlement(lease_id=first.lease_id, token=first.token, outcome=SettleKind.ACK)]
     )
     engine.workers.settle([Settlement(lease_id=second.lease_id, token=second.token,
-                                      outcome=Outcome.NACK,
+                                      outcome=SettleKind.NACK,
                               permanent=True, error_class="ValueError",
                               message="bad input")])  # fmt: skip
     (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
@@ -160,10 +160,10 @@ def test_the_duration_is_the_run_time_the_worker_reported_not_the_lease_age(
         engine.fetch.offer(TP, offset, job(offset), b"x")
     ok, dies, silent = engine.workers.claim("w", 3, wait_s=0)
     engine.workers.settle([
-        Settlement(lease_id=ok.lease_id, token=ok.token, outcome=Outcome.ACK, run_s=42.5),
-        Settlement(lease_id=dies.lease_id, token=dies.token, outcome=Outcome.NACK,
+        Settlement(lease_id=ok.lease_id, token=ok.token, outcome=SettleKind.ACK, run_s=42.5),
+        Settlement(lease_id=dies.lease_id, token=dies.token, outcome=SettleKind.NACK,
                    permanent=True, run_s=7.25),
-        Settlement(lease_id=silent.lease_id, token=silent.token, outcome=Outcome.ACK),
+        Settlement(lease_id=silent.lease_id, token=silent.token, outcome=SettleKind.ACK),
     ])  # fmt: skip
     (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
     engine.copies.delivered(dead)
@@ -184,8 +184,8 @@ def test_with_status_records_off_no_path_writes_one(tmp_path: Path) -> None:
         engine.fetch.offer(TP, offset, job(offset), b"x")
     ok, dies, running = engine.workers.claim("w", 3, wait_s=0)
     engine.workers.settle([
-        Settlement(lease_id=ok.lease_id, token=ok.token, outcome=Outcome.ACK),
-        Settlement(lease_id=dies.lease_id, token=dies.token, outcome=Outcome.NACK,
+        Settlement(lease_id=ok.lease_id, token=ok.token, outcome=SettleKind.ACK),
+        Settlement(lease_id=dies.lease_id, token=dies.token, outcome=SettleKind.NACK,
                    permanent=True),
     ])  # fmt: skip
     (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]

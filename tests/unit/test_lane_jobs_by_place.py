@@ -19,7 +19,7 @@ from jobcore.kafka import Producer
 from jobcore.topics import QueueTopics
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.engine_config import EngineConfig
-from leasekeeper.core.leases import Outcome, Pending, Settlement, TopicPart
+from leasekeeper.core.leases import Pending, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
 from leasekeeper.kafka.router import KafkaRouter
@@ -179,7 +179,10 @@ def test_a_held_ordered_job_goes_home_once_its_job_is_read_back_from_the_lane(
     engine.workers.settle(
         [
             Settlement(
-                lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK, retry_after_s=1.0
+                lease_id=grant.lease_id,
+                token=grant.token,
+                outcome=SettleKind.NACK,
+                retry_after_s=1.0,
             )
         ]
     )

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
 
@@ -93,7 +93,7 @@ class _Model:
         if self.grants:
             lease, token = self.grants.pop(index % len(self.grants))
             self.engine.workers.settle(
-                [Settlement(lease_id=lease, token=token, outcome=Outcome.ACK)]
+                [Settlement(lease_id=lease, token=token, outcome=SettleKind.ACK)]
             )
 
     def move_floods(self) -> None:

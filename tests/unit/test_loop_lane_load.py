@@ -20,7 +20,7 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
@@ -207,8 +207,9 @@ def test_the_lane_is_read_after_the_callback_and_nothing_runs_before_it_is(
         grants = engine.workers.claim("w", 100, wait_s=0)
         started += [g.job.job_id for g in grants if g.job is not None]
         started_when_read += [sum(name == "load" for name, _ in lane.calls)] * len(grants)
-        engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
-                       for g in grants])  # fmt: skip
+        acks = [Settlement(lease_id=g.lease_id, token=g.token, outcome=SettleKind.ACK)
+                for g in grants]  # fmt: skip
+        engine.workers.settle(acks)
         clock.now += 0.01
     assert lane.calls and not any(during for _, during in lane.calls)  # none in the callback
     assert [name for name, _ in lane.calls] == ["load"] * 4  # three cut short, then read

@@ -18,7 +18,7 @@ from jobcore.kafka import KafkaSettings, make_consumer, make_producer
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
@@ -100,7 +100,7 @@ def test_a_partition_paused_at_its_span_while_settling_moves_on_and_keeps_key_or
             grants = engine.workers.claim("w", 100, wait_s=0)
             started += [g.job.job_id for g in grants if g.job is not None]
             engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token,
-                                              outcome=Outcome.ACK)
+                                              outcome=SettleKind.ACK)
                            for g in grants])  # fmt: skip
             clock.now += 0.01
         assert paused_at and min(paused_at) < 100  # paused at its span, short of its end

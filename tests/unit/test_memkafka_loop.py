@@ -18,7 +18,7 @@ from jobcore.kafka import KafkaSettings, make_consumer, make_producer
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement
+from leasekeeper.core.leases import Grant, SettleKind, Settlement
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
@@ -91,7 +91,7 @@ def test_acks_are_committed_and_a_nack_is_copied_to_its_retry_tier(
     grants = _claim(loop, engine, 4)
     assert sorted(g.job.job_id for g in grants if g.job is not None) == sorted(ids)
     nacked, acked = grants[0], grants[1:]
-    engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
+    engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=SettleKind.ACK)
                    for g in acked])  # fmt: skip
     for _ in range(5):
         loop._step()
@@ -101,7 +101,7 @@ def test_acks_are_committed_and_a_nack_is_copied_to_its_retry_tier(
     assert offset == int(at) and metadata
     other = 1 - int(held)
     assert cluster.committed(TOPICS.consumer_group, TOPICS.ready, other) == (ends[other], "")
-    nack = Settlement(lease_id=nacked.lease_id, token=nacked.token, outcome=Outcome.NACK,
+    nack = Settlement(lease_id=nacked.lease_id, token=nacked.token, outcome=SettleKind.NACK,
                       error_class="Boom", retry_after_s=1)  # fmt: skip
     engine.workers.settle([nack])
     for _ in range(50):

@@ -9,7 +9,7 @@ from pathlib import Path
 from jobcore.control import DedupeClaim
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
 
@@ -37,7 +37,7 @@ def claim(engine: LeaseEngine) -> list[str]:
 
 
 def ack(engine: LeaseEngine, grant: Grant) -> None:
-    item = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)
+    item = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.ACK)
     assert engine.workers.settle([item])[0].ok
 
 

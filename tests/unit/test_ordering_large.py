@@ -21,7 +21,7 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, KafkaException, Producer
 from jobcore.topics import QueueTopics
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.copy_sender import CopySender
@@ -99,7 +99,7 @@ class Rig:
         self.turn()
         return self.engine.workers.claim("w", 10, wait_s=0)
 
-    def settle(self, grant: Grant, outcome: Outcome = Outcome.ACK) -> None:
+    def settle(self, grant: Grant, outcome: SettleKind = SettleKind.ACK) -> None:
         item = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
                           error_class="Boom", message="boom")  # fmt: skip
         assert self.engine.workers.settle([item])[0].ok
@@ -137,7 +137,7 @@ def test_a_large_job_held_behind_a_failing_head_waits_in_its_line_and_runs_in_or
     rig.offer(ordered(1, payload=LARGE))
     rig.offer(ordered(2))
     (head,) = rig.claim()
-    rig.settle(head, Outcome.NACK)  # job 0 retries from the lane; 1 and 2 wait behind it
+    rig.settle(head, SettleKind.NACK)  # job 0 retries from the lane; 1 and 2 wait behind it
     assert rig.claim() == []
     assert TOPICS.dlq not in rig.topics()  # job 1 did not fail: no dead letter
     assert rig.engine.commits.commit_positions()[TP][0] == 1  # job 1 holds the commit instead
@@ -160,7 +160,7 @@ def test_a_large_failing_head_is_retried_in_place_then_its_key_goes_on(tmp_path:
     rig.offer(ordered(0, payload=LARGE, max_attempts=2))
     rig.offer(ordered(1))
     (first,) = rig.claim()
-    rig.settle(first, Outcome.NACK)  # its retry does not fit the lane: it waits here
+    rig.settle(first, SettleKind.NACK)  # its retry does not fit the lane: it waits here
     assert TOPICS.dlq not in rig.topics()
     assert rig.claim() == []  # backing off, and job 1 still behind it
     rig.clock.now += 60
@@ -178,7 +178,7 @@ def test_under_on_dead_block_a_large_dead_head_is_dead_lettered_with_its_own_rea
     rig.offer(ordered(0, payload=LARGE, max_attempts=1))
     rig.offer(ordered(1))
     (first,) = rig.claim()
-    rig.settle(first, Outcome.NACK)  # dead; its lane record (to block the key) won't fit
+    rig.settle(first, SettleKind.NACK)  # dead; its lane record (to block the key) won't fit
     letters = [CODEC.decode_dead_letter(v) for t, v in rig.broker.sent if t == TOPICS.dlq]
     assert [letter.reason for letter in letters] == [DeadLetterReason.ATTEMPTS_EXHAUSTED.value]
     # It cannot block its key from the lane: the key goes on, as with --on-dead continue.

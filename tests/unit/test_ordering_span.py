@@ -14,7 +14,7 @@ from pathlib import Path
 
 from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
 from schemas.job import Job
@@ -60,8 +60,9 @@ class Partition:
             engine.copies.delivered(request)
         grants = engine.workers.claim("w", 100, wait_s=0)
         self.started += [g.job.job_id for g in grants if g.job is not None]
-        engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK)
-                       for g in grants])  # fmt: skip
+        acks = [Settlement(lease_id=g.lease_id, token=g.token, outcome=SettleKind.ACK)
+                for g in grants]  # fmt: skip
+        engine.workers.settle(acks)
         positions = engine.commits.commit_positions()
         if positions:
             engine.commits.committed(positions)

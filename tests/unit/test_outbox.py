@@ -20,7 +20,7 @@ from jobcore.kafka import KafkaError, KafkaException, Producer
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
 from leasekeeper.kafka.router import KafkaRouter
@@ -92,7 +92,7 @@ class Rig:
         """Offer ``job`` at offset 0, lease it and nack it: its retry copy is queued."""
         self.engine.fetch.offer(TP, 0, job, b"x")
         (grant,) = self.engine.workers.claim("w", 1, wait_s=0)
-        nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)
+        nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK)
         self.engine.workers.settle([nack])
 
     def committable(self) -> int:
@@ -308,7 +308,7 @@ def test_a_status_record_that_cannot_be_written_is_dropped_never_blocking(
 ) -> None:
     rig.engine.fetch.offer(TP, 0, job(), b"x")
     (grant,) = rig.engine.workers.claim("w", 1, wait_s=0)
-    ack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.ACK)
+    ack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.ACK)
     rig.engine.workers.settle([ack])
     with caplog.at_level(logging.WARNING, logger="leasekeeper.kafka.copy_sender"):
         rig.outbox.pump()

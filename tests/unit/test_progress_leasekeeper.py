@@ -11,7 +11,7 @@ import pytest
 from jobcore.progress import MESSAGE_MAX, JobProgress
 from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.engine import LeaseEngine
-from leasekeeper.core.leases import Grant, Outcome, Settlement
+from leasekeeper.core.leases import Grant, SettleKind, Settlement
 from leasekeeper.rpc.wire import settlements, told_progress
 from schemas import worker_pb2 as pb
 from tests.unit import test_registry_outage as outage
@@ -95,7 +95,7 @@ def test_a_dead_job_s_status_record_has_its_last_attempt_s_progress(
     router = RecordingRouter()
     engine, grant = _leased(tmp_path, clock, router)
     engine.workers.heartbeat([(grant.lease_id, grant.token)], progress={grant.lease_id: HALF})
-    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)
+    nack = Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK)
     engine.workers.settle([nack])
     ((_, reason, delivered),) = router.deaths
     delivered(True)
@@ -152,7 +152,7 @@ def test_a_dead_letter_held_for_its_schema_keeps_the_progress_for_the_status_rec
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.heartbeat([(grant.lease_id, grant.token)], progress={grant.lease_id: HALF})
     engine.workers.settle(
-        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=Outcome.NACK)]
+        [Settlement(lease_id=grant.lease_id, token=grant.token, outcome=SettleKind.NACK)]
     )
     copy = outage._held_then_built(engine, clock, registry)  # the registry was down
     assert copy.kind is CopyKind.DEAD

@@ -19,7 +19,7 @@ from schemas import worker_pb2
 from workers.context import JobContext
 from workers.decoding import _new_context
 from workers.inflight import Held, InFlight
-from workers.messages import Lease, LeaseRef, LeaseResult, Settlement
+from workers.messages import ClaimedJob, LeaseRef, LeaseResult, WorkerSettlement
 from workers.monitor import LeaseMonitor
 from workers.progress_reports import ProgressReports
 from workers.wire import beat, settlement
@@ -122,7 +122,7 @@ class Clock:
 
 def _held(table: InFlight, i: int, *, lease_s: int = 30) -> Held:
     ref = LeaseRef(lease_id=f"t/0/{i}", token=f"tok{i}")
-    lease = Lease(ref=ref, until_ms=40_000, attempt=1, envelope=b"", lease_s=lease_s)
+    lease = ClaimedJob(ref=ref, until_ms=40_000, attempt=1, envelope=b"", lease_s=lease_s)
     ctx = _new_context(job_id=f"j{i}", attempt=1, tenant_id="t", queue="q", type="render",
                        created_at_ms=0, lease_id=ref.lease_id)  # fmt: skip
     held = table.add(lease, ctx, now=0.0, beat_interval_s=lease_s / 3)
@@ -245,9 +245,9 @@ def test_a_settlement_carries_the_handler_s_last_progress_on_its_lease_reference
     """So a value reported after the last heartbeat still reaches the status record."""
     ref = LeaseRef("jobs.q/0/7", "tok")
     done = JobProgress(1.0, "all 2,000 pages")
-    acked = settlement(Settlement.ack(ref, 0.5, b"", done))
+    acked = settlement(WorkerSettlement.ack(ref, 0.5, b"", done))
     assert acked.lease.HasField("progress")
     assert (acked.lease.progress.fraction, acked.lease.progress.message) == (1.0, done.message)
-    plain = settlement(Settlement.ack(ref, 0.5))
+    plain = settlement(WorkerSettlement.ack(ref, 0.5))
     assert not plain.lease.HasField("progress"), "a handler that never reported sends none"
     assert plain.ByteSize() < acked.ByteSize()

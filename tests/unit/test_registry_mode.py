@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,9 +32,10 @@ from schemas.confluent import (
     subject_for,
 )
 from schemas.job import DeadLetter, Job
+from tests.unit.engine_ports import with_ports
 from workers import App
 from workers.decoding import Unrunnable, prepare
-from workers.messages import Lease, LeaseRef
+from workers.messages import ClaimedJob, LeaseRef
 
 
 class FakeRegistry:
@@ -287,7 +289,7 @@ def test_a_worker_retries_a_job_whose_payload_schema_is_unavailable() -> None:
     fake.down = True
     app = App("t")
     app.job("noop")(lambda ctx, payload: None)
-    lease = Lease(
+    lease = ClaimedJob(
         ref=LeaseRef(lease_id="l", token="t"), until_ms=0, attempt=1, envelope=envelope, lease_s=30
     )
     prepared = prepare(app, reader, lease)
@@ -395,7 +397,7 @@ def test_the_leasekeeper_holds_a_partition_whose_envelope_schema_is_unavailable(
     loop = ConsumerLoop(
         consumer=consumer,  # type: ignore[arg-type]
         producer=None,  # type: ignore[arg-type]
-        engine=None,  # type: ignore[arg-type]
+        engine=with_ports(SimpleNamespace()),  # no port method: the engine is never called
         codec=EnvelopeCodec(ConfluentSchemaRegistry(fake)),
         outbox=None,  # type: ignore[arg-type]
         topics=QueueTopics(queue="q"),

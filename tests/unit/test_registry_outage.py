@@ -23,7 +23,7 @@ from leasekeeper.breaker.policy import BreakerState
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import HELD_RETRY_S
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
 from leasekeeper.kafka.router import KafkaRouter
@@ -95,7 +95,7 @@ def _offer(engine: LeaseEngine, offset: int, job: Job) -> None:
 def _nack(engine: LeaseEngine) -> None:
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
-                                      outcome=Outcome.NACK,
+                                      outcome=SettleKind.NACK,
                               error_class="Boom", message="boom", run_s=0.25)])  # fmt: skip
 
 

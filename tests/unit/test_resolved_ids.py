@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jobcore.control import DedupeClaim
 from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.resolved_ids import ResolvedIds
 from leasekeeper.core.store import LeaseStore
 from schemas.job import Job
@@ -85,7 +85,7 @@ def engine(tmp_path: Path) -> LeaseEngine:
     return engine
 
 
-def settle(engine: LeaseEngine, outcome: Outcome, **fields: Any) -> None:
+def settle(engine: LeaseEngine, outcome: SettleKind, **fields: Any) -> None:
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token, outcome=outcome,
                               **fields)])  # fmt: skip
@@ -93,7 +93,7 @@ def settle(engine: LeaseEngine, outcome: Outcome, **fields: Any) -> None:
 
 def test_a_copy_of_an_acked_job_is_skipped_and_its_offset_resolved(engine: LeaseEngine) -> None:
     engine.fetch.offer(TP, 0, JOB, b"x")
-    settle(engine, Outcome.ACK)
+    settle(engine, SettleKind.ACK)
     engine.fetch.offer(TP, 1, JOB, b"x")  # the relay's second send
     assert engine.workers.claim("w", 1, wait_s=0) == []
     assert engine.counters.resolved_again == 1
@@ -102,7 +102,7 @@ def test_a_copy_of_an_acked_job_is_skipped_and_its_offset_resolved(engine: Lease
 
 def test_a_retry_copy_is_the_job_going_on_and_is_not_skipped(engine: LeaseEngine) -> None:
     engine.fetch.offer(TP, 0, JOB, b"x")
-    settle(engine, Outcome.NACK)
+    settle(engine, SettleKind.NACK)
     (retry,) = [c for c in engine.copies.take() if c.kind is CopyKind.RETRY]
     engine.copies.delivered(retry)
     assert retry.job is not None
@@ -117,7 +117,7 @@ def test_a_dead_lettered_job_is_not_remembered_so_its_replay_runs(
     """A replay from the DLQ keeps the job's id, and a record's headers cannot tell it
     from a copy: dead-lettered jobs are not skipped."""
     engine.fetch.offer(TP, 0, JOB, b"x")
-    settle(engine, Outcome.NACK, permanent=True)
+    settle(engine, SettleKind.NACK, permanent=True)
     (dead,) = [c for c in engine.copies.take() if c.kind is CopyKind.DEAD]
     engine.copies.delivered(dead)
     engine.fetch.offer(TP, 1, replace(JOB, replay_count=1), b"x")

@@ -11,7 +11,7 @@ import pytest
 
 from jobcore.kafka import KafkaError
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement
+from leasekeeper.core.leases import SettleKind, Settlement
 from leasekeeper.core.store import LeaseStore
 from tests.unit.test_outbox import TOPICS, TP, Rig, job, rig
 
@@ -22,7 +22,7 @@ def ack_with_result(engine: LeaseEngine, result: bytes = b'{"url":"u"}') -> None
     engine.fetch.offer(TP, 0, job(), b"x")
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
-                                      outcome=Outcome.ACK,
+                                      outcome=SettleKind.ACK,
                               result=result)])  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from jobcore.kafka import Producer as KafkaProducer
 from jobcore.results import results_partition
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka import result_sender as sender_module
 from leasekeeper.kafka.copy_sender import CopySender
@@ -216,7 +216,7 @@ def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
     engine.fetch.offer(TP, 1, replace(job(), job_id="job-1"), b"x")
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
-                                      outcome=Outcome.ACK,
+                                      outcome=SettleKind.ACK,
                               result=b"1")])  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="leasekeeper.kafka.copy_sender"):
         outbox.pump()
@@ -242,7 +242,7 @@ def test_the_results_one_poll_reports_resolve_under_one_store_write(
     for offset in range(20):
         engine.fetch.offer(TP, offset, replace(job(), job_id=f"job-{offset}"), b"x")
     grants = engine.workers.claim("w", 20, wait_s=0)
-    engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK,
+    engine.workers.settle([Settlement(lease_id=g.lease_id, token=g.token, outcome=SettleKind.ACK,
                               result=b"1") for g in grants])  # fmt: skip
     assert send.take(engine.copies.take()) == []
     (producer,) = made

@@ -31,7 +31,7 @@ from jobcore.results import (
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.router import KafkaRouter
 from schemas import worker_pb2
@@ -42,8 +42,7 @@ from workers.app import Handler
 from workers.context import JobContext
 from workers.execution import call_async, call_sync
 from workers.inflight import Held
-from workers.messages import Lease, LeaseRef
-from workers.messages import Settlement as WorkerSettlement
+from workers.messages import ClaimedJob, LeaseRef, WorkerSettlement
 
 TP = TopicPart("jobs.q", 0)
 
@@ -143,7 +142,7 @@ def test_a_result_schema_is_no_job_type() -> None:
 
 
 def _held() -> Held:
-    lease = Lease(ref=LeaseRef("jobs.q/0/0", "tok"), until_ms=0, attempt=1, envelope=b"",
+    lease = ClaimedJob(ref=LeaseRef("jobs.q/0/0", "tok"), until_ms=0, attempt=1, envelope=b"",
                   lease_s=30)  # fmt: skip
     ctx = JobContext(job_id="j", attempt=1, tenant_id="t", queue="q", type="thumb",
                      created_at_ms=0, lease_id="jobs.q/0/0")  # fmt: skip
@@ -209,7 +208,7 @@ def _engine(tmp_path: Path, **config: Any) -> LeaseEngine:
 def _ack(engine: LeaseEngine, result: bytes) -> None:
     (grant,) = engine.workers.claim("w", 1, wait_s=0)
     (answer,) = engine.workers.settle([Settlement(lease_id=grant.lease_id, token=grant.token,
-                                          outcome=Outcome.ACK, result=result)])  # fmt: skip
+                                          outcome=SettleKind.ACK, result=result)])  # fmt: skip
     assert answer.ok
 
 

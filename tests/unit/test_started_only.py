@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from leasekeeper.core.engine import LeaseEngine
-from leasekeeper.core.leases import Lease, Outcome, Pending, Settlement, TopicPart
+from leasekeeper.core.leases import Lease, Pending, SettleKind, Settlement, TopicPart
 from leasekeeper.core.offset_metadata import decode as decode_progress
 from leasekeeper.core.started_only import StartedOnly
 from leasekeeper.core.store import LeaseRecord, LeaseStore, leased_value
@@ -191,7 +191,7 @@ def test_a_release_still_gives_the_attempt_back(tmp_path: Path, clock: Clock) ->
     engine.partitions.assign(TP, 0)
     engine.fetch.offer(TP, 0, job(0), b"x")
     ((lease_id, token),) = _claimed(engine, 1).items()
-    engine.workers.settle([Settlement(lease_id=lease_id, token=token, outcome=Outcome.RELEASE)])
+    engine.workers.settle([Settlement(lease_id=lease_id, token=token, outcome=SettleKind.RELEASE)])
     (again,) = engine.workers.claim("w", 1, wait_s=0, reports_started=True)
     assert again.attempt == 1
 
@@ -205,7 +205,7 @@ def test_a_refund_after_a_commit_holds_across_a_restart(tmp_path: Path, clock: C
         engine.fetch.offer(TP, i, job(i), b"x")
     tokens = _claimed(engine, 2)
     engine.workers.settle(
-        [Settlement(lease_id="jobs.q/0/1", token=tokens["jobs.q/0/1"], outcome=Outcome.ACK)]
+        [Settlement(lease_id="jobs.q/0/1", token=tokens["jobs.q/0/1"], outcome=SettleKind.ACK)]
     )
     positions = engine.commits.commit_positions()
     engine.commits.committed(positions)

@@ -9,7 +9,7 @@ from pathlib import Path
 from rocksdict import Options, Rdict
 
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore, Resolution, StoreBatch
 from schemas.job import Job
 
@@ -47,9 +47,11 @@ def test_claim_heartbeat_ack_and_nack_are_one_stored_value_each(tmp_path: Path) 
         engine.fetch.offer(TP, n, _job(n), b"x")
     grants = engine.workers.claim("w", 4, wait_s=0)
     engine.workers.heartbeat([(g.lease_id, g.token) for g in grants])
-    acks = [Settlement(lease_id=g.lease_id, token=g.token, outcome=Outcome.ACK) for g in grants[:3]]
+    acks = [
+        Settlement(lease_id=g.lease_id, token=g.token, outcome=SettleKind.ACK) for g in grants[:3]
+    ]
     engine.workers.settle([*acks, Settlement(lease_id=grants[3].lease_id, token=grants[3].token,
-                                     outcome=Outcome.NACK)])  # fmt: skip
+                                     outcome=SettleKind.NACK)])  # fmt: skip
     assert store.writes == [4, 4, 4]  # claim, heartbeat, settle: one value per job
 
 
@@ -60,10 +62,10 @@ def test_a_restart_reads_each_jobs_one_value(tmp_path: Path) -> None:
         engine.fetch.offer(TP, n, _job(n), b"x")
     acked, leased, released = engine.workers.claim("w", 3, wait_s=0)
     engine.workers.settle(
-        [Settlement(lease_id=acked.lease_id, token=acked.token, outcome=Outcome.ACK)]
+        [Settlement(lease_id=acked.lease_id, token=acked.token, outcome=SettleKind.ACK)]
     )
     engine.workers.settle([Settlement(lease_id=released.lease_id, token=released.token,
-                              outcome=Outcome.RELEASE)])  # fmt: skip
+                              outcome=SettleKind.RELEASE)])  # fmt: skip
     store.close()
     memory = LeaseStore(tmp_path).load(TP.topic, TP.partition, 0)
     by_offset = {int(g.lease_id.rsplit("/", 1)[1]): g for g in (acked, leased, released)}
@@ -126,6 +128,6 @@ def test_an_engine_on_an_old_store_skips_what_was_acked_and_honours_old_leases(
     (grant,) = engine.workers.claim("w", 10, wait_s=0)
     assert grant.lease_id == "jobs.q/0/1" and grant.attempt == 3  # two claims before
     answer = engine.workers.settle(
-        [Settlement(lease_id="jobs.q/0/2", token="tok", outcome=Outcome.ACK)]
+        [Settlement(lease_id="jobs.q/0/2", token="tok", outcome=SettleKind.ACK)]
     )
     assert answer[0].ok

@@ -5,13 +5,13 @@ from __future__ import annotations
 from leasekeeper.core import leases
 from leasekeeper.core.retry_policy import DEFAULT_PERMANENT_ERRORS, RetryReason
 from schemas import job
-from schemas.vocabulary import DeadLetterReason, ErrorClass, Outcome
+from schemas.vocabulary import DeadLetterReason, ErrorClass, SettleKind
 from workers import Permanent, messages
 from workers.errors import JOB_TIMEOUT, PAYLOAD_DECODE_ERROR, UNKNOWN_JOB_TYPE
 
 
 def test_outcomes_and_dead_letter_reasons_are_defined_once() -> None:
-    assert leases.Outcome is Outcome and messages.Outcome is Outcome
+    assert leases.SettleKind is SettleKind and messages.SettleKind is SettleKind
     assert job.DeadLetterReason is DeadLetterReason
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
-from leasekeeper.core.leases import Outcome, Settlement, TopicPart
+from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.fairness.weighted import TenantPolicy, WeightedFair
 from schemas.job import Job
@@ -165,7 +165,7 @@ def test_the_cap_holds_across_the_workers_of_one_leasekeeper(tmp_path: Path) -> 
     assert len(first) == 3, "two of a (its cap), one of b (its own cap)"
     assert engine.workers.claim("w2", 10, wait_s=0) == []
     engine.workers.settle([Settlement(lease_id=first[0].lease_id, token=first[0].token,
-                              outcome=Outcome.ACK, run_s=0.05)])  # fmt: skip
+                              outcome=SettleKind.ACK, run_s=0.05)])  # fmt: skip
     assert len(engine.workers.claim("w2", 10, wait_s=0)) == 1
 
 
@@ -187,6 +187,6 @@ def test_a_settlements_run_time_is_charged_to_its_tenant(tmp_path: Path) -> None
     (first,) = engine.workers.claim("w", 1, wait_s=0)
     assert first.lease_id == TP.lease_id(0)
     engine.workers.settle([Settlement(lease_id=first.lease_id, token=first.token,
-                              outcome=Outcome.ACK, run_s=1.0)])  # fmt: skip
+                              outcome=SettleKind.ACK, run_s=1.0)])  # fmt: skip
     rest = [g.lease_id for g in engine.workers.claim("w", 2, wait_s=0)]
     assert rest == [TP.lease_id(2), TP.lease_id(3)], "a's one second buys b two turns"

@@ -1,4 +1,4 @@
-"""Settlement batching: at most ``max_batch`` per call, everything flushed on close."""
+"""WorkerSettlement batching: at most ``max_batch`` per call, everything flushed on close."""
 
 from __future__ import annotations
 
@@ -7,23 +7,23 @@ from collections.abc import Sequence
 
 from workers.batcher import SettleBatcher
 from workers.client import LeaseKeeperUnavailable
-from workers.messages import LeaseRef, LeaseResult, Settlement
+from workers.messages import LeaseRef, LeaseResult, WorkerSettlement
 
 
 class RecordingClient:
     def __init__(self, *, fail: bool = False) -> None:
-        self.batches: list[list[Settlement]] = []
+        self.batches: list[list[WorkerSettlement]] = []
         self.fail = fail
 
-    def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]:
         self.batches.append(list(settlements))
         if self.fail:
             raise LeaseKeeperUnavailable("gone", reconnecting=True)
         return [LeaseResult(lease_id=s.ref.lease_id, ok=True) for s in settlements]
 
 
-def _ack(i: int) -> Settlement:
-    return Settlement.ack(LeaseRef(lease_id=f"t/0/{i}", token="tok"))
+def _ack(i: int) -> WorkerSettlement:
+    return WorkerSettlement.ack(LeaseRef(lease_id=f"t/0/{i}", token="tok"))
 
 
 def test_a_backlog_is_sent_in_batches_of_at_most_max_batch() -> None:

@@ -19,7 +19,7 @@ from workers.batcher import SettleBatcher
 from workers.cli import main
 from workers.context import JobContext
 from workers.inflight import InFlight
-from workers.messages import LeaseRef, LeaseResult, Settlement
+from workers.messages import LeaseRef, LeaseResult, WorkerSettlement
 
 
 class RestartingKeeper(ScriptedClient):
@@ -38,7 +38,7 @@ class RestartingKeeper(ScriptedClient):
         self.batches.append(list(refs))
         return [_later(r.lease_id) for r in refs]
 
-    def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]:
         self.settle_batches.append([s.ref.lease_id for s in settlements])
         if self.settling and len(self.settle_batches) < 3:
             return [_later(s.ref.lease_id) for s in settlements]
@@ -71,13 +71,13 @@ def test_a_settlement_answered_retry_later_is_sent_again_until_it_is_accepted() 
     answered: list[list[LeaseResult] | None] = []
     done = threading.Event()
 
-    def on_answer(batch: Sequence[tuple[Settlement, int]], results: Any) -> None:
+    def on_answer(batch: Sequence[tuple[WorkerSettlement, int]], results: Any) -> None:
         answered.append(results)
         done.set()
 
     batcher: SettleBatcher[int] = SettleBatcher(client, on_answer, retry_later_s=0.01)
     batcher.start()
-    batcher.put(Settlement.ack(LeaseRef(lease_id="t/0/1", token="tok")), 1)
+    batcher.put(WorkerSettlement.ack(LeaseRef(lease_id="t/0/1", token="tok")), 1)
     assert done.wait(10)
     batcher.close(timeout=10)
     assert client.settle_batches == [["t/0/1"]] * 3
@@ -128,7 +128,7 @@ class OneLeaseNotKnownYet(ScriptedClient):
         self.unknown = unknown
         self.known = threading.Event()
 
-    def settle(self, settlements: Sequence[Settlement], /) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]:
         return [
             _later(s.ref.lease_id)
             if s.ref.lease_id == self.unknown and not self.known.is_set()
@@ -142,7 +142,7 @@ def test_a_settlement_waiting_on_retry_later_does_not_hold_other_acks_back() -> 
     answered: dict[int, bool] = {}
     second_answered = threading.Event()
 
-    def on_answer(batch: Sequence[tuple[Settlement, int]], results: Any) -> None:
+    def on_answer(batch: Sequence[tuple[WorkerSettlement, int]], results: Any) -> None:
         ok = {r.lease_id: r.ok for r in results or []}
         for settlement, tag in batch:
             answered[tag] = ok.get(settlement.ref.lease_id, False)
@@ -151,8 +151,8 @@ def test_a_settlement_waiting_on_retry_later_does_not_hold_other_acks_back() -> 
 
     batcher: SettleBatcher[int] = SettleBatcher(client, on_answer, retry_later_s=0.01)
     batcher.start()
-    batcher.put(Settlement.ack(LeaseRef(lease_id="t/0/1", token="tok")), 1)
-    batcher.put(Settlement.ack(LeaseRef(lease_id="t/0/2", token="tok")), 2)
+    batcher.put(WorkerSettlement.ack(LeaseRef(lease_id="t/0/1", token="tok")), 1)
+    batcher.put(WorkerSettlement.ack(LeaseRef(lease_id="t/0/2", token="tok")), 2)
     # The second ack is answered while the first is still "retry later".
     assert second_answered.wait(10)
     assert answered == {2: True}

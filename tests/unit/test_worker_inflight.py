@@ -7,11 +7,11 @@ import threading
 from devtools.waiting import wait_until
 from workers.context import JobContext
 from workers.inflight import InFlight, Phase
-from workers.messages import Lease, LeaseRef
+from workers.messages import ClaimedJob, LeaseRef
 
 
-def _lease(i: int, lease_s: int = 30) -> Lease:
-    return Lease(
+def _lease(i: int, lease_s: int = 30) -> ClaimedJob:
+    return ClaimedJob(
         ref=LeaseRef(lease_id=f"t/0/{i}", token=f"tok{i}"),
         until_ms=0,
         attempt=1,

@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from workers.client import LeaseKeeperUnavailable
 from workers.context import JobContext
 from workers.inflight import Held, InFlight
-from workers.messages import Lease, LeaseRef, LeaseResult
+from workers.messages import ClaimedJob, LeaseRef, LeaseResult
 from workers.monitor import LeaseMonitor
 
 
@@ -46,7 +46,7 @@ class Clocks:
 
 
 def _add(table: InFlight, i: int, *, lease_s: int = 3, until_ms: int = 40_000) -> Held:
-    lease = Lease(
+    lease = ClaimedJob(
         ref=LeaseRef(lease_id=f"t/0/{i}", token=f"tok{i}"),
         until_ms=until_ms,
         attempt=1,

@@ -26,7 +26,7 @@ from tests.unit.test_worker_support import (
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperUnavailable
 from workers.context import JobContext
-from workers.messages import Lease, LeaseRef, LeaseResult, Settlement
+from workers.messages import ClaimedJob, LeaseRef, LeaseResult, WorkerSettlement
 
 JOBS = 200
 
@@ -227,8 +227,8 @@ def test_a_call_another_thread_saw_fail_still_gets_its_answer(
     not sent twice and the jobs its claim leased are not leased again and stranded."""
     fake = StalledSettle([envelopes() for _ in range(4)], then_claim=True)
     fake.outstanding["lease-1"] = "token-1"
-    ack = Settlement.ack(LeaseRef(lease_id="lease-1", token="token-1"))
-    answers: list[tuple[list[LeaseResult], list[Lease]]] = []
+    ack = WorkerSettlement.ack(LeaseRef(lease_id="lease-1", token="token-1"))
+    answers: list[tuple[list[LeaseResult], list[ClaimedJob]]] = []
     failed: list[LeaseKeeperUnavailable] = []
     with serving(fake, sock) as target, LeaseKeeperClient(target, worker_id="w") as client:
 
