@@ -3,8 +3,8 @@
 One thread owns the consumer. It never blocks on workers: it feeds the engine's
 window, pauses the partitions while the window is full (back-pressure), serves
 producer delivery reports, sends the durable copies (through the outbox), runs
-the lease reaper, and commits each partition at its lowest unresolved offset on a
-bounded cadence (not once per job).
+the lease reaper, and commits (``committer.py``) each partition at its lowest
+unresolved offset on a bounded cadence. Rebalances: ``rebalance.py``.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from jobcore.kafka import (
     Producer,
     TopicPartition,
 )
-from jobcore.kafka_retry import Backoff, until_done
+from jobcore.kafka_retry import Backoff
 from jobcore.topics import QueueTopics
 from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
-from leasekeeper.core.log_lines import partitions_line
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.committer import COMMIT_BACKOFF, HANDOVER_COMMIT_PATIENCE_S, Committer
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import FamilyConsumer
 from leasekeeper.kafka.feeds import Feed
 from leasekeeper.kafka.fetch_path import gather
+from leasekeeper.kafka.rebalance import Assignment, Rebalance
 from leasekeeper.kafka.slow_path import SlowPath
 from leasekeeper.ordering.lane import LaneFeed
 from leasekeeper.ordering.lane_loads import LaneLoads
@@ -128,12 +128,8 @@ class ConsumerLoop:
         self._config = config
         self._clock = clock
         self._paused: set[TopicPart] = set()
-        # Assigned since the last step: resumed explicitly (see ``_set_paused``).
-        self._fresh: set[TopicPart] = set()
-        # The family consumers (see family_consumer.py) that applied an assignment.
-        self._assigned_once: set[int] = set()
         # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
-        self._assignment: set[TopicPart] = set()
+        self._assignment = Assignment()
         self._full = False
         self.lane = lane
         self._feeds = (*feeds, lane) if lane is not None else tuple(feeds)
@@ -142,6 +138,13 @@ class ConsumerLoop:
         self._last_reap = 0.0
         self.committer = Committer(commits=engine.commits, consumer=lambda: self._consumer,
                                    producer=producer, clock=clock, backoff=backoff)  # fmt: skip
+        self.rebalance = Rebalance(assignment=self._assignment, partitions=engine.partitions,
+                                   workers=engine.workers, committer=self.committer,
+                                   outbox=outbox, producer=producer, gate=gate,
+                                   lanes=self._lanes, lane=lambda: self.lane,
+                                   consumer=lambda: self._consumer, stop=lambda: self._stop,
+                                   watch=self._watch, backoff=backoff, clock=clock,
+                                   drain_grace_s=config.drain_grace_s)  # fmt: skip
 
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
@@ -162,9 +165,9 @@ class ConsumerLoop:
     def _subscribe(self) -> None:
         self._consumer.subscribe(
             [*self._ready_topics, *self._gate.topics],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self.rebalance.on_assign,
+            on_revoke=self.rebalance.on_revoke,
+            on_lost=self.rebalance.on_lost,
         )
 
     def close_if_idle(self) -> None:
@@ -299,7 +302,7 @@ class ConsumerLoop:
         partition fetched as far beyond its commit as commit metadata can describe;
         returns how many records this fetch may take."""
         room = self._engine.fetch.window_room()
-        assignment = self._assignment
+        assignment = self._assignment.parts
         # Hysteresis: full when no room is left, and full until half the window is
         # free again, so a busy window does not flap between paused and fetching.
         self._full = room == 0 or (self._full and room < self._engine.fetch.window_records // 2)
@@ -323,89 +326,13 @@ class ConsumerLoop:
         # librdkafka keeps a partition's pause across a revoke or a lost session; one
         # paused when it left and assigned again would never be fetched. Resume every
         # newly assigned partition that should not be paused, once.
-        resume |= (self._fresh & assignment) - wanted
-        self._fresh.clear()
+        resume |= (self._assignment.fresh & assignment) - wanted
+        self._assignment.fresh.clear()
         if pause:
             self._consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in pause])
         if resume:
             self._consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in resume])
         self._paused = set(wanted)
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        committed = until_done(
-            lambda: consumer.committed(partitions, timeout=10),
-            what="reading the committed offsets of assigned partitions",
-            stop=self._stop,
-            watch=self._watch,
-            backoff=self._backoff,
-        )
-        for tp in committed:
-            part = TopicPart(tp.topic, tp.partition)
-            self._engine.partitions.assign(part, tp.offset, tp.metadata)
-            self._assignment.add(part)
-            self._fresh.add(part)
-        if self.lane is not None:  # else ordering within this life only (not connected)
-            tps = [TopicPart(tp.topic, tp.partition) for tp in committed]
-            self._lanes.assigned(
-                consumer, [tp for tp in tps if self._gate.tier_of(tp.topic) is None]
-            )
-        self._assigned_once.add(id(consumer))
-        if self._every_family_assigned():
-            self._engine.partitions.assignment_received()
-        log.info("assigned %s", partitions_line((tp.topic, tp.partition) for tp in committed))
-        log.debug("committed offsets %s", [(tp.topic, tp.partition, tp.offset) for tp in committed])
-
-    def _every_family_assigned(self) -> bool:
-        """Whether every consumer of this leasekeeper applied its first assignment.
-        Each family's consumer gets its own, one after another: settling in ends
-        only after the last, or the held acks of a class whose partitions come
-        later are refused as unknown and their jobs run again."""
-        families = getattr(self._consumer, "families", None)
-        if families is None:  # one plain consumer
-            return True
-        return all(id(c) in self._assigned_once for c in families.values())
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Hand partitions over: stop dispatching them, let their jobs in flight finish
-        within the grace period, commit what is resolved (and the progress beyond it),
-        then let go. Jobs still leased after the grace are run again by the next owner."""
-        moving = {TopicPart(tp.topic, tp.partition) for tp in partitions}
-        self._gate.forget(moving)
-        self._lanes.forget(moving, self.lane)
-        self._engine.partitions.begin_revoke(moving)
-        left = self._drain(moving)
-        self.commit(only=moving, patience_s=HANDOVER_COMMIT_PATIENCE_S)
-        for tp in moving:
-            self._engine.partitions.revoke(tp)
-        self._assignment -= moving
-        where = partitions_line((tp.topic, tp.partition) for tp in moving)
-        log.info("revoked %s (%d jobs still in flight after the grace period)", where, left)
-
-    def _drain(self, tps: set[TopicPart] | None) -> int:
-        """Serve delivery reports until ``tps`` have nothing in flight or the grace ends."""
-        deadline = self._clock() + self._config.drain_grace_s
-        while self._engine.partitions.in_flight(tps) and self._clock() < deadline:
-            self._outbox.pump()
-            self._producer.poll(0.05)
-            self._engine.workers.expire()
-        return self._engine.partitions.in_flight(tps)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        lost = {TopicPart(tp.topic, tp.partition) for tp in partitions}
-        log.warning(
-            "lost %s (the group's session expired); their jobs in flight run again "
-            "on the next owner",
-            partitions_line((tp.topic, tp.partition) for tp in lost),
-        )
-        self._let_go(lost)
-
-    def _let_go(self, lost: set[TopicPart]) -> None:
-        """Partitions gone without a handover: forget them here at once."""
-        self._gate.forget(lost)
-        self._lanes.forget(lost, self.lane)
-        for tp in lost:
-            self._engine.partitions.revoke(tp)
-        self._assignment -= lost
 
     def _fail_fatally(self, error: KafkaError) -> None:
         """The consumer is unusable (for example fenced: another member holds its
@@ -415,8 +342,7 @@ class ConsumerLoop:
         with a new consumer, unless that already happened ``REJOINS`` times within
         ``REJOIN_WINDOW_S`` (two processes share an instance id): then stop, and the
         leasekeeper exits non-zero for its supervisor."""
-        self._let_go(set(self._engine.partitions.assigned()))
-        self._assignment.clear()
+        self.rebalance.let_go_all()
         self._paused.clear()
         self.committer.forget()
         now = self._clock()

@@ -112,7 +112,7 @@ def _loop(consumer: Consumer, clock: Clock, engine: Engine) -> ConsumerLoop:
 
 def _revoke(consumer: Consumer, clock: Clock, engine: Engine) -> None:
     loop = _loop(consumer, clock, engine)
-    loop._on_revoke(consumer, [TopicPartition(TP.topic, TP.partition)])  # type: ignore[arg-type]
+    loop.rebalance.on_revoke(consumer, [TopicPartition(TP.topic, TP.partition)])  # type: ignore[arg-type]
 
 
 def test_a_revoke_waits_out_a_moving_coordinator_and_commits() -> None:

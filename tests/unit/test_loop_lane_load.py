@@ -196,7 +196,7 @@ def test_the_lane_is_read_after_the_callback_and_nothing_runs_before_it_is(
 
     def rebalance() -> None:
         lane.in_callback = True
-        loop._on_assign(consumer, [TopicPartition(TP.topic, TP.partition)])  # type: ignore[arg-type]
+        loop.rebalance.on_assign(consumer, [TopicPartition(TP.topic, TP.partition)])  # type: ignore[arg-type]
         lane.in_callback = False
 
     consumer.rebalance = rebalance

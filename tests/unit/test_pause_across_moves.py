@@ -94,13 +94,13 @@ def test_a_partition_paused_when_its_session_expired_is_fetched_when_it_comes_ba
         config=LoopConfig(),
     )
     partition = [TopicPartition(TP.topic, TP.partition)]
-    loop._on_assign(consumer, partition)  # type: ignore[arg-type]
+    loop.rebalance.on_assign(consumer, partition)  # type: ignore[arg-type]
     loop._apply_backpressure()
     assert consumer.paused == {TP}  # the window is full
 
-    loop._on_lost(consumer, partition)  # type: ignore[arg-type]
+    loop.rebalance.on_lost(consumer, partition)  # type: ignore[arg-type]
     engine.room = 10  # the window emptied meanwhile
     loop._apply_backpressure()
-    loop._on_assign(consumer, partition)  # type: ignore[arg-type]
+    loop.rebalance.on_assign(consumer, partition)  # type: ignore[arg-type]
     loop._apply_backpressure()
     assert consumer.paused == set()

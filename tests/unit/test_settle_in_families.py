@@ -50,14 +50,14 @@ def test_settling_in_waits_for_the_last_family_to_be_assigned() -> None:
     critical, default = Consumer(), Consumer()
     engine = CountingEngine()
     loop = loop_over(Families(critical=critical, default=default), engine)
-    loop._on_assign(critical, [TopicPartition(TOPICS.of_class("critical"), 0)])  # type: ignore[arg-type]
+    loop.rebalance.on_assign(critical, [TopicPartition(TOPICS.of_class("critical"), 0)])  # type: ignore[arg-type]
     assert engine.received == 0, "the default class's partitions are not assigned yet"
-    loop._on_assign(default, [TopicPartition(TOPICS.ready, 0)])  # type: ignore[arg-type]
+    loop.rebalance.on_assign(default, [TopicPartition(TOPICS.ready, 0)])  # type: ignore[arg-type]
     assert engine.received == 1
 
 
 def test_one_plain_consumer_settles_in_at_its_first_assignment() -> None:
     consumer, engine = Consumer(), CountingEngine()
     loop = loop_over(consumer, engine)
-    loop._on_assign(consumer, [TopicPartition(TOPICS.ready, 0)])  # type: ignore[arg-type]
+    loop.rebalance.on_assign(consumer, [TopicPartition(TOPICS.ready, 0)])  # type: ignore[arg-type]
     assert engine.received == 1
