@@ -27,7 +27,7 @@ from leasekeeper.core import job_records as records
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.resolved_ids import ResolvedIds
-from leasekeeper.core.store import Resolution
+from leasekeeper.core.store_values import Resolution
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
 

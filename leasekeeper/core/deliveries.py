@@ -26,7 +26,8 @@ from leasekeeper.core.copy_queue import CopyQueue, dead_status, resolution_of
 from leasekeeper.core.hooks import DeliveryHook
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.partition_book import PartitionBook
-from leasekeeper.core.store import Resolution, StoreBatch
+from leasekeeper.core.store import StoreBatch
+from leasekeeper.core.store_values import Resolution
 
 __all__ = ["Deliveries"]
 

@@ -23,7 +23,7 @@ from leasekeeper.core.hooks import Lines, Offer, OfferHook
 from leasekeeper.core.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.core.leases import Pending, TopicPart, restore_lease
 from leasekeeper.core.partition_book import PartitionBook, PartitionState
-from leasekeeper.core.store import NoteKind, Resolution
+from leasekeeper.core.store_values import NoteKind, Resolution
 from leasekeeper.core.window import ReadyWindow
 from schemas.job_headers import JobHead
 

@@ -13,7 +13,7 @@ from jobcore.control import CancelledHow, JobEnd, JobStatus
 from jobcore.progress import JobProgress
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.leases import Lease, Pending, TopicPart
-from leasekeeper.core.store import JobNote, NoteKind
+from leasekeeper.core.store_values import JobNote, NoteKind
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

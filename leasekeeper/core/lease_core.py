@@ -45,7 +45,8 @@ from leasekeeper.core.retry_budget import RetryBudget
 from leasekeeper.core.retry_path import FailurePath
 from leasekeeper.core.settle_in import SettleIn
 from leasekeeper.core.started_only import StartedOnly
-from leasekeeper.core.store import NoteKind, Resolution, StoreBatch, leased_value
+from leasekeeper.core.store import StoreBatch
+from leasekeeper.core.store_values import NoteKind, Resolution, leased_value
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.rpc.wire import claimed_size
 from schemas.job import AttemptError
@@ -200,9 +201,8 @@ class LeaseCore:
     @staticmethod
     def _store_lease(batch: StoreBatch, state: PartitionState, lease: Lease) -> None:
         offset = lease.pending.offset
-        value = leased_value(state.claims.get(offset, 0), lease.token, lease.worker,
-                             lease.attempt, lease.started_ms, lease.until_ms,
-                             lease.started)  # fmt: skip
+        value = leased_value(state.claims.get(offset, 0), lease.token, lease.worker, lease.attempt,
+                             lease.started_ms, lease.until_ms, lease.started)  # fmt: skip
         batch.lease(state.tp.topic, state.tp.partition, offset, value)
 
     @staticmethod

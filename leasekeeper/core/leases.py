@@ -6,7 +6,7 @@ import secrets
 from typing import NamedTuple
 
 from jobcore.progress import JobProgress
-from leasekeeper.core.store import LeaseRecord
+from leasekeeper.core.store_values import LeaseRecord
 from schemas.job_headers import JobHead
 from schemas.vocabulary import SettleKind
 

@@ -25,7 +25,8 @@ from leasekeeper.core.leases import Lease, Pending, TopicPart
 from leasekeeper.core.offset_metadata import METADATA_LIMIT, Progress
 from leasekeeper.core.offset_metadata import decode as decode_progress
 from leasekeeper.core.offset_metadata import encode as encode_progress
-from leasekeeper.core.store import LeaseRecord, LeaseStore, Resolution, StoreBatch
+from leasekeeper.core.store import LeaseStore, StoreBatch
+from leasekeeper.core.store_values import LeaseRecord, Resolution
 
 log = logging.getLogger(__name__)
 

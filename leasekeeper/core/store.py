@@ -19,14 +19,25 @@ memory, never the only copy of a job (no job lives only in local state). Writes 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from leasekeeper.core.store_values import (
+    JobNote,
+    LeaseRecord,
+    NoteKind,
+    PartitionMemory,
+    Resolution,
+    acked_value,
+    claims_value,
+    remember,
+    resolved_value,
+)
+
+__all__ = ["LeaseStore", "StoreBatch"]
 
 OFFSET_WIDTH = 20
 # Facts about the store itself live under their own prefix, apart from the
@@ -38,160 +49,10 @@ _NOTES = b"j/"
 _ALL_KEYS = (b"\x00", b"\xff")
 # The per-partition keys of stores written before one key per job held all its state.
 _LEGACY_KINDS = ("r", "c", "l")
-_LEASED, _CLAIMED, _RESOLVED = b"L", b"C", b"R"
-# Leased, and the job waits in its worker's prefetch: not started (``started_only``).
-_WAITING = b"W"
-
-
-class NoteKind(StrEnum):
-    """Why the store remembers a job by id (see ``JobNote``)."""
-
-    DELAYED = "delayed"
-    SKIPPED_DUPLICATE = "skipped_duplicate"
-    # Cancelled while it waited (never run), or while it ran (its lease ended).
-    CANCELLED_WAITING = "cancelled_waiting"
-    CANCELLED_RUNNING = "cancelled_running"
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobNote:
-    """A job the leasekeeper saw but does not hold in its window, by job id: a
-    delay-tier record waiting for its due time, a job skipped as a duplicate, or
-    a cancelled one (skipped while waiting, or its lease ended while running).
-
-    Offsets index the partition state; ``inspect job ID`` needs the other way round,
-    and a person asks by id. ``due_ms`` is the run time of a delayed job;
-    ``duplicate_of`` the id of the job that claimed the dedupe key first.
-    """
-
-    job_id: str
-    kind: NoteKind
-    topic: str
-    partition: int
-    offset: int
-    seen_ms: int
-    due_ms: int | None = None
-    duplicate_of: str | None = None
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            [
-                self.kind.value,
-                self.topic,
-                self.partition,
-                self.offset,
-                self.seen_ms,
-                self.due_ms,
-                self.duplicate_of,
-            ]
-        ).encode()
-
-    @classmethod
-    def decode(cls, job_id: str, raw: bytes) -> JobNote:
-        kind, topic, partition, offset, seen_ms, due_ms, duplicate_of = json.loads(raw)
-        return cls(
-            job_id=job_id,
-            kind=NoteKind(kind),
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            seen_ms=seen_ms,
-            due_ms=due_ms,
-            duplicate_of=duplicate_of,
-        )
 
 
 def _note_key(job_id: str) -> bytes:
     return _NOTES + job_id.encode()
-
-
-class Resolution(StrEnum):
-    ACKED = "acked"
-    RETRIED = "retried"
-    HOPPED = "hopped"
-    PARKED = "parked"
-    DEAD = "dead"
-    SKIPPED = "skipped"
-    OVERFLOWED = "overflowed"  # copied to the overflow lane (see overflow_lane)
-
-
-# A resolution as stored: ``R`` and one letter.
-_RESOLVED_VALUE = {how: _RESOLVED + how.value[:1].encode() for how in Resolution}
-_RESOLUTION_OF = {value[1:]: how for how, value in _RESOLVED_VALUE.items()}
-assert len(_RESOLUTION_OF) == len(Resolution), "resolution codes must differ"
-# An ack's resolution is followed by its lease token (older stores: no token).
-_ACKED_VALUE = _RESOLVED_VALUE[Resolution.ACKED]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseRecord:
-    """A lease as persisted: enough for a restarted leasekeeper to honour its token."""
-
-    token: str
-    worker: str
-    attempt: int
-    started_ms: int
-    until_ms: int
-    # False while the job waits in its worker's prefetch (see ``started_only``). A
-    # record written before the flag existed is a started job: the conservative
-    # reading, which spends the attempt.
-    started: bool = True
-
-    def encode(self) -> bytes:
-        """The lease as a legacy ``l/`` value (JSON); see ``leased_value`` for today's."""
-        return json.dumps(
-            [self.token, self.worker, self.attempt, self.started_ms, self.until_ms]
-        ).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> LeaseRecord:
-        """A legacy ``l/`` value."""
-        token, worker, attempt, started_ms, until_ms = json.loads(raw)
-        return cls(
-            token=token, worker=worker, attempt=attempt, started_ms=started_ms, until_ms=until_ms
-        )
-
-
-def leased_value(
-    claims: int,
-    token: str,
-    worker: str,
-    attempt: int,
-    started_ms: int,
-    until_ms: int,
-    started: bool = True,
-) -> bytes:
-    """A job's state while leased: its claims and the lease, in one value (the worker
-    id last, since it is the only field that may hold the separator). The first
-    letter says whether the job started: ``L`` yes, ``W`` waiting in a prefetch."""
-    kind = _LEASED if started else _WAITING
-    return b"%s%d|%s|%d|%d|%d|%s" % (kind, claims, token.encode(), attempt, started_ms,
-                                      until_ms, worker.encode())  # fmt: skip
-
-
-def _read_leased(raw: bytes) -> tuple[int, LeaseRecord]:
-    claims, token, attempt, started_ms, until_ms, worker = raw[1:].split(b"|", 5)
-    record = LeaseRecord(token=token.decode(), worker=worker.decode(), attempt=int(attempt),
-                         started_ms=int(started_ms), until_ms=int(until_ms),
-                         started=raw[:1] != _WAITING)  # fmt: skip
-    return int(claims), record
-
-
-@dataclass(frozen=True, kw_only=True)
-class PartitionMemory:
-    """What the store remembers of one partition beyond its committed offset."""
-
-    resolved: dict[int, Resolution]
-    claims: dict[int, int]
-    leases: dict[int, LeaseRecord]
-    # When no connected worker could take the job first (epoch ms): the grace
-    # before it fails as an unknown job type counts from there, across restarts.
-    unhandled: dict[int, int] = field(default_factory=dict)
-    # Attempts given back to jobs whose lease expired before they started: the
-    # bound that keeps a job that kills its worker from being refunded forever.
-    refunds: dict[int, int] = field(default_factory=dict)
-    # The lease token of each acked offset (``StoreBatch.acked``).
-    acked_tokens: dict[int, str] = field(default_factory=dict)
 
 
 def _key(kind: str, topic: str, partition: int, offset: int) -> bytes:
@@ -233,17 +94,17 @@ class StoreBatch:
         self._batch = WriteBatch(raw_mode=True)
 
     def resolve(self, topic: str, partition: int, offset: int, how: Resolution) -> None:
-        self._batch.put(_state_key(topic, partition, offset), _RESOLVED_VALUE[how])
+        self._batch.put(_state_key(topic, partition, offset), resolved_value(how))
 
     def acked(self, topic: str, partition: int, offset: int, token: str) -> None:
         """Resolved by an ack with lease token ``token``, kept with it: a restarted
         leasekeeper answers the same ack sent again (its answer was lost in the
         restart) as applied, not as an unknown lease."""
-        self._batch.put(_state_key(topic, partition, offset), _ACKED_VALUE + token.encode())
+        self._batch.put(_state_key(topic, partition, offset), acked_value(token))
 
     def claims(self, topic: str, partition: int, offset: int, count: int) -> None:
         """Claims made on the job and no lease in flight (it ended, or was released)."""
-        self._batch.put(_state_key(topic, partition, offset), b"C%d" % count)
+        self._batch.put(_state_key(topic, partition, offset), claims_value(count))
 
     def lease(self, topic: str, partition: int, offset: int, value: bytes) -> None:
         """The job leased: ``value`` is ``leased_value(...)``, claims and lease in one."""
@@ -354,7 +215,7 @@ class LeaseStore:
             resolved.pop(offset, None)
             claims.pop(offset, None)
             leases.pop(offset, None)
-            _remember(value, offset, resolved, claims, leases, acked_tokens)
+            remember(value, offset, resolved, claims, leases, acked_tokens)
         unhandled = {
             offset: int(value) for offset, value in self._scan("u", topic, partition, from_offset)
         }
@@ -443,23 +304,3 @@ class LeaseStore:
 
     def close(self) -> None:
         self._db.close()
-
-
-def _remember(
-    value: bytes,
-    offset: int,
-    resolved: dict[int, Resolution],
-    claims: dict[int, int],
-    leases: dict[int, LeaseRecord],
-    acked_tokens: dict[int, str],
-) -> None:
-    """One job's stored state into the partition's memory."""
-    kind = value[:1]
-    if kind == _RESOLVED:
-        resolved[offset] = _RESOLUTION_OF[value[1:2]]
-        if len(value) > 2 and value.startswith(_ACKED_VALUE):
-            acked_tokens[offset] = value[2:].decode()
-    elif kind == _CLAIMED:
-        claims[offset] = int(value[1:])
-    elif kind in (_LEASED, _WAITING):
-        claims[offset], leases[offset] = _read_leased(value)

@@ -21,7 +21,8 @@ from leasekeeper.core.engine_config import Counters
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.partition_book import PartitionBook
-from leasekeeper.core.store import LeaseStore, Resolution
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.store_values import Resolution
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.ordering.keys import BlockedLine, KeyBook, LaneEntry, LaneState, Verdict, line_of
 from schemas.job_headers import JobHead

@@ -20,7 +20,8 @@ from leasekeeper.core.lease_core import LeaseCore
 from leasekeeper.core.leases import Lease, Pending
 from leasekeeper.core.partition_book import PartitionBook, PartitionState
 from leasekeeper.core.retry_budget import RetryBudget
-from leasekeeper.core.store import LeaseStore, NoteKind
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.store_values import NoteKind
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.fairness.view import FairnessSnapshot, fairness_snapshot

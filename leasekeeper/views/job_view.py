@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from jobcore.control import Cancellation
 from jobcore.job_state import JobState as Shared
-from leasekeeper.core.store import JobNote, NoteKind
+from leasekeeper.core.store_values import JobNote, NoteKind
 
 
 class InspectState(StrEnum):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from jobcore.kafka import make_admin
-from leasekeeper.core.store import LeaseStore, Resolution
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.store_values import Resolution
 from producer import ensure_queue_topics
 from tests.system import PARTITIONS, System, wait_until
 

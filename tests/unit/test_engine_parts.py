@@ -13,7 +13,8 @@ from prometheus_client.registry import CollectorRegistry
 from leasekeeper.core.engine import Counters, EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.partition_book import PartitionBook
-from leasekeeper.core.store import LeaseStore, Resolution
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.store_values import Resolution
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.fairness.round_robin import TenantRoundRobin
 from leasekeeper.views.metrics import EngineCollector

@@ -23,7 +23,6 @@ ALLOWED = {
     "leasekeeper/ordering/keys.py": 527,
     "leasekeeper/breaker/policy.py": 512,
     "workers/runtime.py": 480,
-    "leasekeeper/core/store.py": 465,
     "leasekeeper/core/lease_core.py": 449,
 }
 

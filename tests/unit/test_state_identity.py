@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from leasekeeper.core.state_identity import StateCheck, StateIdentity, StateMismatch, check_identity
-from leasekeeper.core.store import LeaseStore, Resolution
+from leasekeeper.core.store import LeaseStore
+from leasekeeper.core.store_values import Resolution
 
 TOPIC = "jobs.q"
 TIER = "jobs.q.retry.1s"
