@@ -25,7 +25,7 @@ from jobcore.cli_kafka import (
 from jobcore.kafka import ProduceFailure, make_producer, produce_once
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker.feed import operator_record
-from leasekeeper.breaker.policy import DEFAULT_RULE, BreakerRule, BreakerSettings
+from leasekeeper.breaker.settings import DEFAULT_RULE, BreakerRule, BreakerSettings
 
 __all__ = ["breaker", "breaker_settings"]
 

@@ -41,8 +41,8 @@ from jobcore.kafka import (
     read_to_end,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.breaker.policy import BreakerState
 from leasekeeper.breaker.port import BreakerPort
+from leasekeeper.breaker.states import BreakerState
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from leasekeeper.breaker.policy import (
-    BreakerBoard,
-    BreakerState,
-    BreakerView,
-    CallOutcome,
-    Transition,
-)
+from leasekeeper.breaker.policy import BreakerBoard, CallOutcome
+from leasekeeper.breaker.states import BreakerState, BreakerView, Transition
 from leasekeeper.core.copies import CopyRequest
 from leasekeeper.core.hooks import Accept, LeaseEnd
 from leasekeeper.core.leases import Lease, Pending, Settlement

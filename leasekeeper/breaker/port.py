@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 from leasekeeper.breaker.gate import BreakerGate
-from leasekeeper.breaker.policy import BreakerState, BreakerView, Transition
+from leasekeeper.breaker.states import BreakerState, BreakerView, Transition
 from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.window import ReadyWindow

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 from jobcore.results import MAX_RESULT_BYTES
-from leasekeeper.breaker.policy import BreakerSettings
+from leasekeeper.breaker.settings import BreakerSettings
 from leasekeeper.core.control_state import ControlState
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.offset_metadata import MAX_SPAN

@@ -37,7 +37,7 @@ from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
 from jobcore.topic_admin import STATUS_RETENTION_HELP, retention_ms
 from leasekeeper.breaker.cli import breaker, breaker_settings
-from leasekeeper.breaker.policy import BreakerSettings
+from leasekeeper.breaker.settings import BreakerSettings
 from leasekeeper.core.engine import EngineConfig
 from leasekeeper.core.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.core.retry_policy import (

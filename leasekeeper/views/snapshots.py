@@ -17,7 +17,7 @@ from leasekeeper.core.unhandled_warning import UnhandledWait
 from leasekeeper.ordering.keys import BlockedLine
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
-    from leasekeeper.breaker.policy import BreakerView
+    from leasekeeper.breaker.states import BreakerView
     from leasekeeper.fairness.view import FairnessSnapshot
     from leasekeeper.kafka.control_feed import ControlSnapshot
     from leasekeeper.kafka.copy_sender import OutboxView

@@ -30,7 +30,7 @@ import pytest
 
 from jobcore.kafka import KafkaSettings
 from leasekeeper.breaker.feed import BreakerRecord
-from leasekeeper.breaker.policy import BreakerState
+from leasekeeper.breaker.states import BreakerState
 from producer import JobRequest
 from tests.apps.outage import SCHEMAS
 from tests.apps.recording import read_events, read_log

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from leasekeeper.breaker.policy import (
-    Breaker,
-    BreakerBoard,
-    BreakerRule,
-    BreakerSettings,
-    BreakerState,
-    CallOutcome,
-)
+from leasekeeper.breaker.policy import Breaker, BreakerBoard, CallOutcome
+from leasekeeper.breaker.settings import BreakerRule, BreakerSettings
+from leasekeeper.breaker.states import BreakerState
 
 RULE = BreakerRule(rate=0.5, min_calls=4, window_s=10)
 SETTINGS = BreakerSettings(default=RULE, cooldown_s=10, cooldown_max_s=35, probes=2)
@@ -232,7 +227,7 @@ def test_dependency_down_opens_a_breaker_even_for_a_type_without_a_rule() -> Non
 def test_breakers_are_off_unless_asked_for() -> None:
     """A queue whose jobs fail in bulk on purpose must not start parking by surprise."""
     from leasekeeper.breaker.cli import breaker_settings
-    from leasekeeper.breaker.policy import DEFAULT_RULE
+    from leasekeeper.breaker.settings import DEFAULT_RULE
 
     def settings(rules: tuple[str, ...], default: str) -> BreakerSettings:
         return breaker_settings(rules=rules, default=default, cooldown_s=15, cooldown_max_s=300,

@@ -10,7 +10,8 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker.feed import BreakerRecord, operator_record
-from leasekeeper.breaker.policy import BreakerRule, BreakerSettings, BreakerState
+from leasekeeper.breaker.settings import BreakerRule, BreakerSettings
+from leasekeeper.breaker.states import BreakerState
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart

@@ -21,7 +21,6 @@ ALLOWED = {
     "jobcore/kafka.py": 689,
     "leasekeeper/ops/cli.py": 560,
     "leasekeeper/ordering/keys.py": 527,
-    "leasekeeper/breaker/policy.py": 512,
     "workers/runtime.py": 480,
     "leasekeeper/core/lease_core.py": 449,
 }

@@ -19,7 +19,7 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import Producer
 from jobcore.topics import QueueTopics
-from leasekeeper.breaker.policy import BreakerState
+from leasekeeper.breaker.states import BreakerState
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import HELD_RETRY_S
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
