@@ -18,7 +18,7 @@ from enum import IntEnum, StrEnum
 from jobcore.control import DedupeClaim, JobStatus
 from jobcore.progress import JobProgress
 from leasekeeper.core.leases import TopicPart
-from leasekeeper.ordering.keys import LaneEntry
+from leasekeeper.ordering.values import LaneEntry
 from schemas.job import AttemptError, Job
 from schemas.job_headers import JobHead
 from schemas.vocabulary import DeadLetterReason

@@ -15,7 +15,7 @@ from leasekeeper.core.retry_policy import RetryPolicies
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.fairness.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy
 from leasekeeper.limits.rate_limit import RateLimitConfig
-from leasekeeper.ordering.keys import OnDead
+from leasekeeper.ordering.values import OnDead
 
 
 @dataclass(frozen=True, kw_only=True)

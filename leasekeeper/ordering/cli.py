@@ -29,8 +29,8 @@ from jobcore.cli_kafka import (
 from jobcore.kafka import KafkaSettings, ProduceFailure, make_producer, produce_once
 from jobcore.terminal_text import printable
 from jobcore.topics import QueueTopics
-from leasekeeper.ordering.keys import LaneEntry, LaneState
 from leasekeeper.ordering.lane import OPERATOR, LaneFeed, encode_entry
+from leasekeeper.ordering.values import LaneEntry, LaneState
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 __all__ = ["ordering"]

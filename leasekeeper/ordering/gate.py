@@ -24,7 +24,8 @@ from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.store_values import Resolution
 from leasekeeper.core.window import ReadyWindow
-from leasekeeper.ordering.keys import BlockedLine, KeyBook, LaneEntry, LaneState, Verdict, line_of
+from leasekeeper.ordering.keys import KeyBook
+from leasekeeper.ordering.values import BlockedLine, LaneEntry, LaneState, Verdict, line_of
 from schemas.job_headers import JobHead
 from schemas.vocabulary import DeadLetterReason
 

@@ -26,21 +26,22 @@ they do not hold the partition's commit.
 The lane is the durable state of ordering: every job of a line that is not in
 the class partition beyond its commit is in the lane (see docs/ordering.md).
 
-This class is pure (no Kafka, no clock of its own): the engine calls it under
-its lock and carries out the copies it returns.
+``KeyBook`` keeps the lines and the jobs here; the jobs out are its ``LaneJobs``'s
+(``lane_jobs``). Both are pure (no Kafka, no clock of their own): the engine calls
+the book under its lock and carries out the copies it returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
 
 from leasekeeper.core.leases import Pending, TopicPart
-from leasekeeper.ordering.settling import SETTLING_REASON, Settling
+from leasekeeper.ordering.lane_jobs import LaneJobs
+from leasekeeper.ordering.line import Line
+from leasekeeper.ordering.settling import Settling
 from leasekeeper.ordering.values import (
     BlockedLine,
     LaneEntry,
-    LaneState,
     LineId,
     OnDead,
     Verdict,
@@ -49,22 +50,7 @@ from leasekeeper.ordering.values import (
 )
 from schemas.job import Job
 
-__all__ = [
-    "RETURN_BATCH",
-    "BlockedLine",
-    "KeyBook",
-    "LaneEntry",
-    "LaneState",
-    "LineId",
-    "OnDead",
-    "Verdict",
-    "line_of",
-    "seq_of",
-]
-
-# Held jobs copied back into the class topic at once when their line unblocks: one
-# round trip through Kafka brings back this many, in order.
-RETURN_BATCH = 32
+__all__ = ["KeyBook"]
 
 
 def _decoded(pending: Pending) -> Job:
@@ -73,29 +59,6 @@ def _decoded(pending: Pending) -> Job:
     if full is None:
         raise ValueError(f"job {pending.job.job_id} was offered by its headers only")
     return full
-
-
-@dataclass(kw_only=True)
-class _Line:
-    members: dict[int, Pending] = field(default_factory=dict)  # here, by seq
-    current: Pending | None = None  # released to the window, leased or settling
-    out: dict[int, LaneEntry] = field(default_factory=dict)  # in the lane, by seq
-    returning: set[int] = field(default_factory=set)  # copied back, tombstone not durable
-    claiming: set[int] = field(default_factory=set)  # members whose dedupe claim is not durable
-    staying: set[int] = field(default_factory=set)  # members whose lane copy did not fit
-    # Lane copies not durable yet: the job, and whether it was the line's running job.
-    sending: dict[int, tuple[Pending, bool]] = field(default_factory=dict)
-
-    def empty(self) -> bool:
-        return not self.members and self.current is None and not self.out
-
-    def head_out(self) -> LaneEntry | None:
-        """The line's head when it is out, else None."""
-        if not self.out:
-            return None
-        low = min(self.out)
-        here = [*self.members, *([seq_of(self.current)] if self.current else [])]
-        return self.out[low] if not here or low < min(here) else None
 
 
 class KeyBook:
@@ -113,14 +76,17 @@ class KeyBook:
         lane) keeps the job's place and id only, so a line blocked behind its head holds
         no payloads here however long it grows; its job is read back from the lane when
         it goes home (``LaneFeed.job_of``, on the copy's way out)."""
-        self.on_dead = on_dead
-        self._full = full
-        self._keep_jobs = keep_jobs
-        self._lines: dict[LineId, _Line] = {}
+        self._lines: dict[LineId, Line] = {}
         self._class_of: dict[tuple[str, str], str] = {}  # (tenant, key) -> class topic
         self._dirty: set[LineId] = set()
         self._settling = Settling()  # partitions not yet read to their end when assigned
-        self._out_lines: set[LineId] = set()  # lines that may have jobs in the lane
+        self._lane_jobs = LaneJobs(lines=self._lines, dirty=self._dirty, settling=self._settling,
+                                   make=self._line, forget=self._forget_if_empty,
+                                   on_dead=on_dead, full=full, keep_jobs=keep_jobs)  # fmt: skip
+
+    @property
+    def on_dead(self) -> OnDead:
+        return self._lane_jobs.on_dead
 
     # -- jobs fetched from a class partition ------------------------------------
 
@@ -137,7 +103,7 @@ class KeyBook:
             return Verdict.CONFLICT, None
         line = self._line(line_id)
         seq = seq_of(pending)
-        if self._duplicate(line, pending, seq):
+        if line.duplicate(pending, seq):
             self._forget_if_empty(line_id)
             return Verdict.DUPLICATE, None
         if seq in line.returning and seq not in line.members:
@@ -151,8 +117,8 @@ class KeyBook:
             line.members[seq] = pending
             line.claiming.add(seq)
             return Verdict.QUEUED, None
-        if self._behind_out(line, seq, now_ms):
-            entry = self._hold_entry(line, pending, seq, "behind a blocked head")
+        if line.behind_out(seq, now_ms):
+            entry = self._lane_jobs.hold(line, pending, seq, "behind a blocked head")
             return Verdict.HOLD, entry
         line.members[seq] = pending
         self._dirty.add(line_id)
@@ -168,25 +134,10 @@ class KeyBook:
             return None
         line.claiming.discard(seq)
         self._dirty.add(line_id)
-        if seq in line.returning or not self._behind_out(line, seq, now_ms):
+        if seq in line.returning or not line.behind_out(seq, now_ms):
             return None
         del line.members[seq]
-        return self._hold_entry(line, pending, seq, "behind a blocked head")
-
-    @staticmethod
-    def _behind_out(line: _Line, seq: int, now_ms: int) -> bool:
-        """Jobs ahead of ``seq`` are out and not on their way back: it waits with them."""
-        return any(s < seq and (e.state is LaneState.HELD or e.blocks(now_ms))
-                   for s, e in line.out.items() if s not in line.returning)  # fmt: skip
-
-    @staticmethod
-    def _duplicate(line: _Line, pending: Pending, seq: int) -> bool:
-        """Its seq is in the lane (and not on its way back), or here at another offset:
-        another copy of the same job (a hold or return delivered before a crash)."""
-        if seq in line.out and seq not in line.returning:
-            return True
-        known = line.members.get(seq) or (line.current if _is(line.current, seq) else None)
-        return known is not None and known.offset != pending.offset
+        return self._lane_jobs.hold(line, pending, seq, "behind a blocked head")
 
     def skipped_arrival(self, pending: Pending) -> LaneEntry | None:
         """An ordered job fetched and skipped at once (cancelled, or a dedupe duplicate):
@@ -211,22 +162,12 @@ class KeyBook:
         known = self._class_of.setdefault(scope, line_id.topic)
         return known != line_id.topic
 
-    def _line(self, line_id: LineId) -> _Line:
+    def _line(self, line_id: LineId) -> Line:
         line = self._lines.get(line_id)
         if line is None:
-            line = self._lines[line_id] = _Line()
+            line = self._lines[line_id] = Line()
             self._class_of[(line_id.tenant, line_id.key)] = line_id.topic
         return line
-
-    def _hold_entry(self, line: _Line, pending: Pending, seq: int, reason: str) -> LaneEntry:
-        line_id = line_of(pending)
-        assert line_id is not None
-        job = replace(self._full(pending), ordering_seq=seq)
-        entry = LaneEntry(line=line_id, seq=seq, job=job, state=LaneState.HELD, reason=reason)
-        line.out[seq] = entry
-        line.sending[seq] = (pending, False)
-        self._out_lines.add(line_id)
-        return entry
 
     # -- the head's turn ----------------------------------------------------------
 
@@ -249,62 +190,6 @@ class KeyBook:
             ready.append(line.current)
         return ready
 
-    def settling_holds(
-        self, over_span: Callable[[], set[TopicPart]], position: Callable[[TopicPart], int]
-    ) -> list[tuple[Pending, LaneEntry]]:
-        """Jobs waiting here in the lines of a partition paused at its span before it is
-        read to its end when assigned: to copy to the lane, so that its commit moves and
-        the fetch can reach that end (see ``ordering_settling``)."""
-        stalled = self._settling.stalled(over_span, position)
-        held: list[tuple[Pending, LaneEntry]] = []
-        for line_id, line in self._lines.items() if stalled else ():
-            if line_id.tp in stalled:
-                for seq in sorted(s for s in line.members if self._may_leave(line, s)):
-                    pending = line.members.pop(seq)
-                    held.append((pending, self._hold_entry(line, pending, seq, SETTLING_REASON)))
-        return held
-
-    def holds(self, now_ms: int) -> list[tuple[Pending, LaneEntry]]:
-        """Jobs here behind a head that is out and not due: to copy to the lane.
-
-        A job just back from the lane whose old lane record's tombstone is not durable
-        yet (``returning``) stays here until it is: held now, its new lane record would
-        be deleted from the line by that tombstone's delivery (and could be deleted
-        from the lane by the tombstone itself), and the job would be lost. It is held
-        on a later turn, its new record written after the tombstone."""
-        held: list[tuple[Pending, LaneEntry]] = []
-        for line in self._with_out():
-            head = line.head_out()
-            if head is None or not head.blocks(now_ms) or not line.members:
-                continue
-            behind = (s for s in line.members if s > head.seq and self._may_leave(line, s))
-            for seq in sorted(behind):
-                pending = line.members.pop(seq)
-                held.append((pending, self._hold_entry(line, pending, seq, f"behind {head.seq}")))
-        return held
-
-    @staticmethod
-    def _may_leave(line: _Line, seq: int) -> bool:
-        """Whether a job here may be held in the lane: not one just back whose tombstone
-        is not durable (above), nor one waiting for its dedupe claim, nor one whose lane
-        copy did not fit (it stays here, holding its partition's commit)."""
-        return seq not in line.returning and seq not in line.claiming and seq not in line.staying
-
-    def _with_out(self) -> list[_Line]:
-        return [line for _line_id, line in self._with_out_ids()]
-
-    def _with_out_ids(self) -> list[tuple[LineId, _Line]]:
-        """The lines with jobs in the lane (the others need no hold nor return): kept
-        in ``_out_lines`` as entries go out, pruned here."""
-        lines = []
-        for line_id in list(self._out_lines):
-            line = self._lines.get(line_id)
-            if line is None or not line.out:
-                self._out_lines.discard(line_id)
-            else:
-                lines.append((line_id, line))
-        return lines
-
     def finished(self, pending: Pending) -> None:
         """The line's running job ended here (acked, skipped, or its copy is decided):
         the next may go."""
@@ -313,7 +198,7 @@ class KeyBook:
         if line is None or line_id is None:
             return
         seq = seq_of(pending)
-        if _is(line.current, seq):
+        if line.is_current(seq):
             line.current = None
         line.members.pop(seq, None)
         line.claiming.discard(seq)
@@ -326,43 +211,11 @@ class KeyBook:
         leased, or settling)."""
         line_id = line_of(pending)
         line = self._lines.get(line_id) if line_id is not None else None
-        return line is not None and _is(line.current, seq_of(pending))
+        return line is not None and line.is_current(seq_of(pending))
 
     def class_of(self, line_id: LineId) -> str:
         """The class topic the line's key is known in here."""
         return self._class_of.get((line_id.tenant, line_id.key), line_id.topic)
-
-    def sent(self, entry: LaneEntry) -> None:
-        """The entry's lane copy is durable: from now on the lane has the job."""
-        line = self._lines.get(entry.line)
-        if line is not None:
-            line.sending.pop(entry.seq, None)
-            if line.out.get(entry.seq) is entry:
-                line.out[entry.seq] = self._kept(entry)
-
-    def _kept(self, entry: LaneEntry) -> LaneEntry:
-        """What is kept here of a lane entry whose record is durable."""
-        return entry if self._keep_jobs else entry.without_job()
-
-    def stays(self, entry: LaneEntry) -> Pending | None:
-        """The entry's lane copy did not fit the lane (nothing was written): the job
-        stays here, unresolved. A job held behind its line's head becomes a member that
-        is never held again; the line's running job (retrying, parked or dead) is its
-        running job again, returned for the gate to run again in place."""
-        line = self._lines.get(entry.line)
-        sent = line.sending.pop(entry.seq, None) if line is not None else None
-        if line is None or sent is None:
-            return None
-        pending, head = sent
-        line.out.pop(entry.seq, None)
-        line.returning.discard(entry.seq)
-        self._dirty.add(entry.line)
-        if head:
-            line.current = pending
-            return pending
-        line.members[entry.seq] = pending
-        line.staying.add(entry.seq)
-        return None
 
     def sweep(self, gone: Callable[[Pending], bool]) -> None:
         """Lines whose running job ended by any other way (cancelled, parked by a breaker,
@@ -373,119 +226,57 @@ class KeyBook:
                 self._dirty.add(line_id)
                 self._forget_if_empty(line_id)
 
-    # -- copies of the line's jobs ----------------------------------------------
+    # -- jobs out in the lane (``LaneJobs`` says what each does) --------------------
+
+    def holds(self, now_ms: int) -> list[tuple[Pending, LaneEntry]]:
+        return self._lane_jobs.holds(now_ms)
+
+    def settling_holds(
+        self, over_span: Callable[[], set[TopicPart]], position: Callable[[TopicPart], int]
+    ) -> list[tuple[Pending, LaneEntry]]:
+        return self._lane_jobs.settling_holds(over_span, position)
 
     def failed(self, pending: Pending, job: Job, due_ms: int, reason: str) -> LaneEntry:
-        """The head failed and will retry: it waits in the lane, blocking its line."""
-        return self._out(pending, replace(job, run_at_ms=due_ms), LaneState.RETRYING,
-                         due_ms, reason)  # fmt: skip
+        return self._lane_jobs.failed(pending, job, due_ms, reason)
 
     def parked(self, pending: Pending, job: Job, due_ms: int, reason: str) -> LaneEntry:
-        """The head may not run before ``due_ms`` (its type's breaker, a rate limit)."""
-        return self._out(pending, job, LaneState.HELD, due_ms, reason)
+        return self._lane_jobs.parked(pending, job, due_ms, reason)
 
     def died(self, pending: Pending, job: Job, reason: str) -> LaneEntry | None:
-        """The head is being dead-lettered: with ``--on-dead block`` it blocks its line
-        from the lane (the entry to copy, before the dead letter), else the line goes on
-        once the dead letter is durable (``finished`` then: a crash before would run the
-        job again, and it must not run after the jobs behind it)."""
-        if self.on_dead is OnDead.CONTINUE:
-            return None
-        return self._out(pending, job, LaneState.DEAD, 0, reason)
+        return self._lane_jobs.died(pending, job, reason)
 
-    def _out(
-        self, pending: Pending, job: Job, state: LaneState, due_ms: int, reason: str
-    ) -> LaneEntry:
-        line_id = line_of(pending)
-        assert line_id is not None
-        line = self._line(line_id)
-        seq = seq_of(pending)
-        entry = LaneEntry(line=line_id, seq=seq, job=replace(job, ordering_seq=seq),
-                          state=state, due_ms=due_ms, reason=reason)  # fmt: skip
-        line.out[seq] = entry
-        self._out_lines.add(line_id)
-        line.returning.discard(seq)
-        running = line.current if _is(line.current, seq) else None
-        line.sending[seq] = (running or pending, True)
-        if running is not None:
-            line.current = None
-        line.members.pop(seq, None)
-        self._dirty.add(line_id)
-        return entry
+    def sent(self, entry: LaneEntry) -> None:
+        self._lane_jobs.sent(entry)
+
+    def stays(self, entry: LaneEntry) -> Pending | None:
+        return self._lane_jobs.stays(entry)
 
     def returns(self, now_ms: int, position: Callable[[TopicPart], int]) -> list[LaneEntry]:
-        """Lane entries whose turn came, to copy back into their class topic (in order):
-        the head when nothing of its line is here and it is due, and the held jobs
-        right behind it, up to ``RETURN_BATCH``. ``position``: the next offset to fetch
-        of a partition. Not before the partition is read to its end offset when
-        assigned, as ``release`` (see ``ordering_settling``)."""
-        back: list[LaneEntry] = []
-        for line_id, line in self._with_out_ids():
-            if line.current is not None or line.returning or not line.out:
-                continue
-            if not self._settling.settled(line_id.tp, position):
-                continue
-            head = line.head_out()
-            if head is None or head.blocks(now_ms):
-                continue
-            low_here = min(line.members, default=None)
-            for seq in sorted(line.out)[:RETURN_BATCH]:
-                entry = line.out[seq]
-                if (low_here is not None and seq > low_here) or entry.blocks(now_ms):
-                    break
-                line.returning.add(seq)
-                back.append(entry)
-        return back
+        return self._lane_jobs.returns(now_ms, position)
 
     def returned(self, entry: LaneEntry) -> None:
-        """The copy is in the class topic and the lane record deleted: it runs from there."""
-        line = self._lines.get(entry.line)
-        if line is None or entry.seq not in line.returning:
-            return
-        line.returning.discard(entry.seq)
-        line.out.pop(entry.seq, None)
-        self._dirty.add(entry.line)
-        # Empty when the copy has not been fetched yet: it makes its line anew then, and
-        # a line whose copy is skipped unfetched (cancelled) must not stay forever.
-        self._forget_if_empty(entry.line)
+        self._lane_jobs.returned(entry)
 
     def return_dropped(self, entry: LaneEntry) -> None:
-        """A copy back was given up (the partition moved): it is still in the lane."""
-        line = self._lines.get(entry.line)
-        if line is not None:
-            line.returning.discard(entry.seq)
+        self._lane_jobs.return_dropped(entry)
 
-    # -- the lane as read from Kafka ---------------------------------------------
+    def operator_at(self, tp: TopicPart, seq: int, entry: LaneEntry | None) -> None:
+        self._lane_jobs.operator_at(tp, seq, entry)
+
+    def operator(self, entry: LaneEntry | None, line_id: LineId, seq: int) -> None:
+        self._lane_jobs.operator(entry, line_id, seq)
+
+    def blocked(self) -> list[BlockedLine]:
+        return self._lane_jobs.blocked()
+
+    # -- partitions assigned and revoked ------------------------------------------
 
     def assign(self, tp: TopicPart, end_offset: int, entries: Iterable[LaneEntry]) -> None:
         """A partition assigned, with its lines' lane entries as the lane holds them
         (read to its end). No line of it runs before the partition is fetched up to
         ``end_offset``, its end when assigned (see ``ordering_settling``)."""
         self._settling.begin(tp, end_offset)
-        for entry in entries:
-            if entry.line.tp == tp:
-                self._line(entry.line).out[entry.seq] = self._kept(entry)
-                self._out_lines.add(entry.line)
-
-    def operator_at(self, tp: TopicPart, seq: int, entry: LaneEntry | None) -> None:
-        """``operator`` for a lane record known by its partition and seq."""
-        for line_id, line in list(self._lines.items()):
-            if line_id.tp == tp and seq in line.out:
-                self.operator(entry, line_id, seq)
-                return
-
-    def operator(self, entry: LaneEntry | None, line_id: LineId, seq: int) -> None:
-        """An operator replayed (``entry``: due now) or skipped (None) a dead head."""
-        line = self._lines.get(line_id)
-        if line is None or seq not in line.out or seq in line.returning:
-            return
-        if entry is None:
-            del line.out[seq]
-        else:
-            line.out[seq] = self._kept(entry)
-            self._out_lines.add(line_id)
-        self._dirty.add(line_id)
-        self._forget_if_empty(line_id)
+        self._lane_jobs.assigned(tp, entries)
 
     def revoke(self, tp: TopicPart) -> None:
         """A partition moved away: its lines go with it (the lane keeps what is out)."""
@@ -504,24 +295,9 @@ class KeyBook:
 
     # -- views ----------------------------------------------------------------------
 
-    def blocked(self) -> list[BlockedLine]:
-        views = []
-        for line_id, line in self._lines.items():
-            head = line.head_out()
-            if head is None:
-                continue
-            views.append(BlockedLine(line=line_id, head_seq=head.seq, job_id=head.job_id,
-                                     state=head.state, due_ms=head.due_ms, reason=head.reason,
-                                     held=len(line.out) - 1))  # fmt: skip
-        return sorted(views, key=lambda v: (v.line.topic, v.line.partition, v.line.key))
-
     def waiting(self) -> int:
         """Jobs here waiting in their lines (not in the window)."""
         return sum(len(line.members) for line in self._lines.values())
 
     def lines(self) -> int:
         return len(self._lines)
-
-
-def _is(pending: Pending | None, seq: int) -> bool:
-    return pending is not None and seq_of(pending) == seq

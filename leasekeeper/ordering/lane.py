@@ -44,7 +44,7 @@ from jobcore.kafka import (
     read_to_end,
 )
 from leasekeeper.core.leases import TopicPart
-from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
+from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from schemas.codec import DecodeError, EnvelopeCodec
 from schemas.job import Job
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.ordering.gate import OrderingGate
-from leasekeeper.ordering.keys import BlockedLine, LaneEntry
+from leasekeeper.ordering.values import BlockedLine, LaneEntry
 
 __all__ = ["OrderingPort"]
 

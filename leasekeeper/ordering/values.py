@@ -1,8 +1,8 @@
 """The values of per-key ordering: a line's name, a lane record, what becomes of a
 fetched ordered job, and how a job's place in its line is read (see ``ordering``).
 
-Kept apart from ``KeyBook`` so that the book holds only the lines' logic; everything
-here is re-exported by ``leasekeeper.ordering.keys``.
+Kept apart from ``KeyBook`` so that the book holds only the lines' logic, and so that
+what carries these values (copies, the lane, the views) imports them, not the book.
 """
 
 from __future__ import annotations

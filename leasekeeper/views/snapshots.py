@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from leasekeeper.core.engine_config import Counters
 from leasekeeper.core.retry_budget import BudgetSnapshot
 from leasekeeper.core.unhandled_warning import UnhandledWait
-from leasekeeper.ordering.keys import BlockedLine
+from leasekeeper.ordering.values import BlockedLine
 
 if TYPE_CHECKING:  # the engine imports this module; these import the engine
     from leasekeeper.breaker.states import BreakerView

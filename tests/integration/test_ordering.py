@@ -26,7 +26,7 @@ TENANTS = 5
 FAILING = 0.05
 WORKERS = 2
 CONCURRENCY = 32
-RETURN_BATCH = 32  # leasekeeper.ordering.keys.RETURN_BATCH
+RETURN_BATCH = 32  # leasekeeper.ordering.lane_jobs.RETURN_BATCH
 
 
 def test_each_key_runs_in_order_one_at_a_time_through_failures_and_a_kill_9(

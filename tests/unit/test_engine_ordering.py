@@ -14,7 +14,7 @@ from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
-from leasekeeper.ordering.keys import LaneState, OnDead
+from leasekeeper.ordering.values import LaneState, OnDead
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason
 

@@ -14,7 +14,7 @@ from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dlq.replay import replay_job
-from leasekeeper.ordering.keys import OnDead
+from leasekeeper.ordering.values import OnDead
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -11,8 +11,9 @@ import pytest
 
 from jobcore.kafka import KafkaSettings, TopicPartition
 from leasekeeper.core.leases import TopicPart
-from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, LineId
+from leasekeeper.ordering.keys import KeyBook
 from leasekeeper.ordering.lane import LaneFeed, encode_entry
+from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 

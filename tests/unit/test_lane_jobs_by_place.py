@@ -23,8 +23,9 @@ from leasekeeper.core.leases import Pending, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
 from leasekeeper.kafka.router import KafkaRouter
-from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, LineId
+from leasekeeper.ordering.keys import KeyBook
 from leasekeeper.ordering.lane import LaneUnavailable, decode_entry, encode_entry
+from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from schemas.job import Job
 from schemas.job_headers import JobHead
 from tests.unit.test_lane_feed_memory import Message, feed_on, key

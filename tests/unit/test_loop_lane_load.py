@@ -24,7 +24,7 @@ from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
-from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
+from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 

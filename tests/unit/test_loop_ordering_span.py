@@ -24,7 +24,7 @@ from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.router import KafkaRouter
-from leasekeeper.ordering.keys import LaneEntry
+from leasekeeper.ordering.values import LaneEntry
 from memkafka import Cluster, installed
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job

@@ -26,7 +26,7 @@ from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.router import KafkaRouter
-from leasekeeper.ordering.keys import OnDead
+from leasekeeper.ordering.values import OnDead
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason

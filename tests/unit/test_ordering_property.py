@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from leasekeeper.core.commit_tracker import CommitTracker
 from leasekeeper.core.leases import Pending, TopicPart
-from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, OnDead, Verdict, line_of
+from leasekeeper.ordering.keys import KeyBook
+from leasekeeper.ordering.values import LaneEntry, LaneState, OnDead, Verdict, line_of
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from leasekeeper.core.leases import Pending, TopicPart
-from leasekeeper.ordering.keys import KeyBook, LaneEntry, LaneState, LineId, Verdict
+from leasekeeper.ordering.keys import KeyBook
+from leasekeeper.ordering.values import LaneEntry, LaneState, LineId, Verdict
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

@@ -16,7 +16,7 @@ from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
-from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
+from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -22,7 +22,7 @@ from leasekeeper.dlq import DlqEntry, decode_entry
 from leasekeeper.dlq import cli as dlq_cli
 from leasekeeper.dlq.render import _attempt_panel
 from leasekeeper.ordering.cli import ordering
-from leasekeeper.ordering.keys import LaneEntry, LaneState, LineId
+from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from leasekeeper.views.inspect_view import job_lines, render_snapshot
 from producer import cli as producer_cli
 from producer import status_cli
