@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from jobcore import gc_tuning
 from leasekeeper.ops import cli as leasekeeper_cli
+from leasekeeper.ops import serve_cli
 from tests.unit.test_leasekeeper_exit import _FailedService
 from tests.unit.test_worker_cli import (
     _sigterm_after_first_ack,
@@ -102,7 +103,7 @@ def test_leasekeeper_serve_settles_the_collector_once_started(
         def start(self) -> None:
             calls.append("start")
 
-    monkeypatch.setattr(leasekeeper_cli, "LeaseKeeperService", Started)
+    monkeypatch.setattr(serve_cli, "LeaseKeeperService", Started)
     monkeypatch.setattr(gc_tuning, "settle_after_startup", lambda environ=None: calls.append("gc"))
     args = ["serve", "--queue", "q", "--state-dir", str(tmp_path), "--bootstrap", "x:1"]
     CliRunner().invoke(leasekeeper_cli.main, args)

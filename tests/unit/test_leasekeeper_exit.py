@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from devtools.localkafka import free_port
 from jobcore.kafka import KafkaSettings, KafkaSetupError
 from leasekeeper.core.state_identity import StateIdentity, StateMismatch
-from leasekeeper.ops import cli
+from leasekeeper.ops import cli, serve_cli
 from leasekeeper.ops.service import LeaseKeeperService, ServeConfig, ServiceFailure
 
 
@@ -87,7 +87,7 @@ def test_serve_exits_with_the_failure_code_and_one_line(
     failed = type(
         "Failed", (_FailedService,), {"failure": ServiceFailure(message="it broke", exit_code=code)}
     )
-    monkeypatch.setattr(cli, "LeaseKeeperService", failed)
+    monkeypatch.setattr(serve_cli, "LeaseKeeperService", failed)
     args = ["serve", "--queue", "q", "--state-dir", str(tmp_path), "--bootstrap", "x:1"]
     result = CliRunner().invoke(cli.main, args)
     assert result.exit_code == code
