@@ -37,8 +37,9 @@ from leasekeeper.kafka.status_sender import StatusSender
 from leasekeeper.rpc.server import LeaseKeeperServicer
 from schemas import worker_pb2 as pb
 from schemas.codec import EnvelopeCodec
+from schemas.lease_answer import LeaseAnswer
 from workers import wire
-from workers.messages import ClaimedJob, LeaseResult, WorkerSettlement
+from workers.messages import ClaimedJob, WorkerSettlement
 
 __all__ = ["MemoryLeaseKeeper"]
 
@@ -130,7 +131,7 @@ class MemoryLeaseKeeper:
         answer = self._servicer.Claim(request, _NO_CONTEXT)
         return [wire.lease(job) for job in answer.jobs]
 
-    def settle(self, settlement: WorkerSettlement) -> LeaseResult:
+    def settle(self, settlement: WorkerSettlement) -> LeaseAnswer:
         request = pb.SettleRequest(settlements=[wire.settlement(settlement)],
                                    worker_id=self._worker_id)  # fmt: skip
         answer = self._servicer.Settle(request, _NO_CONTEXT)

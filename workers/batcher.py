@@ -25,8 +25,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
+from schemas.lease_answer import LeaseAnswer
 from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
-from workers.messages import LeaseResult, WorkerSettlement
+from workers.messages import WorkerSettlement
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +38,13 @@ RELAXED_INTERVAL_S = 0.05
 
 # Called once per item batch: the items and the leasekeeper's results, or None
 # when the call failed and the batch was dropped.
-AnswerCallback = Callable[[Sequence[tuple[WorkerSettlement, T]], list[LeaseResult] | None], None]
+AnswerCallback = Callable[[Sequence[tuple[WorkerSettlement, T]], list[LeaseAnswer] | None], None]
 
 
 class SettleClient(Protocol):
     """The one call the batcher needs (``LeaseKeeperClient`` has it)."""
 
-    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]: ...
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseAnswer]: ...
 
 
 class SettleBatcher(Generic[T]):
@@ -124,7 +125,7 @@ class SettleBatcher(Generic[T]):
                 self._cond.notify_all()
 
     def answered(
-        self, items: Sequence[tuple[WorkerSettlement, T]], results: list[LeaseResult]
+        self, items: Sequence[tuple[WorkerSettlement, T]], results: list[LeaseAnswer]
     ) -> None:
         """The answers to a taker's call: the callback hears of each, but those to send
         again later (a restarted leasekeeper had not re-read them) come back here."""
@@ -149,7 +150,7 @@ class SettleBatcher(Generic[T]):
                 return
             self._send(batch)
 
-    def _settle_with_retries(self, settlements: list[WorkerSettlement]) -> list[LeaseResult]:
+    def _settle_with_retries(self, settlements: list[WorkerSettlement]) -> list[LeaseAnswer]:
         """Keep trying while the leasekeeper is away (a restart on the same disk keeps
         its leases, so an ack that arrives once it is back still counts and the job
         does not run twice); give up after ``retry_window_s``."""
@@ -233,7 +234,7 @@ class SettleBatcher(Generic[T]):
     def _to_send_again(
         self,
         pending: list[tuple[WorkerSettlement, T]],
-        results: list[LeaseResult],
+        results: list[LeaseAnswer],
         first_later: dict[str, float],
     ) -> list[tuple[WorkerSettlement, T]]:
         now = self._clock()
@@ -248,7 +249,7 @@ class SettleBatcher(Generic[T]):
         return again
 
     def _answer(
-        self, items: Sequence[tuple[WorkerSettlement, T]], results: list[LeaseResult] | None
+        self, items: Sequence[tuple[WorkerSettlement, T]], results: list[LeaseAnswer] | None
     ) -> None:
         if not items:
             return

@@ -28,9 +28,10 @@ from jobcore.config import AUTH_METADATA_KEY, RPC_MESSAGE_BYTES
 from jobcore.progress import JobProgress
 from jobcore.socket_owner import socket_absent, target_problem
 from schemas import worker_pb2
+from schemas.lease_answer import LeaseAnswer
 from schemas.worker_pb2_grpc import LeaseKeeperStub
 from workers.channel_errors import LeaseKeeperRejected, LeaseKeeperUnavailable, UntrustedSocket
-from workers.messages import ClaimedJob, LeaseRef, LeaseResult, WorkerSettlement
+from workers.messages import ClaimedJob, LeaseRef, WorkerSettlement
 from workers.reconnect import ReconnectBackoff
 from workers.wire import beat, lease, result, settle_id, settlement
 
@@ -154,7 +155,7 @@ class LeaseKeeperClient:
         refs: Sequence[LeaseRef],
         started: Collection[str] = (),
         progress: Mapping[str, JobProgress] | None = None,
-    ) -> list[LeaseResult]:
+    ) -> list[LeaseAnswer]:
         """Extend many leases in one call; each result says whether its token was current.
         ``started`` names the leases (by id) whose handler has started; ``progress``
         has the latest progress of those (by id) whose handler reported one."""
@@ -171,7 +172,7 @@ class LeaseKeeperClient:
         )
         return [result(r) for r in response.results]
 
-    def settle(self, settlements: Sequence[WorkerSettlement]) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement]) -> list[LeaseAnswer]:
         """Ack, nack or release many leases in one call."""
         request = worker_pb2.SettleRequest(
             worker_id=self.worker_id, settlements=[settlement(s) for s in settlements]
@@ -191,7 +192,7 @@ class LeaseKeeperClient:
         reports_started: bool = False,
         start_now: int = 0,
         resends: int = SETTLE_RESENDS,
-    ) -> tuple[list[LeaseResult], list[ClaimedJob]]:
+    ) -> tuple[list[LeaseAnswer], list[ClaimedJob]]:
         """``settle()``, then claim up to ``max_jobs`` in the same call: the jobs that
         are ready, without waiting (maybe none; a leasekeeper from before the
         combined call always answers none). An answer lost on its way (a deadline, a

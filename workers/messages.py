@@ -94,42 +94,6 @@ class ClaimedJob:
         return f"ClaimedJob(ref={self.ref!r}, attempt={self.attempt}, job_id={self.job_id!r})"
 
 
-class LeaseResult:
-    """The leasekeeper's answer for one lease in a heartbeat or settle batch.
-    ``retry_later``: not settled or extended yet, a restarted leasekeeper has not
-    re-read the lease; the worker keeps the job and asks again."""
-
-    __slots__ = ("lease_id", "ok", "reason", "retry_later", "until_ms")
-
-    def __init__(
-        self,
-        *,
-        lease_id: str,
-        ok: bool,
-        reason: str = "",
-        until_ms: int = 0,
-        retry_later: bool = False,
-    ) -> None:
-        self.lease_id = lease_id
-        self.ok = ok
-        self.reason = reason
-        self.until_ms = until_ms
-        self.retry_later = retry_later
-
-    def _fields(self) -> tuple[str, bool, str, int, bool]:
-        return (self.lease_id, self.ok, self.reason, self.until_ms, self.retry_later)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LeaseResult) and self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return (f"LeaseResult(lease_id={self.lease_id!r}, ok={self.ok}, reason={self.reason!r}, "
-                f"until_ms={self.until_ms}, retry_later={self.retry_later})")  # fmt: skip
-
-
 class WorkerSettlement:
     """An ack, nack (with its classified failure) or release of one lease. ``run_s``:
     the handler's own run time (not claim-to-settle, which prefetch inflates): the

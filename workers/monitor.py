@@ -26,9 +26,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from jobcore.progress import JobProgress
+from schemas.lease_answer import LeaseAnswer
 from workers.client import LeaseKeeperRejected, LeaseKeeperUnavailable
 from workers.inflight import Held, InFlight, Phase
-from workers.messages import LeaseRef, LeaseResult
+from workers.messages import LeaseRef
 from workers.progress_reports import PROGRESS_INTERVAL_S, ProgressReports
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class HeartbeatClient(Protocol):
         /,
         started: Collection[str] = (),
         progress: Mapping[str, JobProgress] | None = None,
-    ) -> list[LeaseResult]: ...
+    ) -> list[LeaseAnswer]: ...
 
 
 class LeaseMonitor:
@@ -153,7 +154,7 @@ class LeaseMonitor:
         return [held for held in beats if held.phase is Phase.RUNNING]
 
 
-def _ok(result: LeaseResult | None) -> bool:
+def _ok(result: LeaseAnswer | None) -> bool:
     return result is not None and result.ok
 
 

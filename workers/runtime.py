@@ -9,6 +9,9 @@ Threads and what they do:
 - the lease monitor: batched heartbeats and handler time limits;
 - the settle thread: batched acks, nacks and releases.
 
+The claim loop lives here; the handler threads, the event loop and the settle
+thread belong to ``workers.job_runner``, which runs and settles what it claimed.
+
 ``stop()`` (from another thread: see ``workers.supervisor``) stops claiming,
 releases jobs that have not started, and lets running ones finish within
 ``shutdown_grace_s``; ``run()`` then returns.
@@ -35,13 +38,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 
 from jobcore.config import DEFAULT_LEASE_S
 from jobcore.results import DEFAULT_RESULT_BYTES, ResultEncoder
 from workers.app import App
-from workers.async_slots import AsyncSlots
-from workers.batcher import RELAXED_INTERVAL_S, SettleBatcher
+from workers.batcher import RELAXED_INTERVAL_S
 from workers.client import (
     LeaseKeeperClient,
     LeaseKeeperRejected,
@@ -49,14 +50,10 @@ from workers.client import (
     ReconnectBackoff,
 )
 from workers.decoding import EnvelopeDecoder, Runnable, Unrunnable, job_types, prepare
-from workers.errors import JOB_TIMEOUT, Failure
-from workers.execution import EventLoopThread, call_async, call_sync, log_outcome
-from workers.handler_threads import HandlerThreads
 from workers.inflight import Held, InFlight, Phase
-from workers.messages import ClaimedJob, LeaseResult, WorkerSettlement
-from workers.middleware import MiddlewareChain
+from workers.job_runner import JobRunner
+from workers.messages import ClaimedJob, WorkerSettlement
 from workers.monitor import LeaseMonitor
-from workers.tracing import default_middleware
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +111,6 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
-        self._middleware = MiddlewareChain((*default_middleware(), *app.middleware))
         self.worker_id = worker_id or client.worker_id
         self.shutdown_grace_s = shutdown_grace_s
         self._client = client
@@ -128,7 +124,6 @@ class Worker:
         self._fatal: LeaseKeeperRejected | None = None
         self._abandoned = 0
         self._types = job_types(app, decoder)
-        self._results = ResultEncoder.of(decoder, max_result_bytes)  # return values' bytes
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, got {prefetch}")
         self._concurrency, self._prefetch = concurrency, prefetch
@@ -140,25 +135,23 @@ class Worker:
         # ``claim_gather_s``, until half the leases are free or until none waits.
         self._refill_at = refill_at_for(concurrency, prefetch)
         self._claim_gather_s = claim_gather_s
-        self._async_slots = AsyncSlots(concurrency)
-        self._pool: HandlerThreads[tuple[Held, Runnable]] = HandlerThreads(
-            concurrency, self._run_sync_item, name="worker-handler"
-        )
-        self._loop = EventLoopThread()
-        self._batcher: SettleBatcher[Held] = SettleBatcher(
+        self._runner = JobRunner(
+            app,
             client,
-            self._answered,
-            interval_s=settle_interval_s,
-            max_batch=settle_batch or settle_batch_for(concurrency, prefetch),
-            clock=clock,
+            self._table,
+            ResultEncoder.of(decoder, max_result_bytes),
+            concurrency=concurrency,
+            settle_interval_s=settle_interval_s,
+            settle_batch=settle_batch or settle_batch_for(concurrency, prefetch),
             relaxed=self._has_room,
-            relaxed_interval_s=relaxed_settle_s,
-            taker_waiting=self._table.claim_waits_for_finished,
+            relaxed_settle_s=relaxed_settle_s,
+            clock=clock,
         )
+        self._batcher = self._runner.batcher
         self._monitor = LeaseMonitor(
             table=self._table,
             client=client,
-            on_timeout=self._timed_out,
+            on_timeout=self._runner.timed_out,
             stop=self._monitor_stop,
             clock=clock,
             heartbeats=heartbeats,
@@ -197,12 +190,9 @@ class Worker:
         if self._started:
             raise RuntimeError("a Worker runs once; build a new one")
         self._started = True
-        if self.app.has_async_handlers:
-            self._loop.start()
-        self._pool.start()
-        self._batcher.start()
+        self._runner.start()
         self._monitor.start()
-        self._middleware.worker_start(self.app)
+        self._runner.middleware.worker_start(self.app)
         log.info(
             "worker %s claiming from %s (concurrency %d, prefetch %d, handlers: %s)",
             self.worker_id,
@@ -223,7 +213,7 @@ class Worker:
             self._claim_loop()
         finally:
             self._drain()
-            self._middleware.worker_stop(self.app)
+            self._runner.middleware.worker_stop(self.app)
         if self._fatal is not None:
             raise self._fatal
 
@@ -321,7 +311,7 @@ class Worker:
             interval = (lease.lease_s if lease.lease_s > 0 else DEFAULT_LEASE_S) / 3
             held = self._table.add(lease, prepared.ctx, now=self._clock(), beat_interval_s=interval)
             if self._stopping.is_set() or index >= free:
-                self._settle_now(held, WorkerSettlement.release(lease.ref))
+                self._runner.settle_now(held, WorkerSettlement.release(lease.ref))
             elif isinstance(prepared, Unrunnable) and prepared.release:
                 log.warning(
                     "job %s (lease %s): %s; released for a worker that has one",
@@ -329,7 +319,7 @@ class Worker:
                     lease.ref.lease_id,
                     prepared.failure.message,
                 )
-                self._settle_now(held, WorkerSettlement.release(lease.ref))
+                self._runner.settle_now(held, WorkerSettlement.release(lease.ref))
             elif isinstance(prepared, Unrunnable):
                 log.warning(
                     "job %s (lease %s) cannot run: %s: %s",
@@ -338,105 +328,17 @@ class Worker:
                     prepared.failure.error_class,
                     prepared.failure.message,
                 )
-                self._settle_now(held, WorkerSettlement.nack(lease.ref, prepared.failure))
+                self._runner.settle_now(held, WorkerSettlement.nack(lease.ref, prepared.failure))
             elif not prepared.handler.is_async:
                 (first if lease.run_first else sync).append((held, prepared))
             else:
-                self._dispatch_async(held, prepared, first=lease.run_first)
+                self._runner.dispatch_async(held, prepared, first=lease.run_first)
         if not self._has_room():
             self._batcher.hurry()  # the slots its settles free are wanted now
         if sync or first:
             # The claimed batch at once, one tuple a job; a critical job ahead of the
             # jobs claimed earlier that wait for a handler thread.
-            self._pool.submit(sync, first=first)
-
-    def _dispatch_async(self, held: Held, job: Runnable, *, first: bool = False) -> None:
-        try:
-            future = self._loop.submit(self._run_async(held, job, first))
-        except RuntimeError:
-            self._settle_now(held, WorkerSettlement.release(held.ref))
-            return
-        held.cancel = future.cancel
-
-    def _run_sync_item(self, item: tuple[Held, Runnable]) -> None:
-        self._run_sync(*item)
-
-    def _run_sync(self, held: Held, job: Runnable) -> None:
-        if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
-            return
-        call = partial(call_sync, job.handler, job.ctx, job.payload, held, self._results)
-        self._finish(held, self._middleware.run_sync(job.ctx, call))
-
-    async def _run_async(self, held: Held, job: Runnable, first: bool = False) -> None:
-        await self._async_slots.acquire(first=first)  # prefetched jobs wait here for a slot
-        try:
-            if not self._table.start(held, now=self._clock(), timeout_s=job.timeout_s):
-                return
-            call = partial(call_async, job.handler, job.ctx, job.payload, held, self._results)
-            self._finish(held, await self._middleware.run_async(job.ctx, call))
-        finally:
-            self._async_slots.release()
-
-    def _finish(self, held: Held, failure: Failure | None) -> None:
-        """Settle a job whose handler returned, unless its lease is gone or it was settled."""
-        try:
-            if held.ctx.is_cancelled:
-                if self._table.decide(held):
-                    log.warning(
-                        "job %s finished after losing its lease (%s); not settling it",
-                        held.ctx.job_id,
-                        held.ctx.lease_lost_reason,
-                    )
-                    self._table.answer(held)
-            elif self._table.decide(held):
-                log_outcome(held.ctx, failure)
-                ref = held.ref
-                run_s = 0.0 if held.started_at is None else self._clock() - held.started_at
-                outcome = (  # with the last progress, which no heartbeat may have carried
-                    WorkerSettlement.ack(ref, run_s, held.result, held.ctx.last_progress)
-                    if failure is None
-                    else WorkerSettlement.nack(ref, failure, run_s, held.ctx.last_progress)
-                )
-                self._batcher.put(outcome, held)
-        finally:
-            self._table.finish(held)
-
-    def _settle_now(self, held: Held, settlement: WorkerSettlement) -> None:
-        """Settle a job that will not run (undecodable, released) and free its thread."""
-        if self._table.decide(held):
-            self._batcher.put(settlement, held)
-        self._table.finish(held)
-
-    def _timed_out(self, held: Held) -> None:
-        if not self._table.decide(held):
-            return
-        limit = held.timeout_s or 0.0
-        held.ctx.mark_lease_lost(f"timed out after {limit:g}s")
-        if held.cancel is not None:
-            held.cancel()
-        message = f"handler for {held.ctx.type!r} ran longer than timeout_s={limit:g}"
-        log.warning("job %s (lease %s): %s", held.ctx.job_id, held.ref.lease_id, message)
-        failure = Failure(error_class=JOB_TIMEOUT, message=message)
-        self._batcher.put(WorkerSettlement.nack(held.ref, failure), held)
-
-    def _answered(
-        self, batch: Sequence[tuple[WorkerSettlement, Held]], results: list[LeaseResult] | None
-    ) -> None:
-        by_id = {} if results is None else {result.lease_id: result for result in results}
-        for settlement, held in batch:
-            if results is not None:
-                result = by_id.get(settlement.ref.lease_id)
-                accepted = result is not None and result.ok
-                if not accepted:
-                    log.warning(
-                        "leasekeeper refused %s of job %s (lease %s): %s",
-                        settlement.outcome,
-                        held.ctx.job_id,
-                        settlement.ref.lease_id,
-                        result.reason if result is not None else "no answer for this lease",
-                    )
-                self.app.notify_settled(held.ctx, str(settlement.outcome), accepted)
-            self._table.answer(held)
+            self._runner.submit(sync, first)
 
     def _drain(self) -> None:
         """Release unstarted jobs, wait out the grace period, flush settlements, stop threads."""
@@ -453,27 +355,12 @@ class Worker:
                 "waiting up to %.0fs for %d running job(s)", self.shutdown_grace_s, len(running)
             )
         self._table.wait_until(_none_running, max(0.0, deadline - self._clock()))
-        self._release_overdue()
+        self._runner.release_overdue(self.shutdown_grace_s)
         self._monitor_stop.set()
         self._table.wake()
         self._monitor.join(_SETTLE_FLUSH_S)
-        self._batcher.close(_SETTLE_FLUSH_S)
-        self._abandoned = len(self._table.running())
-        self._pool.shutdown(wait=self._abandoned == 0)
-        self._loop.stop(timeout=1.0)
+        self._abandoned = self._runner.close(_SETTLE_FLUSH_S)
         log.info("worker %s stopped", self.worker_id)
-
-    def _release_overdue(self) -> None:
-        """Hand back jobs still running after the grace period; their results are dropped."""
-        for held in self._table.running():
-            if not self._table.decide(held):
-                continue
-            reason = f"worker shutting down: grace period of {self.shutdown_grace_s:g}s ran out"
-            held.ctx.mark_lease_lost(reason)
-            if held.cancel is not None:
-                held.cancel()
-            log.warning("job %s still running at shutdown; releasing it", held.ctx.job_id)
-            self._batcher.put(WorkerSettlement.release(held.ref), held)
 
 
 def _none_running(held: list[Held]) -> bool:

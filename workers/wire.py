@@ -12,7 +12,8 @@ from typing import Final
 
 from jobcore.progress import JobProgress
 from schemas import worker_pb2
-from workers.messages import ClaimedJob, LeaseRef, LeaseResult, SettleKind, WorkerSettlement
+from schemas.lease_answer import LeaseAnswer
+from workers.messages import ClaimedJob, LeaseRef, SettleKind, WorkerSettlement
 
 _OUTCOMES: Final = {
     SettleKind.ACK: worker_pb2.ACK,
@@ -54,8 +55,8 @@ def beat(ref: LeaseRef, started: bool, progress: JobProgress | None) -> worker_p
     )
 
 
-def result(result: worker_pb2.LeaseResult) -> LeaseResult:
-    return LeaseResult(
+def result(result: worker_pb2.LeaseResult) -> LeaseAnswer:
+    return LeaseAnswer(
         lease_id=result.lease_id,
         ok=result.ok,
         reason=result.reason,

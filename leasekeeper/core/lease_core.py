@@ -1,19 +1,20 @@
 """The lease core: claim, heartbeat, settle, expire.
 
 Invariants held here: every claim mints a new token, and heartbeat, ack and
-nack must present it (a stale token is refused and counted: "lease tokens fence
-zombies"); attempts are counted at claim time and written to the store before
+nack must present it (``LeaseLookup`` refuses a stale one and counts it: "lease
+tokens fence zombies"); attempts are counted at claim time and written to the store before
 the job is handed out ("attempts are counted at claim time"); an ack is stored
 before it is answered; a nack, an expired lease or a job past its timeout
 becomes a copy (``FailurePath``) and resolves only once the copy is durable.
 After a restart, leases not known yet are answered "retry later" while the
-leasekeeper settles in. Features take part through ``DispatchGate`` (core/hooks).
-The engine's lock guards it; it returns the copies it decided, the engine queues them.
+leasekeeper settles in (``LeaseLookup`` too). Features take part through
+``DispatchGate`` (core/hooks). The engine's lock guards it; it returns the copies
+it decided, the engine queues them.
 """
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -26,35 +27,28 @@ from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.engine_config import EngineContext
 from leasekeeper.core.hooks import DispatchGate, LeaseEnd, Lines
 from leasekeeper.core.intake import Intake
+from leasekeeper.core.lease_lookup import LeaseLookup
 from leasekeeper.core.leases import (
     Grant,
     Lease,
-    LeaseAnswer,
     Pending,
     SettleKind,
     Settlement,
     mark_started,
     mint_token,
-    parse_lease_id,
-    refused,
 )
 from leasekeeper.core.partition_book import PartitionBook, PartitionState
-from leasekeeper.core.recent import RECENT_LIMIT
 from leasekeeper.core.results import ResultPath
 from leasekeeper.core.retry_budget import RetryBudget
 from leasekeeper.core.retry_path import FailurePath
-from leasekeeper.core.settle_in import SettleIn
 from leasekeeper.core.started_only import StartedOnly
 from leasekeeper.core.store import StoreBatch
 from leasekeeper.core.store_values import NoteKind, Resolution, leased_value
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.rpc.wire import claimed_size
 from schemas.job import AttemptError
+from schemas.lease_answer import LeaseAnswer
 from schemas.vocabulary import ErrorClass
-
-# Settlements kept so a resend (seconds later) is answered "applied", not "unknown lease".
-RECENT_SETTLEMENTS = RECENT_LIMIT
-RETRY_LATER = "retry later: this leasekeeper is still taking its partitions back"
 
 
 class LeaseCore:
@@ -86,9 +80,8 @@ class LeaseCore:
         self._clock = ctx.clock
         self._resolved = ctx.resolved
         self._monotonic = ctx.monotonic
-        self.settle_in = SettleIn(until=ctx.monotonic() + ctx.config.settle_in_max_s)
+        self.lookup = LeaseLookup(book, ctx.counters, ctx.monotonic, ctx.config.settle_in_max_s)
         self._started_only = StartedOnly()
-        self._recently_settled: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._results = ResultPath(limit=ctx.config.max_result_bytes, queue=ctx.config.queue,
                                    status_records=ctx.config.status_records)  # fmt: skip
         copies.remember_results(ctx.resolved, lambda: now_ms(ctx.clock))
@@ -211,46 +204,6 @@ class LeaseCore:
         claims stay, so a restart still counts them."""
         batch.claims(state.tp.topic, state.tp.partition, offset, state.claims.get(offset, 0))
 
-    # -- finding a lease ------------------------------------------------------
-
-    def _find(self, lease_id: str, token: str) -> tuple[PartitionState, Lease] | LeaseAnswer:
-        """The lease a call names, or the answer refusing it. A lease this leasekeeper
-        may still learn of (settling in, or its offset not re-read yet) is "retry
-        later"; one on a partition it does not own is never accepted: it may be
-        assigned elsewhere."""
-        try:
-            tp, offset = parse_lease_id(lease_id)
-        except ValueError:
-            return refused(lease_id, "malformed lease id")
-        state = self._book.parts.get(tp)
-        lease = state.leases.get(offset) if state else None
-        if lease is None:
-            if self._not_known_yet(state, offset):
-                return LeaseAnswer(
-                    lease_id=lease_id, ok=False, reason=RETRY_LATER, retry_later=True
-                )
-            return refused(lease_id, "unknown lease (expired, settled or moved)")
-        assert state is not None
-        if lease.token != token:
-            return refused(lease_id, "stale token")
-        return state, lease
-
-    def _not_known_yet(self, state: PartitionState | None, offset: int) -> bool:
-        if state is not None and offset in state.stored_leases:
-            return True  # leased before the restart; its record is not re-read yet
-        return state is None and self.settling()
-
-    def settling(self) -> bool:
-        """True while leases not known yet are answered "retry later" (see SettleIn)."""
-        return self.settle_in.active(
-            self._monotonic(), lambda: any(s.stored_leases for s in self._book.parts.values())
-        )
-
-    def _refusal(self, found: LeaseAnswer) -> LeaseAnswer:
-        if not found.retry_later:
-            self._counters.stale_rejected += 1
-        return found
-
     # -- heartbeats -------------------------------------------------------------
 
     def heartbeat(
@@ -265,9 +218,9 @@ class LeaseCore:
         now = now_ms(self._clock)
         batch = self._store.batch()
         for lease_id, token in leases:
-            found = self._find(lease_id, token)
+            found = self.lookup.find(lease_id, token)
             if isinstance(found, LeaseAnswer):
-                answers.append(self._refusal(found))
+                answers.append(self.lookup.refusal(found))
                 continue
             state, lease = found
             if self._end_if_cancelled(state, lease, batch):
@@ -309,12 +262,12 @@ class LeaseCore:
         actions: list[CopyRequest] = []
         batch = self._store.batch()
         for item in settlements:
-            found = self._find(item.lease_id, item.token)
+            found = self.lookup.find(item.lease_id, item.token)
             if isinstance(found, LeaseAnswer):
-                answers.append(self._refused_settlement(item, found))
+                answers.append(self.lookup.refused_settlement(item, found))
                 continue
             state, lease = found
-            self._remember_settled(item.lease_id, item.token)
+            self.lookup.remember_settled(item.lease_id, item.token)
             del state.leases[lease.pending.offset]
             if item.outcome is not SettleKind.RELEASE:
                 self._window.settled(lease.pending.job.tenant_id, item.run_s)
@@ -322,28 +275,6 @@ class LeaseCore:
             answers.append(LeaseAnswer(lease_id=item.lease_id, ok=True))
         self._store.write(batch)
         return answers, actions
-
-    def _refused_settlement(self, item: Settlement, found: LeaseAnswer) -> LeaseAnswer:
-        if (item.lease_id, item.token) in self._recently_settled or self._acked_before(item):
-            return LeaseAnswer(lease_id=item.lease_id, ok=True, reason="already settled")
-        return self._refusal(found)
-
-    def _acked_before(self, item: Settlement) -> bool:
-        """An ack this store kept with its token before a restart: sent again because
-        the restart lost its answer (a worker would report the job refused)."""
-        if item.outcome is not SettleKind.ACK:
-            return False
-        try:
-            tp, offset = parse_lease_id(item.lease_id)
-        except ValueError:
-            return False
-        state = self._book.parts.get(tp)
-        return state is not None and state.acked_tokens.get(offset) == item.token
-
-    def _remember_settled(self, lease_id: str, token: str) -> None:
-        self._recently_settled[(lease_id, token)] = None
-        if len(self._recently_settled) > RECENT_SETTLEMENTS:
-            self._recently_settled.popitem(last=False)
 
     def _apply(
         self,

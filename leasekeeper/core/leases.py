@@ -8,12 +8,12 @@ from typing import NamedTuple
 from jobcore.progress import JobProgress
 from leasekeeper.core.store_values import LeaseRecord
 from schemas.job_headers import JobHead
+from schemas.lease_answer import LeaseAnswer
 from schemas.vocabulary import SettleKind
 
 __all__ = [
     "Grant",
     "Lease",
-    "LeaseAnswer",
     "Pending",
     "SettleKind",
     "Settlement",
@@ -235,48 +235,6 @@ class Settlement:
 
     def __repr__(self) -> str:
         return f"Settlement({self.lease_id}, {self.outcome.value})"
-
-
-class LeaseAnswer:
-    """The answer to one heartbeat or settlement. Slotted, not a dataclass: one is
-    made per job in every heartbeat and settle batch."""
-
-    __slots__ = ("lease_id", "ok", "reason", "retry_later", "until_ms")
-
-    lease_id: str
-    ok: bool
-    reason: str
-    until_ms: int
-    # Not known yet (a restart still re-reading the partition): ask again.
-    retry_later: bool
-
-    def __init__(
-        self,
-        *,
-        lease_id: str,
-        ok: bool,
-        reason: str = "",
-        until_ms: int = 0,
-        retry_later: bool = False,
-    ) -> None:
-        self.lease_id = lease_id
-        self.ok = ok
-        self.reason = reason
-        self.until_ms = until_ms
-        self.retry_later = retry_later
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, LeaseAnswer):
-            return NotImplemented
-        return (self.lease_id, self.ok, self.reason, self.until_ms, self.retry_later) == (
-            other.lease_id, other.ok, other.reason, other.until_ms, other.retry_later,
-        )  # fmt: skip
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return (f"LeaseAnswer({self.lease_id}, ok={self.ok}, reason={self.reason!r}, "
-                f"retry_later={self.retry_later})")  # fmt: skip
 
 
 def restore_lease(

@@ -46,12 +46,12 @@ class PartitionPort:
     def assignment_received(self) -> None:
         """The consumer applied the group's first assignment in full (possibly empty)."""
         with self._lock:
-            self._core.settle_in.assignment_received()
+            self._core.lookup.settle_in.assignment_received()
 
     def settling_in(self) -> bool:
         """True while leases not known yet are answered "retry later" (see SettleIn)."""
         with self._lock:
-            return self._core.settling()
+            return self._core.lookup.settling()
 
     def begin_revoke(self, tps: set[TopicPart]) -> None:
         """Stop dispatching from partitions about to move; their leases may still settle."""

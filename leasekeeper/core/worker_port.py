@@ -19,9 +19,10 @@ from leasekeeper.core.commit_port import CommitPort
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.hooks import DispatchGate
 from leasekeeper.core.lease_core import LeaseCore
-from leasekeeper.core.leases import Grant, LeaseAnswer, Settlement
+from leasekeeper.core.leases import Grant, Settlement
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow, of_types
+from schemas.lease_answer import LeaseAnswer
 
 __all__ = ["WorkerPort"]
 

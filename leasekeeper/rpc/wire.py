@@ -13,8 +13,9 @@ import math
 from collections.abc import Callable, Iterable
 
 from jobcore.progress import JobProgress
-from leasekeeper.core.leases import Grant, LeaseAnswer, Pending, SettleKind, Settlement
+from leasekeeper.core.leases import Grant, Pending, SettleKind, Settlement
 from schemas import worker_pb2 as pb
+from schemas.lease_answer import LeaseAnswer
 
 # The longest delay the queue can hold (the delay tiers reach 30 days).
 MAX_RETRY_AFTER_S = 30 * 24 * 3600.0

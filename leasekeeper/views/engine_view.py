@@ -79,7 +79,7 @@ class ViewPort:
     def snapshot(self) -> EngineSnapshot:
         with self._lock:
             return snapshot(book=self._book, window=self._window, budget=self._budget,
-                            counters=self._counters, settling_in=self._core.settling(),
+                            counters=self._counters, settling_in=self._core.lookup.settling(),
                             unhandled=self._unhandled, now_ms=wall_ms(self._clock),
                             mono=self._monotonic())  # fmt: skip
 

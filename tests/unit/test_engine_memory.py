@@ -140,7 +140,7 @@ def test_every_map_of_the_engine_stays_bounded_as_new_tenants_keys_and_ids_come(
     serve(engine, clock, 2 * RECENT_LIMIT, 4 * RECENT_LIMIT)
     late = containers(engine)
     found = {"WeightedFair._vtime", "RateLimits._tenants", "KeyBook._lines", "ResolvedIds._ended",
-             "LeaseCore._recently_settled"}  # fmt: skip
+             "LeaseLookup._recently_settled"}  # fmt: skip
     assert found <= set(late), f"the walk missed maps it must see: {found - set(late)}"
     over = {where: size for where, size in late.items() if size > RECENT_LIMIT + BATCH}
     assert not over, f"maps past their bound after {6 * RECENT_LIMIT:,} tenants: {over}"

@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from leasekeeper.core.leases import LeaseAnswer, Settlement
+from leasekeeper.core.leases import Settlement
 from leasekeeper.rpc.server import LeaseKeeperServicer, RpcCounters
 from leasekeeper.rpc.wire import MAX_RETRY_AFTER_S
 from schemas import worker_pb2 as pb
 from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
+from schemas.lease_answer import LeaseAnswer
 from tests.unit.engine_ports import with_ports
 from workers import App
 from workers.errors import Retry

@@ -16,10 +16,11 @@ from google.protobuf.message import Message
 
 from jobcore.progress import MESSAGE_MAX, JobProgress
 from schemas import worker_pb2
+from schemas.lease_answer import LeaseAnswer
 from workers.context import JobContext
 from workers.decoding import _new_context
 from workers.inflight import Held, InFlight
-from workers.messages import ClaimedJob, LeaseRef, LeaseResult, WorkerSettlement
+from workers.messages import ClaimedJob, LeaseRef, WorkerSettlement
 from workers.monitor import LeaseMonitor
 from workers.progress_reports import ProgressReports
 from workers.wire import beat, settlement
@@ -109,11 +110,11 @@ class Keeper:
         /,
         started: Collection[str] = (),
         progress: Mapping[str, JobProgress] | None = None,
-    ) -> list[LeaseResult]:
+    ) -> list[LeaseAnswer]:
         self.calls.append(
             ([r.lease_id for r in refs], None if progress is None else dict(progress))
         )
-        return [LeaseResult(lease_id=r.lease_id, ok=True, until_ms=99_000) for r in refs]
+        return [LeaseAnswer(lease_id=r.lease_id, ok=True, until_ms=99_000) for r in refs]
 
 
 class Clock:

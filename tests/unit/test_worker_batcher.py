@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from schemas.lease_answer import LeaseAnswer
 from workers.batcher import SettleBatcher
 from workers.client import LeaseKeeperUnavailable
-from workers.messages import LeaseRef, LeaseResult, WorkerSettlement
+from workers.messages import LeaseRef, WorkerSettlement
 
 
 class RecordingClient:
@@ -15,11 +16,11 @@ class RecordingClient:
         self.batches: list[list[WorkerSettlement]] = []
         self.fail = fail
 
-    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseAnswer]:
         self.batches.append(list(settlements))
         if self.fail:
             raise LeaseKeeperUnavailable("gone", reconnecting=True)
-        return [LeaseResult(lease_id=s.ref.lease_id, ok=True) for s in settlements]
+        return [LeaseAnswer(lease_id=s.ref.lease_id, ok=True) for s in settlements]
 
 
 def _ack(i: int) -> WorkerSettlement:
@@ -204,8 +205,8 @@ def test_a_taker_s_retry_later_answers_are_sent_again_by_the_thread() -> None:
     batcher.answered(
         taken,
         [
-            LeaseResult(lease_id="t/0/0", ok=True),
-            LeaseResult(lease_id="t/0/1", ok=False, retry_later=True),
+            LeaseAnswer(lease_id="t/0/0", ok=True),
+            LeaseAnswer(lease_id="t/0/1", ok=False, retry_later=True),
         ],
     )
     assert answered == [0]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from schemas.lease_answer import LeaseAnswer
 from tests.unit.test_worker_monitor import Clocks, ScriptedClient, _add, _monitor
 from tests.unit.test_worker_support import FakeLeaseKeeper, running_worker, serving, wait_until
 from workers.app import App
@@ -19,7 +20,7 @@ from workers.batcher import SettleBatcher
 from workers.cli import main
 from workers.context import JobContext
 from workers.inflight import InFlight
-from workers.messages import LeaseRef, LeaseResult, WorkerSettlement
+from workers.messages import LeaseRef, WorkerSettlement
 
 
 class RestartingKeeper(ScriptedClient):
@@ -32,22 +33,22 @@ class RestartingKeeper(ScriptedClient):
 
     def heartbeat(
         self, refs: Sequence[LeaseRef], /, started: Collection[str] = ()
-    ) -> list[LeaseResult]:
+    ) -> list[LeaseAnswer]:
         if not self.settling:
             return super().heartbeat(refs, started)
         self.batches.append(list(refs))
         return [_later(r.lease_id) for r in refs]
 
-    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseAnswer]:
         self.settle_batches.append([s.ref.lease_id for s in settlements])
         if self.settling and len(self.settle_batches) < 3:
             return [_later(s.ref.lease_id) for s in settlements]
         self.settling = False
-        return [LeaseResult(lease_id=s.ref.lease_id, ok=True) for s in settlements]
+        return [LeaseAnswer(lease_id=s.ref.lease_id, ok=True) for s in settlements]
 
 
-def _later(lease_id: str) -> LeaseResult:
-    return LeaseResult(lease_id=lease_id, ok=False, reason="retry later", retry_later=True)
+def _later(lease_id: str) -> LeaseAnswer:
+    return LeaseAnswer(lease_id=lease_id, ok=False, reason="retry later", retry_later=True)
 
 
 def test_a_heartbeat_answered_retry_later_keeps_the_job_and_asks_again_soon() -> None:
@@ -68,7 +69,7 @@ def test_a_heartbeat_answered_retry_later_keeps_the_job_and_asks_again_soon() ->
 
 def test_a_settlement_answered_retry_later_is_sent_again_until_it_is_accepted() -> None:
     client = RestartingKeeper()
-    answered: list[list[LeaseResult] | None] = []
+    answered: list[list[LeaseAnswer] | None] = []
     done = threading.Event()
 
     def on_answer(batch: Sequence[tuple[WorkerSettlement, int]], results: Any) -> None:
@@ -81,7 +82,7 @@ def test_a_settlement_answered_retry_later_is_sent_again_until_it_is_accepted() 
     assert done.wait(10)
     batcher.close(timeout=10)
     assert client.settle_batches == [["t/0/1"]] * 3
-    assert answered == [[LeaseResult(lease_id="t/0/1", ok=True)]]
+    assert answered == [[LeaseAnswer(lease_id="t/0/1", ok=True)]]
 
 
 def test_a_worker_claims_only_the_types_it_has_a_schema_for_and_says_which_it_left_out(
@@ -128,11 +129,11 @@ class OneLeaseNotKnownYet(ScriptedClient):
         self.unknown = unknown
         self.known = threading.Event()
 
-    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseResult]:
+    def settle(self, settlements: Sequence[WorkerSettlement], /) -> list[LeaseAnswer]:
         return [
             _later(s.ref.lease_id)
             if s.ref.lease_id == self.unknown and not self.known.is_set()
-            else LeaseResult(lease_id=s.ref.lease_id, ok=True)
+            else LeaseAnswer(lease_id=s.ref.lease_id, ok=True)
             for s in settlements
         ]
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Sequence
 
+from schemas.lease_answer import LeaseAnswer
 from workers.client import LeaseKeeperUnavailable
 from workers.context import JobContext
 from workers.inflight import Held, InFlight
-from workers.messages import ClaimedJob, LeaseRef, LeaseResult
+from workers.messages import ClaimedJob, LeaseRef
 from workers.monitor import LeaseMonitor
 
 
@@ -23,13 +24,13 @@ class ScriptedClient:
 
     def heartbeat(
         self, refs: Sequence[LeaseRef], /, started: Collection[str] = ()
-    ) -> list[LeaseResult]:
+    ) -> list[LeaseAnswer]:
         self.batches.append(list(refs))
         self.started.append(set(started))
         if self.down:
             raise LeaseKeeperUnavailable("gone", reconnecting=True)
         return [
-            LeaseResult(
+            LeaseAnswer(
                 lease_id=r.lease_id,
                 ok=r.lease_id not in self.refuse,
                 reason=self.refuse.get(r.lease_id, ""),

@@ -15,6 +15,7 @@ from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.rpc.server import LeaseKeeperServicer
 from schemas import worker_pb2 as pb
+from schemas.lease_answer import LeaseAnswer
 from tests.unit.test_worker_support import (
     Envelopes,
     FakeLeaseKeeper,
@@ -26,7 +27,7 @@ from tests.unit.test_worker_support import (
 from workers.app import App
 from workers.client import LeaseKeeperClient, LeaseKeeperUnavailable
 from workers.context import JobContext
-from workers.messages import ClaimedJob, LeaseRef, LeaseResult, WorkerSettlement
+from workers.messages import ClaimedJob, LeaseRef, WorkerSettlement
 
 JOBS = 200
 
@@ -228,7 +229,7 @@ def test_a_call_another_thread_saw_fail_still_gets_its_answer(
     fake = StalledSettle([envelopes() for _ in range(4)], then_claim=True)
     fake.outstanding["lease-1"] = "token-1"
     ack = WorkerSettlement.ack(LeaseRef(lease_id="lease-1", token="token-1"))
-    answers: list[tuple[list[LeaseResult], list[ClaimedJob]]] = []
+    answers: list[tuple[list[LeaseAnswer], list[ClaimedJob]]] = []
     failed: list[LeaseKeeperUnavailable] = []
     with serving(fake, sock) as target, LeaseKeeperClient(target, worker_id="w") as client:
 
