@@ -41,6 +41,7 @@ from leasekeeper.core.control_state import ControlState
 from leasekeeper.core.copy_port import CopyPort
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.deliveries import Deliveries
+from leasekeeper.core.dispatch_policy import DispatchPolicy
 from leasekeeper.core.engine_config import Counters, EngineConfig, EngineContext
 from leasekeeper.core.fetch_port import FetchPort
 from leasekeeper.core.intake import Intake
@@ -57,7 +58,7 @@ from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.core.worker_port import WorkerPort
-from leasekeeper.fairness.round_robin import DispatchPolicy
+from leasekeeper.fairness.weighted import ready_policy
 from leasekeeper.limits.admission import LimitDispatch
 from leasekeeper.limits.port import LimitsPort
 from leasekeeper.limits.rate_limit import RateLimits
@@ -108,10 +109,10 @@ class LeaseEngine:
                             control=control, clock=clock, monotonic=monotonic,
                             reader=reader, resolved=resolved)  # fmt: skip
         book = PartitionBook(store=store, counters=counters, max_span=config.max_span)
+        if policy is None:  # not ``or``: an empty policy is falsy (it has a length)
+            policy = ready_policy(config.class_weights, config.tenants)
         window = ReadyWindow(records=config.window_records, max_bytes=config.window_bytes,
-                             wake=claimers.work_arrived, policy=policy,
-                             class_weights=config.class_weights,
-                             tenants=config.tenants)  # fmt: skip
+                             wake=claimers.work_arrived, policy=policy)  # fmt: skip
         keys = KeyBook(on_dead=config.on_dead, full=reader.full, keep_jobs=config.lane_jobs_here)
         ordering = OrderingGate(keys=keys, book=book, window=window, store=store,
                                 counters=counters, reader=reader,

@@ -45,7 +45,6 @@ from leasekeeper.core.started_only import StartedOnly
 from leasekeeper.core.store import StoreBatch
 from leasekeeper.core.store_values import NoteKind, Resolution, leased_value
 from leasekeeper.core.window import ReadyWindow
-from leasekeeper.rpc.wire import claimed_size
 from schemas.job import AttemptError
 from schemas.lease_answer import LeaseAnswer
 from schemas.vocabulary import ErrorClass
@@ -97,12 +96,14 @@ class LeaseCore:
         reports_started: bool = False,
         start_now: int = 0,
         max_bytes: int = 0,
+        size: Callable[[Pending], int] | None = None,
     ) -> tuple[list[Grant], list[CopyRequest]]:
         """Lease up to ``max_jobs`` ready jobs that ``accept`` takes; attempts are counted
         in the store before the grants leave. A worker that ``reports_started`` gets
         leases that count as started only once it says so (see ``started_only``),
         but for the first ``start_now``: its idle handlers start those at once. A job
-        that would take the answer past ``max_bytes`` (but a first) stays ready."""
+        that would take the answer past ``max_bytes`` (but a first), by the ``size`` the
+        RPC front gives its encoding, stays ready."""
         grants: list[Grant] = []
         actions: list[CopyRequest] = []
         batch = self._store.batch()
@@ -116,14 +117,14 @@ class LeaseCore:
             pending = self._window.pop(accept, skip)
             if pending is None:
                 break
-            size = claimed_size(pending) if max_bytes > 0 else 0
-            if grants and size > room:
+            encoded = size(pending) if size is not None and max_bytes > 0 else 0
+            if grants and encoded > room:
                 self._window.push_front(pending)  # the answer is full: first for the next
                 break
             started = not reports_started or len(grants) < start_now
             grant = self._lease(pending, worker, batch, actions, started=started)
             if grant is not None:
-                room -= size
+                room -= encoded
                 grants.append(grant)
                 for gate in self._gates:
                     gate.granted(pending)

@@ -18,9 +18,8 @@ import heapq
 import itertools
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 
+from leasekeeper.core.dispatch_policy import DispatchPolicy
 from leasekeeper.core.leases import Pending, TopicPart
-from leasekeeper.fairness.round_robin import DispatchPolicy
-from leasekeeper.fairness.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy, WeightedFair
 
 
 def job_type(pending: Pending) -> str:
@@ -45,25 +44,14 @@ class ReadyWindow:
         records: int,
         max_bytes: int,
         wake: Callable[[str], None],
-        policy: DispatchPolicy[Pending] | None = None,
-        class_weights: Mapping[str, int] | None = None,
-        tenants: TenantPolicy | None = None,
+        policy: DispatchPolicy[Pending],
     ) -> None:
-        """Without a ``policy``: weighted priority classes, then tenants by weighted fair
-        queuing on cost (``WeightedFair``)."""
+        """``policy`` orders the ready jobs: the engine's is weighted priority classes,
+        then tenants by weighted fair queuing on cost (``fairness.weighted``)."""
         self.records = records
         self._max_bytes = max_bytes
         self._wake = wake
-        self._ready: DispatchPolicy[Pending] = (
-            policy
-            if policy is not None
-            else WeightedFair(
-                klass=priority_class,
-                kind=job_type,
-                class_weights=class_weights or DEFAULT_CLASS_WEIGHTS,
-                tenants=tenants,
-            )
-        )
+        self._ready = policy
         self.bytes = 0
         self._delayed: list[tuple[int, int, Pending]] = []
         self._seq = itertools.count()

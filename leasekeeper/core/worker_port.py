@@ -19,7 +19,7 @@ from leasekeeper.core.commit_port import CommitPort
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.hooks import DispatchGate
 from leasekeeper.core.lease_core import LeaseCore
-from leasekeeper.core.leases import Grant, Settlement
+from leasekeeper.core.leases import Grant, Pending, Settlement
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow, of_types
 from schemas.lease_answer import LeaseAnswer
@@ -71,13 +71,15 @@ class WorkerPort:
         reports_started: bool = False,
         start_now: int = 0,
         max_bytes: int = 0,
+        size: Callable[[Pending], int] | None = None,
     ) -> list[Grant]:
         """Hand out up to ``max_jobs`` of ``job_types`` (empty: any type), waiting up to
         ``wait_s`` for the first one. Jobs of other types stay for other workers. A
         worker that ``reports_started`` gets back the attempt of a job that expires
         before it started (see ``started_only``), except the first ``start_now``,
         which go to idle handlers and count as started at once. ``max_bytes`` (0: no
-        cap) bounds the answer's size: the jobs past it stay ready, not leased."""
+        cap) bounds the answer's size, each job's by ``size`` (what its encoding takes,
+        which only the RPC front knows): the jobs past it stay ready, not leased."""
         deadline = self._monotonic() + wait_s
         accept = of_types(job_types)
         claimers = self.claimers
@@ -96,7 +98,8 @@ class WorkerPort:
                 grants, actions = self._core.lease_ready(worker, max_jobs, accept,
                                                          reports_started=reports_started,
                                                          start_now=start_now,
-                                                         max_bytes=max_bytes)  # fmt: skip
+                                                         max_bytes=max_bytes,
+                                                         size=size)  # fmt: skip
                 self._copies.add(actions)
                 if grants:
                     claimers.wake_next(self._window)  # what this claim left is another's

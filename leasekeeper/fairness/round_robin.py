@@ -10,38 +10,9 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Container, Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
-
-
-class DispatchPolicy(Protocol[T]):
-    """What the ready window needs of a dispatch policy; the engine takes one by injection
-    (``LeaseEngine(policy=...)``), ``TenantRoundRobin`` by default."""
-
-    def push(self, tenant: str, item: T) -> None: ...
-
-    def push_front(self, tenant: str, item: T) -> None: ...
-
-    def pop(
-        self, accept: Callable[[T], bool] | None = None, skip: Container[str] = frozenset()
-    ) -> T | None:
-        """The next item ``accept`` takes, from a tenant not in ``skip`` (those at their cap)."""
-        ...
-
-    def settled(self, tenant: str, cost_s: float) -> None:
-        """A job of ``tenant`` ran for ``cost_s`` of handler time (for cost-aware policies)."""
-        ...
-
-    def has_any(self, kinds: frozenset[str] = frozenset()) -> bool: ...
-
-    def remove_if(self, predicate: Callable[[T], bool]) -> list[T]: ...
-
-    def tenants(self) -> dict[str, int]: ...
-
-    def __iter__(self) -> Iterator[T]: ...
-
-    def __len__(self) -> int: ...
 
 
 class TenantRoundRobin(Generic[T]):

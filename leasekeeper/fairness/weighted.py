@@ -25,7 +25,9 @@ from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from leasekeeper.core.leases import Pending
 from leasekeeper.core.recent import RECENT_LIMIT, RecentKeys
+from leasekeeper.core.window import job_type, priority_class
 
 T = TypeVar("T")
 
@@ -310,3 +312,13 @@ def _first(queue: deque[T], accept: Callable[[T], bool] | None) -> int | None:
     if accept is None:
         return 0 if queue else None
     return next((i for i, item in enumerate(queue) if accept(item)), None)
+
+
+def ready_policy(
+    class_weights: Mapping[str, int] | None = None, tenants: TenantPolicy | None = None
+) -> WeightedFair[Pending]:
+    """The ready window's order unless the engine is given another: weighted priority
+    classes, then tenants by weighted fair queuing on handler time; a job's kind is its
+    type, so a claim for some types finds its jobs without reordering the others."""
+    return WeightedFair(klass=priority_class, kind=job_type, tenants=tenants,
+                        class_weights=class_weights or DEFAULT_CLASS_WEIGHTS)  # fmt: skip

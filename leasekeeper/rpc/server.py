@@ -31,7 +31,14 @@ from leasekeeper.rpc.listen import (
     prepare_socket_dir,
     socket_path,
 )
-from leasekeeper.rpc.wire import claimed_jobs, results, results_size, settlements, told_progress
+from leasekeeper.rpc.wire import (
+    claimed_jobs,
+    claimed_size,
+    results,
+    results_size,
+    settlements,
+    told_progress,
+)
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -95,6 +102,7 @@ class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
             reports_started=request.reports_started,
             start_now=max(0, request.start_now),
             max_bytes=max_bytes,
+            size=claimed_size,
         )
 
     def Heartbeat(

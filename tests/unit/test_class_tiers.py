@@ -16,6 +16,7 @@ from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.dashboard.kafka_view import _own_topics
+from leasekeeper.fairness.weighted import ready_policy
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.views.inspect_view import _is_tier
 from producer.request import JobRequest, build_job, destination
@@ -147,7 +148,9 @@ def test_a_class_s_tiers_of_one_partition_share_one_share_of_a_full_window() -> 
     gate = TierGate(TIERS, TOPICS, clock_ms=lambda: 0, classes=CLASSES)
     ready = [TopicPart(t, p) for t in TOPICS.classes(CLASSES) for p in range(2)]
     tiers = [TopicPart(t, p) for t in TIERS.topics(TOPICS, CLASSES) for p in range(2)]
-    window = ReadyWindow(records=48, max_bytes=1 << 20, wake=lambda job_type: None)
+    window = ReadyWindow(
+        records=48, max_bytes=1 << 20, wake=lambda job_type: None, policy=ready_policy()
+    )
     flood = ready[0]
     for i in range(48):
         window.push(pending(flood, i))

@@ -17,6 +17,7 @@ from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.store_values import Resolution
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.fairness.round_robin import TenantRoundRobin
+from leasekeeper.fairness.weighted import ready_policy
 from leasekeeper.views.metrics import EngineCollector
 from leasekeeper.views.snapshots import EngineSnapshot
 from schemas.job import Job
@@ -49,7 +50,7 @@ class Wakes:
 
 def test_the_window_counts_delayed_jobs_and_bytes_in_its_room() -> None:
     wakes = Wakes()
-    window = ReadyWindow(records=3, max_bytes=25, wake=wakes)
+    window = ReadyWindow(records=3, max_bytes=25, wake=wakes, policy=ready_policy())
     window.queue(pending(0), not_before_ms=0, now_ms=1000)
     window.queue(pending(1), not_before_ms=5000, now_ms=1000)  # delayed
     assert (window.ready_count, window.delayed_count, window.room()) == (1, 1, 1)
@@ -59,7 +60,7 @@ def test_the_window_counts_delayed_jobs_and_bytes_in_its_room() -> None:
 
 
 def test_promotion_skips_jobs_whose_partition_moved_and_drop_forgets_delayed_jobs() -> None:
-    window = ReadyWindow(records=10, max_bytes=1000, wake=Wakes())
+    window = ReadyWindow(records=10, max_bytes=1000, wake=Wakes(), policy=ready_policy())
     for i in range(3):
         window.queue(pending(i), not_before_ms=100 + i, now_ms=0)
     moved = window.promote_due(101, live=lambda p: p.offset != 0)

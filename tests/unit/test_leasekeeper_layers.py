@@ -8,10 +8,9 @@ then the dead-letter tools, the dashboard, and the operator's commands at the to
 
 The crossings that exist today are listed in ``CROSSINGS``, each a debt: the engine
 and its configuration build the features (the rest of the core calls them only
-through ``core/hooks.py``), copies carry ordering's lane entry, the window takes the
-fairness policy, the lease core takes the claim answer's size from the RPC's wire
-module, and the engine builds the views' snapshots. The list may only shrink: a new crossing
-fails, and so does an entry that no longer crosses (delete it).
+through ``core/hooks.py``), copies carry ordering's lane entry, and the engine builds
+the views' snapshots. The list may only shrink: a new crossing fails, and so does an
+entry that no longer crosses (delete it).
 """
 
 from __future__ import annotations
@@ -44,8 +43,6 @@ CROSSINGS = {
         "views",
     },
     "leasekeeper/core/engine_config.py": {"breaker", "fairness", "limits", "ordering"},
-    "leasekeeper/core/lease_core.py": {"rpc"},
-    "leasekeeper/core/window.py": {"fairness"},
 }
 
 

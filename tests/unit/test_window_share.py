@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.window import ReadyWindow
+from leasekeeper.fairness.weighted import ready_policy
 from schemas.job import Job
 from schemas.job_headers import JobHead
 
@@ -17,7 +18,9 @@ def pending(tp: TopicPart, i: int) -> Pending:
 
 
 def window_of(records: int) -> ReadyWindow:
-    return ReadyWindow(records=records, max_bytes=1 << 20, wake=lambda job_type: None)
+    return ReadyWindow(
+        records=records, max_bytes=1 << 20, wake=lambda job_type: None, policy=ready_policy()
+    )
 
 
 def test_a_full_window_pauses_only_the_partition_over_its_share() -> None:
