@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from jobcore.cli_config import config_option
 from jobcore.cli_env import (
     priority_classes_option,
     schema_path_option,
@@ -45,6 +46,7 @@ _SERVE_FIELDS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(S
 F = TypeVar("F", bound=Callable[..., Any])
 
 _OPTIONS: list[Callable[[Any], Any]] = [
+    config_option,
     click.option("--queue", required=True, help="the queue to serve (topic jobs.QUEUE)"),
     bootstrap_option,
     kafka_config_option,
