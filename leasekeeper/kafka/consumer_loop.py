@@ -1,10 +1,11 @@
 """The Kafka side of the leasekeeper: fetch, decode, offer, pause, reap, commit.
 
-One thread owns the consumer. It never blocks on workers: it feeds the engine's
-window, pauses the partitions while the window is full (back-pressure), serves
-producer delivery reports, sends the durable copies (through the outbox), runs
-the lease reaper, and commits (``committer.py``) each partition at its lowest
-unresolved offset on a bounded cadence. Rebalances: ``rebalance.py``.
+One thread owns the consumer. It never blocks on workers: each step it feeds the
+engine's window and pauses the partitions while the window is full (``fetcher.py``),
+then runs its named tasks (``loop_task.py``): it serves producer delivery reports,
+sends the durable copies (through the outbox), runs the lease reaper; and it commits
+(``committer.py``) each partition at its lowest unresolved offset on a bounded
+cadence. Rebalances: ``rebalance.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from jobcore.kafka import (
     ErrorWatch,
     KafkaError,
     KafkaException,
-    Message,
     Producer,
     TopicPartition,
 )
@@ -33,15 +33,14 @@ from leasekeeper.kafka.committer import COMMIT_BACKOFF, HANDOVER_COMMIT_PATIENCE
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import FamilyConsumer
 from leasekeeper.kafka.feeds import Feed
-from leasekeeper.kafka.fetch_path import gather
+from leasekeeper.kafka.fetcher import Fetcher
+from leasekeeper.kafka.loop_task import LoopTask
 from leasekeeper.kafka.rebalance import Assignment, Rebalance
-from leasekeeper.kafka.slow_path import SlowPath
 from leasekeeper.ordering.lane import LaneFeed
 from leasekeeper.ordering.lane_loads import LaneLoads
 from leasekeeper.overflow.switch_hold import CommitReader, SwitchHolds
 from leasekeeper.overflow.watch import OverflowWatch
 from schemas.codec import EnvelopeCodec
-from schemas.job_headers import JobHead
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +107,6 @@ class ConsumerLoop:
         self._gate = gate
         # The priority classes' topics (the default class's is ``topics.ready``).
         self._ready_topics = ready_topics or (topics.ready,)
-        # The ready topics' partitions by number, made once: the fetch's fast path
-        # looks a record's TopicPart up here rather than building one per record.
-        self._ready_parts: dict[str, dict[int, TopicPart]] = {
-            t: {} for t in self._ready_topics if self._gate.tier_of(t) is None
-        }
         # The overflow lane: a flooded class partition's excess moves there.
         self._overflow = OverflowWatch(overflow=engine.overflow,
                                        window_records=engine.fetch.window_records,
@@ -121,21 +115,35 @@ class ConsumerLoop:
                                        clock=clock)  # fmt: skip
         # Jobs a producer diverted to the overflow lane wait for their switch.
         self.switches = SwitchHolds(commits)
-        self._overflow_topic = topics.overflow  # a property builds it: not per record
-        self._slow = SlowPath(fetch=engine.fetch, copies=engine.copies, codec=codec, gate=gate,
-                              switches=self.switches, overflow_topic=self._overflow_topic,
-                              hold=self._hold)  # fmt: skip
         self._config = config
         self._clock = clock
-        self._paused: set[TopicPart] = set()
         # Kept by the rebalance callbacks, so no step rebuilds it from the consumer.
         self._assignment = Assignment()
-        self._full = False
         self.lane = lane
         self._feeds = (*feeds, lane) if lane is not None else tuple(feeds)
         self._lanes = LaneLoads(engine.ordering)  # class partitions whose lane entries are not read
         self._last_commit = self._clock()  # nothing to commit before the first fetch
-        self._last_reap = 0.0
+        self.fetcher = Fetcher(consumer=lambda: self._consumer, engine=engine, codec=codec,
+                               outbox=outbox, gate=gate, overflow=self._overflow,
+                               switches=self.switches, lanes=self._lanes,
+                               assignment=self._assignment, ready_topics=self._ready_topics,
+                               overflow_topic=topics.overflow, batch_size=config.batch_size,
+                               poll_timeout_s=config.poll_timeout_s,
+                               until_commit=self._until_commit,
+                               fail_fatally=self._fail_fatally)  # fmt: skip
+        # What each step does after its fetch, in this order; ``every_s`` 0: every step.
+        # Looked up when they run (lambdas): the parts a test fakes may lack some.
+        self._tasks: tuple[LoopTask, ...] = (
+            # A rate-limited backlog must not fill the window.
+            LoopTask("park what rate limits hold back", 0, lambda: engine.limits.park_excess()),
+            LoopTask("send the copies", 0, lambda: outbox.pump()),
+            LoopTask("serve delivery reports", 0, lambda: producer.poll(0)),
+            LoopTask("release the tiers due", 0, lambda: gate.release_due()),
+            LoopTask("promote the delayed jobs due", 0, lambda: engine.fetch.promote_due()),
+            LoopTask("follow the feeds", 0, self._follow_feeds),
+            LoopTask("watch for floods", 0, lambda: self._overflow.poll(self._consumer)),
+            LoopTask("expire leases", config.reaper_interval_s, self._reap),
+        )
         self.committer = Committer(commits=engine.commits, consumer=lambda: self._consumer,
                                    producer=producer, clock=clock, backoff=backoff)  # fmt: skip
         self.rebalance = Rebalance(assignment=self._assignment, partitions=engine.partitions,
@@ -179,42 +187,29 @@ class ConsumerLoop:
 
     def _step(self) -> None:
         self._lanes.step(self.lane)
-        room = self._apply_backpressure()
-        # Never fetch more than the window takes: the bound holds in records, and
-        # in bytes up to one batch. A paused consumer still serves callbacks.
-        due: list[tuple[TopicPart, int, JobHead, bytes]] = []
-        messages = self._lanes.admit(self._fetch(max(1, min(self._config.batch_size, room))))
-        i, n = 0, len(messages)
-        while i < n:
-            # The common records on the compiled fast path; the first that needs more
-            # (and everything it implies for ``due``) here.
-            i = gather(messages, i, self._ready_parts, self._gate.holding,
-                       self._overflow_topic, due)  # fmt: skip
-            if i < n:
-                self._offer(due)
-                self._handle_one(messages[i])
-                i += 1
-        self._offer(due)
-        self._engine.limits.park_excess()  # a rate-limited backlog must not fill the window
-        self._outbox.pump()
-        self._producer.poll(0)
-        self._gate.release_due()
-        self._engine.fetch.promote_due()
-        if self._feeds:
-            for feed in self._feeds:
-                feed.poll()
-            self._engine.fetch.cancellations_arrived()  # the control feed's, answered at once
-        self._overflow.poll(self._consumer)
+        self.fetcher.step()
         now = self._clock()
-        if now - self._last_reap >= self._config.reaper_interval_s:
-            self._last_reap = now
-            self._engine.workers.expire()
-            self._engine.workers.sweep_unhandled()
-            self._engine.fetch.prune_notes()
+        for task in self._tasks:
+            task.run_if_due(now)
         commit_due = now - self._last_commit >= self._config.commit_interval_s
         if (commit_due or self._engine.commits.commit_soon()) and self.committer.may_commit(now):
             self._last_commit = now
             self._commit_async()
+
+    def _follow_feeds(self) -> None:
+        if self._feeds:
+            for feed in self._feeds:
+                feed.poll()
+            self._engine.fetch.cancellations_arrived()  # the control feed's, answered at once
+
+    def _reap(self) -> None:
+        self._engine.workers.expire()
+        self._engine.workers.sweep_unhandled()
+        self._engine.fetch.prune_notes()
+
+    def _until_commit(self) -> float:
+        """Seconds to the next timed commit: a fetch waiting for records stops there."""
+        return self._last_commit + self._config.commit_interval_s - self._clock()
 
     def _commit_async(self) -> None:
         self.committer.commit_async()
@@ -234,106 +229,6 @@ class ConsumerLoop:
         """Commits Kafka took so far."""
         return self.committer.commits
 
-    def _fetch(self, limit: int) -> list[Message]:
-        """Up to ``limit`` records, returned as soon as there is one.
-
-        ``consume(n, timeout)`` waits until it has ``n`` records or the timeout ends,
-        so at steady rates every record would wait out the whole poll timeout before a
-        worker could claim it. Take what is fetched already; when there is nothing,
-        wait for the first record only, then take whatever came with it.
-        """
-        messages = self._consumer.consume(num_messages=limit, timeout=0)
-        if messages:
-            return messages
-        # Not past the next commit: a paused loop waiting here would hold it back.
-        until_commit = self._last_commit + self._config.commit_interval_s - self._clock()
-        wait_s = min(self._config.poll_timeout_s, max(0.001, until_commit))
-        first = self._consumer.consume(num_messages=1, timeout=wait_s)
-        if not first or limit == 1:
-            return first
-        return first + self._consumer.consume(num_messages=limit - 1, timeout=0)
-
-    def _offer(self, due: list[tuple[TopicPart, int, JobHead, bytes]]) -> None:
-        """Hand the engine the records gathered so far, in fetch order."""
-        if due:
-            self._engine.fetch.offer_many(due)
-            due.clear()
-
-    def _handle(
-        self, message: Message, due: list[tuple[TopicPart, int, JobHead, bytes]] | None = None
-    ) -> None:
-        """A fetched record. A ready job read from its headers joins ``due`` (offered
-        with the rest of the fetch under one lock; at once without ``due``: the fast
-        path, ``gather``); anything else first offers what ``due`` holds, so the
-        engine sees every partition's records in offset order."""
-        if due is None:
-            due = []
-            self._handle(message, due)
-            self._offer(due)
-            return
-        if gather([message], 0, self._ready_parts, self._gate.holding,
-                  self._overflow_topic, due) == 0:  # fmt: skip
-            self._offer(due)
-            self._handle_one(message)
-
-    def _handle_one(self, message: Message) -> None:
-        error = message.error()
-        if error is not None:
-            if error.fatal() or error.code() == KafkaError._FATAL:
-                self._fail_fatally(error)
-            if error.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", error)
-            return
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
-        assert topic is not None and partition is not None and offset is not None
-        self._slow.handle(TopicPart(topic, partition), offset, message)
-
-    def _hold(self, tp: TopicPart, offset: int, until_ms: int) -> None:
-        """Hold ``tp`` at ``offset`` until ``until_ms`` (seek back, pause): fetched again
-        from there once the gate releases it."""
-        self._gate.hold(tp, until_ms)
-        self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
-        self._consumer.pause([TopicPartition(tp.topic, tp.partition)])
-        self._paused.add(tp)
-
-    def _apply_backpressure(self) -> int:
-        """Pause, while the window is full, the partitions holding their share of it or
-        more (one partition's backlog must not stop the others' fetch), and any
-        partition fetched as far beyond its commit as commit metadata can describe;
-        returns how many records this fetch may take."""
-        room = self._engine.fetch.window_room()
-        assignment = self._assignment.parts
-        # Hysteresis: full when no room is left, and full until half the window is
-        # free again, so a busy window does not flap between paused and fetching.
-        self._full = room == 0 or (self._full and room < self._engine.fetch.window_records // 2)
-        wanted = self._engine.commits.over_span() & assignment
-        if self._full:
-            over, headroom = self._engine.fetch.over_share(assignment, self._gate.share_unit)
-            if self._overflow.move_floods(over, assignment, self._gate.share_unit):
-                over, headroom = self._engine.fetch.over_share(assignment, self._gate.share_unit)
-            wanted |= over
-            room = headroom
-        wanted |= self._overflow.copying(assignment)
-        wanted |= (self._gate.held() | self._lanes.waiting()) & assignment
-        # A partition whose copy cannot be produced fetches nothing more to fail on.
-        wanted |= set(self._outbox.blocked()) & assignment
-        self._set_paused(wanted, assignment)
-        return room
-
-    def _set_paused(self, wanted: set[TopicPart], assignment: set[TopicPart]) -> None:
-        self._paused &= assignment
-        pause, resume = wanted - self._paused, self._paused - wanted
-        # librdkafka keeps a partition's pause across a revoke or a lost session; one
-        # paused when it left and assigned again would never be fetched. Resume every
-        # newly assigned partition that should not be paused, once.
-        resume |= (self._assignment.fresh & assignment) - wanted
-        self._assignment.fresh.clear()
-        if pause:
-            self._consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in pause])
-        if resume:
-            self._consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in resume])
-        self._paused = set(wanted)
-
     def _fail_fatally(self, error: KafkaError) -> None:
         """The consumer is unusable (for example fenced: another member holds its
         static instance id, or its own stale commit after a session timeout met its
@@ -343,7 +238,7 @@ class ConsumerLoop:
         ``REJOIN_WINDOW_S`` (two processes share an instance id): then stop, and the
         leasekeeper exits non-zero for its supervisor."""
         self.rebalance.let_go_all()
-        self._paused.clear()
+        self.fetcher.paused.clear()
         self.committer.forget()
         now = self._clock()
         self._rejoins = [at for at in self._rejoins if now - at < REJOIN_WINDOW_S]

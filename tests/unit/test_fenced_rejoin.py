@@ -92,7 +92,7 @@ def test_a_fenced_consumer_lets_go_at_once_and_rejoins_as_a_new_one() -> None:
     loop = _loop(clock, engine, made)
     old = loop._consumer
     with pytest.raises(_Rejoined):
-        loop._handle(FencedMessage())  # type: ignore[arg-type]
+        loop.fetcher.handle(FencedMessage())  # type: ignore[arg-type]
     assert engine.owned == set()
     assert old.closed  # type: ignore[attr-defined]
     assert len(made) == 1 and made[0].subscribed and loop._consumer is made[0]  # type: ignore[comparison-overlap]
@@ -103,10 +103,10 @@ def test_fenced_again_and_again_it_gives_up_and_the_leasekeeper_exits() -> None:
     loop = _loop(clock, engine, made)
     for _ in range(REJOINS):
         with pytest.raises(_Rejoined):
-            loop._handle(FencedMessage())  # type: ignore[arg-type]
+            loop.fetcher.handle(FencedMessage())  # type: ignore[arg-type]
         clock.now += 1
     with pytest.raises(KafkaException):
-        loop._handle(FencedMessage())  # type: ignore[arg-type]
+        loop.fetcher.handle(FencedMessage())  # type: ignore[arg-type]
     assert len(made) == REJOINS
 
 
@@ -115,6 +115,6 @@ def test_rejoins_long_ago_do_not_count() -> None:
     loop = _loop(clock, engine, made)
     for _ in range(REJOINS + 2):
         with pytest.raises(_Rejoined):
-            loop._handle(FencedMessage())  # type: ignore[arg-type]
+            loop.fetcher.handle(FencedMessage())  # type: ignore[arg-type]
         clock.now += REJOIN_WINDOW_S / REJOINS + 1
     assert len(made) == REJOINS + 2

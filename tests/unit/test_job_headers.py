@@ -391,10 +391,10 @@ def test_the_loop_offers_a_record_with_headers_without_the_registry() -> None:
     fake.down = True
     engine, consumer = _Engine(), _Consumer()
     loop = _loop(EnvelopeCodec(ConfluentSchemaRegistry(fake)), engine, consumer)
-    loop._handle(_Message(41, value, job_headers(job, value)))  # type: ignore[arg-type]
+    loop.fetcher.handle(_Message(41, value, job_headers(job, value)))  # type: ignore[arg-type]
     assert [(o, h.job_id, h.full) for o, h in engine.offered] == [(41, "j-1", None)]
     assert consumer.seeks == []
-    loop._handle(_Message(42, value))  # type: ignore[arg-type]  # no headers: held
+    loop.fetcher.handle(_Message(42, value))  # type: ignore[arg-type]  # no headers: held
     assert consumer.seeks == [("jobs.q", 0, 42)] and len(engine.offered) == 1
 
 
@@ -404,9 +404,9 @@ def test_the_loop_decodes_records_without_usable_headers() -> None:
     job = _job(tenant_id="t")
     value = CODEC.encode(job)
     unknown = [(n, b"2" if n == H_VERSION else v) for n, v in job_headers(job, value)]
-    loop._handle(_Message(1, value))  # type: ignore[arg-type]
-    loop._handle(_Message(2, value, unknown))  # type: ignore[arg-type]
-    loop._handle(_Message(3, value, job_headers(job, value)))  # type: ignore[arg-type]
+    loop.fetcher.handle(_Message(1, value))  # type: ignore[arg-type]
+    loop.fetcher.handle(_Message(2, value, unknown))  # type: ignore[arg-type]
+    loop.fetcher.handle(_Message(3, value, job_headers(job, value)))  # type: ignore[arg-type]
     assert [h.full is not None for _, h in engine.offered] == [True, True, False]
     assert all(h.job_id == "j-1" and h.payload(value) == job.payload for _, h in engine.offered)
 
@@ -422,8 +422,8 @@ def test_a_fetch_is_offered_under_one_lock_hold_and_in_offset_order() -> None:
     due: list[tuple[TopicPart, int, JobHead, bytes]] = []
     for offset, headers in [(1, True), (2, True), (3, False), (4, True), (5, True)]:
         message = _Message(offset, value, job_headers(job, value) if headers else None)
-        loop._handle(message, due)  # type: ignore[arg-type]
-    loop._offer(due)
+        loop.fetcher.handle(message, due)  # type: ignore[arg-type]
+    loop.fetcher.offer(due)
     assert [o for o, _ in engine.offered] == [1, 2, 3, 4, 5]
     assert engine.batches == [[1, 2], [3], [4, 5]]
 
@@ -477,7 +477,7 @@ def _hop_of(codec: _CountingCodec, job: Job, *, headers: bool) -> tuple[CopyRequ
     value = codec.encode(job)
     produced = job.run_at_ms - 90 * 60_000  # its hour in the tier is over
     message = _TierMessage(5, value, job_headers(job, value) if headers else None, produced)
-    loop._handle(message)  # type: ignore[arg-type]
+    loop.fetcher.handle(message)  # type: ignore[arg-type]
     (copy,) = engine.copied
     return copy, value
 

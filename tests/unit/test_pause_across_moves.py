@@ -95,12 +95,12 @@ def test_a_partition_paused_when_its_session_expired_is_fetched_when_it_comes_ba
     )
     partition = [TopicPartition(TP.topic, TP.partition)]
     loop.rebalance.on_assign(consumer, partition)  # type: ignore[arg-type]
-    loop._apply_backpressure()
+    loop.fetcher.apply_backpressure()
     assert consumer.paused == {TP}  # the window is full
 
     loop.rebalance.on_lost(consumer, partition)  # type: ignore[arg-type]
     engine.room = 10  # the window emptied meanwhile
-    loop._apply_backpressure()
+    loop.fetcher.apply_backpressure()
     loop.rebalance.on_assign(consumer, partition)  # type: ignore[arg-type]
-    loop._apply_backpressure()
+    loop.fetcher.apply_backpressure()
     assert consumer.paused == set()

@@ -404,8 +404,8 @@ def test_the_leasekeeper_holds_a_partition_whose_envelope_schema_is_unavailable(
         gate=gate,
         config=LoopConfig(),
     )
-    loop._handle(_Message(41, data))  # type: ignore[arg-type]
-    loop._handle(_Message(42, data))  # type: ignore[arg-type]  # same batch: skipped
+    loop.fetcher.handle(_Message(41, data))  # type: ignore[arg-type]
+    loop.fetcher.handle(_Message(42, data))  # type: ignore[arg-type]  # same batch: skipped
     assert consumer.seeks == [("jobs.q", 0, 41)]
     assert consumer.paused == [("jobs.q", 0)]
     assert gate.is_held(TopicPart("jobs.q", 0))
