@@ -3,9 +3,11 @@
 A deployment keeps its rare knobs (breaker rules, retry tiers, tenant limits) in
 one reviewed file instead of a 40-flag command line. Each key is an option's name
 without its dashes (``window-records = 5000``; ``window_records`` works too), so the
-file needs no documentation of its own beyond ``--help``. What is on the command
-line or in an option's environment variable wins over the file, and the file over
-the built-in defaults: click's ``default_map`` is exactly that layer.
+file needs no documentation of its own beyond ``--help``, and each value is checked
+by its option's own type, as the same text on the command line would be. A relative
+path is read from the file's folder. What is on the command line or in an option's
+environment variable wins over the file, and the file over the built-in defaults:
+click's ``default_map`` is exactly that layer.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def _keys(command: click.Command) -> dict[str, click.Option]:
     for param in command.params:
         if not isinstance(param, click.Option) or param.name in (None, "config_file"):
             continue
-        for opt in (*param.opts, *param.secondary_opts):
+        for opt in param.opts:
             if opt.startswith("--"):
                 keys[opt[2:]] = keys[opt[2:].replace("-", "_")] = param
     return keys
@@ -53,21 +55,36 @@ def defaults_from(path: Path, command: click.Command) -> dict[str, Any]:
             f"(keys are option names without the dashes, as in --help)",
             param_hint="--config",
         )
-    defaults: dict[str, Any] = {}
-    for key, value in data.items():
-        param = keys[key]
-        if isinstance(value, dict):
+    return {keys[key].name or key: _value(path, key, keys[key], v) for key, v in data.items()}
+
+
+def _value(path: Path, key: str, param: click.Option, value: object) -> object:
+    """What the command line would have given: text, so the option's own type checks
+    it as it checks a flag (``1.5`` is no count of records); a path relative to the
+    file's folder; true or false only for an on/off flag."""
+    where = f"{path}: {key}"
+    if isinstance(value, dict):
+        raise click.BadParameter(
+            f"{where} is a table; write the options at the top level", param_hint="--config"
+        )
+    if param.is_flag:
+        if not isinstance(value, bool):
+            raise click.BadParameter(f"{where} takes true or false", param_hint="--config")
+        return value
+    if isinstance(value, list) and not param.multiple:
+        raise click.BadParameter(f"{where} takes one value, not a list", param_hint="--config")
+    values = value if isinstance(value, list) else [value]
+    texts = []
+    for one in values:
+        if isinstance(one, bool | dict | list):
             raise click.BadParameter(
-                f"{path}: {key} is a table; write {command.name}'s options at the top level",
-                param_hint="--config",
+                f"{where}: {one!r} is not a value of {param.opts[0]}", param_hint="--config"
             )
-        if key.replace("_", "-") in {o.lstrip("-") for o in param.secondary_opts}:
-            value = not value  # ``no-status = true`` is the flag's off side
-        if param.multiple and not isinstance(value, list):
-            value = [value]
-        assert param.name is not None
-        defaults[param.name] = value
-    return defaults
+        text = str(one)
+        if isinstance(param.type, click.Path) and not Path(text).is_absolute():
+            text = str(path.parent / text)
+        texts.append(text)
+    return texts if param.multiple else texts[0]
 
 
 def _load(ctx: click.Context, param: click.Parameter, path: Path | None) -> None:

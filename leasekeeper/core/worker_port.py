@@ -80,6 +80,8 @@ class WorkerPort:
         which go to idle handlers and count as started at once. ``max_bytes`` (0: no
         cap) bounds the answer's size, each job's by ``size`` (what its encoding takes,
         which only the RPC front knows): the jobs past it stay ready, not leased."""
+        if max_bytes > 0 and size is None:
+            raise ValueError("a claim capped in bytes needs the size of a job's encoding")
         deadline = self._monotonic() + wait_s
         accept = of_types(job_types)
         claimers = self.claimers

@@ -131,9 +131,9 @@ class ConsumerLoop:
                                poll_timeout_s=config.poll_timeout_s,
                                until_commit=self._until_commit,
                                fail_fatally=self._fail_fatally)  # fmt: skip
-        # What each step does after its fetch, in this order; ``every_s`` 0: every step.
+        # What each step does after its fetch, in this order, then what runs on a timer.
         # Looked up when they run (lambdas): the parts a test fakes may lack some.
-        self._tasks: tuple[LoopTask, ...] = (
+        self._each_step: tuple[LoopTask, ...] = (
             # A rate-limited backlog must not fill the window.
             LoopTask("park what rate limits hold back", 0, lambda: engine.limits.park_excess()),
             LoopTask("send the copies", 0, lambda: outbox.pump()),
@@ -142,8 +142,8 @@ class ConsumerLoop:
             LoopTask("promote the delayed jobs due", 0, lambda: engine.fetch.promote_due()),
             LoopTask("follow the feeds", 0, self._follow_feeds),
             LoopTask("watch for floods", 0, lambda: self._overflow.poll(self._consumer)),
-            LoopTask("expire leases", config.reaper_interval_s, self._reap),
         )
+        self._timed = (LoopTask("expire leases", config.reaper_interval_s, self._reap),)
         self.committer = Committer(commits=engine.commits, consumer=lambda: self._consumer,
                                    producer=producer, clock=clock, backoff=backoff)  # fmt: skip
         self.rebalance = Rebalance(assignment=self._assignment, partitions=engine.partitions,
@@ -188,8 +188,10 @@ class ConsumerLoop:
     def _step(self) -> None:
         self._lanes.step(self.lane)
         self.fetcher.step()
+        for task in self._each_step:
+            task.run()
         now = self._clock()
-        for task in self._tasks:
+        for task in self._timed:
             task.run_if_due(now)
         commit_due = now - self._last_commit >= self._config.commit_interval_s
         if (commit_due or self._engine.commits.commit_soon()) and self.committer.may_commit(now):

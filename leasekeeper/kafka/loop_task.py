@@ -1,8 +1,8 @@
 """``LoopTask``: one named piece of the consumer loop's step, run every step or on a timer.
 
-The step is a fixed list of these (``ConsumerLoop._tasks``), so what the loop does
-after each fetch, in which order and how often, reads in one place; and a task that
-fails names itself in the error the leasekeeper stops with.
+The step runs two fixed lists of these (``ConsumerLoop._each_step`` and ``_timed``),
+so what the loop does after each fetch, in which order and how often, reads in one
+place; and a task that fails names itself in the error the leasekeeper stops with.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ class LoopTask:
             if now - self._last < self.every_s:
                 return
             self._last = now
+        self.run()
+
+    def run(self) -> None:
         try:
             self._run()
         except Exception as exc:

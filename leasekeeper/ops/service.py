@@ -396,4 +396,5 @@ class LeaseKeeperService:
 def _failure(exc: Exception) -> ServiceFailure:
     if isinstance(exc, StateMismatch) or classify(exc) is ErrorKind.SETUP:
         return ServiceFailure(message=str(exc), exit_code=2)
-    return ServiceFailure(message=f"the Kafka loop failed: {exc}", exit_code=1)
+    where = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))  # the loop's task
+    return ServiceFailure(message=f"the Kafka loop failed: {exc}{where}", exit_code=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from leasekeeper.kafka.loop_task import LoopTask
+from leasekeeper.ops.service import _failure
 
 
 def test_a_timed_task_runs_once_per_interval_and_an_untimed_one_every_step() -> None:
@@ -27,3 +28,17 @@ def test_a_failing_task_names_itself_in_the_error() -> None:
     with pytest.raises(RuntimeError, match="store closed") as raised:
         task.run_if_due(1.0)
     assert raised.value.__notes__ == ["in the consumer loop's task: promote the delayed jobs due"]
+
+
+def test_the_leasekeepers_failure_message_names_the_task() -> None:
+    """What ``serve`` prints when it stops (exit 1) says where the loop failed."""
+
+    def broken() -> None:
+        raise RuntimeError("store closed")
+
+    with pytest.raises(RuntimeError) as raised:
+        LoopTask("expire leases", 0.5, broken).run_if_due(1.0)
+    message = _failure(raised.value).message
+    assert message == (
+        "the Kafka loop failed: store closed (in the consumer loop's task: expire leases)"
+    )

@@ -78,9 +78,13 @@ no-status = true
     [
         ('queue = "q"\nwindow-recods = 3\n', "window-recods (did you mean window-records?)"),
         ('queue = "q"\n[breakers]\nx = 1\n', "no such option of serve: breakers"),
-        ('queue = "q"\nlease = [1, 2]\n', "lease"),
+        ('queue = "q"\nlease = [1, 2]\n', "lease takes one value, not a list"),
         ("queue = \n", "cannot read"),
         ('queue = "q"\nwindow-records = "many"\n', "'many' is not a valid integer"),
+        ('queue = "q"\nwindow-records = 1.5\n', "'1.5' is not a valid integer"),
+        ('queue = "q"\nwindow-records = [1]\n', "window-records takes one value, not a list"),
+        ('queue = "q"\nwindow-records = true\n', "True is not a value of --window-records"),
+        ('queue = "q"\nno-status = "yes"\n', "no-status takes true or false"),
     ],
 )
 def test_a_file_with_a_mistake_is_refused_naming_it(
@@ -100,3 +104,15 @@ def test_a_missing_file_is_refused(serve: list[ServeConfig], tmp_path: Path) -> 
     assert result.exit_code == 2
     assert "none.toml" in result.output and "does not exist" in result.output
     assert serve == []
+
+
+def test_a_relative_path_is_read_from_the_files_folder(
+    serve: list[ServeConfig], tmp_path: Path
+) -> None:
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "serve.toml"
+    path.write_text('queue = "q"\nstate-dir = "../state"\n')
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(path), "--bootstrap", "x:1"])
+    assert result.exit_code == 0, result.output
+    (config,) = serve
+    assert config.state_dir.resolve() == (tmp_path / "state").resolve()
