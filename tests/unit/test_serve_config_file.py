@@ -12,25 +12,18 @@ from click.testing import CliRunner, Result
 from leasekeeper.breaker.settings import BreakerRule
 from leasekeeper.ops import cli, serve_cli
 from leasekeeper.ops.service import ServeConfig
+from tests.unit.test_leasekeeper_exit import _FailedService
 
 
-class _Captured:
+class _Captured(_FailedService):
     """Stands in for the service: keeps the config ``serve`` built and stops at once."""
 
     seen: ClassVar[list[ServeConfig]] = []
     failure = None
 
     def __init__(self, config: ServeConfig) -> None:
+        super().__init__(config)
         self.seen.append(config)
-
-    def start(self) -> None:
-        pass
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return True
-
-    def stop(self, grace_s: float = 5.0) -> None:
-        pass
 
 
 @pytest.fixture
