@@ -36,9 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.rpc.listen import ChannelSecurity
 from leasekeeper.rpc.server import start_rpc_server
 from schemas.codec import EnvelopeCodec, SchemaRegistry

@@ -39,19 +39,6 @@ class RelayReport:
         if (self.error is None) == (self.waiting is None or self.lag_s is None):
             raise ValueError("a relay report has either the counts or an error, not both")
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "version": self.version,
-            "instance": self.instance,
-            "database": self.database,
-            "published_at_ms": self.published_at_ms,
-            "active": self.active,
-            "waiting": self.waiting,
-            "lag_s": self.lag_s,
-            "relayed": self.relayed,
-            "error": self.error,
-        }
-
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> RelayReport:
         """Parse a record of the topic; ValueError (or KeyError, TypeError) when it is

@@ -25,10 +25,10 @@ from jobcore.topic_admin import CONTROL_RETENTION_MS
 from jobcore.topics import QueueTopics
 from jobtesting.clock import FakeClock
 from leasekeeper.core.control_state import ControlState
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE, RetryBudget
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.kafka.control_feed import ControlFeed
 from leasekeeper.kafka.copy_sender import CopySender

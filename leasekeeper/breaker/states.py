@@ -4,8 +4,10 @@ show."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+
+from jobcore.plain import renamed, rounded
 
 __all__ = ["BreakerState", "BreakerView", "Transition"]
 
@@ -34,10 +36,10 @@ class Transition:
 class BreakerView:
     """One breaker as ``inspect`` and the metrics show it."""
 
-    job_type: str
+    job_type: str = field(metadata=renamed("type"))
     state: BreakerState
     rule: str
-    failure_rate: float
+    failure_rate: float = field(metadata=rounded(3))
     calls: int
     failures: int
     next_probe_in_s: float | None
@@ -47,20 +49,3 @@ class BreakerView:
     reason: str
     probes_out: int
     parked: int
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "type": self.job_type,
-            "state": self.state.value,
-            "rule": self.rule,
-            "failure_rate": round(self.failure_rate, 3),
-            "calls": self.calls,
-            "failures": self.failures,
-            "next_probe_in_s": self.next_probe_in_s,
-            "cooldown_s": self.cooldown_s,
-            "trips": self.trips,
-            "forced": self.forced,
-            "reason": self.reason,
-            "probes_out": self.probes_out,
-            "parked": self.parked,
-        }

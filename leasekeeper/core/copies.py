@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import IntEnum, StrEnum
+from typing import Any
 
 from jobcore.control import DedupeClaim, JobStatus
 from jobcore.progress import JobProgress
 from leasekeeper.core.leases import TopicPart
-from leasekeeper.ordering.values import LaneEntry
 from schemas.job import AttemptError, Job
 from schemas.job_headers import JobHead
 from schemas.vocabulary import DeadLetterReason
@@ -99,7 +99,10 @@ class CopyRequest:
     run_s: float = 0.0
     # RETRY, DEAD of a nacked attempt: its last progress, for a dead job's status record.
     progress: JobProgress | None = None
-    lane: LaneEntry | None = None  # LANE, RETURN, LANE_DROP
+    # LANE, RETURN, LANE_DROP: ordering's ``LaneEntry``, which the core only carries
+    # (``leasekeeper.ordering.values.lane_entry`` reads it back). ``Any``, not
+    # ``object``: a compiled dataclass looks its field types up by name in this module.
+    lane: Any = None
     # LANE of a dead head that blocks its line: the dead letter, sent once the lane
     # record is durable (its delivery resolves the offset).
     then: CopyRequest | None = None

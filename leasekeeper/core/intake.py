@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from jobcore.control import CancelledHow, DedupeClaim, JobEnd
 from leasekeeper.core import job_records as records
 from leasekeeper.core.clocks import now_ms
+from leasekeeper.core.context import EngineContext
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import CopyQueue
-from leasekeeper.core.engine_config import EngineContext
 from leasekeeper.core.hooks import Lines, Offer, OfferHook
 from leasekeeper.core.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.core.leases import Pending, TopicPart, restore_lease

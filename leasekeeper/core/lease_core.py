@@ -22,9 +22,9 @@ from jobcore.control import CancelledHow, JobEnd
 from jobcore.progress import JobProgress
 from leasekeeper.core import job_records as records
 from leasekeeper.core.clocks import now_ms
+from leasekeeper.core.context import EngineContext
 from leasekeeper.core.copies import CopyRequest, cap_error
 from leasekeeper.core.copy_queue import CopyQueue
-from leasekeeper.core.engine_config import EngineContext
 from leasekeeper.core.hooks import DispatchGate, LeaseEnd, Lines
 from leasekeeper.core.intake import Intake
 from leasekeeper.core.lease_lookup import LeaseLookup

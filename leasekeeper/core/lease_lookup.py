@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from leasekeeper.core.engine_config import Counters
+from leasekeeper.core.context import Counters
 from leasekeeper.core.leases import Lease, SettleKind, Settlement, parse_lease_id, refused
 from leasekeeper.core.partition_book import PartitionBook, PartitionState
 from leasekeeper.core.recent import RECENT_LIMIT

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from leasekeeper.core.clocks import now_ms
+from leasekeeper.core.context import Counters
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine_config import Counters
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.leases import Pending
 from leasekeeper.core.partition_book import PartitionBook

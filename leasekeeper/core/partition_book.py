@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from leasekeeper.core.commit_tracker import CommitTracker
+from leasekeeper.core.context import Counters
 from leasekeeper.core.copies import CopyRequest
-from leasekeeper.core.engine_config import Counters
 from leasekeeper.core.leases import Lease, Pending, TopicPart
 from leasekeeper.core.offset_metadata import METADATA_LIMIT, Progress
 from leasekeeper.core.offset_metadata import decode as decode_progress

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 __all__ = ["BudgetSnapshot", "RetryBudget"]
 
@@ -43,9 +43,6 @@ class BudgetSnapshot:
     retries_admitted: int
     retries_deferred: int
     longest_deferral_s: float
-
-    def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
 
 
 # The defaults of ``leasekeeper serve --retry-budget`` and ``--retry-budget-floor``,

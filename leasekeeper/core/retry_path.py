@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from leasekeeper.core.clocks import now_ms
+from leasekeeper.core.context import CoreSettings
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine_config import EngineConfig
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.leases import Lease, Pending
 from leasekeeper.core.retry_budget import RetryBudget
@@ -28,7 +28,7 @@ class FailurePath:
     def __init__(
         self,
         *,
-        config: EngineConfig,
+        config: CoreSettings,
         budget: RetryBudget,
         rng: random.Random,
         clock: Callable[[], float],

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 
+from jobcore.plain import plain
+from leasekeeper.core.context import EngineContext
 from leasekeeper.core.copies import CopyRequest
-from leasekeeper.core.engine_config import EngineContext
 from leasekeeper.core.leases import Pending
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.retry_path import FailurePath
@@ -106,7 +107,7 @@ class UnhandledSweep:
         for wait in waits:
             if now - self._logged.get(wait.type, now - REPEAT_MS) >= REPEAT_MS:
                 self._logged[wait.type] = now
-                log.warning("%s", unhandled_text(wait.to_dict(), now))
+                log.warning("%s", unhandled_text(plain(wait), now))
         for job_type in set(self._logged) - {w.type for w in waits}:
             del self._logged[job_type]
             log.info("no ready job of type %r waits for a worker any more", job_type)

@@ -10,7 +10,7 @@ shows, so the three cannot drift apart. This module imports nothing heavy: the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,12 +35,6 @@ class UnhandledWait:
     since_ms: int
     dead_at_ms: int
     handled: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        view = asdict(self)
-        view["topics"] = list(self.topics)
-        view["handled"] = list(self.handled)
-        return view
 
 
 def unhandled_text(wait: Mapping[str, Any], now_ms: int) -> str:

@@ -20,6 +20,7 @@ from jobcore.job_state import (
     progress_in,
     with_progress,
 )
+from jobcore.plain import plain
 from jobcore.status import switched_off_note
 from leasekeeper.dashboard.actions import Actions
 from leasekeeper.dashboard.fleet_view import FleetState
@@ -36,9 +37,6 @@ class JobWhere(JobReport):
 
     leasekeeper: str | None = None
     lease_id: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def lookup(
@@ -99,7 +97,7 @@ def job_page(base: str, job_id: str, found: JobWhere | None, *, can_act: bool = 
     )
     if found is None:
         return form
-    shown = {k: v for k, v in found.to_dict().items() if v is not None}
+    shown = {k: v for k, v in plain(found).items() if v is not None}
     hidden = ("at_ms", "until_ms", "duration_s", "note", "progress", "progress_message")
     rows = [(k, v) for k, v in shown.items() if k not in hidden]
     if found.progress_text is not None:

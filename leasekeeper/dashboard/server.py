@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, urlsplit
 
 from jobcore.kafka import KafkaException
+from jobcore.plain import plain
 from leasekeeper.dashboard.access import AccessPolicy, AccessVerdict, Request
 from leasekeeper.dashboard.actions import (
     Actions,
@@ -122,7 +123,7 @@ def get(d: Dashboard, path: str, query: str) -> Response:
         job_id, queues = _job_query(d, query)
         if (refused := _unknown_queue(d, queues)) is not None:
             return refused
-        return _json(lookup(d.actions, d.fleet, queues, job_id, now).to_dict())
+        return _json(plain(lookup(d.actions, d.fleet, queues, job_id, now)))
     return _queue_routes(d, path, query)
 
 
@@ -207,7 +208,7 @@ def _overview_json(d: Dashboard) -> dict[str, object]:
     return {
         "queues": queues,
         "leasekeepers": d.fleet.current(now),
-        "outbox_relays": [r.to_dict() for r in d.relays.current(now)],
+        "outbox_relays": [plain(r) for r in d.relays.current(now)],
     }
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from leasekeeper.core.engine_config import EngineConfig
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.window import ReadyWindow
+from leasekeeper.fairness.weighted import TenantPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,16 +42,11 @@ class FairnessSnapshot:
     classes: tuple[ClassView, ...]
     tenants: tuple[TenantView, ...]
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "classes": [asdict(c) for c in self.classes],
-            "tenants": [asdict(t) for t in self.tenants],
-        }
-
 
 def fairness_snapshot(
     *,
-    config: EngineConfig,
+    class_weights: Mapping[str, int],
+    tenants: TenantPolicy,
     window: ReadyWindow,
     book: PartitionBook,
     now_ms: int,
@@ -62,7 +57,7 @@ def fairness_snapshot(
     oldest: dict[str, int] = {}
     for pending in window.ready():
         name = pending.job.priority_class
-        name = name if name in config.class_weights else "default"
+        name = name if name in class_weights else "default"
         ready[name] += 1
         # Ready since it was due: a delayed, retried or parked job is not late for
         # the time it was meant to wait (the age must not raise the class's alert).
@@ -71,13 +66,15 @@ def fairness_snapshot(
     classes = tuple(
         ClassView(name=name, weight=weight, ready=ready[name],
                   oldest_ready_age_ms=None if name not in oldest else max(0, now_ms - oldest[name]))
-        for name, weight in config.class_weights.items()
+        for name, weight in class_weights.items()
     )  # fmt: skip
-    return FairnessSnapshot(classes=classes, tenants=_tenants(config, window, book, overflow or {}))
+    return FairnessSnapshot(
+        classes=classes, tenants=_tenants(tenants, window, book, overflow or {})
+    )
 
 
 def _tenants(
-    config: EngineConfig, window: ReadyWindow, book: PartitionBook, overflow: Mapping[str, int]
+    policy: TenantPolicy, window: ReadyWindow, book: PartitionBook, overflow: Mapping[str, int]
 ) -> tuple[TenantView, ...]:
     waiting = window.ready_by_tenant()
     running: Counter[str] = Counter()
@@ -89,7 +86,6 @@ def _tenants(
         return waiting.get(tenant, 0) + running[tenant] + overflow.get(tenant, 0)
 
     names = sorted(set(waiting) | set(running) | moved, key=lambda t: -busy(t))
-    policy = config.tenants
     return tuple(
         TenantView(tenant=t, ready=waiting.get(t, 0), in_flight=running[t],
                    cap=policy.cap(t), weight=policy.weight(t), overflow=overflow.get(t, 0))

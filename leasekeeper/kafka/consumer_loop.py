@@ -26,9 +26,9 @@ from jobcore.kafka import (
 )
 from jobcore.kafka_retry import Backoff
 from jobcore.topics import QueueTopics
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.engine import LeaseEngine
 from leasekeeper.kafka.committer import COMMIT_BACKOFF, HANDOVER_COMMIT_PATIENCE_S, Committer
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import FamilyConsumer

@@ -15,7 +15,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from jobcore.control import Cancellation, DedupeClaim
 from jobcore.kafka import (
@@ -28,28 +27,9 @@ from jobcore.kafka import (
 )
 from jobcore.topics import QueueTopics
 from leasekeeper.core.control_state import ControlState
+from leasekeeper.views.snapshots import ControlSnapshot
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ControlSnapshot:
-    """How big the control state is and how long the start-up read took."""
-
-    cancellations: int
-    dedupe_claims: int
-    pruned: int
-    catch_up_s: float | None
-    catch_up_records: int
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "cancellations": self.cancellations,
-            "dedupe_claims": self.dedupe_claims,
-            "pruned": self.pruned,
-            "catch_up_s": self.catch_up_s,
-            "catch_up_records": self.catch_up_records,
-        }
 
 
 class ControlFeed:

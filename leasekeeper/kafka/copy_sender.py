@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jobcore.kafka import ProduceError, ProduceFailure, Producer, produce_once
 from leasekeeper.core.copies import CopyKind, CopyRequest, Shrink
@@ -42,6 +42,7 @@ from leasekeeper.kafka.result_sender import ResultSender
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.kafka.status_sender import StatusSender
 from leasekeeper.ordering.lane import LaneUnavailable
+from leasekeeper.views.snapshots import BlockedCopy, OutboxView
 from schemas.confluent import SchemaUnavailable
 
 log = logging.getLogger(__name__)
@@ -67,42 +68,6 @@ class _Entry:
     topic: str = ""  # where the last send went
     offset: int = -1  # where the copy landed, once delivered
     blocked: str = ""  # why the copy cannot be sent, while it cannot
-
-
-@dataclass(frozen=True, kw_only=True)
-class BlockedCopy:
-    topic: str
-    partition: int
-    offset: int
-    kind: CopyKind
-    reason: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutboxView:
-    """What the outbox holds, for snapshots and metrics (any thread may read it)."""
-
-    pending: int = 0
-    in_flight: int = 0
-    blocked: tuple[BlockedCopy, ...] = ()
-    counters: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "pending": self.pending,
-            "in_flight": self.in_flight,
-            "blocked": [
-                {
-                    "topic": b.topic,
-                    "partition": b.partition,
-                    "offset": b.offset,
-                    "kind": b.kind.value,
-                    "reason": b.reason,
-                }
-                for b in self.blocked
-            ],
-            "counters": dict(self.counters),
-        }
 
 
 class CopySender:

@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable
 
 from jobcore.kafka import Consumer, KafkaError, Message, TopicPartition
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.engine import LeaseEngine
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import FamilyConsumer
 from leasekeeper.kafka.fetch_path import gather

@@ -28,7 +28,7 @@ from leasekeeper.core.copies import (
 )
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.ordering.lane import LaneUnavailable, encode_entry
-from leasekeeper.ordering.values import LaneEntry
+from leasekeeper.ordering.values import LaneEntry, lane_entry
 from schemas.codec import EnvelopeCodec
 from schemas.confluent import SchemaUnavailable
 from schemas.job import DeadLetter, DeadLetterReason, Job
@@ -156,7 +156,7 @@ class KafkaRouter:
     def _lane(self, request: CopyRequest) -> OutRecord:
         """An ordered job to the ordering lane, back to its class topic (keyed by tenant,
         so into its line's partition), or its lane record's tombstone."""
-        entry = request.lane
+        entry = lane_entry(request)
         assert entry is not None
         if request.kind is CopyKind.RETURN:
             job = entry.job

@@ -18,7 +18,7 @@ Three hooks, all under the engine's lock:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from leasekeeper.core.copies import CopyRequest
 from leasekeeper.core.hooks import Accept, LeaseEnd
@@ -43,9 +43,6 @@ class LimitsSnapshot:
 
     share: float
     limiters: tuple[LimiterView, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        return {"share": self.share, "limiters": [asdict(v) for v in self.limiters]}
 
 
 class LimitDispatch:

@@ -23,13 +23,13 @@ from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
 from jobcore.topic_admin import retention_ms
 from leasekeeper.breaker.cli import breaker_settings
-from leasekeeper.core.engine import EngineConfig
 from leasekeeper.core.retry_policy import (
     DEFAULT_PERMANENT_ERRORS,
     Jitter,
     RetryPolicies,
     RetryPolicy,
 )
+from leasekeeper.engine import EngineConfig
 from leasekeeper.fairness.ready_targets import ready_targets
 from leasekeeper.fairness.tenant_config import tenant_policy
 from leasekeeper.kafka.consumer_loop import LoopConfig

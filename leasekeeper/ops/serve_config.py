@@ -11,8 +11,8 @@ from pathlib import Path
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaSettings
 from jobcore.schema_registry import RegistrySettings
-from leasekeeper.core.engine import EngineConfig
 from leasekeeper.core.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
+from leasekeeper.engine import EngineConfig
 from leasekeeper.fairness.ready_targets import DEFAULT_READY_TARGETS
 from leasekeeper.kafka.consumer_loop import LoopConfig
 from leasekeeper.rpc.listen import DEFAULT_SOCKET_MODE, ChannelSecurity

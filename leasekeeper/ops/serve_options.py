@@ -30,9 +30,9 @@ from jobcore.delay_tiers import DEFAULT_TIERS
 from jobcore.durations import DURATION, shown
 from jobcore.topic_admin import STATUS_RETENTION_HELP
 from leasekeeper.breaker.settings import BreakerSettings
-from leasekeeper.core.engine import EngineConfig
 from leasekeeper.core.retry_budget import DEFAULT_MIN_RETRIES, DEFAULT_SHARE
 from leasekeeper.core.retry_policy import Jitter, RetryPolicy
+from leasekeeper.engine import EngineConfig
 from leasekeeper.kafka.consumer_loop import LoopConfig
 from leasekeeper.ops.service import ServeConfig
 from leasekeeper.ordering.values import OnDead

@@ -32,12 +32,12 @@ from jobcore.topics import QueueTopics
 from leasekeeper.breaker.feed import BreakerFeed
 from leasekeeper.core.control_state import ControlState
 from leasekeeper.core.copies import CopyRequest
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.retry_budget import RetryBudget
 from leasekeeper.core.state_identity import StateIdentity, StateMismatch, check_identity
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.engine import LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop
 from leasekeeper.kafka.control_feed import ControlFeed
 from leasekeeper.kafka.copy_sender import CopySender

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from leasekeeper.core.context import Counters
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine_config import Counters
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.partition_book import PartitionBook
@@ -25,7 +25,14 @@ from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.store_values import Resolution
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.ordering.keys import KeyBook
-from leasekeeper.ordering.values import BlockedLine, LaneEntry, LaneState, Verdict, line_of
+from leasekeeper.ordering.values import (
+    BlockedLine,
+    LaneEntry,
+    LaneState,
+    Verdict,
+    lane_entry,
+    line_of,
+)
 from schemas.job_headers import JobHead
 from schemas.vocabulary import DeadLetterReason
 
@@ -185,7 +192,7 @@ class OrderingGate:
     def copy_delivered(self, request: CopyRequest, *, dead: bool, at: int) -> bool:
         """A lane copy or an ordered job's dead letter is durable; True when handled
         here (the engine resolves nothing more)."""
-        kind, entry = request.kind, request.lane
+        kind, entry = request.kind, lane_entry(request)
         if kind is CopyKind.DEAD and request.job is not None and request.offset >= 0:
             self._dead_delivered(request)
             return False
@@ -229,8 +236,9 @@ class OrderingGate:
             self.finished(pending)
 
     def copy_dropped(self, request: CopyRequest) -> None:
-        if request.kind is CopyKind.RETURN and request.lane is not None:
-            self.keys.return_dropped(request.lane)
+        entry = lane_entry(request)
+        if request.kind is CopyKind.RETURN and entry is not None:
+            self.keys.return_dropped(entry)
 
     # -- the PartitionHook protocol (core/hooks.py) -------------------------------
 

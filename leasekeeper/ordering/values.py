@@ -7,9 +7,11 @@ what carries these values (copies, the lane, the views) imports them, not the bo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from jobcore.plain import FLATTEN
+from leasekeeper.core.copies import CopyRequest
 from leasekeeper.core.leases import Pending, TopicPart
 from schemas.job import Job
 from schemas.vocabulary import OnDead
@@ -88,6 +90,15 @@ class LaneEntry:
         return self.state is LaneState.DEAD or self.due_ms > now_ms
 
 
+def lane_entry(request: CopyRequest) -> LaneEntry | None:
+    """The lane entry a LANE, RETURN or LANE_DROP copy carries (None for other copies)."""
+    entry = request.lane
+    if entry is None:
+        return None
+    assert isinstance(entry, LaneEntry), f"{request.describe}: carries {type(entry).__name__}"
+    return entry
+
+
 def lane_key(tp: TopicPart, seq: int) -> str:
     return f"{tp.topic}|{tp.partition}|{seq}"
 
@@ -96,27 +107,13 @@ def lane_key(tp: TopicPart, seq: int) -> str:
 class BlockedLine:
     """A line whose head is out, for ``inspect`` and the metrics."""
 
-    line: LineId
+    line: LineId = field(metadata=FLATTEN)  # shown as its topic, partition, tenant, key
     head_seq: int
     job_id: str
     state: LaneState
     due_ms: int
     reason: str
     held: int  # jobs of the line in the lane behind the head
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "topic": self.line.topic,
-            "partition": self.line.partition,
-            "tenant": self.line.tenant,
-            "key": self.line.key,
-            "head_seq": self.head_seq,
-            "job_id": self.job_id,
-            "state": self.state.value,
-            "due_ms": self.due_ms,
-            "reason": self.reason,
-            "held": self.held,
-        }
 
 
 def line_of(pending: Pending) -> LineId | None:

@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 
 from jobcore.config import AUTH_METADATA_KEY, CLAIM_ANSWER_BYTES
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import Grant
 from leasekeeper.core.recent_settles import RecentSettles
+from leasekeeper.engine import LeaseEngine
 from leasekeeper.rpc.listen import (
     ChannelSecurity,
     ListenError,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from leasekeeper.core.clocks import now_ms as wall_ms
+from leasekeeper.core.context import Counters
 from leasekeeper.core.control_state import ControlState
-from leasekeeper.core.engine_config import Counters, EngineConfig
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.job_records import NOTE_OVERDUE_MS
 from leasekeeper.core.lease_core import LeaseCore
@@ -25,6 +25,7 @@ from leasekeeper.core.store_values import NoteKind
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.fairness.view import FairnessSnapshot, fairness_snapshot
+from leasekeeper.fairness.weighted import TenantPolicy
 from leasekeeper.views.id_prefix import PrefixError, resolve_prefix
 from leasekeeper.views.job_view import (
     InspectState,
@@ -46,7 +47,8 @@ class ViewPort:
         self,
         *,
         lock: threading.RLock,
-        config: EngineConfig,
+        class_weights: Mapping[str, int],
+        tenants: TenantPolicy,
         book: PartitionBook,
         window: ReadyWindow,
         core: LeaseCore,
@@ -62,7 +64,8 @@ class ViewPort:
     ) -> None:
         """``overflow``: per tenant, its jobs in the overflow lane."""
         self._lock = lock
-        self._config = config
+        self._class_weights = class_weights
+        self._tenants = tenants
         self._book = book
         self._window = window
         self._core = core
@@ -86,7 +89,8 @@ class ViewPort:
     def fairness(self) -> FairnessSnapshot:
         """Per priority class and per tenant: what ``inspect`` and the metrics show."""
         with self._lock:
-            return fairness_snapshot(config=self._config, window=self._window,
+            return fairness_snapshot(class_weights=self._class_weights, tenants=self._tenants,
+                                     window=self._window,
                                      book=self._book, now_ms=wall_ms(self._clock),
                                      overflow=self._overflow())  # fmt: skip
 

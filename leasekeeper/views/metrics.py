@@ -15,7 +15,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from leasekeeper.core.engine_config import counter_help
+from leasekeeper.core.context import counter_help
 from leasekeeper.views.alerting_metrics import alerting_families
 
 # Every field of the engine's Counters is exported (a new counter needs no edit here),

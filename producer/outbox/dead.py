@@ -77,19 +77,6 @@ class DeadRow:
     dead_at: datetime
     job_id: str
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "job_id": self.job_id,
-            "queue": self.queue,
-            "tenant_id": self.tenant_id,
-            "type": self.type,
-            "ordering_key": self.ordering_key,
-            "reason": self.reason,
-            "error": self.error,
-            "dead_at": self.dead_at.isoformat(),
-        }
-
 
 @dataclass(frozen=True, kw_only=True)
 class Selection:

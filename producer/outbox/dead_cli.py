@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from jobcore.plain import plain
 from producer.outbox.dead import DeadRow, Selection, dead_rows, drop, retry
 from producer.outbox.dsn import dsn_option, dsn_source
 from producer.outbox.failures import DeadReason
@@ -62,7 +63,7 @@ def list_(
     selection = Selection(queue=queue, tenant=tenant, reason=reason)
     rows = _with_db(dsn, lambda conn: dead_rows(conn, selection, limit))
     if as_json:
-        click.echo(json.dumps([row.to_dict() for row in rows], indent=2))
+        click.echo(json.dumps([plain(row) for row in rows], indent=2))
         return
     if not rows:
         click.echo(f"no dead outbox rows in {_where(dsn)}")

@@ -17,6 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from jobcore.kafka import KafkaSettings
 from jobcore.live_topic import LivePublisher, LiveTopic
+from jobcore.plain import plain_dict
 from jobcore.relay_report import RelayReport
 from jobcore.topic_admin import ensure_outbox_relays_topic
 from producer.outbox.relay import OutboxStats
@@ -64,8 +65,8 @@ class RelayReporter:
         except psycopg.Error as exc:
             self.close()
             log.debug("outbox relay report: cannot read %s: %s", self._database, exc)
-            return self._report(now_ms, error=_reason(exc)).to_dict()
-        return self._report(now_ms, waiting=stats.waiting, lag_s=stats.lag_s).to_dict()
+            return plain_dict(self._report(now_ms, error=_reason(exc)))
+        return plain_dict(self._report(now_ms, waiting=stats.waiting, lag_s=stats.lag_s))
 
     def _report(
         self,

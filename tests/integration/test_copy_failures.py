@@ -27,8 +27,8 @@ from jobcore.kafka import (
     make_producer,
 )
 from jobcore.topics import QueueTopics
-from leasekeeper.core.engine import EngineConfig
 from leasekeeper.core.leases import Grant, SettleKind, Settlement
+from leasekeeper.engine import EngineConfig
 from leasekeeper.ops.service import LeaseKeeperService, ServeConfig
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import DeadLetter, Job

@@ -14,10 +14,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from jobcore.plain import plain
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard.kafka_view import DeadLetterFigures, dlq_depth
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.fairness.ready_targets import ready_targets
 from leasekeeper.limits.lines import limit_lines
 from leasekeeper.limits.rate_limit import rate_limit_config
@@ -46,7 +47,7 @@ def limited_snapshot(path: Path) -> dict[str, Any]:
         "ready": 2,
         "partitions": [],
         "counters": dict.fromkeys(COUNTERS, 0),
-        "limits": snap.to_dict(),
+        "limits": plain(snap),
         "dead_letters": {"depth": 17, "newest_ms": NOW_MS - 90_000, "checked_ms": NOW_MS},
     }
 

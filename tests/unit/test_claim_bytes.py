@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from jobcore.config import CLAIM_ANSWER_BYTES, RPC_MESSAGE_BYTES
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, Pending, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.rpc.listen import ChannelSecurity
 from leasekeeper.rpc.server import LeaseKeeperServicer, start_rpc_server
 from leasekeeper.rpc.wire import claimed, claimed_size

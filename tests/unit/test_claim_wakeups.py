@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

@@ -9,10 +9,10 @@ import pytest
 
 from jobcore.control import Cancellation, DedupeClaim
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.offset_metadata import decode as decode_progress
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 
 from jobcore.delay_tiers import DelayTiers
+from jobcore.plain import plain
 from jobcore.topics import QueueTopics
 from leasekeeper.breaker.feed import BreakerRecord, operator_record
 from leasekeeper.breaker.settings import BreakerRule, BreakerSettings
 from leasekeeper.breaker.states import BreakerState
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.views.inspect_view import breaker_lines
 from leasekeeper.views.metrics import EngineCollector
@@ -174,7 +175,7 @@ def test_inspect_and_metrics_show_each_breaker(engine: LeaseEngine) -> None:
     open_mail(engine)
     engine.fetch.offer(TP, 4, job(4, "mail"), b"x")
     engine.fetch.promote_due()
-    views = [b.to_dict() for b in engine.breakers.views()]
+    views = [plain(b) for b in engine.breakers.views()]
     snapshot = {"breakers": views}
     (line,) = breaker_lines(snapshot)
     assert "mail: open" in line and "100% of 4 calls" in line and "next probe in 10s" in line

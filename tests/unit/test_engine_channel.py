@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from leasekeeper.core.engine import UNKNOWN_JOB_TYPE, EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import UNKNOWN_JOB_TYPE, EngineConfig, LeaseEngine
 from schemas.job import Job
 from tests.unit.test_engine import Clock, RecordingRouter, job
 

@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-from leasekeeper.core.engine import LeaseEngine
-from leasekeeper.core.engine_config import EngineConfig
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.recent import RECENT_LIMIT
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.fairness.weighted import TenantPolicy
 from leasekeeper.limits.rate_limit import rate_limit_config
 from schemas.job import Job

@@ -10,10 +10,10 @@ import pytest
 
 from jobcore.control import Cancellation
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.ordering.values import LaneState, OnDead
 from schemas.job import Job
 from schemas.vocabulary import DeadLetterReason

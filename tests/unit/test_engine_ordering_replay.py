@@ -9,11 +9,11 @@ from pathlib import Path
 
 from jobcore.control import Cancellation
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dlq.replay import replay_job
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.ordering.values import OnDead
 from schemas.job import Job
 

@@ -10,12 +10,13 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from leasekeeper.core.engine import Counters, EngineConfig, LeaseEngine
+from jobcore.plain import plain
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.partition_book import PartitionBook
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.store_values import Resolution
 from leasekeeper.core.window import ReadyWindow
+from leasekeeper.engine import Counters, EngineConfig, LeaseEngine
 from leasekeeper.fairness.round_robin import TenantRoundRobin
 from leasekeeper.fairness.weighted import ready_policy
 from leasekeeper.views.metrics import EngineCollector
@@ -110,7 +111,7 @@ def test_the_snapshot_is_typed_and_becomes_json_at_the_edge(tmp_path: Path) -> N
     assert isinstance(snap, EngineSnapshot)
     assert snap.partitions[0].leases[0].job_id == "job-0"
     assert snap.in_flight_by_tenant == {"acme": 1}
-    data = json.loads(json.dumps(snap.to_dict()))
+    data = json.loads(json.dumps(plain(snap)))
     assert data["partitions"][0]["leases"][0]["worker"] == "w"
     assert set(data["counters"]) == {f.name for f in fields(Counters)}
 

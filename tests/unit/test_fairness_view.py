@@ -8,9 +8,10 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from jobcore.plain import plain
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.fairness.weighted import TenantPolicy
 from leasekeeper.views.inspect_view import fairness_lines
 from leasekeeper.views.metrics import TOP_TENANTS, EngineCollector
@@ -33,7 +34,7 @@ def test_the_snapshot_shows_each_class_and_each_tenant(tmp_path: Path) -> None:
     engine.fetch.offer(TP, 1, job(1, "acme", "bulk", created_ms=999_000), b"x")
     engine.fetch.offer(TP, 2, job(2, "zed", "bulk", created_ms=995_000), b"x")
     engine.workers.claim("w", 1, wait_s=0)  # the critical job
-    view = json.loads(json.dumps(engine.views.fairness().to_dict()))
+    view = json.loads(json.dumps(plain(engine.views.fairness())))
     assert view["classes"] == [
         {"name": "critical", "weight": 6, "ready": 0, "oldest_ready_age_ms": None},
         {"name": "default", "weight": 3, "ready": 0, "oldest_ready_age_ms": None},

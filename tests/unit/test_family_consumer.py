@@ -10,9 +10,9 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from jobcore.priority import PriorityClasses
 from jobcore.topics import QueueTopics
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.engine import LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import (

@@ -86,7 +86,7 @@ def test_jobs_gc_default_keeps_pythons_settings(value: str) -> None:
 
 def test_importing_the_library_tunes_nothing() -> None:
     code = (
-        "import gc, json; import producer, workers, leasekeeper.core.engine; "
+        "import gc, json; import producer, workers, leasekeeper.engine; "
         "print(json.dumps([gc.get_threshold(), gc.get_freeze_count()]))"
     )
     thresholds, frozen = _run(code)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.window import ReadyWindow
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -12,11 +12,11 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind, CopyRequest, Shrink
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.leases import Pending, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.kafka.router import KafkaRouter
 from schemas.codec import DecodeError, EnvelopeCodec, SchemaRegistry

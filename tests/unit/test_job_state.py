@@ -21,12 +21,13 @@ from jobcore.job_state import (
     from_status,
 )
 from jobcore.kafka import KafkaSettings
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from jobcore.plain import plain
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard import job_lookup
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.job_detail import job_at, job_section
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.views.finished import status_view
 from producer import lookup as producer_lookup
 from producer.status import CancelAnswer, CancelOutcome, ended
@@ -170,7 +171,7 @@ def test_the_dashboard_reports_skipped_jobs_and_names_who_knows_waiting_ones() -
     actions: Any = _Actions({"dup": SKIPPED})
     skipped = job_lookup.lookup(actions, FleetState(), ["q"], "dup", 0)
     assert (skipped.state, skipped.duplicate_of) == (JobState.SKIPPED, "orig")
-    assert json.loads(json.dumps(skipped.to_dict()))["state"] == "skipped"
+    assert json.loads(json.dumps(plain(skipped)))["state"] == "skipped"
     waiting = job_lookup.lookup(actions, FleetState(), ["q"], "waiting", 0)
     assert (waiting.state, waiting.note) == (JobState.NOT_FOUND, DASHBOARD_KNOWS)
     page = job_lookup.job_page("", "waiting", waiting)

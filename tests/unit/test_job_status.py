@@ -15,9 +15,9 @@ from jobcore.control import (
 )
 from jobcore.status import switched_off_note
 from leasekeeper.core.copies import CopyKind
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from producer.status import CancelAnswer, CancelOutcome, ended
 from schemas.job import Job
 from schemas.job_headers import JobHead

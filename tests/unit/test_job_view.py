@@ -12,9 +12,9 @@ import uuid
 from pathlib import Path
 
 from jobcore.control import Cancellation, DedupeClaim
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from schemas.job import Job
 from schemas.job_headers import JobHead
 

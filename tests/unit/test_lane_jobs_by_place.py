@@ -17,10 +17,9 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import Producer
 from jobcore.topics import QueueTopics
-from leasekeeper.core.engine import LeaseEngine
-from leasekeeper.core.engine_config import EngineConfig
 from leasekeeper.core.leases import Pending, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.ordering.keys import KeyBook

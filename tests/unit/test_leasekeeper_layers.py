@@ -3,14 +3,14 @@
 ``leasekeeper/`` holds one folder per concept and no module of its own. The folders
 are layered: a module imports its own folder and the layers below it, never one
 beside or above. ``core`` (the lease state machine) is at the bottom, the features
-on top of it, then the Kafka side and the RPC front, the views that read them all,
-then the dead-letter tools, the dashboard, and the operator's commands at the top.
+on top of it (the core calls them only through ``core/hooks.py``), the views that read
+both, then ``engine``, the composition root that builds the core, the features and
+their ports; then the Kafka side and the RPC front that drive the engine, the
+dead-letter tools, the dashboard, and the operator's commands at the top.
 
-The crossings that exist today are listed in ``CROSSINGS``, each a debt: the engine
-and its configuration build the features (the rest of the core calls them only
-through ``core/hooks.py``), copies carry ordering's lane entry, and the engine builds
-the views' snapshots. The list may only shrink: a new crossing fails, and so does an
-entry that no longer crosses (delete it).
+``CROSSINGS`` lists the modules allowed to import across, each a debt; it is empty
+and may only shrink: a new crossing fails, and so does an entry that no longer crosses
+(delete it).
 """
 
 from __future__ import annotations
@@ -28,22 +28,16 @@ LAYERS = {
     "limits": 1,
     "ordering": 1,
     "overflow": 1,
-    "kafka": 2,
-    "rpc": 2,
-    "views": 3,
-    "dlq": 4,
-    "dashboard": 5,
-    "ops": 6,
+    "views": 2,
+    "engine": 3,
+    "kafka": 4,
+    "rpc": 4,
+    "dlq": 5,
+    "dashboard": 6,
+    "ops": 7,
 }
 
-CROSSINGS = {
-    "leasekeeper/core/copies.py": {"ordering"},
-    "leasekeeper/core/engine.py": {
-        *("breaker", "fairness", "limits", "ordering", "overflow"),
-        "views",
-    },
-    "leasekeeper/core/engine_config.py": {"breaker", "fairness", "limits", "ordering"},
-}
+CROSSINGS: dict[str, set[str]] = {}
 
 
 def folders_imported(path: Path) -> set[str]:

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from jobcore.config import default_leasekeeper_target
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.ops.cli import main as leasekeeper_cli
 from leasekeeper.rpc.listen import (
     ChannelSecurity,

@@ -19,10 +19,10 @@ from confluent_kafka import TopicPartition
 from jobcore.delay_tiers import DelayTiers
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from schemas.codec import EnvelopeCodec, SchemaRegistry

@@ -17,10 +17,10 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaSettings, make_consumer, make_producer
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.router import KafkaRouter

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from jobcore.control import DedupeClaim
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

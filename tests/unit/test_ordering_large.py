@@ -20,10 +20,10 @@ import pytest
 from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, KafkaException, Producer
 from jobcore.topics import QueueTopics
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.retry_policy import Jitter, RetryPolicies, RetryPolicy
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.ordering.values import OnDead

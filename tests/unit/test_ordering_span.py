@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from leasekeeper.core.copies import CopyKind
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
 from schemas.job import Job
 

@@ -19,9 +19,9 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.kafka import KafkaError, KafkaException, Producer
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
 from leasekeeper.kafka.router import KafkaRouter
 from schemas.codec import EnvelopeCodec, SchemaRegistry

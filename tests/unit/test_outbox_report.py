@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from jobcore.plain import plain
 from jobcore.relay_report import RelayReport
 from leasekeeper.dashboard.relays_view import RelayState, human_duration, relays_section
 from producer.outbox.relay import OutboxStats
@@ -32,7 +33,7 @@ def report(**changes: Any) -> RelayReport:
 
 
 def encoded(r: RelayReport) -> bytes:
-    return json.dumps(r.to_dict()).encode()
+    return json.dumps(plain(r)).encode()
 
 
 def test_a_report_round_trips_and_is_versioned() -> None:
@@ -49,7 +50,7 @@ def test_a_report_has_the_counts_or_an_error_never_both() -> None:
     with pytest.raises(ValueError):
         report(waiting=None, lag_s=None)
     failed = report(waiting=None, lag_s=None, error="connection refused")
-    assert failed.to_dict()["waiting"] is None
+    assert plain(failed)["waiting"] is None
 
 
 def test_the_database_is_named_without_its_password() -> None:

@@ -7,10 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.offset_metadata import decode as decode_progress
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.overflow.policy import (
     MAX_TENANTS,
     SECTION,

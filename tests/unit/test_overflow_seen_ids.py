@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leasekeeper.core.engine import LeaseEngine
-from leasekeeper.core.engine_config import EngineConfig
 from leasekeeper.core.leases import Pending, TopicPart
 from leasekeeper.core.recent import RECENT_LIMIT
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.overflow.moves import SEEN_IDS
 from schemas.job import Job
 from schemas.job_headers import JobHead

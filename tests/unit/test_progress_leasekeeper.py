@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from jobcore.plain import plain
 from jobcore.progress import MESSAGE_MAX, JobProgress
 from leasekeeper.core.copies import CopyKind
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import Grant, SettleKind, Settlement
+from leasekeeper.engine import LeaseEngine
 from leasekeeper.rpc.wire import settlements, told_progress
 from schemas import worker_pb2 as pb
 from tests.unit import test_registry_outage as outage
@@ -36,7 +37,7 @@ def _leased(tmp_path: Path, clock: Clock, router: RecordingRouter, **cfg: int) -
 
 
 def _lease_views(engine: LeaseEngine) -> list[dict[str, object]]:
-    return [lease.to_dict() for part in engine.views.snapshot().partitions for lease in part.leases]
+    return [plain(lease) for part in engine.views.snapshot().partitions for lease in part.leases]
 
 
 def test_a_heartbeat_s_progress_is_held_with_the_lease_and_shown(

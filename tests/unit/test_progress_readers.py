@@ -12,13 +12,14 @@ import pytest
 
 from jobcore.control import JobEnd, JobStatus
 from jobcore.job_state import JobState, from_answer, from_inspect, from_status
+from jobcore.plain import plain
 from jobcore.progress import JobProgress
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard import job_lookup
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.pages import leasekeepers_page
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.views.finished import status_view
 from leasekeeper.views.fleet import fleet_record
 from leasekeeper.views.inspect_view import job_lines
@@ -97,7 +98,7 @@ def test_a_leased_job_s_progress_reaches_the_dashboard_and_producer_status(
     # the dashboard, from the snapshot the leasekeeper publishes
     snapshot = {
         "queue": "q",
-        "partitions": [p.to_dict() for p in engine.views.snapshot().partitions],
+        "partitions": [plain(p) for p in engine.views.snapshot().partitions],
     }
     fleet = FleetState()
     at_ms = int(now * 1000)
@@ -114,7 +115,7 @@ def test_a_leased_job_s_progress_reaches_the_dashboard_and_producer_status(
     )
 
     # producer status --dashboard: the dashboard's /api/job answer, read back
-    answer = json.loads(json.dumps(found.to_dict()))
+    answer = json.loads(json.dumps(plain(found)))
     report = from_answer(answer, source="dashboard")
     (line,) = JobLookup(**vars(report)).lines(str)
     assert line.startswith("job job-5: leased") and f"progress {SAID.text()}" in line

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from leasekeeper.core.copies import CopyKind
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.limits.admission import HORIZONS_KEPT
 from leasekeeper.limits.rate_limit import (
     MIN_HOLD,

@@ -22,9 +22,9 @@ from jobcore.topics import QueueTopics
 from leasekeeper.breaker.states import BreakerState
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import HELD_RETRY_S
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.copy_sender import CopySender, OutboxConfig
 from leasekeeper.kafka.router import KafkaRouter
 from leasekeeper.limits.rate_limit import MIN_HOLD, rate_limit_config

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from jobcore.control import DedupeClaim
 from leasekeeper.core.copies import CopyKind
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.resolved_ids import ResolvedIds
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from schemas.job import Job
 
 JOB = Job(job_id="j-1", queue="q", tenant_id="acme", type="noop", payload=b"", created_at_ms=0)

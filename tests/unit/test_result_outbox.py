@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from jobcore.kafka import KafkaError
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from tests.unit.test_outbox import TOPICS, TP, Rig, job, rig
 
 __all__ = ["rig"]  # the fixture, used by name

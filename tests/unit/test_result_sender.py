@@ -18,9 +18,9 @@ from jobcore.kafka import KafkaError, KafkaSettings
 from jobcore.kafka import Producer as KafkaProducer
 from jobcore.results import results_partition
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka import result_sender as sender_module
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.result_sender import RETRY_AFTER_S, ResultSender

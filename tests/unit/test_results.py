@@ -30,9 +30,9 @@ from jobcore.results import (
 )
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind, CopyRequest
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.router import KafkaRouter
 from schemas import worker_pb2
 from schemas.codec import MARKER, EnvelopeCodec, PayloadError, SchemaRegistry

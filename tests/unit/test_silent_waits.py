@@ -17,11 +17,12 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from jobcore.kafka import KafkaSettings
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
+from jobcore.plain import plain
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.dashboard.fleet_view import FleetState
 from leasekeeper.dashboard.kafka_view import QueueOffsets
 from leasekeeper.dashboard.pages import queue_page
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.ops import cli
 from leasekeeper.ops.service import LeaseKeeperService, ServeConfig
 from leasekeeper.views.fleet import fleet_record
@@ -66,7 +67,7 @@ def test_a_type_no_worker_runs_is_warned_about_once_and_clears_when_one_connects
     start_ms = int(clock.now * 1000)
     _tick(engine, clock, 60)
 
-    (wait,) = engine.views.snapshot().to_dict()["unhandled"]  # type: ignore[misc]
+    (wait,) = plain(engine.views.snapshot())["unhandled"]  # type: ignore[misc]
     assert wait["type"] == "video" and wait["queue"] == "orders" and wait["jobs"] == 2
     assert wait["topics"] == ["jobs.q"] and wait["handled"] == ["email", "sms"]
     assert start_ms < wait["since_ms"] <= start_ms + 1000
@@ -81,7 +82,7 @@ def test_a_type_no_worker_runs_is_warned_about_once_and_clears_when_one_connects
 
     engine.workers.claim("video-worker", 0, wait_s=0, job_types=frozenset({"video"}))
     engine.workers.sweep_unhandled()
-    assert engine.views.snapshot().to_dict()["unhandled"] == []
+    assert plain(engine.views.snapshot())["unhandled"] == []
     assert len(_warnings(caplog)) == 1
     assert any("no ready job of type 'video'" in r.getMessage() for r in caplog.records)
 

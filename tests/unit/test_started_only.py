@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from leasekeeper.core.engine import LeaseEngine
 from leasekeeper.core.leases import Lease, Pending, SettleKind, Settlement, TopicPart
 from leasekeeper.core.offset_metadata import decode as decode_progress
 from leasekeeper.core.started_only import StartedOnly
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.store_values import LeaseRecord, leased_value
+from leasekeeper.engine import LeaseEngine
 from schemas.job_headers import JobHead
 from tests.unit.test_engine import TP, Clock, RecordingRouter, job, make_engine
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict
 
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore, StoreBatch
 from leasekeeper.core.store_values import Resolution
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from schemas.job import Job
 
 TP = TopicPart("jobs.q", 0)

@@ -10,9 +10,9 @@ from typing import Any
 import grpc
 import pytest
 
-from leasekeeper.core.engine import EngineConfig, LeaseEngine
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.store import LeaseStore
+from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.rpc.server import LeaseKeeperServicer
 from schemas import worker_pb2 as pb
 from schemas.lease_answer import LeaseAnswer

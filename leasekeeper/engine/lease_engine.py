@@ -37,12 +37,12 @@ from leasekeeper.breaker.port import BreakerPort
 from leasekeeper.core.claimer import Claimers
 from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.commit_port import CommitPort
+from leasekeeper.core.context import Counters, EngineContext
 from leasekeeper.core.control_state import ControlState
 from leasekeeper.core.copy_port import CopyPort
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.deliveries import Deliveries
 from leasekeeper.core.dispatch_policy import DispatchPolicy
-from leasekeeper.core.engine_config import Counters, EngineConfig, EngineContext
 from leasekeeper.core.fetch_port import FetchPort
 from leasekeeper.core.intake import Intake
 from leasekeeper.core.job_reader import Decode, JobReader
@@ -58,6 +58,7 @@ from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.core.worker_port import WorkerPort
+from leasekeeper.engine.config import EngineConfig
 from leasekeeper.fairness.weighted import ready_policy
 from leasekeeper.limits.admission import LimitDispatch
 from leasekeeper.limits.port import LimitsPort
@@ -162,7 +163,8 @@ class LeaseEngine:
                                     clock=clock, monotonic=monotonic)  # fmt: skip
         self.limits = LimitsPort(lock=lock, dispatch=limits, copies=copies, clock=clock)
         self.ordering = OrderingPort(lock=lock, gate=ordering)
-        self.views = ViewPort(lock=lock, config=config, book=book, window=window, core=core,
+        self.views = ViewPort(lock=lock, class_weights=config.class_weights,
+                              tenants=config.tenants, book=book, window=window, core=core,
                               budget=budget, counters=counters, unhandled=unhandled,
                               control=control, store=store, reader=reader,
                               overflow=overflow.lane.backlog, clock=clock,

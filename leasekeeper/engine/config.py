@@ -1,21 +1,25 @@
-"""The lease engine's settings and counters, shared by its parts."""
+"""The lease engine's configuration, as its composition root builds it.
+
+One frozen value with every setting, the core's and the features': the service and
+the tests build it in one call. The core reads its own fields through
+``leasekeeper.core.context.CoreSettings``; each feature's settings are its own type.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from jobcore.results import MAX_RESULT_BYTES
 from leasekeeper.breaker.settings import BreakerSettings
-from leasekeeper.core.control_state import ControlState
-from leasekeeper.core.job_reader import JobReader
 from leasekeeper.core.offset_metadata import MAX_SPAN
-from leasekeeper.core.resolved_ids import DEFAULT_MAX_IDS, DEFAULT_WINDOW_S, ResolvedIds
+from leasekeeper.core.resolved_ids import DEFAULT_MAX_IDS, DEFAULT_WINDOW_S
 from leasekeeper.core.retry_policy import RetryPolicies
-from leasekeeper.core.store import LeaseStore
 from leasekeeper.fairness.weighted import DEFAULT_CLASS_WEIGHTS, TenantPolicy
 from leasekeeper.limits.rate_limit import RateLimitConfig
 from leasekeeper.ordering.values import OnDead
+
+__all__ = ["EngineConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,63 +83,3 @@ class EngineConfig:
 
     def lease_for(self, job_type: str) -> float:
         return self.lease_s_by_type.get(job_type, self.lease_s)
-
-
-def _counter(help_text: str) -> int:
-    """A counter field starting at 0, with the help text its metric is exported with."""
-    return field(default=0, metadata={"help": help_text})
-
-
-def counter_help() -> dict[str, str]:
-    """Counter name → help text, in field order (what metrics export)."""
-    return {f.name: f.metadata["help"] for f in fields(Counters)}
-
-
-@dataclass(kw_only=True)
-class Counters:
-    """What happened to jobs since start. ``inspect`` and metrics iterate the fields, so a
-    counter added here is shown and exported without another edit."""
-
-    acked: int = _counter("jobs acked by workers")
-    nacked: int = _counter("jobs nacked by workers")
-    released: int = _counter("jobs released unrun by stopping workers")
-    expired: int = _counter("leases taken back by the reaper (expired, or past timeout_s)")
-    refunded: int = _counter(
-        "expired leases of jobs that never started (prefetched): attempt given back"
-    )
-    retried: int = _counter("failed jobs copied back to the queue for another attempt")
-    dead: int = _counter("jobs copied to the dead-letter topic")
-    skipped: int = _counter("fetched jobs skipped as already resolved (after a restart or move)")
-    cancelled: int = _counter("jobs skipped or taken back because they were cancelled")
-    deduplicated: int = _counter("jobs skipped because their dedupe key was used by another job")
-    parked: int = _counter(
-        "jobs parked in a delay tier without spending an attempt by a circuit breaker "
-        "(rate limits count theirs per limiter)"
-    )
-    stale_rejected: int = _counter(
-        "heartbeats, acks and nacks refused for a stale or unknown lease token"
-    )
-    resolved_again: int = _counter(
-        "fetched copies of jobs already acked here within the resolved-id window, skipped"
-    )
-    schema_waits: int = _counter(
-        "retries, dead letters, parks and overflow moves held because the Schema Registry "
-        "could not give the job envelope's schema (built again once it answers)"
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineContext:
-    """What every part of the engine shares: settings, the store, the counters, the
-    control state, and the clocks (``clock`` wall time, ``monotonic`` for deadlines)."""
-
-    config: EngineConfig
-    store: LeaseStore
-    counters: Counters
-    control: ControlState
-    clock: Callable[[], float]
-    monotonic: Callable[[], float]
-    # Decodes a job's envelope when a copy must rewrite it or ``inspect job`` shows it.
-    reader: JobReader
-    # Ids of the jobs acked here lately: a later copy of one is skipped.
-    resolved: ResolvedIds = field(default_factory=ResolvedIds)
