@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from types import TracebackType
 
+from jobcore.closing import Closing
 from jobcore.job_ids import search_from_ms
 from jobcore.kafka import (
     OFFSET_END,
@@ -39,7 +39,7 @@ class ResultsUnreadable(RuntimeError):
     """A results topic could not be read (missing, not authorised, broker error)."""
 
 
-class ResultReader:
+class ResultReader(Closing):
     """The results partition of one job id, from a time on: what is there, then new."""
 
     def __init__(self, settings: KafkaSettings, topic: str, job_id: str, since_ms: int) -> None:
@@ -99,17 +99,6 @@ class ResultReader:
 
     def close(self) -> None:
         self._consumer.close()
-
-    def __enter__(self) -> ResultReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def window_ms(settings: KafkaSettings, topics: QueueTopics) -> int:

@@ -13,8 +13,8 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from types import TracebackType
 
+from jobcore.closing import Closing
 from jobcore.control import STATUS_SWITCH_KEY, JobStatus, StatusSwitchedOff
 from jobcore.job_ids import search_from_ms
 from jobcore.kafka import (
@@ -37,7 +37,7 @@ class StatusError(RuntimeError):
     """The status topic could not be read (a non-retriable error)."""
 
 
-class StatusReader:
+class StatusReader(Closing):
     """Reads one queue's status partition: the latest record of a job, then new ones."""
 
     def __init__(
@@ -125,17 +125,6 @@ class StatusReader:
 
     def close(self) -> None:
         self._consumer.close()
-
-    def __enter__(self) -> StatusReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def ended_status(

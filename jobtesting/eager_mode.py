@@ -45,9 +45,9 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
+from jobcore.closing import Closing
 from jobcore.config import schema_path_from_env
 from jobcore.job_state import JobState
 from jobcore.priority import PriorityClasses
@@ -274,7 +274,7 @@ def _unrunnable_reason(prepared: Unrunnable) -> str:
 
 
 @dataclass(kw_only=True)
-class Eager:
+class Eager(Closing):
     """Eager mode for one app: ``producer`` is the ``JobProducer`` to give the code
     under test; ``runs`` what ran. A context manager: leaving it closes the producer
     (the worker-stop hooks of the app's middleware run then)."""
@@ -327,17 +327,6 @@ class Eager:
 
     def close(self) -> None:
         self.producer.close()
-
-    def __enter__(self) -> Eager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _ids(self) -> str:
         return ", ".join(run.job_id for run in self.transport.runs) or "none"

@@ -14,10 +14,10 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from jobcore.client_hook import install_clients
+from jobcore.closing import Closing
 from jobcore.config import schema_path_from_env
 from jobcore.control import JobStatus
 from jobcore.delay_tiers import DelayTiers
@@ -53,7 +53,7 @@ _ENDS = {JobState.SUCCEEDED: End.SUCCEEDED, JobState.DEAD: End.DEAD,
          JobState.CANCELLED: End.CANCELLED, JobState.SKIPPED: End.SKIPPED}  # fmt: skip
 
 
-class MemoryQueue:
+class MemoryQueue(Closing):
     """Queues in memory on a fake clock (``clock``, default a new ``FakeClock``).
     ``schema_dirs`` add payload schemas to those of ``JOBS_SCHEMA_PATH`` and the
     package, for the producer and the worker alike. ``seed`` seeds the leasekeeper's
@@ -366,14 +366,3 @@ class MemoryQueue:
         finally:
             install_clients(self._previous)
             shutil.rmtree(self._state_dir, ignore_errors=True)
-
-    def __enter__(self) -> MemoryQueue:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -3,7 +3,7 @@
 from jobcore.topic_admin import ensure_queue_topics
 from producer.api import CancelError, EnqueueError, JobProducer
 from producer.flood import FloodPolicy
-from producer.request import MAX_DELAY, JobRequest
+from producer.request import MAX_DELAY, EnqueueOptions, JobRequest
 from producer.results import JobCancelled, JobDied, JobUnknown, ResultError, ResultTimeout
 from schemas.codec import PayloadError
 
@@ -11,6 +11,7 @@ __all__ = [
     "MAX_DELAY",
     "CancelError",
     "EnqueueError",
+    "EnqueueOptions",
     "FloodPolicy",
     "JobCancelled",
     "JobDied",

@@ -18,11 +18,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
-from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, overload
+from typing import Any, Unpack, overload
 
-from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, schema_path_from_env
+from jobcore.config import schema_path_from_env
 from jobcore.control import Cancellation
 from jobcore.delay_tiers import DelayTiers
 from jobcore.job_ids import new_job_id
@@ -33,7 +32,7 @@ from producer.errors import CancelError, EnqueueError, MissingTopic
 from producer.flood import FloodPolicy
 from producer.lookup import JobLookup
 from producer.ordering_keys import KeyClasses
-from producer.request import JobRequest, as_request, build_job
+from producer.request import EnqueueOptions, JobRequest, as_request, build_job
 from producer.results import RecentIds, wait_for_result
 from producer.status import CancelAnswer
 from producer.transport import Delivered, KafkaTransport, Transport, installed_transport
@@ -125,15 +124,7 @@ class JobProducer:
         queue: str,
         type: str,
         payload: Mapping[str, object],
-        *,
-        tenant_id: str,
-        dedupe_key: str | None = None,
-        run_at: datetime | None = None,
-        delay: timedelta | float | None = None,
-        priority: str | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        ordering_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> str: ...
 
     def enqueue(
@@ -165,15 +156,7 @@ class JobProducer:
         queue: str,
         type: str,
         payload: Mapping[str, object],
-        *,
-        tenant_id: str,
-        dedupe_key: str | None = None,
-        run_at: datetime | None = None,
-        delay: timedelta | float | None = None,
-        priority: str | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        ordering_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> Future[str]: ...
 
     def enqueue_nowait(

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from jobcore.config import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S
 from jobcore.delay_tiers import MAX_DELAY, DelayTiers
@@ -26,7 +26,7 @@ from jobcore.tracing import current_trace
 from schemas.codec import EnvelopeCodec
 from schemas.job import Job
 
-__all__ = ["MAX_DELAY", "JobRequest", "as_request", "build_job", "destination"]
+__all__ = ["MAX_DELAY", "EnqueueOptions", "JobRequest", "as_request", "build_job", "destination"]
 
 _INT32 = (-(2**31), 2**31 - 1)
 # An ordering key names a line of jobs (a user, an account): an id, not a document.
@@ -214,6 +214,25 @@ def _check_queue_name(queue: str) -> None:
     """Raise ValueError for a name no topic can have; a name that passed is not checked
     again (a request is built per enqueue, mostly for the same few queues)."""
     QueueTopics(queue=queue)
+
+
+class _Required(TypedDict):
+    tenant_id: str
+
+
+class EnqueueOptions(_Required, total=False):
+    """The keyword options of ``enqueue(queue, type, payload, **options)``: the fields of
+    :class:`JobRequest` after its first three, which holds their defaults and checks
+    (a unit test keeps the two in step). ``tenant_id`` is required. (Not ``Required[]``:
+    with postponed annotations, Python 3.11 does not see it.)"""
+
+    dedupe_key: str | None
+    run_at: datetime | None
+    delay: timedelta | float | None
+    priority: str | None
+    max_attempts: int
+    timeout_s: float
+    ordering_key: str | None
 
 
 def as_request(

@@ -94,7 +94,7 @@ class LeaseEngine:
     ) -> None:
         """``clock`` is wall time (run_at, dedupe windows, what workers see);
         ``monotonic`` times lease deadlines, timeouts and waits. ``policy`` chooses
-        which ready job is dispatched next (``TenantRoundRobin`` by default).
+        which ready job is dispatched next (``fairness.weighted.ready_policy`` by default).
         ``decode`` reads a job's envelope when a copy rewrites it (jobs offered by
         their headers only); jobs offered decoded need none. ``sleep`` is how a
         waiting claim sleeps on its condition (``Condition.wait``; a test that fakes

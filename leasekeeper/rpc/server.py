@@ -15,14 +15,14 @@ import threading
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
 from jobcore.config import AUTH_METADATA_KEY, CLAIM_ANSWER_BYTES
 from leasekeeper.core.leases import Grant
 from leasekeeper.core.recent_settles import RecentSettles
-from leasekeeper.engine import LeaseEngine
+from leasekeeper.core.worker_port import WorkerPort
 from leasekeeper.rpc.listen import (
     ChannelSecurity,
     ListenError,
@@ -39,6 +39,7 @@ from leasekeeper.rpc.wire import (
     settlements,
     told_progress,
 )
+from leasekeeper.views.engine_view import ViewPort
 from schemas import worker_pb2 as pb
 from schemas import worker_pb2_grpc as pb_grpc
 
@@ -46,6 +47,17 @@ log = logging.getLogger(__name__)
 
 MAX_CLAIM_WAIT_S = 30.0
 MAX_CLAIM_JOBS = 1000
+
+
+class EnginePorts(Protocol):
+    """What the RPC front uses of the engine (``LeaseEngine`` has it): the workers' port,
+    and the views for one job's ``inspect``."""
+
+    @property
+    def workers(self) -> WorkerPort: ...
+
+    @property
+    def views(self) -> ViewPort: ...
 
 
 @dataclass(kw_only=True)
@@ -63,7 +75,7 @@ class RpcCounters:
 class LeaseKeeperServicer(pb_grpc.LeaseKeeperServicer):
     def __init__(
         self,
-        engine: LeaseEngine,
+        engine: EnginePorts,
         snapshot: Callable[[], dict[str, object]],
         counters: RpcCounters | None = None,
         settles: RecentSettles | None = None,
@@ -204,7 +216,7 @@ def token_matches(presented: str | bytes | None, expected: bytes) -> bool:
 
 def start_rpc_server(
     *,
-    engine: LeaseEngine,
+    engine: EnginePorts,
     snapshot: Callable[[], dict[str, object]],
     listen: str,
     security: ChannelSecurity,

@@ -1,15 +1,22 @@
-"""Round-robin across tenants: a backlog never starves a tenant with ready work."""
+"""Fair dispatch across tenants of equal weight: a backlog never starves a tenant with
+ready work (the ready window's policy, ``WeightedFair``, in one class)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasekeeper.fairness.round_robin import TenantRoundRobin
+from leasekeeper.fairness.weighted import WeightedFair
+
+
+def fair() -> WeightedFair[Any]:
+    return WeightedFair(klass=lambda item: "default")
 
 
 def test_one_tenants_backlog_does_not_hold_back_another() -> None:
-    policy: TenantRoundRobin[str] = TenantRoundRobin()
+    policy = fair()
     for i in range(1000):
         policy.push("noisy", f"noisy-{i}")
     policy.push("quiet", "quiet-0")
@@ -18,7 +25,7 @@ def test_one_tenants_backlog_does_not_hold_back_another() -> None:
 
 
 def test_each_tenant_keeps_its_own_order() -> None:
-    policy: TenantRoundRobin[str] = TenantRoundRobin()
+    policy = fair()
     for i in range(3):
         policy.push("a", f"a{i}")
         policy.push("b", f"b{i}")
@@ -29,7 +36,7 @@ def test_each_tenant_keeps_its_own_order() -> None:
 
 
 def test_remove_if_drops_matching_items_only() -> None:
-    policy: TenantRoundRobin[tuple[int, str]] = TenantRoundRobin()
+    policy = fair()
     for i in range(6):
         policy.push(f"t{i % 2}", (i % 3, f"job{i}"))
     removed = policy.remove_if(lambda item: item[0] == 0)
@@ -39,7 +46,7 @@ def test_remove_if_drops_matching_items_only() -> None:
 
 
 def test_push_front_puts_a_released_job_first_for_its_tenant() -> None:
-    policy: TenantRoundRobin[str] = TenantRoundRobin()
+    policy = fair()
     policy.push("a", "a1")
     policy.push_front("a", "a0")
     assert policy.pop() == "a0"
@@ -49,7 +56,7 @@ def test_push_front_puts_a_released_job_first_for_its_tenant() -> None:
 def test_no_tenant_with_ready_work_waits_more_than_one_round(
     items: list[tuple[str, int]],
 ) -> None:
-    policy: TenantRoundRobin[tuple[str, int]] = TenantRoundRobin()
+    policy = fair()
     for tenant, value in items:
         policy.push(tenant, (tenant, value))
     tenants = {t for t, _ in items}
