@@ -2,7 +2,9 @@
 
 The fake consumer keeps librdkafka's batch rule on a driven clock: ``consume(n,
 timeout)`` returns once it holds ``n`` records or the timeout has passed, whichever
-comes first; records become available at their arrival time.
+comes first; records (memkafka's messages) become available at their arrival time.
+memkafka's own consumer cannot stand in: it returns at the first record, on the real
+clock, so it would hide the very wait these tests are about.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from jobcore.topics import QueueTopics
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
+from memkafka import MemoryMessage
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 from tests.unit.engine_ports import with_ports
@@ -32,20 +35,14 @@ class Clock:
         return self.now
 
 
-@dataclass(frozen=True, kw_only=True)
-class Record:
-    offset: int
-    data: bytes
-
-
 class BatchingConsumer:
     """``consume`` as librdkafka serves a batch: full, or at the end of the timeout."""
 
-    def __init__(self, clock: Clock, arrivals: list[tuple[float, Record]]) -> None:
+    def __init__(self, clock: Clock, arrivals: list[tuple[float, MemoryMessage]]) -> None:
         self.clock = clock
         self.arrivals = sorted(arrivals, key=lambda a: a[0])
 
-    def consume(self, num_messages: int, timeout: float) -> list[object]:
+    def consume(self, num_messages: int, timeout: float) -> list[MemoryMessage]:
         deadline = self.clock.now + timeout
         times = [at for at, _ in self.arrivals]
         if len(times) >= num_messages and times[num_messages - 1] <= deadline:
@@ -54,36 +51,10 @@ class BatchingConsumer:
             self.clock.now = deadline
         taken = [r for at, r in self.arrivals if at <= self.clock.now][:num_messages]
         self.arrivals = self.arrivals[len(taken) :]
-        return [_Message(r) for r in taken]
+        return taken
 
     def assignment(self) -> list[object]:
         return []
-
-
-class _Message:
-    def __init__(self, record: Record) -> None:
-        self._record = record
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return TOPICS.ready
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._record.offset
-
-    def value(self) -> bytes:
-        return self._record.data
-
-    def key(self) -> bytes:
-        return b"tenant"
-
-    def headers(self) -> None:
-        return None  # no job headers: the loop decodes the envelope
 
 
 @dataclass
@@ -162,15 +133,18 @@ def _loop(clock: Clock, consumer: BatchingConsumer, engine: Engine) -> ConsumerL
     )
 
 
-def _envelope(job_id: str) -> bytes:
-    job = Job(job_id=job_id, queue="q", tenant_id="t", type="noop", payload=b"", created_at_ms=1)
-    return CODEC.encode(job)
+def _record(offset: int) -> MemoryMessage:
+    """Job ``j<offset>`` at ``offset`` of the ready topic, without job headers (the loop
+    decodes the envelope)."""
+    job = Job(job_id=f"j{offset}", queue="q", tenant_id="t", type="noop", payload=b"",
+              created_at_ms=1)  # fmt: skip
+    return MemoryMessage(TOPICS.ready, 0, offset, key=b"tenant", value=CODEC.encode(job))
 
 
 def test_a_record_reaches_the_engine_when_it_arrives_not_when_the_poll_times_out() -> None:
     clock = Clock()
     arrives = clock.now + 0.001
-    consumer = BatchingConsumer(clock, [(arrives, Record(offset=7, data=_envelope("j7")))])
+    consumer = BatchingConsumer(clock, [(arrives, _record(7))])
     engine = Engine(clock)
     _loop(clock, consumer, engine)._step()
     assert engine.offered == [(arrives, 7)]
@@ -179,7 +153,7 @@ def test_a_record_reaches_the_engine_when_it_arrives_not_when_the_poll_times_out
 def test_records_already_fetched_are_taken_together_without_waiting() -> None:
     clock = Clock()
     start = clock.now
-    records = [(start, Record(offset=n, data=_envelope(f"j{n}"))) for n in range(3)]
+    records = [(start, _record(n)) for n in range(3)]
     consumer = BatchingConsumer(clock, records)
     engine = Engine(clock)
     _loop(clock, consumer, engine)._step()
@@ -189,7 +163,7 @@ def test_records_already_fetched_are_taken_together_without_waiting() -> None:
 def test_records_arriving_with_the_first_are_taken_in_the_same_step() -> None:
     clock = Clock()
     first = clock.now + 0.002
-    records = [(first, Record(offset=n, data=_envelope(f"j{n}"))) for n in range(3)]
+    records = [(first, _record(n)) for n in range(3)]
     consumer = BatchingConsumer(clock, records)
     engine = Engine(clock)
     _loop(clock, consumer, engine)._step()
@@ -209,7 +183,7 @@ def test_an_idle_step_waits_out_the_poll_timeout() -> None:
 class Committing(BatchingConsumer):
     """Records the asynchronous commits a step sends."""
 
-    def __init__(self, clock: Clock, arrivals: list[tuple[float, Record]]) -> None:
+    def __init__(self, clock: Clock, arrivals: list[tuple[float, MemoryMessage]]) -> None:
         super().__init__(clock, arrivals)
         self.commits: list[float] = []
 
@@ -234,12 +208,12 @@ def test_finished_jobs_piling_up_are_committed_before_the_interval() -> None:
     """Leasing stops while too many finished jobs wait for a commit; half that many
     are committed at once, not at the next 100 ms tick."""
     clock = Clock()
-    consumer = Committing(clock, [(clock.now, Record(offset=0, data=_envelope("j0")))])
+    consumer = Committing(clock, [(clock.now, _record(0))])
     loop = _loop(clock, consumer, PilingUp(clock))
     loop._step()
     assert consumer.commits == [clock.now], "committed in the first step, 0 ms in"
     engine = PilingUp(clock, soon=False)
-    quiet = Committing(clock, [(clock.now, Record(offset=0, data=_envelope("j0")))])
+    quiet = Committing(clock, [(clock.now, _record(0))])
     _loop(clock, quiet, engine)._step()
     assert quiet.commits == [], "nothing piled up: the interval decides"
 

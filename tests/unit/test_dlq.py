@@ -1,33 +1,36 @@
-"""The DLQ toolset without Kafka: decoding, filters, replayed jobs, and the replay's commits."""
+"""The DLQ toolset without a broker: decoding, filters, replayed jobs, and the replay's
+commits over the in-memory Kafka (``memkafka``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
+from dataclasses import replace
 from typing import cast
 
 import pytest
 from click.testing import CliRunner
 
-from jobcore.kafka import Consumer, KafkaError, Producer, TopicPartition
+from jobcore.kafka import Consumer, KafkaError, KafkaSettings, Producer, TopicPartition
+from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
 from leasekeeper.dlq import (
     DeadLetterFilter,
     DlqEntry,
     Replayer,
     ReplayOptions,
+    ReplayReport,
     decode_entry,
     default_group,
     replay_job,
 )
 from leasekeeper.dlq.cli import dlq
 from leasekeeper.dlq.entries import format_ms, parse_time_ms
+from memkafka import Cluster, MemoryConsumer, MemoryMessage, installed
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import AttemptError, DeadLetter, Job
 
 CODEC = EnvelopeCodec(SchemaRegistry())
 TOPICS = QueueTopics(queue="q")
+SETTINGS = KafkaSettings(bootstrap="memory")
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
@@ -160,103 +163,33 @@ def test_a_replayed_ordered_job_joins_the_end_of_its_line_in_its_own_class() -> 
     a duplicate of the key's dead head; the default class's topic would put it in a
     second line of its key."""
     dead = replace(job("a"), ordering_key="user-42", ordering_seq=7, priority_class="critical")
-    _, producer, replayer = replay([letter(dead)])
-    (again,) = producer.produced
+    cluster, _, replayer = replay([letter(dead)])
+    (again,) = replayed(cluster)
     assert again.ordering_seq == -1 and again.ordering_key == "user-42"
     assert again.priority_class == "critical"
-    assert producer.topics == ["jobs.q.critical"] and replayer.report.replayed == 1
+    assert len(cluster.records("jobs.q.critical")) == 1 and replayer.report.replayed == 1
 
 
-# -- the replay's commits, with a fake consumer and producer ---------------------------
+# -- the replay's commits, over memkafka -------------------------------------------
 
 
-@dataclass
-class FakeMessage:
-    _partition: int
-    _offset: int
-    _value: bytes
+class CommitLog(MemoryConsumer):
+    """memkafka's consumer, keeping every offset committed: the cluster keeps only a
+    group's last commit, and these tests check the whole sequence."""
 
-    def error(self) -> None:
-        return None
+    def __init__(self, cluster: Cluster, group: str) -> None:
+        super().__init__(cluster, {"group.id": group})
+        self.commits: list[int] = []
 
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def value(self) -> bytes:
-        return self._value
-
-
-@dataclass
-class FakeConsumer:
-    """One partition of the DLQ topic, read once; records commits."""
-
-    values: list[bytes]
-    committed_at: int = -1001
-    commits: list[int] = field(default_factory=list)
-    _position: int = 0
-
-    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
-        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None})})
-
-    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self.committed_at) for tp in tps]
-
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
-        return 0, len(self.values)
-
-    def assign(self, tps: list[TopicPartition]) -> None:
-        self._position = tps[0].offset
-
-    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
-        batch = [
-            FakeMessage(0, o, self.values[o])
-            for o in range(self._position, min(len(self.values), self._position + 2))
-        ]
-        self._position += len(batch)
-        return batch
-
-    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self._position) for tp in tps]
-
-    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
-        self.commits.append(offsets[0].offset)
-
-
-Report = Callable[[KafkaError | None, object], None]
-
-
-@dataclass
-class FakeProducer:
-    """Delivers each produced record on ``poll``, failing the job ids in ``refuse``."""
-
-    refuse: set[str] = field(default_factory=set)
-    produced: list[Job] = field(default_factory=list)
-    pending: list[tuple[Job, Report]] = field(default_factory=list)
-    topics: list[str] = field(default_factory=list)
-
-    def produce(
-        self, topic: str, *, key: bytes, value: bytes, headers: object, on_delivery: Report
-    ) -> None:
-        replayed = CODEC.decode(value)
-        assert topic == TOPICS.of_class(replayed.priority_class)
-        self.topics.append(topic)
-        self.pending.append((replayed, on_delivery))
-
-    def poll(self, timeout: float) -> int:
-        delivered, self.pending = self.pending, []
-        for replayed, report in delivered:
-            if replayed.job_id in self.refuse:
-                report(KafkaError(KafkaError._MSG_TIMED_OUT), None)
-            else:
-                self.produced.append(replayed)
-                report(None, None)
-        return len(delivered)
+    def commit(
+        self,
+        message: MemoryMessage | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        answer = super().commit(message, offsets, asynchronous)
+        self.commits += [tp.offset for tp in offsets or []]
+        return answer
 
 
 class Ticks:
@@ -274,48 +207,74 @@ def replay(
     values: list[bytes],
     *,
     selection: DeadLetterFilter | None = None,
-    refuse: set[str] | None = None,
+    refuse_nth: int | None = None,
     dry_run: bool = False,
-    committed_at: int = -1001,
-) -> tuple[FakeConsumer, FakeProducer, Replayer]:
-    consumer = FakeConsumer(values, committed_at=committed_at)
-    producer = FakeProducer(refuse=refuse or set())
+    committed_at: int | None = None,
+) -> tuple[Cluster, list[int], Replayer]:
+    """Replay ``values``, the DLQ's records from offset 0, from the group's commit at
+    ``committed_at``; the ``refuse_nth`` record scanned (from 0) is replayed but its
+    delivery times out. Returns the cluster, the offsets committed, the replayer."""
+    cluster = Cluster()
+    with installed(cluster):
+        ensure_queue_topics(SETTINGS, "q", partitions=1)
+    for value in values:
+        cluster.append(TOPICS.dlq, 0, b"k", value, None)
     selection = selection or DeadLetterFilter()
+    group = default_group(TOPICS, selection)
+    if committed_at is not None:
+        cluster.commit(group, {(TOPICS.dlq, 0): (committed_at, None)})
+    consumer = CommitLog(cluster, group)
+
+    def refuse(report: ReplayReport) -> None:  # heard before each record is handled
+        if report.scanned == refuse_nth:
+            cluster.fail_produces(TOPICS.ready, KafkaError._MSG_TIMED_OUT)
+
     options = ReplayOptions(
         topics=TOPICS,
         selection=selection,
-        group=default_group(TOPICS, selection),
+        group=group,
         dry_run=dry_run,
         flush_timeout_s=1.0,
     )
     replayer = Replayer(
         consumer=cast(Consumer, consumer),
-        producer=None if dry_run else cast(Producer, producer),
+        producer=None if dry_run else cast(Producer, cluster.producer({})),
         codec=CODEC,
         options=options,
+        on_progress=refuse,
         clock=Ticks(),
         wall=lambda: T0 / 1000,
     )
     replayer.run()
-    return consumer, producer, replayer
+    return cluster, consumer.commits, replayer
+
+
+def replayed(cluster: Cluster) -> list[Job]:
+    """The jobs the replay wrote, each checked to be on its priority class's topic."""
+    found = []
+    for topic in sorted(set(cluster.topics) - {TOPICS.dlq}):
+        for record in cluster.records(topic):
+            again = CODEC.decode(record.value or b"")
+            assert topic == TOPICS.of_class(again.priority_class)
+            found.append(again)
+    return found
 
 
 def test_replay_commits_to_the_end_once_every_job_is_acknowledged() -> None:
     values = [letter(job(f"j{n}")) for n in range(5)]
-    consumer, producer, replayer = replay(values)
-    assert [j.job_id for j in producer.produced] == [f"j{n}" for n in range(5)]
-    assert all(
-        j.attempt == 0 and j.replay_count == 3 and j.run_at_ms == T0 for j in producer.produced
-    )
-    assert consumer.commits[-1] == 5
-    assert consumer.commits == sorted(consumer.commits)
+    cluster, commits, replayer = replay(values)
+    jobs = replayed(cluster)
+    assert [j.job_id for j in jobs] == [f"j{n}" for n in range(5)]
+    assert all(j.attempt == 0 and j.replay_count == 3 and j.run_at_ms == T0 for j in jobs)
+    assert commits[-1] == 5
+    assert commits == sorted(commits)
     assert replayer.report.replayed == 5 and replayer.report.ok
 
 
 def test_the_commit_stops_at_a_job_kafka_did_not_acknowledge() -> None:
     values = [letter(job(f"j{n}")) for n in range(5)]
-    consumer, _, replayer = replay(values, refuse={"j1"})
-    assert max(consumer.commits) == 1  # j0 is done; j1 must be replayed again
+    _, commits, replayer = replay(values, refuse_nth=1)
+    assert max(commits) == 1  # j0 is done; j1 must be replayed again
     assert replayer.report.replayed == 4
     assert not replayer.report.ok
     assert "jobs.q.dlq/0/1" in replayer.report.failed[0]
@@ -323,9 +282,9 @@ def test_the_commit_stops_at_a_job_kafka_did_not_acknowledge() -> None:
 
 def test_replay_resumes_from_the_committed_offset() -> None:
     values = [letter(job(f"j{n}")) for n in range(5)]
-    consumer, producer, _ = replay(values, committed_at=3)
-    assert [j.job_id for j in producer.produced] == ["j3", "j4"]
-    assert consumer.commits[-1] == 5
+    cluster, commits, _ = replay(values, committed_at=3)
+    assert [j.job_id for j in replayed(cluster)] == ["j3", "j4"]
+    assert commits[-1] == 5
 
 
 def test_unselected_and_undecodable_records_are_committed_past_not_replayed() -> None:
@@ -336,20 +295,19 @@ def test_unselected_and_undecodable_records_are_committed_past_not_replayed() ->
         b"junk",
         letter(job("c", tenant="acme")),
     ]
-    consumer, producer, replayer = replay(values, selection=DeadLetterFilter(tenant="acme"))
-    assert [j.job_id for j in producer.produced] == ["a", "c"]
+    cluster, commits, replayer = replay(values, selection=DeadLetterFilter(tenant="acme"))
+    assert [j.job_id for j in replayed(cluster)] == ["a", "c"]
     assert replayer.report.not_matching == 1
     assert [e.offset for e in replayer.report.undecodable] == [1, 3]
-    assert consumer.commits[-1] == 5
+    assert commits[-1] == 5
 
 
 def test_a_dry_run_selects_but_neither_produces_nor_commits() -> None:
     values = [letter(job(f"j{n}")) for n in range(3)]
-    consumer, producer, replayer = replay(values, dry_run=True)
+    cluster, commits, replayer = replay(values, dry_run=True)
     assert [e.job.job_id for e in replayer.report.selected if e.job] == ["j0", "j1", "j2"]
-    assert producer.pending == []
-    assert producer.produced == []
-    assert consumer.commits == []
+    assert replayed(cluster) == []  # nothing produced, so nothing delivered either
+    assert commits == []
 
 
 def test_cli_refuses_a_bad_time_before_touching_kafka() -> None:

@@ -3,20 +3,21 @@ after the rebalance callback returned (N10): a large lane or slow brokers must n
 keep the callback past ``max.poll.interval.ms``. Until its lane entries are read,
 nothing of the partition runs, and a read cut short goes on over later turns.
 
-The real loop and engine; a fake consumer serving one partition from a log, which
-calls the rebalance callback from inside ``consume`` (as librdkafka does) and then
-hands out what it fetched; an outbox that delivers every copy at once (a copy back
-from the lane lands at the log's end); a fake lane feed that records its calls."""
+The real loop and engine over the in-memory Kafka (``memkafka``): its consumer runs
+the rebalance callback from inside ``consume`` (as librdkafka does), then hands out
+what it fetched; an outbox that delivers every copy at once (a copy back from the
+lane lands at the partition's end); a fake lane feed that records its calls."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
+import pytest
 
 from jobcore.delay_tiers import DelayTiers
+from jobcore.kafka import Consumer, KafkaSettings, TopicPartition, make_consumer, make_producer
 from jobcore.topics import QueueTopics
 from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.leases import SettleKind, Settlement, TopicPart
@@ -25,9 +26,11 @@ from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.ordering.values import LaneEntry, LaneState, LineId
+from memkafka import Cluster, installed
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 from schemas.job import Job
 
+SETTINGS = KafkaSettings(bootstrap="memory")
 CODEC = EnvelopeCodec(SchemaRegistry())
 TOPICS = QueueTopics(queue="q")
 TP = TopicPart(TOPICS.ready, 0)
@@ -43,93 +46,21 @@ class Clock:
         return self.now
 
 
-class Message:
-    def __init__(self, offset: int, value: bytes) -> None:
-        self._offset, self._value = offset, value
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return TP.topic
-
-    def partition(self) -> int:
-        return TP.partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def key(self) -> bytes:
-        return b"t1"
-
-    def headers(self) -> None:
-        return None  # no job headers: the loop decodes the envelope
-
-
-class Consumer:
-    """One partition, fetched from ``position`` unless paused; ``rebalance`` is run
-    inside the next ``consume``, before it fetches."""
-
-    def __init__(self, log: list[bytes]) -> None:
-        self.log = log
-        self.position = COMMITTED
-        self.paused: set[TopicPart] = set()
-        self.rebalance: Callable[[], None] | None = None
-
-    def consume(self, num_messages: int, timeout: float) -> list[Message]:
-        if self.rebalance is not None:
-            rebalance, self.rebalance = self.rebalance, None
-            rebalance()
-        if TP in self.paused:
-            return []
-        taken = self.log[self.position : self.position + num_messages]
-        first, self.position = self.position, self.position + len(taken)
-        return [Message(first + i, value) for i, value in enumerate(taken)]
-
-    def seek(self, partition: TopicPartition) -> None:
-        self.position = partition.offset
-
-    def pause(self, partitions: list[TopicPartition]) -> None:
-        self.paused |= {TopicPart(p.topic, p.partition) for p in partitions}
-
-    def resume(self, partitions: list[TopicPartition]) -> None:
-        self.paused -= {TopicPart(p.topic, p.partition) for p in partitions}
-
-    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        return [TopicPartition(p.topic, p.partition, COMMITTED) for p in partitions]
-
-    def get_watermark_offsets(self, partition: TopicPartition, timeout: float) -> tuple[int, int]:
-        return 0, len(self.log)
-
-    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
-        pass
-
-    def assignment(self) -> list[TopicPartition]:
-        return []
-
-
 class Outbox:
-    def __init__(self, engine: LeaseEngine, consumer: Consumer) -> None:
-        self.engine, self.consumer = engine, consumer
+    def __init__(self, engine: LeaseEngine, cluster: Cluster) -> None:
+        self.engine, self.cluster = engine, cluster
 
     def pump(self) -> None:
         self.engine.copies.take_statuses()
         for request in self.engine.copies.take():
             if request.kind is CopyKind.RETURN:
                 assert request.lane is not None
-                self.consumer.log.append(CODEC.encode(request.lane.job))
+                self.cluster.append(TP.topic, TP.partition, b"t1",
+                                    CODEC.encode(request.lane.job), None)  # fmt: skip
             self.engine.copies.delivered(request)
 
     def blocked(self) -> dict[TopicPart, str]:
         return {}
-
-
-class Producer:
-    def poll(self, timeout: float) -> int:
-        return 0
 
 
 def job(i: int) -> Job:
@@ -174,32 +105,43 @@ class Lane:
         pass
 
 
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """One partition holding j0..j4, the group's commit at j2."""
+    with installed(Cluster()) as memory:
+        memory.create_topic(TP.topic, 1)
+        for i in range(5):
+            memory.append(TP.topic, TP.partition, b"t1", CODEC.encode(job(i)), None)
+        memory.commit(TOPICS.consumer_group, {(TP.topic, TP.partition): (COMMITTED, None)})
+        yield memory
+
+
 def test_the_lane_is_read_after_the_callback_and_nothing_runs_before_it_is(
-    tmp_path: Path,
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    consumer = Consumer([CODEC.encode(job(i)) for i in range(5)])  # j2..j4 beyond the commit
+    consumer = make_consumer(SETTINGS, TOPICS.consumer_group)
     engine = LeaseEngine(store=LeaseStore(tmp_path), config=EngineConfig())
     clock = Clock()
     loop = ConsumerLoop(
-        consumer=consumer,  # type: ignore[arg-type]
-        producer=Producer(),  # type: ignore[arg-type]
+        consumer=consumer,
+        producer=make_producer(SETTINGS),
         engine=engine,
         codec=CODEC,
-        outbox=Outbox(engine, consumer),  # type: ignore[arg-type]
+        outbox=Outbox(engine, cluster),  # type: ignore[arg-type]
         topics=TOPICS,
         gate=TierGate(DelayTiers(), TOPICS),
-        config=LoopConfig(batch_size=5),
+        config=LoopConfig(batch_size=5, poll_timeout_s=0.0),  # no real-clock waits
         clock=clock,
     )
     lane = Lane(slow=3)
     loop.lane = lane  # type: ignore[assignment]
 
-    def rebalance() -> None:
+    def on_assign(member: Consumer, partitions: list[TopicPartition]) -> None:
         lane.in_callback = True
-        loop.rebalance.on_assign(consumer, [TopicPartition(TP.topic, TP.partition)])  # type: ignore[arg-type]
+        loop.rebalance.on_assign(member, partitions)
         lane.in_callback = False
 
-    consumer.rebalance = rebalance
+    consumer.subscribe([TP.topic], on_assign=on_assign)  # run inside the first consume
     started: list[str] = []
     started_when_read: list[int] = []
     for _ in range(40):
