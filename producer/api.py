@@ -208,13 +208,19 @@ class JobProducer:
             )
         return ids
 
-    def send_job(self, job: Job) -> Future[Delivered]:
+    def send_job(self, job: Job, *, divert: bool = True) -> Future[Delivered]:
         """Produce a job already built by :func:`producer.request.build_job` (e.g. staged
         in an outbox), exactly as :meth:`enqueue_nowait` produces one: the same topic
-        choice, checks, key and headers. The future holds where the record landed."""
+        choice, checks, key and headers, and a flood diverted the same way unless
+        ``divert`` is False. The future holds where the record landed."""
         kafka = self._kafka_path("send_job")
         self._classes.check(job.priority_class)
-        return kafka.send_job(job)
+        return kafka.send_job(job, divert=divert)
+
+    def diversion_topic(self, queue: str) -> str | None:
+        """The topic ``send_job`` may divert a flood of ``queue``'s jobs to (its overflow
+        lane), or None when it diverts none: what an outbox relay marks before a batch."""
+        return self._kafka_path("diversion_topic").diversion_topic(queue)
 
     def destination_of(self, job: Job) -> str:
         """The topic ``job`` is written to, checked to exist; raises EnqueueError when

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from itertools import islice
+from typing import Any
 
 from jobcore.kafka import Consumer, KafkaException, KafkaSettings, committed_offsets, make_consumer
 from jobcore.topics import QueueTopics
@@ -50,7 +51,7 @@ class Route:
         self.topic = topic
         self.headers = headers
         # The record's future, once produced (a switch waits for the last ready one).
-        self.future: Future[str] | None = None
+        self.future: Future[Any] | None = None
         self._diversion = diversion
         self._lock = lock
         # A ready record's delivery is noted in ``marks`` under ``key``: the switch is

@@ -161,9 +161,31 @@ class KafkaTransport:
         the headers the leasekeeper reads it by (``schemas.job_headers``). A due-now job
         without an ordering key may be diverted to the overflow lane (``producer.flood``;
         a keyed job's line lives in its class topic)."""
+        return self._send(job, topic, lambda _msg: job.job_id, divert=True)
+
+    def send_job(self, job: Job, *, divert: bool = True) -> Future[Delivered]:
+        """Produce ``job`` to its destination as ``send`` does, diverted alike unless
+        ``divert`` is False (the outbox relay writes floods too); the future holds where
+        the record landed."""
+        return self._send(
+            job, self.destination(job), lambda msg: Delivered.of(job.job_id, msg), divert=divert
+        )
+
+    def diversion_topic(self, queue: str) -> str | None:
+        """The topic a flood of ``queue``'s jobs may be diverted to (its overflow lane),
+        or None when this producer diverts none (diversion off, or no such topic): what
+        the outbox relay must also mark before a batch."""
+        if self._diverter is None:
+            return None
+        overflow = self._topics_of(queue).overflow
+        return overflow if self._overflow_exists(overflow) else None
+
+    def _send(
+        self, job: Job, topic: str, result: Callable[[Message], _T], *, divert: bool
+    ) -> Future[_T]:
         value = self._codec.encode(job)
         headers = job_headers(job, value)
-        diverter = self._diverter
+        diverter = self._diverter if divert else None
         route = (
             None
             if diverter is None or job.ordering_key is not None or job.run_at_ms > job.created_at_ms
@@ -176,32 +198,20 @@ class KafkaTransport:
                 value=value,
                 headers=headers,
                 record_id=job.job_id,
-                result=lambda _msg: job.job_id,
+                result=result,
             )
-        future = route.future = self.produce(
+        future = self.produce(
             route.topic,
             key=job.tenant_id.encode(),
             value=value,
             headers=[*headers, *route.headers] if route.headers else headers,
             record_id=job.job_id,
-            result=lambda msg: _routed(route, msg, job.job_id),
+            result=lambda msg: _routed(route, msg, result),
         )
+        route.future = future
         if route.diverted:
             future.add_done_callback(lambda done: route.failed() if done.exception() else None)
         return future
-
-    def send_job(self, job: Job) -> Future[Delivered]:
-        """Produce ``job`` to its destination with no flood diversion; the future holds
-        where the record landed."""
-        value = self._codec.encode(job)
-        return self.produce(
-            self.destination(job),
-            key=job.tenant_id.encode(),
-            value=value,
-            headers=job_headers(job, value),
-            record_id=job.job_id,
-            result=lambda msg: Delivered.of(job.job_id, msg),
-        )
 
     def status(
         self,
@@ -277,15 +287,19 @@ class KafkaTransport:
             )
         return future
 
+    def _topics_of(self, queue: str) -> QueueTopics:
+        topics = self._topics.get(queue)
+        if topics is None:
+            topics = self._topics[queue] = QueueTopics(queue=queue, prefix=self._prefix)
+        return topics
+
     def destination(self, job: Job) -> str:
         """The topic ``job`` goes to, checked to exist (see :meth:`check_topic`).
 
         The ready topic is checked even for a delayed job: a missing queue is the
         likelier mistake and has the clearer fix.
         """
-        topics = self._topics.get(job.queue)
-        if topics is None:
-            topics = self._topics[job.queue] = QueueTopics(queue=job.queue, prefix=self._prefix)
+        topics = self._topics_of(job.queue)
         self.check_topic(
             topics.ready,
             f"queue {job.queue!r} has no topic {topics.ready}",
@@ -350,11 +364,11 @@ class KafkaTransport:
                 log.exception("serving delivery reports")
 
 
-def _routed(route: Route, message: Message, job_id: str) -> str:
+def _routed(route: Route, message: Message, result: Callable[[Message], _T]) -> _T:
     partition, offset = message.partition(), message.offset()
     assert partition is not None and offset is not None
     route.delivered(partition, offset)
-    return job_id
+    return result(message)
 
 
 def _reporter(

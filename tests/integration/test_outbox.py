@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from jobcore.kafka import OFFSET_BEGINNING, KafkaSettings, TopicPartition, make_consumer
 from jobcore.topics import QueueTopics
-from producer import JobProducer, JobRequest, PayloadError, ensure_queue_topics
+from producer import FloodPolicy, JobProducer, JobRequest, PayloadError, ensure_queue_topics
 from producer.cli import main as producer_cli
 from producer.outbox import Outbox, OutboxRelay, RelayConfig, init_schema
 from producer.outbox.metrics import RelayCollector
@@ -70,11 +70,13 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> N
         time.sleep(0.05)
 
 
-def job_ids_in(kafka: KafkaSettings, topic: str, count: int) -> list[str]:
-    """Every record's job id from the start of ``topic``, waiting for ``count``, then a
-    little past it, so a duplicate arriving late is seen too."""
+def job_ids_in(kafka: KafkaSettings, topic: str, count: int, *more: str) -> list[str]:
+    """Every record's job id from the start of ``topic`` (and of ``more`` topics),
+    waiting for ``count``, then a little past it, so a duplicate arriving late is seen
+    too."""
     consumer = make_consumer(kafka, f"reader-{topic}")
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING)
+                     for t in (topic, *more) for p in range(PARTITIONS)])  # fmt: skip
     ids: list[str] = []
     deadline = time.monotonic() + 60
     try:
@@ -120,10 +122,15 @@ def waiting(dsn: str) -> int:
 
 @contextmanager
 def relay_thread(
-    dsn: str, kafka: KafkaSettings, *, batch: int = 500, poll: float = 0.2
+    dsn: str,
+    kafka: KafkaSettings,
+    *,
+    batch: int = 500,
+    poll: float = 0.2,
+    flood: FloodPolicy | None = None,
 ) -> Iterator[OutboxRelay]:
     stop = threading.Event()
-    producer = JobProducer(kafka)
+    producer = JobProducer(kafka, flood=flood)
     relay = OutboxRelay(RelayConfig(dsn=dsn, batch=batch, poll_interval_s=poll), producer, kafka)
     thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
     thread.start()
@@ -241,6 +248,24 @@ def test_jobs_land_in_staging_order_per_tenant(
     assert by_tenant(kafka, QueueTopics(queue=queue).ready, 200) == expected
 
 
+def test_a_relayed_flood_is_diverted_and_the_other_tenants_rows_stay_ready(
+    db: str, kafka: KafkaSettings, queue: str, outbox: Outbox
+) -> None:
+    """The relay diverts as ``enqueue`` does: past its allowance a tenant's rows go to
+    the overflow lane, in order, and the other tenants' rows are not written behind it."""
+    with psycopg.connect(db) as conn:
+        flood = outbox.stage_many(conn, [receipt(queue, n, tenant="big") for n in range(300)])
+        calm = outbox.stage_many(conn, [receipt(queue, n, tenant=f"t{n}") for n in range(10)])
+        conn.commit()
+    with relay_thread(db, kafka, batch=100, flood=FloodPolicy(burst=50, rate=0.01)):
+        wait_for(lambda: waiting(db) == 0, "the rows to be relayed")
+    topics = QueueTopics(queue=queue)
+    ready, moved = by_tenant(kafka, topics.ready, 60), by_tenant(kafka, topics.overflow, 250)
+    assert ready["big"] == flood[:50] and moved["big"] == flood[50:], "diverted, in order"
+    assert {t: ready[t] for t in ready if t != "big"} == {f"t{n}": [calm[n]] for n in range(10)}
+    assert set(moved) == {"big"}, "only the flooding tenant is diverted"
+
+
 def test_a_relay_restarted_after_a_crash_mid_batch_does_not_send_the_batch_again(
     db: str, kafka: KafkaSettings, queue: str, outbox: Outbox
 ) -> None:
@@ -315,7 +340,8 @@ def test_kill_9_of_relays_at_random_moments_loses_nothing_and_sends_nothing_twic
         for process in relays:
             process.send_signal(signal.SIGKILL)
             process.wait()
-    ids = job_ids_in(kafka, QueueTopics(queue=queue).ready, len(staged))
+    topics = QueueTopics(queue=queue)  # a relay diverts a flood of acme's rows as enqueue does
+    ids = job_ids_in(kafka, topics.ready, len(staged), topics.overflow)
     assert set(ids) == set(staged), "a committed job was lost, or a rolled-back one sent"
     assert [i for i, n in Counter(ids).items() if n > 1] == [], "a row was sent twice"
 

@@ -99,6 +99,9 @@ class SlowAcks(FakeProducer):
 
     conn: Recording = field(default_factory=Recording)
 
+    def diversion_topic(self, queue: str) -> str | None:
+        return None  # diverts nothing
+
     def send_job(self, job: Job) -> Future[Delivered]:
         future: Future[Delivered] = Future()
         delivered = Delivered(job_id=job.job_id, topic="jobs.q", partition=0, offset=1)

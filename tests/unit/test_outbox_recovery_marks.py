@@ -103,6 +103,9 @@ class TenantProducer:
     def destination_of(self, job: Job) -> str:
         return TOPIC
 
+    def diversion_topic(self, queue: str) -> str | None:
+        return None  # diverts nothing
+
     def send_job(self, job: Job) -> Future[Delivered]:
         partition = 0 if job.tenant_id == "a" else 1
         self.topic.log[partition].append(job.job_id)

@@ -141,6 +141,9 @@ class FakeProducer:
         self.classes.check(job.priority_class)
         return f"jobs.{job.queue}"
 
+    def diversion_topic(self, queue: str) -> str | None:
+        return None  # diverts nothing
+
     def send_job(self, job: Job) -> Future[Delivered]:
         topic = self.destination_of(job)
         self.sends.append(job.job_id)
@@ -165,6 +168,9 @@ class SentJobs:
 
     def destination_of(self, job: Job) -> str:
         return self.producer.destination_of(job)
+
+    def diversion_topic(self, queue: str) -> str | None:
+        return self.producer.diversion_topic(queue)
 
     def send_job(self, job: Job) -> Future[Delivered]:
         self.sends.append(job.job_id)
