@@ -18,7 +18,7 @@ from leasekeeper.core.retry_budget import BudgetSnapshot
 from leasekeeper.core.unhandled_warning import UnhandledWait
 from leasekeeper.ordering.values import BlockedLine
 
-if TYPE_CHECKING:  # the engine imports this module; these import the engine
+if TYPE_CHECKING:  # only types here: the features' views, read by ``plain``
     from leasekeeper.breaker.states import BreakerView
     from leasekeeper.fairness.view import FairnessSnapshot
     from leasekeeper.limits.admission import LimitsSnapshot

@@ -71,6 +71,9 @@ class Dead:
 class BatchPlan:
     sends: list[Send] = field(default_factory=list)  # in staging order
     dead: list[Dead] = field(default_factory=list)
+    # The queues whose overflow lane the relay marked for this batch: only their floods
+    # may be diverted (recovery after a crash reads the marked topics alone).
+    diverting: set[str] = field(default_factory=set)
 
     @property
     def size(self) -> int:
@@ -168,7 +171,7 @@ class Batcher:
         while pending:
             wave, pending = _wave(s for s in pending if s.tenant not in failed
                                   and (s.key is None or s.key not in stopped))  # fmt: skip
-            for send, result in self._produce(wave):
+            for send, result in self._produce(wave, plan.diverting):
                 if isinstance(result, Delivered):
                     delivered[send.row_id] = result
                     self._failures.delivered(send.tenant, send.topic)
@@ -182,11 +185,14 @@ class Batcher:
                         stopped.add(send.key)
         return BatchOutcome(delivered=delivered, dead=dead)
 
-    def _produce(self, wave: Sequence[Send]) -> list[tuple[Send, Delivered | BaseException]]:
+    def _produce(
+        self, wave: Sequence[Send], diverting: set[str]
+    ) -> list[tuple[Send, Delivered | BaseException]]:
         futures: list[tuple[Send, Future[Delivered] | BaseException]] = []
         for send in wave:
             try:
-                futures.append((send, self._producer.send_job(send.job)))
+                divert = send.job.queue in diverting
+                futures.append((send, self._producer.send_job(send.job, divert=divert)))
             except Exception as exc:  # refused at once: this row's failure
                 futures.append((send, exc))
         wait_all([f for _, f in futures if isinstance(f, Future)])

@@ -235,17 +235,17 @@ class OutboxRelay:
                 except (EnqueueError, KafkaException) as exc:
                     self._batcher.withhold(plan, topic, exc, now)
             for queue in sorted({s.job.queue for s in plan.sends}):
-                # A flood's rows may land in the queue's overflow lane (the producer's
-                # diversion, as for enqueue): that topic is marked too, or the queue's
-                # rows are held back like those of a topic whose ends cannot be read.
+                # A flood's rows may go to the queue's overflow lane (the producer's
+                # diversion, as for enqueue) only once that topic is marked too.
                 overflow = self._producer.diversion_topic(queue)
                 if overflow is None:
                     continue
                 try:
                     marks = marks.with_topic(overflow, positions.ends(overflow))
                 except (EnqueueError, KafkaException) as exc:
-                    for topic in sorted({s.topic for s in plan.sends if s.job.queue == queue}):
-                        self._batcher.withhold(plan, topic, exc, now)
+                    log.warning("%s: %s; this batch diverts no flood of %s", overflow, exc, queue)
+                    continue
+                plan.diverting.add(queue)
         return marks
 
     def _finish(self, conn: psycopg.Connection[Any], outcome: BatchOutcome) -> None:

@@ -52,6 +52,20 @@ def staged(conn: RelayConn, tenant: str, first: int, count: int) -> list[str]:
     return [f"row{n}" for n in range(first, first + count)]
 
 
+def marks_kept(conn: RelayConn) -> list[dict[str, Any]]:
+    """The marks of each batch, as the relay stores them before sending it."""
+    marked: list[dict[str, Any]] = []
+    execute = conn.execute
+
+    def spy(sql: str, params: Any = ()) -> Any:
+        if " ".join(sql.split()).startswith("UPDATE job_outbox_relay SET inflight_max_id = %s"):
+            marked.append(json.loads(params[1]))
+        return execute(sql, params)
+
+    conn.execute = spy  # type: ignore[method-assign]
+    return marked
+
+
 def test_a_relayed_flood_goes_to_the_overflow_lane_and_the_other_tenants_stay_ready(
     cluster: Cluster,
 ) -> None:
@@ -60,15 +74,7 @@ def test_a_relayed_flood_goes_to_the_overflow_lane_and_the_other_tenants_stay_re
     calm = staged(conn, "small", 101, 5)
     with JobProducer(SETTINGS, flood=FloodPolicy(burst=BURST, rate=0.01)) as producer:
         relay = relay_of(producer)
-        marked: list[dict[str, Any]] = []
-        execute = conn.execute
-
-        def spy(sql: str, params: Any = ()) -> Any:
-            if " ".join(sql.split()).startswith("UPDATE job_outbox_relay SET inflight_max_id = %s"):
-                marked.append(json.loads(params[1]))
-            return execute(sql, params)
-
-        conn.execute = spy  # type: ignore[method-assign]
+        marked = marks_kept(conn)
         positions = KafkaPositions(SETTINGS)
         try:
             relay.relay_batch(cast(psycopg.Connection[Any], conn), positions)
@@ -125,17 +131,19 @@ class LaneUnreadable:
         self._positions.close()
 
 
-def test_rows_whose_overflow_lane_cannot_be_marked_wait_rather_than_go_unmarked(
+def test_a_batch_whose_overflow_lane_cannot_be_marked_diverts_nothing(
     cluster: Cluster,
 ) -> None:
+    """Recovery reads only the marked topics: a row must never land in an unmarked one."""
     conn = RelayConn()
-    staged(conn, "big", 1, 30)
-    positions = LaneUnreadable()
+    flood = staged(conn, "big", 1, 30)
+    positions, marked = LaneUnreadable(), marks_kept(conn)
     with JobProducer(SETTINGS, flood=FloodPolicy(burst=BURST, rate=0.01)) as producer:
         try:
             relay_of(producer).relay_batch(cast(psycopg.Connection[Any], conn),
                                            cast(KafkaPositions, positions))  # fmt: skip
         finally:
             positions.close()
-    assert len(conn.rows) == 30 and conn.dead == [], "held back, to be sent on a later pass"
-    assert cluster.records(READY) == [] and cluster.records(OVERFLOW) == []
+    assert conn.rows == {} and conn.dead == [], "relayed, not held back"
+    assert ids(cluster, READY, "big") == flood and cluster.records(OVERFLOW) == []
+    assert [set(m) for m in marked] == [{READY}], "the batch wrote only where it marked"

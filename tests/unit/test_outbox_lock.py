@@ -102,7 +102,7 @@ class SlowAcks(FakeProducer):
     def diversion_topic(self, queue: str) -> str | None:
         return None  # diverts nothing
 
-    def send_job(self, job: Job) -> Future[Delivered]:
+    def send_job(self, job: Job, *, divert: bool = True) -> Future[Delivered]:
         future: Future[Delivered] = Future()
         delivered = Delivered(job_id=job.job_id, topic="jobs.q", partition=0, offset=1)
 

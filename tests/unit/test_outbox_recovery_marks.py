@@ -106,7 +106,7 @@ class TenantProducer:
     def diversion_topic(self, queue: str) -> str | None:
         return None  # diverts nothing
 
-    def send_job(self, job: Job) -> Future[Delivered]:
+    def send_job(self, job: Job, *, divert: bool = True) -> Future[Delivered]:
         partition = 0 if job.tenant_id == "a" else 1
         self.topic.log[partition].append(job.job_id)
         future: Future[Delivered] = Future()

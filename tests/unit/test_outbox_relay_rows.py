@@ -144,7 +144,7 @@ class FakeProducer:
     def diversion_topic(self, queue: str) -> str | None:
         return None  # diverts nothing
 
-    def send_job(self, job: Job) -> Future[Delivered]:
+    def send_job(self, job: Job, *, divert: bool = True) -> Future[Delivered]:
         topic = self.destination_of(job)
         self.sends.append(job.job_id)
         future: Future[Delivered] = Future()
@@ -172,9 +172,9 @@ class SentJobs:
     def diversion_topic(self, queue: str) -> str | None:
         return self.producer.diversion_topic(queue)
 
-    def send_job(self, job: Job) -> Future[Delivered]:
+    def send_job(self, job: Job, *, divert: bool = True) -> Future[Delivered]:
         self.sends.append(job.job_id)
-        return self.producer.send_job(job)
+        return self.producer.send_job(job, divert=divert)
 
 
 @pytest.fixture
