@@ -154,6 +154,7 @@ def test_a_new_user_gets_answers_not_silence(terminal: Terminal) -> None:
     missing = t.work / "nowhere" / "lk.sock"
     lost = t.start("workers", "run", "receipts:app", "--target", f"unix:{missing}",
                    log="lost-worker.log")  # fmt: skip
+
     # The start line names the target too, so wait for the warning line itself.
     def warned() -> bool:
         return any("WARNING" in line and str(missing) in line
