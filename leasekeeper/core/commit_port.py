@@ -59,10 +59,16 @@ class CommitPort:
         with self._lock:
             return self._book.shrink_metadata(tp)
 
-    def over_span(self) -> set[TopicPart]:
-        """Partitions fetched so far beyond their commit that metadata could not describe."""
+    def over_span(self, reading_on: set[TopicPart] | None = None, cap: int = 0) -> set[TopicPart]:
+        """Partitions fetched so far beyond their commit that metadata could not describe.
+        Those of ``reading_on`` (a deferred flood is read past) are not, while their last
+        commit described every resolution beyond it and they are under ``cap`` offsets
+        beyond it."""
         with self._lock:
-            return self._book.over_span()
+            over = self._book.over_span()
+            if reading_on:
+                over -= {tp for tp in over & reading_on if self._book.may_read_on(tp, cap)}
+            return over
 
     def committed(self, positions: Mapping[TopicPart, tuple[int, str]]) -> None:
         """Kafka accepted these commits: the store can forget everything below them."""

@@ -63,13 +63,40 @@ class FetchPort:
         with self._lock:
             self._intake.offer(tp, offset, head, envelope, not_before_ms)
 
-    def offer_many(self, records: Sequence[tuple[TopicPart, int, JobHead, bytes]]) -> None:
+    def offer_many(self, records: Sequence[tuple[TopicPart, int, JobHead | None, bytes]]) -> None:
         """Records due now, in fetch order, under one hold of the lock: taking it once
-        per record was the leasekeeper's largest single cost at high rates."""
+        per record was the leasekeeper's largest single cost at high rates. A record
+        without a head is one the ``FetchHold`` holds unread (``holding``)."""
         with self._lock:
-            offer = self._intake.offer
+            intake = self._intake
+            offer = intake.offer
             for tp, offset, head, envelope in records:
-                offer(tp, offset, head, envelope, 0)
+                if head is None:
+                    intake.hold(tp, offset)
+                else:
+                    offer(tp, offset, head, envelope, 0)
+
+    def holding(self) -> dict[TopicPart, bytes]:
+        """Per partition, the record key (a tenant) whose records a fetch holds unread:
+        it hands them to ``offer_many`` without a head."""
+        with self._lock:
+            return self._intake.holding()
+
+    def offer_again(
+        self,
+        records: Sequence[tuple[TopicPart, int, JobHead, bytes]],
+        taken: Callable[[TopicPart, int], bool],
+    ) -> int:
+        """Jobs an ``OfferHook`` took on fetch, read again from Kafka and handed back in
+        offset order: each one that ``taken`` (asked under the lock, in order) says
+        the hook still holds goes where a fresh job would; returns how many went."""
+        given = 0
+        with self._lock:
+            for tp, offset, head, envelope in records:
+                if taken(tp, offset):
+                    self._intake.offer_again(tp, offset, head, envelope)
+                    given += 1
+        return given
 
     def cancellations_arrived(self) -> None:
         """Answer at once for cancelled jobs that wait here (in the window, the timer or

@@ -7,8 +7,13 @@ place that builds both, hands it in. A new feature that needs the core to call i
 a new point adds that point here, once, for every feature.
 
 - ``OfferHook``: a fetched job, before it is queued, may be taken by a feature
-  (the overflow lane moves a flooding tenant's jobs aside) or skipped as a copy the
-  feature knows already ran.
+  (the overflow lane moves a flooding tenant's jobs aside; the flood deferral keeps
+  those read whole, as ``FetchHold`` keeps the rest, by offset) or skipped as a copy
+  the feature knows already ran.
+- ``FetchHold``: records a feature holds unread, known by their partition and key
+  alone (a deferred flood's tenant): the fetch tracks each one's offset, hands the
+  offset to the feature and reads nothing else of it; the feature hands the job
+  back later, read again from Kafka (``FetchPort.offer_again``).
 - ``Lines``: ordered jobs (with an ordering key) wait in their key's line instead
   of the window; the core hands them to the lines on arrival and tells the lines
   when one ends.
@@ -42,6 +47,7 @@ __all__ = [
     "CommitHook",
     "DeliveryHook",
     "DispatchGate",
+    "FetchHold",
     "LeaseEnd",
     "Lines",
     "Offer",
@@ -58,12 +64,24 @@ class Offer(Enum):
 
     PASS = "pass"  # not this hook's: the next one, then the window
     SKIP = "skip"  # resolve it without running it (a copy that already ran)
-    TAKEN = "taken"  # the hook has it (copied elsewhere; resolved once that is durable)
+    # The hook has it: copied elsewhere (resolved once that is durable), or deferred
+    # (still unresolved, handed back with ``FetchPort.offer_again``).
+    TAKEN = "taken"
 
 
 class OfferHook(Protocol):
     def offered(self, pending: Pending) -> Offer:
         """A job just fetched, neither resolved before nor cancelled nor a duplicate."""
+        ...
+
+
+class FetchHold(Protocol):
+    def holding(self) -> Mapping[TopicPart, bytes]:
+        """Per partition, the record key (a tenant) whose records are held unread."""
+        ...
+
+    def held(self, tp: TopicPart, offset: int) -> None:
+        """A record of ``holding()[tp]`` at ``offset``, fetched and tracked, not read."""
         ...
 
 

@@ -3,7 +3,8 @@
 A record already resolved (by this leasekeeper before a restart, or by the
 previous owner) is skipped; a record leased before a restart gets its lease
 back; a cancelled job, or one whose dedupe key was used, resolves without
-running; a feature may then take it or skip it (``OfferHook``: the overflow lane);
+running; a feature may then take it or skip it (``OfferHook``: the overflow lane), or hold
+it unread (``FetchHold``: a deferred flood) and hand it back later (``offer_again``);
 a job with a dedupe key first claims the key durably (a copy to the dedupe topic)
 and waits for it (an ordered one in its key's line, ``Lines``); the rest goes into
 the ready window, or its delayed heap when not due yet. The engine's lock guards it.
@@ -19,7 +20,7 @@ from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.context import EngineContext
 from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import CopyQueue
-from leasekeeper.core.hooks import Lines, Offer, OfferHook
+from leasekeeper.core.hooks import FetchHold, Lines, Offer, OfferHook
 from leasekeeper.core.job_records import NOTE_OVERDUE_MS, NOTE_PRUNE_INTERVAL_S
 from leasekeeper.core.leases import Pending, TopicPart, restore_lease
 from leasekeeper.core.partition_book import PartitionBook, PartitionState
@@ -38,8 +39,10 @@ class Intake:
         copies: CopyQueue,
         lines: Lines,
         hooks: Sequence[OfferHook] = (),
+        hold: FetchHold | None = None,
     ) -> None:
         self._lines = lines
+        self._hold = hold
         self._hooks = tuple(hooks)
         self._book = book
         self._window = window
@@ -61,6 +64,41 @@ class Intake:
         if state is None or offset <= state.tracker.highest_fetched:
             return  # not ours, or re-fetched after a pause: already in hand
         self._book.fetched(state, offset)
+        self._arrived(state, tp, offset, job, envelope, not_before_ms)
+
+    def holding(self) -> dict[TopicPart, bytes]:
+        """Per partition, the key whose records the ``FetchHold`` holds unread."""
+        return dict(self._hold.holding()) if self._hold is not None else {}
+
+    def hold(self, tp: TopicPart, offset: int) -> None:
+        """A record the ``FetchHold`` holds by its partition and key, not read: tracked
+        (unresolved, it holds the commit back), and its offset handed to the hold."""
+        state = self._book.parts.get(tp)
+        if state is None or offset <= state.tracker.highest_fetched:
+            return
+        self._book.fetched(state, offset)
+        if self._hold is not None:
+            self._hold.held(tp, offset)
+
+    def offer_again(self, tp: TopicPart, offset: int, job: JobHead, envelope: bytes) -> None:
+        """A job held or taken when it was fetched (``FetchHold``, ``OfferHook``), handed
+        back, read again from Kafka: tracked since then and unresolved, it goes where a
+        fresh one would. The hook that took it passes it this time; a cancel since then
+        still skips it."""
+        state = self._book.parts.get(tp)
+        if state is None or state.tracker.is_resolved(offset):
+            return
+        self._arrived(state, tp, offset, job, envelope, 0)
+
+    def _arrived(
+        self,
+        state: PartitionState,
+        tp: TopicPart,
+        offset: int,
+        job: JobHead,
+        envelope: bytes,
+        not_before_ms: int,
+    ) -> None:
         if offset in state.resolved_before:
             state.tracker.resolve(offset)
             state.stored_leases.pop(offset, None)
@@ -78,6 +116,10 @@ class Intake:
             if job.ordering_key is not None:
                 self._lines.restored(pending)
             return
+        self._admit(state, pending, not_before_ms)
+
+    def _admit(self, state: PartitionState, pending: Pending, not_before_ms: int) -> None:
+        job = pending.job
         if self.skipped(state, pending):
             if job.ordering_key is not None and not_before_ms <= 0:
                 self._lines.skipped(pending)

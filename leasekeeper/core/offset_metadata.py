@@ -14,8 +14,9 @@ resolved; ``claims`` lists (offset - C, claim count) pairs as varints. Both are
 zlib-compressed and URL-safe base64 encoded. The broker's limit is
 ``offset.metadata.max.bytes`` (4096 by default), so the leasekeeper keeps each
 partition's span within ``MAX_SPAN`` offsets (it pauses fetching beyond it:
-back-pressure); claims that do not fit are dropped, which only makes the next
-owner count those jobs' attempts from the envelope again.
+back-pressure), except while it reads past a deferred flood: then it reads on while
+the compressed bitmap still fits (``describe``). Claims that do not fit are dropped,
+which only makes the next owner count those jobs' attempts from the envelope again.
 """
 
 from __future__ import annotations
@@ -76,21 +77,52 @@ def _unpack(text: str) -> bytes:
 
 def encode(committed: int, progress: Progress, limit: int = METADATA_LIMIT) -> str:
     """The metadata string for a commit at ``committed``; always within ``limit``."""
-    beyond = sorted(o - committed for o in progress.resolved if o >= committed)
+    return describe(committed, progress, limit)[0]
+
+
+def _head(beyond: list[int]) -> str:
     span = beyond[-1] + 1 if beyond else 0
     bitmap = bytearray((span + 7) // 8)
     for index in beyond:
         bitmap[index // 8] |= 1 << (index % 8)
-    head = f"{PREFIX}:{span}:{_pack(bytes(bitmap))}:"
-    if len(head) > limit:
-        return ""  # cannot describe it: the next owner re-runs what is beyond the commit
-    claims = sorted((o - committed, n) for o, n in progress.claims.items() if o >= committed)
+    return f"{PREFIX}:{span}:{_pack(bytes(bitmap))}:"
+
+
+def describe(committed: int, progress: Progress, limit: int = METADATA_LIMIT) -> tuple[str, bool]:
+    """The metadata string for a commit at ``committed``, within ``limit``, and whether
+    it describes every resolved offset beyond the commit.
+
+    Within ``MAX_SPAN`` everything fits. Beyond it (a partition read far past a
+    deferred flood), a bitmap of sparse resolutions still compresses well; when it
+    does not fit, a prefix that does (bisected: compressed sizes are only roughly
+    monotonic) is described, and the next owner
+    runs again only the resolved offsets past it (the caller stops reading further)."""
+    beyond = sorted(o - committed for o in progress.resolved if o >= committed)
+    head = _head(beyond)
+    described = len(head) <= limit
+    if not described:
+        fits, over = 0, len(beyond)  # a prefix of ``fits`` offsets fits, of ``over`` not
+        while over - fits > 1:
+            middle = (fits + over) // 2
+            if len(_head(beyond[:middle])) <= limit:
+                fits = middle
+            else:
+                over = middle
+        beyond = beyond[:fits]
+        if not beyond:
+            return "", False  # the next owner re-runs what is beyond the commit
+        head = _head(beyond)
+    span = beyond[-1] + 1 if beyond else 0
+    claims = sorted(
+        (o - committed, n) for o, n in progress.claims.items() if o >= committed
+        and (described or o - committed < span)
+    )  # fmt: skip
     while claims:
         text = head + _pack(_varints(v for pair in claims for v in pair))
         if len(text) <= limit:
-            return text
+            return text, described
         claims = claims[: len(claims) // 2]  # keep the oldest: they are likelier poison
-    return head
+    return head, described
 
 
 def decode(committed: int, metadata: str | None) -> Progress:

@@ -24,7 +24,7 @@ from leasekeeper.core.copies import CopyRequest
 from leasekeeper.core.leases import Lease, Pending, TopicPart
 from leasekeeper.core.offset_metadata import METADATA_LIMIT, Progress
 from leasekeeper.core.offset_metadata import decode as decode_progress
-from leasekeeper.core.offset_metadata import encode as encode_progress
+from leasekeeper.core.offset_metadata import describe as describe_progress
 from leasekeeper.core.store import LeaseStore, StoreBatch
 from leasekeeper.core.store_values import LeaseRecord, Resolution
 
@@ -68,6 +68,9 @@ class PartitionState:
     # The tenants in overflow on this partition, as the commit metadata carries them
     # (see overflow_lane): appended to the progress, which gives it the room it takes.
     overflow_section: str = ""
+    # Whether the last commit computed described every offset resolved beyond it
+    # (``offset_metadata.describe``): only then may a fetch go past ``max_span``.
+    described: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,7 +253,7 @@ class PartitionBook:
             if (only is not None and tp not in only) or state.tracker.highest_fetched < 0:
                 continue
             offset = state.tracker.committable
-            metadata = _metadata(state, offset)
+            metadata, state.described = _metadata(state, offset)
             if (offset, metadata) != (state.committed, state.committed_metadata):
                 positions[tp] = (offset, metadata)
                 state.commits_sent[(offset, metadata)] = state.tracker.resolutions
@@ -270,7 +273,7 @@ class PartitionBook:
         if state is None:
             return None
         offset = state.tracker.committable
-        refused = len(_metadata(state, offset))
+        refused = len(_metadata(state, offset)[0])
         state.metadata_limit = min(state.metadata_limit, refused) // 2
         if state.metadata_limit < _SMALLEST_METADATA:
             state.metadata_limit = 0
@@ -284,7 +287,8 @@ class PartitionBook:
             tp.partition,
             state.metadata_limit,
         )
-        return offset, _metadata(state, offset)
+        metadata, state.described = _metadata(state, offset)
+        return offset, metadata
 
     def over_span(self) -> set[TopicPart]:
         """Partitions fetched ``max_span`` or more beyond their commit: of those a fetch
@@ -298,6 +302,15 @@ class PartitionBook:
             and state.tracker.highest_fetched - state.tracker.committable >= self._max_span - 1
         }
         return set(self._spanning)
+
+    def may_read_on(self, tp: TopicPart, cap: int) -> bool:
+        """Whether ``tp``, past ``max_span``, may be fetched further: its last commit
+        described every offset resolved beyond it (``offset_metadata.describe``), and
+        it is fetched under ``cap`` offsets beyond its commit."""
+        state = self.parts.get(tp)
+        if state is None or not state.described:
+            return False
+        return state.tracker.highest_fetched - state.tracker.committable < cap - 1
 
     def committed(self, positions: Mapping[TopicPart, tuple[int, str]]) -> None:
         """Kafka accepted these commits: forget everything below them, here and in the store."""
@@ -331,7 +344,7 @@ def _forget_below(memory: dict[int, V], offset: int) -> None:
         del memory[old]
 
 
-def _metadata(state: PartitionState, offset: int) -> str:
+def _metadata(state: PartitionState, offset: int) -> tuple[str, bool]:
     """Progress beyond ``offset``: what this owner resolved, and what it inherited
     (store or previous owner's metadata) but has not fetched again yet. Without the
     inherited part, the first commit after an assignment would erase it, and a
@@ -348,6 +361,9 @@ def _metadata(state: PartitionState, offset: int) -> str:
     # (the store still has it for a restart in place).
     section = state.overflow_section if len(state.overflow_section) <= state.metadata_limit else ""
     if not progress.resolved and not progress.claims:
-        return section
+        return section, True
     limit = state.metadata_limit - len(section)
-    return encode_progress(offset, progress, limit=limit) + section if limit > 0 else section
+    if limit <= 0:
+        return section, not progress.resolved
+    text, described = describe_progress(offset, progress, limit=limit)
+    return text + section, described

@@ -22,6 +22,14 @@ from leasekeeper.core.dispatch_policy import DispatchPolicy
 from leasekeeper.core.leases import Pending, TopicPart
 
 
+def window_slice(
+    records: int, fetching: Iterable[TopicPart], unit: Callable[[TopicPart], object] | None
+) -> int:
+    """Each sharing unit's slice of a window of ``records`` (``ReadyWindow.over_share``)."""
+    units = {tp if unit is None else unit(tp) for tp in fetching}
+    return records // max(1, len(units))
+
+
 def job_type(pending: Pending) -> str:
     return pending.job.type
 

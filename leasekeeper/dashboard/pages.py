@@ -98,6 +98,7 @@ def queue_page(base: str, queue: str, fleet: FleetState, kafka: KafkaView, now_m
         + _tenants(records)
         + _classes(records)
         + _blocked_keys(records, now_ms)
+        + flood_section(records, now_ms)
         + "<h2>Retry tiers</h2>"
         + table(("tier topic", "backlog"), tier_rows(offsets.tiers), numeric=(1,))
         + f"<p>{link(base, f'dlq/{queue}', 'Dead letters')}: {offsets.dlq_depth}</p>",
@@ -220,6 +221,22 @@ def _blocked_keys(records: list[Snapshot], now_ms: int) -> str:
     headers = ("leasekeeper", "tenant", "ordering key", "head job", "state", "back",
                "held behind", "why")  # fmt: skip
     return "<h2>Blocked ordering keys</h2>" + table(headers, rows, numeric=(6,))
+
+
+def flood_section(records: list[Snapshot], now_ms: int) -> str:
+    """Floods read past (``inspect`` shows them too): whose, where, since when."""
+    rows = [
+        (record.get("instance"), f.get("tenant"), f"{f.get('topic')}/{f.get('partition')}",
+         f"{max(0, now_ms - int(f.get('since_ms', now_ms))) / 1000:.0f}s", f.get("waiting"),
+         f.get("read_past"))
+        for record in records
+        for f in record["snapshot"].get("floods") or []
+    ]  # fmt: skip
+    if not rows:
+        return ""
+    headers = ("leasekeeper", "tenant", "partition", "for", "its jobs waiting in Kafka",
+               "others read past")  # fmt: skip
+    return "<h2>Floods read past</h2>" + table(headers, rows, numeric=(4, 5))
 
 
 def _progress_cell(lease: Snapshot) -> str:

@@ -63,6 +63,14 @@ class EngineConfig:
     # off: on a leasekeeper-bound drain its copies cost more than they save
     # (docs/fairness.md). ``overflow_lane.DEFAULT_SHARE`` (0.5) is the value to try.
     overflow_share: float = 0.0
+    # Read past a flood: a tenant holding more than half of its partition's slice of
+    # a full window has its later records there deferred (their offsets kept, the
+    # records read again when it has room) so that the partition's other tenants
+    # are read on (see leasekeeper/deferral, docs/fairness.md).
+    defer_floods: bool = True
+    # How far past its commit a partition read past a flood may be fetched at most
+    # (beyond ``max_span``, and only while commit metadata describes it all).
+    read_past_cap: int = 2_000_000
     # Token buckets per job type and per tenant, checked at claim time (rate_limit).
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     # Per-key ordering: when a line's head is dead-lettered, the line goes on, or

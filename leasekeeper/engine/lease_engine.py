@@ -58,6 +58,8 @@ from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.unhandled import UnhandledSweep
 from leasekeeper.core.window import ReadyWindow
 from leasekeeper.core.worker_port import WorkerPort
+from leasekeeper.deferral.floods import FloodDeferral
+from leasekeeper.deferral.port import DeferralPort
 from leasekeeper.engine.config import EngineConfig
 from leasekeeper.fairness.weighted import ready_policy
 from leasekeeper.limits.admission import LimitDispatch
@@ -127,8 +129,11 @@ class LeaseEngine:
         overflow = OverflowMoves(lane=OverflowLane(share=config.overflow_share), book=book,
                                  window=window, copies=copies, store=store,
                                  reader=reader)  # fmt: skip
+        deferral = FloodDeferral(book=book, window=window, now_ms=lambda: now_ms(clock),
+                                 enabled=config.defer_floods)  # fmt: skip
         intake = Intake(ctx=ctx, book=book, window=window, copies=copies,
-                        lines=ordering, hooks=(overflow,))  # fmt: skip
+                        lines=ordering, hooks=(overflow, deferral),
+                        hold=deferral)  # fmt: skip
         limits = LimitDispatch(limits=RateLimits(config.rate_limits, monotonic),
                                window=window, book=book, window_records=config.window_records,
                                monotonic=monotonic, reader=reader)  # fmt: skip
@@ -147,7 +152,8 @@ class LeaseEngine:
         self._ordering, self._unhandled = ordering, unhandled
 
         self.partitions = PartitionPort(lock=lock, book=book, window=window, core=core,
-                                        hooks=(overflow, ordering, limits))  # fmt: skip
+                                        hooks=(overflow, ordering, limits,
+                                               deferral))  # fmt: skip
         self.fetch = FetchPort(lock=lock, intake=intake, book=book, window=window,
                                copies=copies, control=control, gates=gates, lines=ordering,
                                clock=clock, window_records=config.window_records)  # fmt: skip
@@ -159,6 +165,8 @@ class LeaseEngine:
                                   clock=clock, monotonic=monotonic)  # fmt: skip
         self.copies = CopyPort(lock=lock, copies=copies, book=book, deliveries=deliveries)
         self.overflow = OverflowPort(lock=lock, moves=overflow, book=book)
+        self.deferral = DeferralPort(lock=lock, deferral=deferral, fetch=self.fetch,
+                                     read_past_cap=config.read_past_cap)  # fmt: skip
         self.breakers = BreakerPort(lock=lock, gate=breakers, window=window, copies=copies,
                                     clock=clock, monotonic=monotonic)  # fmt: skip
         self.limits = LimitsPort(lock=lock, dispatch=limits, copies=copies, clock=clock)

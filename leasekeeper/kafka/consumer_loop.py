@@ -28,6 +28,8 @@ from jobcore.kafka_retry import Backoff
 from jobcore.topics import QueueTopics
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.core.window import window_slice
+from leasekeeper.deferral.reader import DeferredReaders
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.kafka.committer import COMMIT_BACKOFF, HANDOVER_COMMIT_PATIENCE_S, Committer
 from leasekeeper.kafka.copy_sender import CopySender
@@ -85,11 +87,14 @@ class ConsumerLoop:
         commits: CommitReader | None = None,
         feeds: Sequence[Feed] = (),
         lane: LaneFeed | None = None,
+        deferred_reader: Callable[[], Consumer] | None = None,
     ) -> None:
         """``commits`` reads the group's commits that diverted jobs wait for
         (``switch_hold``); without it, they do not wait. ``feeds`` (caught up before
         ``run``) and the ordering ``lane`` (one of them, which the loop also reads
-        lines from) are followed at every step."""
+        lines from) are followed at every step. ``deferred_reader`` opens the
+        consumer that reads a deferred flood again (without it, or with
+        ``defer_floods`` off, a full window pauses a flooded partition instead)."""
         self._consumer = consumer
         # A fatal consumer error is answered by rejoining with a new consumer from here.
         self._consumer_factory = consumer_factory
@@ -123,6 +128,18 @@ class ConsumerLoop:
         self._feeds = (*feeds, lane) if lane is not None else tuple(feeds)
         self._lanes = LaneLoads(engine.ordering)  # class partitions whose lane entries are not read
         self._last_commit = self._clock()  # nothing to commit before the first fetch
+        # Floods read past: a second reader per partition hands the flood back.
+        deferral = None
+        if deferred_reader is not None and engine.deferral.enabled:
+            deferral = engine.deferral
+        self._deferred: DeferredReaders | None = None
+        if deferral is not None and deferred_reader is not None:
+            self._deferred = DeferredReaders(
+                port=deferral, open_consumer=deferred_reader, codec=codec,
+                slice_=lambda: window_slice(engine.fetch.window_records,
+                                            self._assignment.parts, gate.share_unit),
+                window_records=engine.fetch.window_records, batch_size=config.batch_size,
+            )  # fmt: skip
         self.fetcher = Fetcher(consumer=lambda: self._consumer, engine=engine, codec=codec,
                                outbox=outbox, gate=gate, overflow=self._overflow,
                                switches=self.switches, lanes=self._lanes,
@@ -130,7 +147,8 @@ class ConsumerLoop:
                                overflow_topic=topics.overflow, batch_size=config.batch_size,
                                poll_timeout_s=config.poll_timeout_s,
                                until_commit=self._until_commit,
-                               fail_fatally=self._fail_fatally)  # fmt: skip
+                               fail_fatally=self._fail_fatally,
+                               deferral=deferral)  # fmt: skip
         # What each step does after its fetch, in this order, then what runs on a timer.
         # Looked up when they run (lambdas): the parts a test fakes may lack some.
         self._each_step: tuple[LoopTask, ...] = (
@@ -142,6 +160,7 @@ class ConsumerLoop:
             LoopTask("promote the delayed jobs due", 0, lambda: engine.fetch.promote_due()),
             LoopTask("follow the feeds", 0, self._follow_feeds),
             LoopTask("watch for floods", 0, lambda: self._overflow.poll(self._consumer)),
+            LoopTask("hand deferred floods back", 0, self._hand_back),
         )
         self._timed = (LoopTask("expire leases", config.reaper_interval_s, self._reap),)
         self.committer = Committer(commits=engine.commits, consumer=lambda: self._consumer,
@@ -271,9 +290,15 @@ class ConsumerLoop:
         self._subscribe()
         raise _Rejoined
 
+    def _hand_back(self) -> None:
+        if self._deferred is not None:
+            self._deferred.step()
+
     def _shutdown(self) -> None:
         """Stop fetching, drain the jobs in flight, commit, leave the group."""
         self.switches.close()
+        if self._deferred is not None:
+            self._deferred.close()
         if self._fatal:
             self._consumer.close()  # nothing to drain or commit: the partitions are gone
             return

@@ -213,3 +213,27 @@ class FamilyConsumer:
                 failure = failure or exc
         if failure is not None:
             raise failure
+
+
+# Records librdkafka reads ahead per partition (``queued.min.messages``): a few
+# fetches' worth, so a flood cannot queue far ahead of the other partitions.
+PREFETCH_RECORDS = 2_000
+# How long librdkafka waits to fetch a partition whose read-ahead is full, once
+# read below it again (``fetch.queue.backoff.ms``, 1 s by default).
+FETCH_BACKOFF_MS = 10
+
+
+def member_settings(session_timeout_ms: int) -> dict[str, object]:
+    """The settings of each family's member of the queue's group."""
+    return {
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
+        # How far librdkafka reads ahead per partition. Its default (100,000
+        # records) lets a flooded partition fill the consumer's one queue, and the
+        # other partitions' records then wait behind the whole read-ahead. With the
+        # default backoff a full read-ahead then waited up to 1 s to be refilled: a
+        # flood was read past at 27k records/s, at 115k/s with 10 ms.
+        "queued.min.messages": PREFETCH_RECORDS,
+        "fetch.queue.backoff.ms": FETCH_BACKOFF_MS,
+    }

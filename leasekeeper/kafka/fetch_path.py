@@ -18,8 +18,9 @@ from jobcore.kafka import Message
 from leasekeeper.core.leases import TopicPart
 from schemas.job_headers import JobHead, read_head, read_switch
 
-# What the engine is offered: a record's partition, offset, head and envelope.
-Due = tuple[TopicPart, int, JobHead, bytes]
+# What the engine is offered: a record's partition, offset, head and envelope; no
+# head (nor envelope) for a record held unread (``FetchPort.holding``).
+Due = tuple[TopicPart, int, JobHead | None, bytes]
 
 
 def gather(
@@ -29,11 +30,13 @@ def gather(
     held: Container[TopicPart],
     overflow_topic: str,
     due: list[Due],
+    holding: dict[TopicPart, bytes] | None = None,
 ) -> int:
     """Append the ready jobs of ``messages[start:]`` to ``due`` until one needs the
     slow path; return its index (``len(messages)`` when none does). ``ready_parts``:
     the ready topics' partitions by number (filled in here), ``held``: partitions
-    held at a head (their records are fetched again later)."""
+    held at a head (their records are fetched again later); ``holding``: per
+    partition, the key whose records join ``due`` unread (a deferred flood's)."""
     n = len(messages)
     i = start
     while i < n:
@@ -53,6 +56,9 @@ def gather(
             tp = parts[partition] = TopicPart(topic, partition)
         if tp in held:
             return i
+        if holding and _held(message, tp, holding, due):
+            i += 1
+            continue
         headers = message.headers()
         if topic == overflow_topic and read_switch(headers) is not None:
             return i  # a diverted job: its switch is checked by the loop
@@ -63,3 +69,16 @@ def gather(
         due.append((tp, offset, head, value))
         i += 1
     return n
+
+
+def _held(message: Message, tp: TopicPart, holding: dict[TopicPart, bytes], due: list[Due]) -> bool:
+    """A deferred flood's record joins ``due`` by its offset alone: a flood is read
+    past at the consumer's pace, not the decoder's."""
+    key = holding.get(tp)
+    if key is None or message.key() != key:
+        return False
+    offset = message.offset()
+    if offset is None:
+        return False
+    due.append((tp, offset, None, b""))
+    return True

@@ -1,8 +1,9 @@
 """``Fetcher``: one fetch of the consumer loop, from back-pressure to the engine.
 
 Each step it works out how many records the window takes and which partitions must
-not be fetched (a full window's biggest holders, those past the commit span, held
-tiers, lines waiting for their lane, blocked copies, floods being moved), pauses and
+not be fetched (a full window's biggest holders, unless their flood is deferred and
+read past; those past the commit span, held tiers, lines waiting for their lane,
+blocked copies, floods being moved), pauses and
 resumes them, reads what the consumer has, and hands the records to the engine in
 offset order: the common ones through the compiled fast path (``fetch_path``), the
 rest one by one (``slow_path``). The loop owns the consumer (a fatal error replaces
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from jobcore.kafka import Consumer, KafkaError, Message, TopicPartition
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.tier_gate import TierGate
+from leasekeeper.core.window import window_slice
+from leasekeeper.deferral.port import DeferralPort
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.kafka.copy_sender import CopySender
 from leasekeeper.kafka.family_consumer import FamilyConsumer
@@ -31,7 +34,7 @@ from schemas.job_headers import JobHead
 
 log = logging.getLogger(__name__)
 
-Due = list[tuple[TopicPart, int, JobHead, bytes]]
+Due = list[tuple[TopicPart, int, JobHead | None, bytes]]
 
 
 class Fetcher:
@@ -53,7 +56,9 @@ class Fetcher:
         poll_timeout_s: float,
         until_commit: Callable[[], float],
         fail_fatally: Callable[[KafkaError], None],
+        deferral: DeferralPort | None = None,
     ) -> None:
+        """``deferral``: floods to read past (None: a full window pauses them)."""
         self._consumer = consumer
         self._fetch_port = engine.fetch
         self._commits = engine.commits
@@ -72,6 +77,8 @@ class Fetcher:
             t: {} for t in ready_topics if gate.tier_of(t) is None
         }
         self._overflow_topic = overflow_topic  # a property builds it: not per record
+        self._deferral = deferral
+        self._sources = frozenset(self._ready_parts) - {overflow_topic}
         self._slow = SlowPath(fetch=engine.fetch, copies=engine.copies, codec=codec, gate=gate,
                               switches=switches, overflow_topic=overflow_topic,
                               hold=self.hold)  # fmt: skip
@@ -85,12 +92,13 @@ class Fetcher:
         # in bytes up to one batch. A paused consumer still serves callbacks.
         due: Due = []
         messages = self._lanes.admit(self.fetch(max(1, min(self._batch_size, room))))
+        holding = self._fetch_port.holding() if self._deferral is not None else None
         i, n = 0, len(messages)
         while i < n:
             # The common records on the compiled fast path; the first that needs more
             # (and everything it implies for ``due``) here.
             i = gather(messages, i, self._ready_parts, self._gate.holding,
-                       self._overflow_topic, due)  # fmt: skip
+                       self._overflow_topic, due, holding)  # fmt: skip
             if i < n:
                 self.offer(due)
                 self._handle_one(messages[i])
@@ -169,11 +177,25 @@ class Fetcher:
         # Hysteresis: full when no room is left, and full until half the window is
         # free again, so a busy window does not flap between paused and fetching.
         self._full = room == 0 or (self._full and room < fetch.window_records // 2)
-        wanted = self._commits.over_span() & assignment
+        deferral = self._deferral
+        if deferral is not None:
+            over_span = self._commits.over_span(deferral.deferring(), deferral.read_past_cap)
+        else:
+            over_span = self._commits.over_span()
+        wanted = over_span & assignment
         if self._full:
             over, headroom = fetch.over_share(assignment, self._gate.share_unit)
             if self._overflow.move_floods(over, assignment, self._gate.share_unit):
                 over, headroom = fetch.over_share(assignment, self._gate.share_unit)
+            if deferral is not None:
+                # A flood deferred: its partition is read on for the other tenants,
+                # whose records the window takes up to a fetch beyond its bound.
+                slice_ = window_slice(fetch.window_records, assignment, self._gate.share_unit)
+                read_on = deferral.floods({tp for tp in over if tp.topic in self._sources},
+                                          slice_)  # fmt: skip
+                if read_on:
+                    over -= read_on
+                    headroom = max(headroom, self._batch_size)
             wanted |= over
             room = headroom
         wanted |= self._overflow.copying(assignment)

@@ -106,6 +106,14 @@ _OPTIONS: list[Callable[[Any], Any]] = [
         "lane off",
     ),
     click.option(
+        "--defer-floods/--no-defer-floods",
+        default=_ENGINE.defer_floods,
+        show_default=True,
+        help="read past a flood: a tenant holding more than half of its partition's slice "
+        "of a full window waits in Kafka (its records read again as it drains) while the "
+        "partition's other tenants are read on",
+    ),
+    click.option(
         "--rate-limit",
         multiple=True,
         metavar="TYPE=N/s",

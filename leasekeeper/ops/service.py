@@ -37,11 +37,17 @@ from leasekeeper.core.state_identity import StateIdentity, StateMismatch, check_
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.dashboard.kafka_view import KafkaView
+from leasekeeper.deferral.reader import flood_reader
 from leasekeeper.engine import LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop
 from leasekeeper.kafka.control_feed import ControlFeed
 from leasekeeper.kafka.copy_sender import CopySender
-from leasekeeper.kafka.family_consumer import FamilyConsumer, family_instance_id, topic_families
+from leasekeeper.kafka.family_consumer import (
+    FamilyConsumer,
+    family_instance_id,
+    member_settings,
+    topic_families,
+)
 from leasekeeper.kafka.feeds import Feed
 from leasekeeper.kafka.kafka_probe import KafkaProbe
 from leasekeeper.kafka.result_sender import ResultSender
@@ -59,10 +65,6 @@ from leasekeeper.views.snapshots import LeaseKeeperSnapshot
 from schemas.codec import EnvelopeCodec, SchemaRegistry
 
 log = logging.getLogger(__name__)
-
-# Records librdkafka reads ahead per partition (``queued.min.messages``): a few
-# fetches' worth, so a flood cannot queue far ahead of the other partitions.
-PREFETCH_RECORDS = 2_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,9 +112,8 @@ class LeaseKeeperService:
             status=self._status_sender if config.engine.status_records else None,
             results=self._result_sender,
         )
-        self._feed = ControlFeed(
-            settings=config.kafka, topics=self.topics, state=self.engine.control
-        )
+        control = self.engine.control
+        self._feed = ControlFeed(settings=config.kafka, topics=self.topics, state=control)
         self._breaker_feed = BreakerFeed(settings=config.kafka, topics=self.topics,
                                          breakers=self.engine.breakers,
                                          producer=self._producer)  # fmt: skip
@@ -122,15 +123,7 @@ class LeaseKeeperService:
         self.connected = threading.Event()
         self.kafka_probe = KafkaProbe(config.kafka, self.topics.ready)
         self.gate = TierGate(config.tiers, self.topics, classes=classes)
-        overrides: dict[str, object] = {
-            "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": config.session_timeout_ms,
-            "heartbeat.interval.ms": max(500, config.session_timeout_ms // 5),
-            # How far librdkafka reads ahead per partition. Its default (100,000
-            # records) lets a flooded partition fill the consumer's one queue, and the
-            # other partitions' records then wait behind the whole read-ahead.
-            "queued.min.messages": PREFETCH_RECORDS,
-        }
+        overrides = member_settings(config.session_timeout_ms)
         # Answers to the loop's asynchronous commits, served on the loop's thread.
         overrides["on_commit"] = self._on_commit
         ready_topics = self.topics.classes(classes)
@@ -147,9 +140,8 @@ class LeaseKeeperService:
             return FamilyConsumer(make=family_consumer, family_of=family_of,
                                   first=self.engine.workers.run_first_classes)  # fmt: skip
 
-        consumer = new_consumer()
         self.loop = ConsumerLoop(
-            consumer=consumer,
+            consumer=new_consumer(),
             producer=self._producer,
             engine=self.engine,
             codec=codec,
@@ -164,6 +156,7 @@ class LeaseKeeperService:
             commits=CommitReader(lambda: make_consumer(config.kafka, self._group_id)),
             feeds=(self._feed, self._breaker_feed),
             lane=self._lane,
+            deferred_reader=lambda: flood_reader(config.kafka, self._group_id),
         )
         self._thread = threading.Thread(target=self._run, name="kafka-loop", daemon=True)
         self._server: grpc.Server | None = None
@@ -339,9 +332,7 @@ class LeaseKeeperService:
             engine=self.engine.views.snapshot(),
             queue=self.config.queue,
             topics={
-                "ready": self.topics.ready,
-                "dlq": self.topics.dlq,
-                "overflow": self.topics.overflow,
+                **{k: getattr(self.topics, k) for k in ("ready", "dlq", "overflow")},
                 **{
                     f"class {name}": self.topics.of_class(name)
                     for name in self.config.engine.class_weights
@@ -359,6 +350,7 @@ class LeaseKeeperService:
             control=self._feed.snapshot() if self._feed is not None else None,
             fairness=self.engine.views.fairness(),
             limits=self.engine.limits.snapshot(),
+            floods=tuple(self.engine.deferral.views()),
             dead_letters=self._dlq.view() if self._dlq is not None else None,
             breakers=tuple(self.engine.breakers.views()),
             blocked_keys=tuple(self.engine.ordering.blocked_keys()),

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from jobcore.kafka import KafkaException, TopicPartition
 from leasekeeper.core.leases import TopicPart
+from leasekeeper.core.window import window_slice
 from leasekeeper.overflow.port import OverflowPort
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,7 @@ class OverflowWatch:
         flooded = {tp for tp in over if tp.topic in self._sources}
         if not flooded:
             return 0
-        units = {tp if unit is None else unit(tp) for tp in assignment}
-        slice_ = self._window_records // max(1, len(units))
-        return self._overflow.floods(flooded, slice_)
+        return self._overflow.floods(flooded, window_slice(self._window_records, assignment, unit))
 
     def copying(self, assignment: set[TopicPart]) -> set[TopicPart]:
         """Partitions to pause while their copies are on the way."""

@@ -24,6 +24,7 @@ from jobcore.config import AUTH_METADATA_KEY
 from jobcore.job_state import progress_in
 from jobcore.terminal_text import cell, escaped, printable
 from leasekeeper.core.unhandled_warning import unhandled_lines
+from leasekeeper.deferral.lines import flood_lines
 from leasekeeper.limits.lines import limit_lines
 from leasekeeper.views.tier_rows import all_empty, tier_delay, tiers_line
 from schemas import worker_pb2 as pb
@@ -86,7 +87,7 @@ def render_snapshot(
         console.print(line, highlight=False)
     for line in retry_lines(snapshot, now):
         console.print(line, highlight=False)
-    for line in limit_lines(snapshot, now):
+    for line in [*limit_lines(snapshot, now), *flood_lines(snapshot, now)]:
         console.print(line, highlight=False)
     control = control_line(snapshot)
     if control:

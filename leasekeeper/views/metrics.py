@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from leasekeeper.core.context import counter_help
+from leasekeeper.deferral.metrics import flood_families
 from leasekeeper.views.alerting_metrics import alerting_families
 
 # Every field of the engine's Counters is exported (a new counter needs no edit here),
@@ -83,6 +84,7 @@ class EngineCollector(Collector):
         yield from self._fairness(snap)
         now_ms = int(time.time() * 1000)
         yield from alerting_families(snap, self._queue, now_ms, self._ready_targets)
+        yield from flood_families(snap, self._queue, now_ms)
         yield from self._breakers(snap)
 
     def _breakers(self, snap: dict[str, Any]) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:

@@ -16,6 +16,7 @@ from leasekeeper.core.context import Counters
 from leasekeeper.core.copies import CopyKind
 from leasekeeper.core.retry_budget import BudgetSnapshot
 from leasekeeper.core.unhandled_warning import UnhandledWait
+from leasekeeper.deferral.port import DeferralView
 from leasekeeper.ordering.values import BlockedLine
 
 if TYPE_CHECKING:  # only types here: the features' views, read by ``plain``
@@ -136,6 +137,8 @@ class LeaseKeeperSnapshot:
     fairness: FairnessSnapshot | None = field(default=None, metadata={**FLATTEN, **OMIT_NONE})
     # Rate limiters (see limit_dispatch); None when no limit is set.
     limits: LimitsSnapshot | None = field(default=None, metadata=OMIT_NONE)
+    # The floods read past now (see leasekeeper/deferral).
+    floods: tuple[DeferralView, ...] = ()
     # The queue's DLQ as Kafka counts it (see dlq_watch); None until known.
     dead_letters: DeadLetterView | None = field(default=None, metadata=OMIT_NONE)
     # Circuit breakers per job type (see docs/breaker.md).

@@ -24,6 +24,7 @@ PACKAGE = ROOT / "leasekeeper"
 LAYERS = {
     "core": 0,
     "breaker": 1,
+    "deferral": 1,
     "fairness": 1,
     "limits": 1,
     "ordering": 1,

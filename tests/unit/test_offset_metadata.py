@@ -7,7 +7,14 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leasekeeper.core.offset_metadata import MAX_SPAN, METADATA_LIMIT, Progress, decode, encode
+from leasekeeper.core.offset_metadata import (
+    MAX_SPAN,
+    METADATA_LIMIT,
+    Progress,
+    decode,
+    describe,
+    encode,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -42,3 +49,25 @@ def test_the_worst_case_span_still_fits() -> None:
 def test_foreign_or_broken_metadata_means_no_progress() -> None:
     for text in ("", None, "something else", "lq1:12:%%%:", "lq1:x:y:z"):
         assert decode(5, text) == Progress(resolved=frozenset(), claims={})
+
+
+def test_a_sparse_span_far_past_the_plain_one_is_described_in_full() -> None:
+    """Past a deferred flood: a few acks 200,000 offsets beyond the commit compress to a
+    few bytes, so the partition may be read on (``describe`` says it is all there)."""
+    resolved = frozenset({3, 150_000, 150_001, 199_999})
+    text, whole = describe(0, Progress(resolved=resolved, claims={5: 2}))
+    assert whole and len(text) <= METADATA_LIMIT
+    assert decode(0, text) == Progress(resolved=resolved, claims={5: 2})
+
+
+def test_what_does_not_fit_is_cut_to_a_prefix_that_does() -> None:
+    rng = random.Random(11)
+    resolved = frozenset(o for o in range(200_000) if rng.random() < 0.3)
+    text, whole = describe(0, Progress(resolved=resolved, claims={}))
+    assert not whole and 0 < len(text) <= METADATA_LIMIT
+    back = decode(0, text).resolved
+    # A prefix of the resolved offsets, as long as fits: the next owner re-runs only
+    # those past it, and nothing is said resolved that was not.
+    assert back and back == frozenset(o for o in resolved if o <= max(back))
+    assert len(back) > 2_000  # bisected: about as many as the limit holds, not a few
+    assert encode(0, Progress(resolved=resolved, claims={})) == text
