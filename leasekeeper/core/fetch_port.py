@@ -10,14 +10,17 @@ from collections.abc import Callable, Sequence
 
 from leasekeeper.core.clocks import now_ms
 from leasekeeper.core.control_state import ControlState
+from leasekeeper.core.copies import CopyKind, CopyRequest
 from leasekeeper.core.copy_queue import CopyQueue
 from leasekeeper.core.hooks import DispatchGate, Lines
 from leasekeeper.core.intake import Intake
 from leasekeeper.core.leases import TopicPart
 from leasekeeper.core.partition_book import PartitionBook
+from leasekeeper.core.store_values import Resolution
 from leasekeeper.core.window import ReadyWindow
 from schemas.job import Job
 from schemas.job_headers import JobHead
+from schemas.vocabulary import DeadLetterReason
 
 __all__ = ["FetchPort"]
 
@@ -97,6 +100,36 @@ class FetchPort:
                     self._intake.offer_again(tp, offset, head, envelope)
                     given += 1
         return given
+
+    def dead_letter_again(
+        self,
+        tp: TopicPart,
+        offset: int,
+        raw: tuple[bytes | None, bytes | None],
+        reason: str,
+        taken: Callable[[TopicPart, int], bool],
+    ) -> None:
+        """A record an ``OfferHook`` or the ``FetchHold`` kept unread, read again and
+        found undecodable: dead-lettered with the reason (``raw``: its key and value),
+        as one read the first time would be; it resolves once that copy is durable."""
+        with self._lock:
+            state = self._book.parts.get(tp)
+            if not taken(tp, offset) or state is None or state.tracker.is_resolved(offset):
+                return
+            key, value = raw
+            self._copies.add([CopyRequest(kind=CopyKind.DEAD_RAW, source=tp, offset=offset,
+                                          generation=state.generation, raw_key=key,
+                                          raw_value=value, reason=DeadLetterReason.UNDECODABLE,
+                                          detail=reason)])  # fmt: skip
+
+    def let_go(self, tp: TopicPart, offset: int, gone: Callable[[TopicPart, int], bool]) -> None:
+        """A record kept unread that Kafka no longer has (retention or compaction deleted
+        it before it was read again): resolved unrun, as a consumer resetting to the
+        earliest offset skips what was deleted."""
+        with self._lock:
+            state = self._book.parts.get(tp)
+            if gone(tp, offset) and state is not None:
+                self._book.resolve(tp, offset, state.generation, Resolution.SKIPPED)
 
     def cancellations_arrived(self) -> None:
         """Answer at once for cancelled jobs that wait here (in the window, the timer or

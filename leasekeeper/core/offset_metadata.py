@@ -31,6 +31,7 @@ PREFIX = "lq1"
 SECTIONS = "|"
 METADATA_LIMIT = 4000  # under the broker's default 4096 bytes
 MAX_SPAN = 16_000  # worst case (no compression): 2,000 bytes of bitmap, 2,668 in base64
+BISECTIONS = 8  # tries at a prefix that fits, when the whole does not
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +103,11 @@ def describe(committed: int, progress: Progress, limit: int = METADATA_LIMIT) ->
     described = len(head) <= limit
     if not described:
         fits, over = 0, len(beyond)  # a prefix of ``fits`` offsets fits, of ``over`` not
-        while over - fits > 1:
+        # At most BISECTIONS tries: each compresses a bitmap as long as the span, under
+        # the engine's lock, once per commit while it does not fit.
+        for _ in range(BISECTIONS):
+            if over - fits <= 1:
+                break
             middle = (fits + over) // 2
             if len(_head(beyond[:middle])) <= limit:
                 fits = middle

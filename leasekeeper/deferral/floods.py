@@ -5,13 +5,13 @@ One tenant's backlog on partition p holds back every other tenant of p: they are
 read behind it, and a full window pauses p. When a full window pauses p and one
 tenant T holds more than half of p's slice of the window, T is *deferred on p*:
 each later record of T fetched from p is tracked (unresolved, so the commit stays
-at the first one and nothing is lost) but only its offset is kept. The fetch of p
+at the first one and nothing is lost) but only its offset is kept, except those
+with an ordering key (their key's line keeps their order, and must see them). The fetch of p
 goes on, and p's other tenants reach the window at read speed. A second reader of
 p (``reader.py``) reads the deferred records again from Kafka, in order, and hands
 them back (``FetchPort.offer_again``) while T holds less than half of p's slice.
 Once none is left, T is read as before. While T is deferred, every later record of
-T on p is deferred too, so T's jobs still start in enqueue order, and so do its
-jobs with an ordering key: each key's jobs reach their line in order.
+T on p is deferred too, so T's jobs still start in enqueue order.
 
 Nothing is copied and nothing is written, and a deferred record is not even read:
 the fetch knows it by its key (the tenant) and keeps its offset (``FetchHold``).
@@ -61,6 +61,7 @@ class Reading:
 
     tp: TopicPart
     tenant: str
+    key: bytes
     generation: int
     first: int
     room: int
@@ -121,7 +122,7 @@ class FloodDeferral:
         if job.tenant_id != entry.tenant:
             entry.read_past += 1
             return Offer.PASS
-        if pending.offset == entry.returning:
+        if pending.offset == entry.returning or job.ordering_key is not None:
             return Offer.PASS
         entry.offsets.append(pending.offset)
         entry.deferred += 1
@@ -174,17 +175,39 @@ class FloodDeferral:
         workers busy, and the tenant's jobs here no longer hold its partition back
         (its other tenants are read on while they hold less than their slice)."""
         found = []
-        for tp, entry in self.entries.items():
+        # Shared among the deferred partitions: what they hand back stays within the
+        # window's bound (and within its room, as any fetch does).
+        target = max(int(slice_ * SHARE), window_records // (4 * max(1, len(self.entries))))
+        free = self._window.room()
+        for tp, entry in list(self.entries.items()):
             state = self._book.parts.get(tp)
-            if not entry.offsets or state is None or state.draining:
-                continue
-            if state.generation != entry.generation:
-                continue
             held = self._window.held_by_tenant(tp).get(entry.tenant, 0)
-            room = max(0, max(int(slice_ * SHARE), window_records // 4) - held)
-            found.append(Reading(tp=tp, tenant=entry.tenant, generation=entry.generation,
-                                 first=entry.offsets[0], room=room))  # fmt: skip
+            if not entry.offsets:
+                if held <= int(slice_ * SHARE):  # the flood is over: nothing deferred
+                    del self.entries[tp]
+                    self.ended += 1
+                continue
+            if state is None or state.draining or state.generation != entry.generation:
+                continue
+            room = max(0, min(target - held, free))
+            free -= room
+            found.append(Reading(tp=tp, tenant=entry.tenant, key=entry.key,
+                                 generation=entry.generation, first=entry.offsets[0],
+                                 room=room))  # fmt: skip
         return found
+
+    def gone(self, tp: TopicPart, offset: int) -> bool:
+        """The next deferred record of ``tp``, ``offset``, is no longer in Kafka (the
+        reader read past where it was: retention or compaction deleted it, as a
+        consumer resetting to the earliest offset would skip it). It is let go."""
+        entry = self.entries.get(tp)
+        if entry is None or not entry.offsets or entry.offsets[0] != offset:
+            return False
+        entry.offsets.popleft()
+        if not entry.offsets:
+            del self.entries[tp]
+            self.ended += 1
+        return True
 
     def deferring(self) -> set[TopicPart]:
         return set(self.entries)

@@ -67,6 +67,15 @@ class DeferralPort:
         a fresh job would; returns how many did."""
         return self._fetch.offer_again(records, self._deferral.taken)
 
+    def dead_letter(self, tp: TopicPart, offset: int, raw: tuple[bytes | None, bytes | None],
+                    reason: str) -> None:  # fmt: skip
+        """A deferred record read again and found undecodable: to the DLQ."""
+        self._fetch.dead_letter_again(tp, offset, raw, reason, self._deferral.taken)
+
+    def gone(self, tp: TopicPart, offset: int) -> None:
+        """The next deferred record of ``tp`` is no longer in Kafka: let go."""
+        self._fetch.let_go(tp, offset, self._deferral.gone)
+
     def views(self) -> list[DeferralView]:
         with self._lock:
             return [

@@ -13,11 +13,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from jobcore.kafka import Consumer, KafkaError, KafkaSettings, TopicPartition, make_consumer
+from jobcore.kafka import (
+    Consumer,
+    KafkaError,
+    KafkaSettings,
+    Message,
+    TopicPartition,
+    make_consumer,
+)
 from leasekeeper.core.leases import TopicPart
+from leasekeeper.deferral.floods import Reading
 from leasekeeper.deferral.port import DeferralPort
-from schemas.codec import EnvelopeCodec
-from schemas.job_headers import JobHead, read_head
+from schemas.codec import DecodeError, EnvelopeCodec
+from schemas.confluent import SchemaUnavailable
+from schemas.job_headers import Headers, JobHead, read_head
 
 log = logging.getLogger(__name__)
 
@@ -88,35 +97,52 @@ class DeferredReaders:
                 # Behind: a record could not be read last time. Far ahead: a later
                 # deferral, past records handed back already.
                 reader.seek(reading.first)
-            records = self._read(reader, min(reading.room, self._batch_size))
+            records = self._read(reader, reading, min(reading.room, self._batch_size))
             if records:
                 given += self._port.hand_back(records)
         return given
 
-    def _read(self, reader: _FloodReader, limit: int) -> Records:
+    def _read(self, reader: _FloodReader, reading: Reading, limit: int) -> Records:
+        """The deferred tenant's records among the next ``limit`` read, with their heads.
+        Other tenants' records are passed over unread. One that cannot be decoded goes
+        to the DLQ; one whose schema cannot be had now is read again next time.
+
+        The reader starts at or before the first deferred offset, and Kafka returns a
+        partition's records in offset order: a record past that offset, read before
+        it, means it is gone (retention or compaction deleted it)."""
         records: Records = []
+        seen_first = False
         for message in reader.consumer.consume(num_messages=limit, timeout=0):
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("reading a deferred flood on %s/%d: %s", reader.tp.topic,
-                                reader.tp.partition, error)  # fmt: skip
-                continue
             offset, value = message.offset(), message.value()
-            if offset is None or value is None:
+            if _failed(message, reader.tp) or offset is None or offset < reading.first:
                 continue
-            head = read_head(message.key(), message.headers(), value)
-            if head is None:
-                try:
-                    head = JobHead.of(self._codec.decode(value))
-                except Exception as exc:  # its schema is unavailable now: read it again
-                    log.warning("a deferred record of %s/%d@%d waits: %s", reader.tp.topic,
-                                reader.tp.partition, offset, exc)  # fmt: skip
-                    reader.seek(offset)
-                    return records
-            records.append((reader.tp, offset, head, value))
+            if not seen_first:
+                seen_first = True
+                if offset > reading.first:
+                    log.warning("deferred record %s/%d@%d is no longer in Kafka", reader.tp.topic,
+                                reader.tp.partition, reading.first)  # fmt: skip
+                    self._port.gone(reader.tp, reading.first)
             reader.next = offset + 1
+            if message.key() != reading.key:
+                continue  # another tenant's: read past the first time
+            try:
+                head = self._head(message.key(), message.headers(), value or b"")
+            except SchemaUnavailable as exc:
+                log.warning("a deferred record of %s/%d@%d waits for its schema: %s",
+                            reader.tp.topic, reader.tp.partition, offset, exc)  # fmt: skip
+                reader.seek(offset)
+                return records
+            except DecodeError as exc:
+                # Dead-lettered once it is the next deferred record (else read again).
+                self._port.dead_letter(reader.tp, offset, (message.key(), value), str(exc))
+                continue
+            records.append((reader.tp, offset, head, value or b""))
         return records
+
+    def _head(self, key: bytes | None, headers: Headers | None, value: bytes) -> JobHead:
+        """From the headers; from the envelope for a record without usable ones."""
+        head = read_head(key, headers, value)
+        return head if head is not None else JobHead.of(self._codec.decode(value))
 
     def reading(self) -> int:
         """How many partitions a reader reads now."""
@@ -126,3 +152,11 @@ class DeferredReaders:
         for reader in self._readers.values():
             reader.consumer.close()
         self._readers.clear()
+
+
+def _failed(message: Message, tp: TopicPart) -> bool:
+    """An error event rather than a record (end of partition: nothing to say)."""
+    error = message.error()
+    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+        log.warning("reading a deferred flood on %s/%d: %s", tp.topic, tp.partition, error)
+    return error is not None

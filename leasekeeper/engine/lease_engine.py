@@ -129,8 +129,10 @@ class LeaseEngine:
         overflow = OverflowMoves(lane=OverflowLane(share=config.overflow_share), book=book,
                                  window=window, copies=copies, store=store,
                                  reader=reader)  # fmt: skip
+        # One defence per flood: with the overflow lane on, a flood moves aside instead.
+        defer = config.defer_floods and config.overflow_share <= 0
         deferral = FloodDeferral(book=book, window=window, now_ms=lambda: now_ms(clock),
-                                 enabled=config.defer_floods)  # fmt: skip
+                                 enabled=defer)  # fmt: skip
         intake = Intake(ctx=ctx, book=book, window=window, copies=copies,
                         lines=ordering, hooks=(overflow, deferral),
                         hold=deferral)  # fmt: skip

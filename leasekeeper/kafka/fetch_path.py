@@ -16,7 +16,7 @@ from collections.abc import Container
 
 from jobcore.kafka import Message
 from leasekeeper.core.leases import TopicPart
-from schemas.job_headers import JobHead, read_head, read_switch
+from schemas.job_headers import H_ORDERING_KEY, Headers, JobHead, read_head, read_switch
 
 # What the engine is offered: a record's partition, offset, head and envelope; no
 # head (nor envelope) for a record held unread (``FetchPort.holding``).
@@ -73,10 +73,14 @@ def gather(
 
 def _held(message: Message, tp: TopicPart, holding: dict[TopicPart, bytes], due: list[Due]) -> bool:
     """A deferred flood's record joins ``due`` by its offset alone: a flood is read
-    past at the consumer's pace, not the decoder's."""
+    past at the consumer's pace, not the decoder's. Not one with an ordering key:
+    its line must see it when the partition is read (``ordering/settling.py``)."""
     key = holding.get(tp)
     if key is None or message.key() != key:
         return False
+    headers: Headers | None = message.headers()
+    if headers and H_ORDERING_KEY in dict(headers):
+        return False  # an ordered job: its key's line keeps its order
     offset = message.offset()
     if offset is None:
         return False

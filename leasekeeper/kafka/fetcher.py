@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 Due = list[tuple[TopicPart, int, JobHead | None, bytes]]
 
+# Fetches one loop step may read while they are mostly a deferred flood's records.
+READ_PAST_ROUNDS = 20
+
 
 class Fetcher:
     def __init__(
@@ -86,24 +89,42 @@ class Fetcher:
         self._full = False
 
     def step(self) -> None:
-        """Pause what must wait, then read one fetch into the engine."""
+        """Pause what must wait, then read one fetch into the engine; while a fetch is
+        mostly a deferred flood's records (an offset each, nothing read), read on
+        within the step, up to ``READ_PAST_ROUNDS`` fetches, rather than one fetch a
+        loop turn: the turn's other work (handing the flood back) would set the pace."""
         room = self.apply_backpressure()
         # Never fetch more than the window takes: the bound holds in records, and
         # in bytes up to one batch. A paused consumer still serves callbacks.
-        due: Due = []
-        messages = self._lanes.admit(self.fetch(max(1, min(self._batch_size, room))))
+        limit = max(1, min(self._batch_size, room))
+        messages = self._lanes.admit(self.fetch(limit))
         holding = self._fetch_port.holding() if self._deferral is not None else None
+        for _ in range(READ_PAST_ROUNDS):
+            held = self._take(messages, holding)
+            if not holding or len(messages) < limit or held * 2 < len(messages):
+                return
+            room -= len(messages) - held
+            limit = max(1, min(self._batch_size, room))
+            messages = self._lanes.admit(self._consumer().consume(num_messages=limit, timeout=0))
+
+    def _take(self, messages: list[Message], holding: dict[TopicPart, bytes] | None) -> int:
+        """Hand ``messages`` to the engine; returns how many were held unread."""
+        due: Due = []
+        held = 0
         i, n = 0, len(messages)
         while i < n:
             # The common records on the compiled fast path; the first that needs more
             # (and everything it implies for ``due``) here.
             i = gather(messages, i, self._ready_parts, self._gate.holding,
                        self._overflow_topic, due, holding)  # fmt: skip
+            if holding:
+                held += sum(1 for record in due if record[2] is None)
             if i < n:
                 self.offer(due)
                 self._handle_one(messages[i])
                 i += 1
         self.offer(due)
+        return held
 
     def fetch(self, limit: int) -> list[Message]:
         """Up to ``limit`` records, returned as soon as there is one.

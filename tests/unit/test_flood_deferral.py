@@ -73,11 +73,18 @@ def _loop(engine: LeaseEngine) -> ConsumerLoop:
     return loop
 
 
-def _enqueue_flood_then_others() -> tuple[list[str], list[str]]:
+def _enqueue_flood_then_others(garbage_at: int = -1) -> tuple[list[str], list[str]]:
+    """The flood, then the other tenants; ``garbage_at``: after that many flood jobs, a
+    record of the flooding tenant that cannot be decoded."""
     with JobProducer(SETTINGS, flood=FloodPolicy.off()) as producer:
         receipt = {"order_id": 1, "email": "a@example.com", "amount_cents": 100}
-        flood = [producer.enqueue("q", "send_receipt", receipt, tenant_id="big")
-                 for _ in range(FLOOD)]  # fmt: skip
+        flood = []
+        for n in range(FLOOD):
+            if n == garbage_at:
+                raw = make_producer(SETTINGS)
+                raw.produce(TOPICS.ready, key=b"big", value=b"not an envelope", partition=0)
+                raw.flush(5)
+            flood.append(producer.enqueue("q", "send_receipt", receipt, tenant_id="big"))
         others = [producer.enqueue("q", "noop", {"n": n}, tenant_id=f"o{n}") for n in range(OTHERS)]
     return flood, others
 
@@ -160,6 +167,32 @@ def _seen_in_inspect_metrics_and_dashboard(engine: LeaseEngine) -> None:
     assert families["leasekeeper_flood_age_seconds"].samples[0].value == 3.0
     html = flood_section([{"instance": "lk-1", "snapshot": snapshot}], now_ms)
     assert "Floods read past" in html and "lk-1" in html and "jobs.q/0" in html
+
+
+def test_an_undecodable_record_inside_a_deferred_flood_is_dead_lettered_and_the_rest_runs(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A record of the flooding tenant held unread, then read again and found to be no
+    envelope: to the DLQ with its reason, as one read the first time goes; the reader
+    does not stop at it, and every flood job behind it runs in order."""
+    flood, others = _enqueue_flood_then_others(garbage_at=FLOOD // 2)
+    engine = _engine(tmp_path)
+    loop = _loop(engine)
+    assert set(_claim_others(loop, engine, set(others), steps=200)) == set(others)
+    assert engine.deferral.views()[0].waiting > FLOOD // 2  # the garbage is held too
+    ran: list[str] = []
+    for _ in range(2_000):
+        loop._step()
+        grants = engine.workers.claim("w", 25, wait_s=0)
+        _ack(engine, grants)
+        ran += _ids(grants)
+        if len(ran) >= FLOOD and _committed(cluster) == FLOOD + OTHERS + 1:
+            break
+    assert ran == flood
+    (dead,) = cluster.records(TOPICS.dlq)
+    assert dead.key == b"big"
+    assert _committed(cluster) == FLOOD + OTHERS + 1
+    loop.close_if_idle()
 
 
 def test_without_the_deferral_the_others_wait_behind_the_flood(
