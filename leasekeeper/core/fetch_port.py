@@ -69,13 +69,14 @@ class FetchPort:
     def offer_many(self, records: Sequence[tuple[TopicPart, int, JobHead | None, bytes]]) -> None:
         """Records due now, in fetch order, under one hold of the lock: taking it once
         per record was the leasekeeper's largest single cost at high rates. A record
-        without a head is one the ``FetchHold`` holds unread (``holding``)."""
+        without a head is one the ``FetchHold`` holds unread (``holding``), with its
+        key in place of the envelope."""
         with self._lock:
             intake = self._intake
             offer = intake.offer
             for tp, offset, head, envelope in records:
                 if head is None:
-                    intake.hold(tp, offset)
+                    intake.hold(tp, offset, envelope)  # the record's key, read alone
                 else:
                     offer(tp, offset, head, envelope, 0)
 

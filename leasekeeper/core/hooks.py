@@ -80,8 +80,9 @@ class FetchHold(Protocol):
         """Per partition, the record key (a tenant) whose records are held unread."""
         ...
 
-    def held(self, tp: TopicPart, offset: int) -> None:
-        """A record of ``holding()[tp]`` at ``offset``, fetched and tracked, not read."""
+    def held(self, tp: TopicPart, offset: int, key: bytes) -> None:
+        """A record of ``key`` (``holding()[tp]`` when the fetch asked) at ``offset``,
+        fetched and tracked, not read: the hold keeps it, whatever changed since."""
         ...
 
 

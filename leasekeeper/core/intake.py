@@ -70,15 +70,15 @@ class Intake:
         """Per partition, the key whose records the ``FetchHold`` holds unread."""
         return dict(self._hold.holding()) if self._hold is not None else {}
 
-    def hold(self, tp: TopicPart, offset: int) -> None:
-        """A record the ``FetchHold`` holds by its partition and key, not read: tracked
-        (unresolved, it holds the commit back), and its offset handed to the hold."""
+    def hold(self, tp: TopicPart, offset: int, key: bytes) -> None:
+        """A record the ``FetchHold`` holds by its partition and ``key``, not read:
+        tracked (unresolved, it holds the commit back), its offset handed to the hold."""
         state = self._book.parts.get(tp)
         if state is None or offset <= state.tracker.highest_fetched:
             return
         self._book.fetched(state, offset)
         if self._hold is not None:
-            self._hold.held(tp, offset)
+            self._hold.held(tp, offset, key)
 
     def offer_again(self, tp: TopicPart, offset: int, job: JobHead, envelope: bytes) -> None:
         """A job held or taken when it was fetched (``FetchHold``, ``OfferHook``), handed

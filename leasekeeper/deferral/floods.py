@@ -133,13 +133,18 @@ class FloodDeferral:
     def holding(self) -> dict[TopicPart, bytes]:
         return {tp: entry.key for tp, entry in self.entries.items()}
 
-    def held(self, tp: TopicPart, offset: int) -> None:
+    def held(self, tp: TopicPart, offset: int, key: bytes) -> None:
         entry = self.entries.get(tp)
-        # Never: only the consumer loop's thread changes the deferrals, and it asked
-        # ``holding`` after its last change, for this very fetch.
         if entry is None:
-            raise RuntimeError(f"a record of {tp.topic}/{tp.partition}@{offset} held unread "
-                               "with no deferral to keep it")  # fmt: skip
+            # The deferral ended since the fetch asked (the partition was assigned
+            # again inside the fetch): the record is tracked and unread, so the tenant
+            # is deferred again, from it.
+            state = self._book.parts[tp]  # tracked just now: the partition is here
+            entry = self.entries[tp] = Deferred(tenant=key.decode(errors="replace"), key=key,
+                                                generation=state.generation,
+                                                since_ms=self._now_ms())  # fmt: skip
+        elif entry.key != key:  # never: only ``floods`` starts one, before the fetch
+            raise RuntimeError(f"{tp.topic}/{tp.partition}@{offset} held for another tenant")
         entry.offsets.append(offset)
         entry.deferred += 1
 

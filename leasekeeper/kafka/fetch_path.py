@@ -19,7 +19,7 @@ from leasekeeper.core.leases import TopicPart
 from schemas.job_headers import H_ORDERING_KEY, Headers, JobHead, read_head, read_switch
 
 # What the engine is offered: a record's partition, offset, head and envelope; no
-# head (nor envelope) for a record held unread (``FetchPort.holding``).
+# head for a record held unread (``FetchPort.holding``), and its key for the value.
 Due = tuple[TopicPart, int, JobHead | None, bytes]
 
 
@@ -84,5 +84,5 @@ def _held(message: Message, tp: TopicPart, holding: dict[TopicPart, bytes], due:
     offset = message.offset()
     if offset is None:
         return False
-    due.append((tp, offset, None, b""))
+    due.append((tp, offset, None, key))  # no head: the key where the value would be
     return True

@@ -98,8 +98,9 @@ class Fetcher:
         # in bytes up to one batch. A paused consumer still serves callbacks.
         limit = max(1, min(self._batch_size, room))
         messages = self._lanes.admit(self.fetch(limit))
-        holding = self._fetch_port.holding() if self._deferral is not None else None
         for _ in range(READ_PAST_ROUNDS):
+            # Asked after each fetch: a rebalance inside it may have changed them.
+            holding = self._fetch_port.holding() if self._deferral is not None else None
             held = self._take(messages, holding)
             if not holding or len(messages) < limit or held * 2 < len(messages):
                 return

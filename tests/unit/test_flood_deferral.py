@@ -15,7 +15,7 @@ from jobcore.kafka import KafkaSettings, make_consumer, make_producer
 from jobcore.plain import plain
 from jobcore.topic_admin import ensure_queue_topics
 from jobcore.topics import QueueTopics
-from leasekeeper.core.leases import Grant, SettleKind, Settlement
+from leasekeeper.core.leases import Grant, SettleKind, Settlement, TopicPart
 from leasekeeper.core.store import LeaseStore
 from leasekeeper.core.tier_gate import TierGate
 from leasekeeper.dashboard.pages import flood_section
@@ -222,4 +222,25 @@ def test_a_partition_read_past_a_flood_goes_beyond_the_plain_span_while_describe
         loop._step()
     offset, metadata = cluster.committed(TOPICS.consumer_group, TOPICS.ready, 0) or (-1, "")
     assert offset == 0 and (metadata or "").startswith("lq1:")
+    loop.close_if_idle()
+
+
+def test_a_record_held_after_its_deferral_ended_inside_the_fetch_is_deferred_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The fetch asks which keys are held, then a rebalance inside a later fetch of the
+    same step assigns the partition again (its deferral is dropped): a record it holds
+    unread by that key is tracked, so the tenant is deferred again from it, never lost
+    or left to stop the leasekeeper."""
+    _, others = _enqueue_flood_then_others()
+    engine = _engine(tmp_path)
+    loop = _loop(engine)
+    assert set(_claim_others(loop, engine, set(others), steps=200)) == set(others)
+    (tp,) = {TopicPart(v.topic, v.partition) for v in engine.deferral.views()}
+    assert engine.fetch.holding() == {tp: b"big"}
+    engine.deferral._deferral.assigned(tp, None)  # what the rebalance does
+    next_offset = FLOOD + OTHERS  # past the end: a record not fetched yet
+    engine.fetch.offer_many([(tp, next_offset, None, b"big")])
+    (view,) = engine.deferral.views()
+    assert (view.tenant, view.waiting) == ("big", 1)
     loop.close_if_idle()
