@@ -98,11 +98,13 @@ class Fetcher:
         # in bytes up to one batch. A paused consumer still serves callbacks.
         limit = max(1, min(self._batch_size, room))
         messages = self._lanes.admit(self.fetch(limit))
-        for _ in range(READ_PAST_ROUNDS):
+        for fetched in range(1, READ_PAST_ROUNDS + 1):
             # Asked after each fetch: a rebalance inside it may have changed them.
             holding = self._fetch_port.holding() if self._deferral is not None else None
             held = self._take(messages, holding)
-            if not holding or len(messages) < limit or held * 2 < len(messages):
+            if fetched == READ_PAST_ROUNDS or not holding or len(messages) < limit:
+                return  # (never fetch what no round is left to take: it would be lost)
+            if held * 2 < len(messages):
                 return
             room -= len(messages) - held
             limit = max(1, min(self._batch_size, room))

@@ -35,7 +35,8 @@ TOPICS = QueueTopics(queue="q")
 TIERS = DelayTiers()
 CODEC = EnvelopeCodec(SchemaRegistry())
 WINDOW = 40
-FLOOD = 600
+# More than a loop step's fetches can read past (``READ_PAST_ROUNDS`` of 50 records).
+FLOOD = 1_500
 OTHERS = 12
 
 
