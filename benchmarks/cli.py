@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     out_dir = args.out or (DEFAULT_OUT / "quick" if config.quick else DEFAULT_OUT)
     out_dir.mkdir(parents=True, exist_ok=True)
     chosen = select(args.scenario)
+    config = replace(config, big_flood=chosen == ["noisy"] and not config.quick)
     ctx = BenchContext(
         config=config,
         out_dir=out_dir,

@@ -49,7 +49,7 @@ def _row(row: dict[str, Any]) -> str:
     for key in ("p50_ms", "p99_ms", "p999_ms", "achieved_rate"):
         if row.get(key) is not None:
             parts.append(f"{key} {row[key]}")
-    for key in ("max_ms", "drain_jobs_per_s", "share_of_no_flood_rate"):
+    for key in ("max_ms", "drain_jobs_per_s", "alone_jobs_per_s", "share_of_alone_rate", "run_s"):
         if row.get(key) is not None:
             parts.append(f"{key} {row[key]}")
     for key in ("recovery_s", "duplicates", "lost", "rss_max_mib", "us_per_job"):

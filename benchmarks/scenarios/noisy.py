@@ -1,22 +1,27 @@
 """Noisy neighbour: one tenant's flood against other tenants' and critical jobs.
 
-A tenant enqueues a flood (200,000 jobs; 20,000 with --quick) into one queue. Once
-the workers are running it, other tenants' default jobs and critical jobs are
-paced at 50/s each for ``latency_s``. Reported: the start latency (handler start
-minus enqueue) p50/p99/max of the other tenants and of the critical class, and the
-flooder's drain rate during that time against the no-flood drain rate (the drain
-scenario's best row). On code without priority classes the critical row is n/a.
+A tenant enqueues a flood (100,000 jobs; 20,000 with --quick) into one queue. Once
+the workers are running it, the flood's drain rate alone is measured for
+``ALONE_S``; then other tenants' default jobs and critical jobs are paced at 50/s
+each for ``latency_s``. Reported: the start latency (handler start minus enqueue)
+p50/p99/max of the other tenants and of the critical class, and the flooder's
+drain rate over the first ``PACED_RATE_S`` of the paced phase against its rate
+alone. On code without priority classes the critical row is n/a.
 
-It runs twice, in one report: the flood written into its tenant's ready partition
-(the producer's flood diversion off: how every flood landed before it), then with
-the producer's defaults, which divert the flood to the overflow lane.
+It runs once per way a flood reaches Kafka, in one report: written undiverted into
+its tenant's ready partition (the producer's diversion off: how the outbox relay
+with ``JOBS_FLOOD_BURST=0``, a producer in another language, a backfill tool or a
+restarted producer writes one), by ten producers at once (each with the default
+diversion), and by one producer with the default diversion. ``make bench
+SCENARIO=noisy`` adds an undiverted flood of 1,000,000 jobs.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from benchmarks import procs, progress
@@ -28,32 +33,45 @@ from benchmarks.scenarios.latency import percentile
 from producer import FloodPolicy, JobProducer, JobRequest
 
 FLOOD, OTHERS, CRITICAL = 0, 1, 2
-FLOOD_JOBS, QUICK_FLOOD_JOBS = 200_000, 20_000
+FLOOD_JOBS, QUICK_FLOOD_JOBS, BIG_FLOOD_JOBS = 100_000, 20_000, 1_000_000
 RATE = 50.0
-# How long the flood's drain rate is measured alone, after the paced phase.
-ALONE_S = 5.0
+# How long the flood's drain rate is measured alone, before the paced phase, and
+# over how much of the paced phase it is measured again (the flood must last).
+ALONE_S = 4.0
+PACED_RATE_S = 4.0
 OTHER_TENANTS = 30
+PARALLEL_PRODUCERS = 10
 
 
-# The two runs: (label, the flood's producer policy).
+# The runs: (label, the flood's producer policy, producers writing it at once).
 VARIANTS = (
-    ("flood in its ready partition (diversion off)", FloodPolicy.off()),
-    ("flood diverted by its producer (the default)", FloodPolicy()),
-)
+    ("flood in its ready partition (diversion off)", FloodPolicy.off(), 1),
+    (f"flood from {PARALLEL_PRODUCERS} producers at once (default diversion)", FloodPolicy(),
+     PARALLEL_PRODUCERS),
+    ("flood diverted by its producer (the default)", FloodPolicy(), 1),
+)  # fmt: skip
+BIG_VARIANT = ("1,000,000-job flood in its ready partition (diversion off)", FloodPolicy.off(), 1)
 
 
-def _flood(ctx: BenchContext, loader: Any, count: int, policy: FloodPolicy) -> None:
-    requests = (
-        JobRequest(
-            queue=loader.queue,
-            type=JOB_TYPE,
-            payload={"n": FLOOD * NOISY_GROUP_SCALE + n},
-            tenant_id="big-backfill",
+def _flood(ctx: BenchContext, loader: Any, count: int, policy: FloodPolicy, producers: int) -> None:
+    """``count`` jobs of one tenant, split among ``producers`` producers writing at once
+    (each its own ``JobProducer``, so each its own flood allowance)."""
+
+    def write(part: int) -> None:
+        requests = (
+            JobRequest(
+                queue=loader.queue,
+                type=JOB_TYPE,
+                payload={"n": FLOOD * NOISY_GROUP_SCALE + n},
+                tenant_id="big-backfill",
+            )
+            for n in range(part, count, producers)
         )
-        for n in range(count)
-    )
-    with JobProducer(ctx.settings, registry=loader.registry, flood=policy) as producer:
-        producer.enqueue_batch(requests)
+        with JobProducer(ctx.settings, registry=loader.registry, flood=policy) as producer:
+            producer.enqueue_batch(requests)
+
+    with ThreadPoolExecutor(producers) as pool:
+        list(pool.map(write, range(producers)))
 
 
 def _pace(producer: JobProducer, queue: str, seconds: float, critical: bool) -> int:
@@ -109,21 +127,17 @@ def _critical_built() -> bool:
     return True
 
 
-def _alone_rate(directory: Any, flood_jobs: int) -> float | None:
-    """The flood's drain rate with nothing else enqueued (after the paced phase), over
-    ALONE_S; None when too little of the flood is left to measure it."""
+def _flood_rate(directory: Any, seconds: float) -> float:
+    """The flood's jobs started per second over the next ``seconds``."""
     before = len(_groups(directory)[FLOOD])
     started = time.monotonic()
-    time.sleep(ALONE_S)
-    done = len(_groups(directory)[FLOOD]) - before
-    if before + done >= flood_jobs:
-        return None
-    return done / (time.monotonic() - started)
+    time.sleep(seconds)
+    return (len(_groups(directory)[FLOOD]) - before) / (time.monotonic() - started)
 
 
 def _measure(
-    ctx: BenchContext, flood_jobs: int, policy: FloodPolicy
-) -> tuple[dict[int, list[float]], float, Any]:
+    ctx: BenchContext, flood_jobs: int, policy: FloodPolicy, producers: int
+) -> tuple[dict[int, list[float]], float, float]:
     """(samples per group, flood rate while paced, flood rate alone)."""
     config = ctx.config
     loader = ctx.preloader(f"noisy{uuid.uuid4().hex[:4]}")
@@ -132,24 +146,28 @@ def _measure(
     )
     directory = system.progress_dir
     try:
-        _flood(ctx, loader, flood_jobs, policy)
+        _flood(ctx, loader, flood_jobs, policy, producers)
         system.start_leasekeeper()
         system.start_workers("noisy_app", config.processes, config.concurrency, {})
         procs.wait_until(lambda: progress.read(directory).count >= 1, 120, "the flood to start")
-        flooded_before = len(_groups(directory)[FLOOD])
-        started = time.monotonic()
-        sent = _pace(loader.producer, loader.queue, config.latency_s, _critical_built())
-        paced_rate = (len(_groups(directory)[FLOOD]) - flooded_before) / (
-            time.monotonic() - started
+        alone = _flood_rate(directory, ALONE_S)
+        paced: list[float] = []
+        sampler = threading.Thread(
+            target=lambda: paced.append(_flood_rate(directory, PACED_RATE_S))
         )
+        sampler.start()
+        sent = _pace(loader.producer, loader.queue, config.latency_s, _critical_built())
+        sampler.join()
 
         def all_paced() -> bool:
             groups = _groups(directory)
             return len(groups[OTHERS]) + len(groups[CRITICAL]) >= sent
 
         procs.wait_until(all_paced, 300, "every paced job to start")
-        alone = _alone_rate(directory, flood_jobs)
-        return _groups(directory), paced_rate, alone
+        # Every flood job runs too (a fetch that dropped records would lose some).
+        procs.wait_until(lambda: len(_groups(directory)[FLOOD]) >= flood_jobs,
+                         600, "every flood job to start")  # fmt: skip
+        return _groups(directory), paced[0], alone
     finally:
         system.stop()
 
@@ -159,9 +177,13 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     flood_jobs = QUICK_FLOOD_JOBS if config.quick else FLOOD_JOBS
     rows: list[dict[str, Any]] = []
     alone_rates: dict[str, Any] = {}
-    for label, policy in VARIANTS:
-        groups, paced_rate, alone = _measure(ctx, flood_jobs, policy)
-        alone_rates[label] = None if alone is None else round(alone)
+    runs = [(label, policy, producers, flood_jobs) for label, policy, producers in VARIANTS]
+    if config.big_flood:
+        runs.append((*BIG_VARIANT, BIG_FLOOD_JOBS))
+    for label, policy, producers, jobs in runs:
+        started = time.monotonic()
+        groups, paced_rate, alone = _measure(ctx, jobs, policy, producers)
+        alone_rates[label] = round(alone)
         rows += [
             _row(f"{label}: other tenants (default class, {RATE:g}/s)", groups[OTHERS]),
             _row(f"{label}: critical class ({RATE:g}/s)", groups[CRITICAL]),
@@ -169,7 +191,9 @@ def run(ctx: BenchContext) -> dict[str, Any]:
                 "system": "ours",
                 "variant": f"{label}: flooder drain rate while the others are paced",
                 "drain_jobs_per_s": round(paced_rate),
-                "share_of_no_flood_rate": None if not alone else round(paced_rate / alone, 3),
+                "alone_jobs_per_s": round(alone),
+                "share_of_alone_rate": round(paced_rate / alone, 3) if alone else None,
+                "run_s": round(time.monotonic() - started, 1),
             },
         ]
     return result(
@@ -177,15 +201,11 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         "Noisy neighbour: start latency of other tenants and critical jobs during a flood",
         {
             "flood_jobs": flood_jobs,
+            "big_flood_jobs": BIG_FLOOD_JOBS if config.big_flood else None,
             "paced_s": config.latency_s,
             "rate_per_group": RATE,
             "workers": f"{config.processes} x {config.concurrency} slots",
-            "no_flood_rate": {
-                label: "n/a: too little of the flood was left to measure it alone"
-                if rate is None
-                else rate
-                for label, rate in alone_rates.items()
-            },
+            "flood_rate_alone": alone_rates,
         },
         rows,
     )
