@@ -5,7 +5,7 @@ outbox relay, another language or a restarted producer writes one)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -95,6 +95,21 @@ def _ack(engine: LeaseEngine, grants: list[Grant]) -> None:
                            for g in grants])  # fmt: skip
 
 
+def _run_all(
+    loop: ConsumerLoop, engine: LeaseEngine, done: Callable[[list[str]], bool]
+) -> list[str]:
+    """Step the loop, claiming and acking every job, until ``done`` (the ids run)."""
+    ran: list[str] = []
+    for _ in range(2_000):
+        loop._step()
+        grants = engine.workers.claim("w", 25, wait_s=0)
+        _ack(engine, grants)
+        ran += _ids(grants)
+        if done(ran):
+            break
+    return ran
+
+
 def _committed(cluster: Cluster) -> int:
     return (cluster.committed(TOPICS.consumer_group, TOPICS.ready, 0) or (-1, ""))[0]
 
@@ -135,14 +150,7 @@ def test_the_other_tenants_are_read_past_a_flood_and_the_flood_runs_in_order(
     assert _committed(cluster) in (-1, 0)
 
     # Then the flood runs, handed back as it drains, in enqueue order.
-    ran: list[str] = []
-    for _ in range(2_000):
-        loop._step()
-        grants = engine.workers.claim("w", 25, wait_s=0)
-        _ack(engine, grants)
-        ran += _ids(grants)
-        if len(ran) >= FLOOD:
-            break
+    ran = _run_all(loop, engine, lambda ran: len(ran) >= FLOOD)
     assert ran == flood  # each once, in order
     assert engine.deferral.views() == []
     for _ in range(20):
@@ -181,14 +189,9 @@ def test_an_undecodable_record_inside_a_deferred_flood_is_dead_lettered_and_the_
     loop = _loop(engine)
     assert set(_claim_others(loop, engine, set(others), steps=200)) == set(others)
     assert engine.deferral.views()[0].waiting > FLOOD // 2  # the garbage is held too
-    ran: list[str] = []
-    for _ in range(2_000):
-        loop._step()
-        grants = engine.workers.claim("w", 25, wait_s=0)
-        _ack(engine, grants)
-        ran += _ids(grants)
-        if len(ran) >= FLOOD and _committed(cluster) == FLOOD + OTHERS + 1:
-            break
+    ran = _run_all(
+        loop, engine, lambda ran: len(ran) >= FLOOD and _committed(cluster) == FLOOD + OTHERS + 1
+    )
     assert ran == flood
     (dead,) = cluster.records(TOPICS.dlq)
     assert dead.key == b"big"
