@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from string import Formatter
 
 DEFAULT_PREFIX = "jobs"
+# The consumer group of a queue's leasekeepers, for every process that names it
+# (``leasekeeper serve``, the producer's diversion, the dashboard): one setting, so a
+# producer never waits on commits of a group no leasekeeper is in. ``{queue}`` and
+# ``{prefix}`` are replaced by the queue's.
+ENV_GROUP = "JOBS_GROUP"
+DEFAULT_GROUP = "leasekeeper.{prefix}.{queue}"
 DEFAULT_CLASS = "default"
 # The last part of a topic name that a queue's own topics use: a queue named
 # ``emails.critical`` would collide with the critical class topic of ``emails``.
@@ -133,5 +141,27 @@ class QueueTopics:
 
     @property
     def consumer_group(self) -> str:
-        """The leasekeepers of one queue share this consumer group."""
-        return f"leasekeeper.{self.prefix}.{self.queue}"
+        """The leasekeepers of one queue share this consumer group: ``JOBS_GROUP``, or
+        ``leasekeeper.PREFIX.QUEUE``."""
+        return queue_group(self.queue, self.prefix, os.environ.get(ENV_GROUP))
+
+
+def queue_group(queue: str, prefix: str = DEFAULT_PREFIX, template: str | None = None) -> str:
+    """The consumer group named by ``template`` (``JOBS_GROUP``; the default when empty)
+    for ``queue``. A template without ``{queue}`` puts every queue's leasekeepers in
+    one group: allowed, but each queue's rebalances then move all of them."""
+    template = template or DEFAULT_GROUP
+    try:
+        fields = {name for _, name, _, _ in Formatter().parse(template) if name is not None}
+        unknown = fields - {"queue", "prefix"}
+        if unknown or "" in fields:
+            raise ValueError(f"unknown field {{{sorted(unknown)[0] if unknown else ''}}}")
+        group = template.format(queue=queue, prefix=prefix)
+    except (ValueError, IndexError, KeyError) as exc:
+        raise ValueError(
+            f"invalid {ENV_GROUP} {template!r}: {exc}; use a group name, with {{queue}} "
+            "and {prefix} where the queue's name and topic prefix go"
+        ) from None
+    if not group.strip():
+        raise ValueError(f"invalid {ENV_GROUP} {template!r}: the group name is empty")
+    return group

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -27,7 +28,7 @@ from jobcore.delay_tiers import DelayTiers
 from jobcore.job_ids import new_job_id
 from jobcore.kafka import KafkaSettings
 from jobcore.priority import PriorityClasses
-from jobcore.topics import DEFAULT_PREFIX, QueueTopics
+from jobcore.topics import DEFAULT_PREFIX, ENV_GROUP, QueueTopics, queue_group
 from producer.errors import CancelError, EnqueueError, MissingTopic
 from producer.flood import FloodPolicy
 from producer.lookup import JobLookup
@@ -93,6 +94,7 @@ class JobProducer:
             registry = SchemaRegistry(extra_dirs=schema_path_from_env())
         self._codec = EnvelopeCodec(registry)
         self._prefix = prefix
+        queue_group("any", prefix, os.environ.get(ENV_GROUP))  # a bad JOBS_GROUP fails here
         self._classes = classes if classes is not None else PriorityClasses.from_env()
         self._key_classes = KeyClasses()
         self._enqueued = RecentIds()

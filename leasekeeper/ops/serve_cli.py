@@ -22,6 +22,7 @@ from jobcore.kafka import KafkaException
 from jobcore.priority import PriorityClasses
 from jobcore.schema_registry import RegistrySetupError
 from jobcore.topic_admin import retention_ms
+from jobcore.topics import QueueTopics
 from leasekeeper.breaker.cli import breaker_settings
 from leasekeeper.core.retry_policy import (
     DEFAULT_PERMANENT_ERRORS,
@@ -39,6 +40,8 @@ from leasekeeper.ops.service import LeaseKeeperService, ServeConfig
 from leasekeeper.ordering.values import OnDead
 from leasekeeper.rpc.listen import ListenError, parse_socket_mode, preflight
 from schemas.codec import SchemaError
+
+log = logging.getLogger(__name__)
 
 
 @click.command()
@@ -113,8 +116,15 @@ def serve(
         rate_limits = rate_limit_config(
             by_type=rate_limit, tenant=tenant_rate_limit, tenant_for=tenant_rate_limit_for
         )
+        shared_group = QueueTopics(queue=queue, prefix=env.topic_prefix).consumer_group
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    if (group or group_id_alias or shared_group) != shared_group:
+        log.warning(
+            "--group %s is not the group producers look up (%s: JOBS_GROUP, or the default); "
+            "set JOBS_GROUP=%s for them too, or a tenant they divert stays diverted",
+            group or group_id_alias, shared_group, group or group_id_alias,
+        )  # fmt: skip
     if status_retention is not None and status_retention <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--status-retention")
     breakers = breaker_settings(rules=breaker_rules, default=breaker_default,

@@ -132,7 +132,12 @@ _OPTIONS: list[Callable[[Any], Any]] = [
         metavar="TENANT=N/s",
         help="one tenant's rate limit (repeatable; wins over --tenant-rate-limit)",
     ),
-    click.option("--group", default=None, help="consumer group (default leasekeeper.jobs.QUEUE)"),
+    click.option(
+        "--group",
+        default=None,
+        help="consumer group (default JOBS_GROUP, else leasekeeper.jobs.QUEUE); producers "
+        "look up its commits to end a flood's diversion, so give them the same JOBS_GROUP",
+    ),
     click.option("--group-id", "group_id_alias", default=None, hidden=True),
     schema_path_option("schema_path"),
     schema_registry_options,

@@ -6,14 +6,20 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
 from jobcore.kafka import KafkaSettings, TopicPartition
+from jobcore.topics import ENV_GROUP, queue_group
 from leasekeeper.core.leases import TopicPart
+from leasekeeper.ops.cli import main as serve_main
 from leasekeeper.overflow.switch_hold import CommitReader, SwitchHolds
+from memkafka import Cluster, installed
+from producer import JobProducer
 from producer.diversion import POSTPONE_S, Diverter
 from producer.flood import CHECK_INTERVAL_S, MAX_BUCKETS, FloodGate, FloodPolicy
 from schemas.job import Job
@@ -322,3 +328,68 @@ def test_the_diverters_notes_keep_the_recent_tenants_only() -> None:
     assert len(router._last_ready) <= 2 * MAX_BUCKETS
     assert len(router._postponed) <= MAX_BUCKETS + 100, "only postponements still running"
     assert len(router._marks) <= len(router._last_ready)
+
+
+def test_a_diversion_ends_on_the_commit_of_the_group_jobs_group_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Leasekeepers in a group of their own (``serve --group``) commit there: a producer
+    given the same ``JOBS_GROUP`` sees the flood drained, and one looking up another
+    group would keep the tenant diverted for good."""
+    monkeypatch.setenv(ENV_GROUP, "workers-{queue}")
+    clock = Clock()
+    with installed(Cluster()) as cluster:
+        cluster.create_topic("jobs.q.overflow", 1)
+        router = Diverter(
+            settings=KafkaSettings(bootstrap="memory"),
+            gate=FloodGate(policy=FloodPolicy(burst=4, rate=5.0), clock=clock),
+            prefix="jobs",
+            overflow_exists=lambda topic: topic == "jobs.q.overflow",
+            wall_ms=lambda: 7_000,
+            clock=clock,
+            switch_wait_s=0.01,
+        )
+        try:
+            for _ in range(10):
+                route = router.route(job(), "jobs.q")
+                if route is not None and route.topic == "jobs.q.overflow":
+                    break
+                if route is not None:
+                    route.future = Future()
+                    route.delivered(0, 3)
+                    route.future.set_result("j")
+            assert route is not None and route.topic == "jobs.q.overflow"
+            route.future = Future()
+            route.delivered(0, 4)
+            route.future.set_result("j")
+            clock.now += 10  # calm again: the way back is looked up
+            cluster.commit("leasekeeper.jobs.q", {("jobs.q.overflow", 0): (5, None)})
+            still = router.route(job(), "jobs.q")
+            assert still is not None and still.topic == "jobs.q.overflow", "another group's commit"
+            still.future = Future()
+            still.delivered(0, 5)
+            still.future.set_result("j")
+            clock.now += 10
+            cluster.commit("workers-q", {("jobs.q.overflow", 0): (6, None)})
+            back = router.route(job(), "jobs.q")
+            assert back is not None and back.topic == "jobs.q", "JOBS_GROUP's commit passed it"
+        finally:
+            router.close()
+
+
+def test_a_bad_jobs_group_is_named_when_a_producer_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_GROUP, "lk-{tenant}")
+    with pytest.raises(ValueError, match=r"invalid JOBS_GROUP 'lk-\{tenant\}': unknown field"):
+        JobProducer(KafkaSettings(bootstrap="127.0.0.1:1"))
+    assert queue_group("q", "jobs", "lk-{prefix}-{queue}") == "lk-jobs-q"
+    assert queue_group("q", "jobs", "") == "leasekeeper.jobs.q"
+
+
+def test_serve_refuses_a_bad_jobs_group_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_GROUP, "lk-{tenant}")
+    result = CliRunner().invoke(serve_main, ["serve", "--queue", "q", "--state-dir", str(tmp_path)])
+    assert result.exit_code != 0
+    assert result.output.startswith("Error: invalid JOBS_GROUP 'lk-{tenant}'"), result.output
+    assert result.output.count("\n") == 1, result.output
