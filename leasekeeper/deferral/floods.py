@@ -112,6 +112,18 @@ class FloodDeferral:
                 reading.add(tp)
         return reading
 
+    def behind(self, tp: TopicPart, key: bytes) -> bool:
+        """The second trigger: the leasekeeper reads ``tp`` slower than jobs arrive (its
+        fetches have been full for a while) and the tenant keyed ``key`` fills most of
+        them. Deferred whatever the window holds; returns whether a deferral began."""
+        state = self._book.parts.get(tp)
+        if not self.enabled or tp in self.entries or state is None or state.draining:
+            return False
+        self.entries[tp] = Deferred(tenant=key.decode(errors="replace"), key=key,
+                                    generation=state.generation,
+                                    since_ms=self._now_ms())  # fmt: skip
+        return True
+
     # -- OfferHook -----------------------------------------------------------------
 
     def offered(self, pending: Pending) -> Offer:

@@ -54,6 +54,12 @@ class DeferralPort:
         with self._lock:
             return self._deferral.floods(over, slice_)
 
+    def behind(self, tp: TopicPart, key: bytes) -> None:
+        """The fetch is behind and ``key``'s tenant fills most of it: defer it on ``tp``
+        (``FloodDeferral.behind``)."""
+        with self._lock:
+            self._deferral.behind(tp, key)
+
     def deferring(self) -> set[TopicPart]:
         with self._lock:
             return self._deferral.deferring()

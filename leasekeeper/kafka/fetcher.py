@@ -13,6 +13,7 @@ it), so the fetcher asks for it each time.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 
 from jobcore.kafka import Consumer, KafkaError, Message, TopicPartition
@@ -38,6 +39,9 @@ Due = list[tuple[TopicPart, int, JobHead | None, bytes]]
 
 # Fetches one loop step may read while they are mostly a deferred flood's records.
 READ_PAST_ROUNDS = 20
+# Full fetches in a row that say the reading is behind (a backlog at least as deep as
+# librdkafka's read-ahead waits): then the tenant filling most of one is deferred.
+BEHIND_FETCHES = 4
 
 
 class Fetcher:
@@ -87,6 +91,7 @@ class Fetcher:
                               hold=self.hold)  # fmt: skip
         self.paused: set[TopicPart] = set()
         self._full = False
+        self._full_fetches = 0  # full fetches in a row (``_behind``)
 
     def step(self) -> None:
         """Pause what must wait, then read one fetch into the engine; while a fetch is
@@ -98,6 +103,7 @@ class Fetcher:
         # in bytes up to one batch. A paused consumer still serves callbacks.
         limit = max(1, min(self._batch_size, room))
         messages = self._lanes.admit(self.fetch(limit))
+        self._behind(messages, limit)
         for fetched in range(1, READ_PAST_ROUNDS + 1):
             # Asked after each fetch: a rebalance inside it may have changed them.
             holding = self._fetch_port.holding() if self._deferral is not None else None
@@ -109,6 +115,33 @@ class Fetcher:
             room -= len(messages) - held
             limit = max(1, min(self._batch_size, room))
             messages = self._lanes.admit(self._consumer().consume(num_messages=limit, timeout=0))
+
+    def _behind(self, messages: list[Message], limit: int) -> None:
+        """Defer the tenant filling most of a full fetch, when fetches have been full for
+        ``BEHIND_FETCHES`` in a row: the leasekeeper reads slower than jobs arrive.
+
+        The window's trigger (``apply_backpressure``) needs a full window, which the
+        workers never let fill when the leasekeeper itself is the slowest part (a flood
+        written while it runs, on a busy host): then the flood's records wait in
+        librdkafka's queue and in Kafka, and its partition's other tenants wait behind
+        them, seconds a 100,000 records. A deferred tenant's records cost an offset
+        each, so the others are read at read speed, as behind a full window."""
+        if self._deferral is None or limit < self._batch_size or len(messages) < limit:
+            self._full_fetches = 0
+            return
+        self._full_fetches += 1
+        if self._full_fetches < BEHIND_FETCHES:
+            return
+        self._full_fetches = 0
+        counts = Counter(
+            (topic, m.partition(), m.key())
+            for m in messages
+            if (topic := m.topic()) in self._sources and m.error() is None
+        )
+        if counts:
+            (topic, partition, key), most = counts.most_common(1)[0]
+            if key and partition is not None and most * 2 > len(messages):
+                self._deferral.behind(TopicPart(topic, partition), key)
 
     def _take(self, messages: list[Message], holding: dict[TopicPart, bytes] | None) -> int:
         """Hand ``messages`` to the engine; returns how many were held unread."""

@@ -24,6 +24,7 @@ from leasekeeper.deferral.metrics import flood_families
 from leasekeeper.engine import EngineConfig, LeaseEngine
 from leasekeeper.kafka.consumer_loop import ConsumerLoop, LoopConfig
 from leasekeeper.kafka.copy_sender import CopySender
+from leasekeeper.kafka.fetcher import BEHIND_FETCHES
 from leasekeeper.kafka.router import KafkaRouter
 from memkafka import Cluster, installed
 from producer.api import JobProducer
@@ -48,7 +49,8 @@ def cluster() -> Iterator[Cluster]:
 
 
 def _engine(tmp_path: Path, **config: object) -> LeaseEngine:
-    settings = EngineConfig(window_records=WINDOW, **config)  # type: ignore[arg-type]
+    config.setdefault("window_records", WINDOW)
+    settings = EngineConfig(**config)  # type: ignore[arg-type]
     return LeaseEngine(store=LeaseStore(tmp_path), config=settings, decode=CODEC.decode)
 
 
@@ -247,4 +249,45 @@ def test_a_record_held_after_its_deferral_ended_inside_the_fetch_is_deferred_aga
     engine.fetch.offer_many([(tp, next_offset, None, b"big")])
     (view,) = engine.deferral.views()
     assert (view.tenant, view.waiting) == ("big", 1)
+    loop.close_if_idle()
+
+
+def _steps_until_others_run(
+    loop: ConsumerLoop, engine: LeaseEngine, others: set[str], flood: list[str]
+) -> tuple[int, list[str]]:
+    """Step the loop with workers that run every job at once (the window never fills:
+    the leasekeeper's reading is the slowest part); returns the steps the other tenants
+    took to run, and the order the flood ran in (stepping on until it all ran)."""
+    ran: list[str] = []
+    steps = 0
+    for step in range(1, 1_000):
+        loop._step()
+        grants = engine.workers.claim("w", 1_000, wait_s=0)
+        _ack(engine, grants)
+        ran += _ids(grants)
+        if not steps and set(ran) >= others:
+            steps = step
+        if steps and len(ran) >= len(flood) + len(others):
+            break
+    return steps, [job for job in ran if job not in others]
+
+
+@pytest.mark.parametrize("defer", [True, False])
+def test_a_flood_the_leasekeeper_reads_slower_than_it_arrives_is_read_past_too(
+    cluster: Cluster, tmp_path: Path, defer: bool
+) -> None:
+    """The second trigger: no full window (the workers keep up), but every fetch is full
+    and one tenant fills it, so the others of its partition wait behind its backlog in
+    Kafka. Deferred after ``BEHIND_FETCHES`` full fetches, they are read past: within a
+    few steps, where reading the flood takes FLOOD / 50 = 30. The flood runs in order."""
+    flood, others = _enqueue_flood_then_others()
+    engine = _engine(tmp_path, window_records=100_000, defer_floods=defer)
+    loop = _loop(engine)
+    steps, flood_ran = _steps_until_others_run(loop, engine, set(others), flood)
+    assert flood_ran == flood  # each once, in order
+    if defer:
+        assert 0 < steps <= BEHIND_FETCHES + 3, steps
+        assert engine.deferral.views() == []  # handed back in full, then ended
+    else:
+        assert steps >= FLOOD // 50, steps
     loop.close_if_idle()
