@@ -37,8 +37,6 @@ Records = list[tuple[TopicPart, int, JobHead, bytes]]
 # Other tenants' records between two deferred ones are read past, not sought past: a
 # seek drops what the consumer fetched ahead. Only a gap wider than this is sought.
 SEEK_GAP = 10_000
-# Reads of a batch each that one loop step may hand back.
-HAND_BACK_ROUNDS = 4
 
 
 def flood_reader(settings: KafkaSettings, group_id: str) -> Consumer:
@@ -82,19 +80,7 @@ class DeferredReaders:
         self._readers: dict[tuple[TopicPart, int], _FloodReader] = {}
 
     def step(self) -> int:
-        """Hand back what each deferred partition may take now, in up to
-        ``HAND_BACK_ROUNDS`` reads of a batch each while they fill; returns how many.
-        One batch a loop step set the flood's pace once nothing else was fetched (a
-        step then waits for records up to the commit interval): 5,000 jobs a second."""
-        given = 0
-        for _ in range(HAND_BACK_ROUNDS):
-            now = self._round()
-            given += now
-            if now < self._batch_size:
-                break
-        return given
-
-    def _round(self) -> int:
+        """Hand back what each deferred partition may take now; returns how many."""
         readings = self._port.reading(self._slice(), self._window_records)
         live = {(r.tp, r.generation) for r in readings}
         for key in [k for k in self._readers if k not in live]:
