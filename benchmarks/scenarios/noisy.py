@@ -9,30 +9,45 @@ drain rate over the first ``PACED_RATE_S`` of the paced phase against its rate
 alone. On code without priority classes the critical row is n/a.
 
 It runs once per way a flood reaches Kafka, in one report: written undiverted into
-its tenant's ready partition (the producer's diversion off: how the outbox relay
-with ``JOBS_FLOOD_BURST=0``, a producer in another language, a backfill tool or a
-restarted producer writes one), by ten producers at once (each with the default
-diversion), and by one producer with the default diversion. ``make bench
-SCENARIO=noisy`` adds an undiverted flood of 1,000,000 jobs.
+its tenant's ready partition (the producer's diversion off: how a producer in
+another language, a backfill tool or a restarted producer writes one), staged in
+the outbox and moved by a relay that never diverts (``noisy_relay``), by ten
+producers at once (each with the default diversion), and by one producer with the
+default diversion. ``make bench SCENARIO=noisy`` adds two undiverted floods of
+1,000,000 jobs: a backlog written before the leasekeeper starts, and one written by
+another process while the queue runs (``_measure_live``: the others enqueued during
+the write and after it are reported apart).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from benchmarks import procs, progress
 from benchmarks.apps import JOB_TYPE, NOISY_GROUP_SCALE
-from benchmarks.context import BenchContext
+from benchmarks.context import REPO, BenchContext
 from benchmarks.ours import OurSystem
 from benchmarks.scenarios import result
 from benchmarks.scenarios.latency import percentile
+from benchmarks.scenarios.noisy_relay import (
+    RELAY_LABEL,
+    RelayUnavailable,
+    flood_request,
+    outbox_writer,
+)
 from producer import FloodPolicy, JobProducer, JobRequest
 
 FLOOD, OTHERS, CRITICAL = 0, 1, 2
+# Other tenants' jobs enqueued while the flood is being written (the live run only).
+INSIDE = 3
 FLOOD_JOBS, QUICK_FLOOD_JOBS, BIG_FLOOD_JOBS = 100_000, 20_000, 1_000_000
 RATE = 50.0
 # How long the flood's drain rate is measured alone, before the paced phase, and
@@ -50,23 +65,19 @@ VARIANTS = (
      PARALLEL_PRODUCERS),
     ("flood diverted by its producer (the default)", FloodPolicy(), 1),
 )  # fmt: skip
-BIG_VARIANT = ("1,000,000-job flood in its ready partition (diversion off)", FloodPolicy.off(), 1)
+BIG_VARIANT = ("1,000,000-job backlog in its ready partition, written before the leasekeeper "
+               "started (diversion off)", FloodPolicy.off(), 1)  # fmt: skip
+LIVE_LABEL = "1,000,000-job flood written while the queue runs (diversion off)"
 
 
-def _flood(ctx: BenchContext, loader: Any, count: int, policy: FloodPolicy, producers: int) -> None:
+def _flood(
+    ctx: BenchContext, loader: Any, count: int, *, policy: FloodPolicy, producers: int
+) -> None:
     """``count`` jobs of one tenant, split among ``producers`` producers writing at once
     (each its own ``JobProducer``, so each its own flood allowance)."""
 
     def write(part: int) -> None:
-        requests = (
-            JobRequest(
-                queue=loader.queue,
-                type=JOB_TYPE,
-                payload={"n": FLOOD * NOISY_GROUP_SCALE + n},
-                tenant_id="big-backfill",
-            )
-            for n in range(part, count, producers)
-        )
+        requests = (flood_request(loader.queue, n) for n in range(part, count, producers))
         with JobProducer(ctx.settings, registry=loader.registry, flood=policy) as producer:
             producer.enqueue_batch(requests)
 
@@ -74,14 +85,17 @@ def _flood(ctx: BenchContext, loader: Any, count: int, policy: FloodPolicy, prod
         list(pool.map(write, range(producers)))
 
 
-def _pace(producer: JobProducer, queue: str, seconds: float, critical: bool) -> int:
-    """Others' default jobs (and critical ones, when built) at RATE/s each; returns sent."""
+def _pace(producer: JobProducer, queue: str, seconds: float, critical: bool,
+          others: Callable[[], int] = lambda: OTHERS,
+          longer: Callable[[], bool] = lambda: False) -> int:  # fmt: skip
+    """Others' default jobs (and critical ones, when built) at RATE/s each, for
+    ``seconds`` and while ``longer()``; returns sent. ``others()``: their group now."""
     futures: list[Future[str]] = []
     started, sent = time.monotonic(), 0
-    while (elapsed := time.monotonic() - started) < seconds:
+    while (elapsed := time.monotonic() - started) < seconds or longer():
         for _ in range(int(RATE * elapsed) - sent):
             tenant = f"tenant-{sent % OTHER_TENANTS}"
-            payload = {"n": OTHERS * NOISY_GROUP_SCALE + sent}
+            payload = {"n": others() * NOISY_GROUP_SCALE + sent}
             futures.append(producer.enqueue_nowait(queue, JOB_TYPE, payload, tenant_id=tenant))
             if critical:
                 urgent = {"n": CRITICAL * NOISY_GROUP_SCALE + sent}
@@ -135,10 +149,14 @@ def _flood_rate(directory: Any, seconds: float) -> float:
     return (len(_groups(directory)[FLOOD]) - before) / (time.monotonic() - started)
 
 
+Writer = Callable[[BenchContext, Any, int], None]
+
+
 def _measure(
-    ctx: BenchContext, flood_jobs: int, policy: FloodPolicy, producers: int
+    ctx: BenchContext, flood_jobs: int, write: Writer
 ) -> tuple[dict[int, list[float]], float, float]:
-    """(samples per group, flood rate while paced, flood rate alone)."""
+    """(samples per group, flood rate while paced, flood rate alone); ``write`` writes
+    the flood before the leasekeeper starts."""
     config = ctx.config
     loader = ctx.preloader(f"noisy{uuid.uuid4().hex[:4]}")
     system = OurSystem(
@@ -146,7 +164,7 @@ def _measure(
     )
     directory = system.progress_dir
     try:
-        _flood(ctx, loader, flood_jobs, policy, producers)
+        write(ctx, loader, flood_jobs)
         system.start_leasekeeper()
         system.start_workers("noisy_app", config.processes, config.concurrency, {})
         procs.wait_until(lambda: progress.read(directory).count >= 1, 120, "the flood to start")
@@ -172,17 +190,95 @@ def _measure(
         system.stop()
 
 
+def _measure_live(ctx: BenchContext, flood_jobs: int) -> tuple[dict[int, list[float]], float]:
+    """The flood written while the leasekeeper and workers run, as a backfill reaches a
+    running queue: the others are paced from the flood's first record to
+    ``latency_s`` after its last (``INSIDE`` while it is written, ``OTHERS`` after).
+    Returns (samples per group, the flood's drain rate once written)."""
+    config = ctx.config
+    loader = ctx.preloader(f"noisy{uuid.uuid4().hex[:4]}")
+    system = OurSystem(
+        ctx.settings, loader.queue, ctx.fresh_dir("noisy"), partitions=config.partitions, prefix=[]
+    )
+    directory = system.progress_dir
+    try:
+        system.start_leasekeeper()
+        system.start_workers("noisy_app", config.processes, config.concurrency, {})
+        written = threading.Event()
+        rate: list[float] = []
+
+        def write() -> None:
+            # From a process of its own, as a backfill tool writes: this one paces.
+            command = [sys.executable, "-m", "benchmarks.scenarios.flood_writer",
+                       ctx.settings.bootstrap, loader.queue, str(flood_jobs)]  # fmt: skip
+            try:
+                subprocess.run(command, check=True, cwd=REPO)
+            finally:
+                written.set()
+            rate.append(_flood_rate(directory, PACED_RATE_S))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        critical = _critical_built()
+        sent = _pace(loader.producer, loader.queue, 0, critical,
+                     others=lambda: OTHERS if written.is_set() else INSIDE,
+                     longer=lambda: not written.is_set())  # fmt: skip
+        sent += _pace(loader.producer, loader.queue, config.latency_s, critical)
+        writer.join()
+
+        def all_paced() -> bool:
+            groups = _groups(directory)
+            return len(groups[OTHERS]) + len(groups[INSIDE]) + len(groups[CRITICAL]) >= sent
+
+        procs.wait_until(all_paced, 300, "every paced job to start")
+        procs.wait_until(lambda: len(_groups(directory)[FLOOD]) >= flood_jobs,
+                         600, "every flood job to start")  # fmt: skip
+        return _groups(directory), rate[0]
+    finally:
+        system.stop()
+
+
+def _live_rows(ctx: BenchContext, alone: float) -> list[dict[str, Any]]:
+    """The live 1,000,000-job run's rows; ``alone``: the backlog run's rate alone."""
+    started = time.monotonic()
+    groups, rate = _measure_live(ctx, BIG_FLOOD_JOBS)
+    return [
+        _row(f"{LIVE_LABEL}: other tenants enqueued while it was written ({RATE:g}/s)",
+             groups[INSIDE]),
+        _row(f"{LIVE_LABEL}: other tenants enqueued after it ({RATE:g}/s)", groups[OTHERS]),
+        _row(f"{LIVE_LABEL}: critical class ({RATE:g}/s)", groups[CRITICAL]),
+        {
+            "system": "ours",
+            "variant": f"{LIVE_LABEL}: flooder drain rate once written, the others paced",
+            "drain_jobs_per_s": round(rate),
+            "alone_jobs_per_s": round(alone),
+            "share_of_alone_rate": round(rate / alone, 3) if alone else None,
+            "run_s": round(time.monotonic() - started, 1),
+        },
+    ]  # fmt: skip
+
+
 def run(ctx: BenchContext) -> dict[str, Any]:
     config = ctx.config
     flood_jobs = QUICK_FLOOD_JOBS if config.quick else FLOOD_JOBS
     rows: list[dict[str, Any]] = []
     alone_rates: dict[str, Any] = {}
-    runs = [(label, policy, producers, flood_jobs) for label, policy, producers in VARIANTS]
+    runs: list[tuple[str, Writer, int]] = [
+        (label, partial(_flood, policy=policy, producers=producers), flood_jobs)
+        for label, policy, producers in VARIANTS
+    ]
+    relay = outbox_writer()
+    runs.insert(1, (RELAY_LABEL, relay.write, flood_jobs))
     if config.big_flood:
-        runs.append((*BIG_VARIANT, BIG_FLOOD_JOBS))
-    for label, policy, producers, jobs in runs:
+        label, policy, producers = BIG_VARIANT
+        runs.append((label, partial(_flood, policy=policy, producers=producers), BIG_FLOOD_JOBS))
+    for label, write, jobs in runs:
         started = time.monotonic()
-        groups, paced_rate, alone = _measure(ctx, jobs, policy, producers)
+        try:
+            groups, paced_rate, alone = _measure(ctx, jobs, write)
+        except RelayUnavailable as exc:
+            rows.append({"system": "ours", "variant": label, "status": f"n/a: {exc}"})
+            continue
         alone_rates[label] = round(alone)
         rows += [
             _row(f"{label}: other tenants (default class, {RATE:g}/s)", groups[OTHERS]),
@@ -196,6 +292,9 @@ def run(ctx: BenchContext) -> dict[str, Any]:
                 "run_s": round(time.monotonic() - started, 1),
             },
         ]
+    relay.close()
+    if config.big_flood:
+        rows += _live_rows(ctx, alone_rates[BIG_VARIANT[0]])
     return result(
         "noisy",
         "Noisy neighbour: start latency of other tenants and critical jobs during a flood",
