@@ -247,15 +247,21 @@ def _live_rows(ctx: BenchContext, alone: float) -> list[dict[str, Any]]:
              groups[INSIDE]),
         _row(f"{LIVE_LABEL}: other tenants enqueued after it ({RATE:g}/s)", groups[OTHERS]),
         _row(f"{LIVE_LABEL}: critical class ({RATE:g}/s)", groups[CRITICAL]),
-        {
-            "system": "ours",
-            "variant": f"{LIVE_LABEL}: flooder drain rate once written, the others paced",
-            "drain_jobs_per_s": round(rate),
-            "alone_jobs_per_s": round(alone),
-            "share_of_alone_rate": round(rate / alone, 3) if alone else None,
-            "run_s": round(time.monotonic() - started, 1),
-        },
+        _rate_row(f"{LIVE_LABEL}: flooder drain rate once written, the others paced",
+                  rate, alone, started),
     ]  # fmt: skip
+
+
+def _rate_row(variant: str, rate: float, alone: float, started: float) -> dict[str, Any]:
+    """The flooder's drain rate against its rate alone; ``started``: the run's start."""
+    return {
+        "system": "ours",
+        "variant": variant,
+        "drain_jobs_per_s": round(rate),
+        "alone_jobs_per_s": round(alone),
+        "share_of_alone_rate": round(rate / alone, 3) if alone else None,
+        "run_s": round(time.monotonic() - started, 1),
+    }
 
 
 def run(ctx: BenchContext) -> dict[str, Any]:
@@ -272,27 +278,23 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     if config.big_flood:
         label, policy, producers = BIG_VARIANT
         runs.append((label, partial(_flood, policy=policy, producers=producers), BIG_FLOOD_JOBS))
-    for label, write, jobs in runs:
-        started = time.monotonic()
-        try:
-            groups, paced_rate, alone = _measure(ctx, jobs, write)
-        except RelayUnavailable as exc:
-            rows.append({"system": "ours", "variant": label, "status": f"n/a: {exc}"})
-            continue
-        alone_rates[label] = round(alone)
-        rows += [
-            _row(f"{label}: other tenants (default class, {RATE:g}/s)", groups[OTHERS]),
-            _row(f"{label}: critical class ({RATE:g}/s)", groups[CRITICAL]),
-            {
-                "system": "ours",
-                "variant": f"{label}: flooder drain rate while the others are paced",
-                "drain_jobs_per_s": round(paced_rate),
-                "alone_jobs_per_s": round(alone),
-                "share_of_alone_rate": round(paced_rate / alone, 3) if alone else None,
-                "run_s": round(time.monotonic() - started, 1),
-            },
-        ]
-    relay.close()
+    try:
+        for label, write, jobs in runs:
+            started = time.monotonic()
+            try:
+                groups, paced_rate, alone = _measure(ctx, jobs, write)
+            except RelayUnavailable as exc:
+                rows.append({"system": "ours", "variant": label, "status": f"n/a: {exc}"})
+                continue
+            alone_rates[label] = round(alone)
+            rows += [
+                _row(f"{label}: other tenants (default class, {RATE:g}/s)", groups[OTHERS]),
+                _row(f"{label}: critical class ({RATE:g}/s)", groups[CRITICAL]),
+                _rate_row(f"{label}: flooder drain rate while the others are paced",
+                          paced_rate, alone, started),
+            ]  # fmt: skip
+    finally:
+        relay.close()
     if config.big_flood:
         rows += _live_rows(ctx, alone_rates[BIG_VARIANT[0]])
     return result(
