@@ -113,7 +113,7 @@ def _pace(producer: JobProducer, queue: str, seconds: float, critical: bool,
 
 
 def _groups(directory: Any) -> dict[int, list[float]]:
-    groups: dict[int, list[float]] = {FLOOD: [], OTHERS: [], CRITICAL: []}
+    groups: dict[int, list[float]] = {FLOOD: [], OTHERS: [], CRITICAL: [], INSIDE: []}
     for sample in progress.samples(directory):
         group, latency = divmod(sample, NOISY_GROUP_SCALE)
         groups.setdefault(int(group), []).append(latency)
@@ -152,16 +152,35 @@ def _flood_rate(directory: Any, seconds: float) -> float:
 Writer = Callable[[BenchContext, Any, int], None]
 
 
+def _fresh_system(ctx: BenchContext) -> tuple[Any, OurSystem]:
+    """A fresh queue's loader and the leasekeeper and workers that will serve it."""
+    loader = ctx.preloader(f"noisy{uuid.uuid4().hex[:4]}")
+    system = OurSystem(ctx.settings, loader.queue, ctx.fresh_dir("noisy"),
+                       partitions=ctx.config.partitions, prefix=[])  # fmt: skip
+    return loader, system
+
+
+def _all_started(directory: Any, sent: int, flood_jobs: int) -> dict[int, list[float]]:
+    """The samples, once every paced job and every flood job has started (a fetch
+    that dropped records would lose some, and fail the run)."""
+
+    def all_paced() -> bool:
+        groups = _groups(directory)
+        return sum(len(groups[g]) for g in (OTHERS, INSIDE, CRITICAL)) >= sent
+
+    procs.wait_until(all_paced, 300, "every paced job to start")
+    procs.wait_until(lambda: len(_groups(directory)[FLOOD]) >= flood_jobs,
+                     600, "every flood job to start")  # fmt: skip
+    return _groups(directory)
+
+
 def _measure(
     ctx: BenchContext, flood_jobs: int, write: Writer
 ) -> tuple[dict[int, list[float]], float, float]:
     """(samples per group, flood rate while paced, flood rate alone); ``write`` writes
     the flood before the leasekeeper starts."""
     config = ctx.config
-    loader = ctx.preloader(f"noisy{uuid.uuid4().hex[:4]}")
-    system = OurSystem(
-        ctx.settings, loader.queue, ctx.fresh_dir("noisy"), partitions=config.partitions, prefix=[]
-    )
+    loader, system = _fresh_system(ctx)
     directory = system.progress_dir
     try:
         write(ctx, loader, flood_jobs)
@@ -177,15 +196,7 @@ def _measure(
         sent = _pace(loader.producer, loader.queue, config.latency_s, _critical_built())
         sampler.join()
 
-        def all_paced() -> bool:
-            groups = _groups(directory)
-            return len(groups[OTHERS]) + len(groups[CRITICAL]) >= sent
-
-        procs.wait_until(all_paced, 300, "every paced job to start")
-        # Every flood job runs too (a fetch that dropped records would lose some).
-        procs.wait_until(lambda: len(_groups(directory)[FLOOD]) >= flood_jobs,
-                         600, "every flood job to start")  # fmt: skip
-        return _groups(directory), paced[0], alone
+        return _all_started(directory, sent, flood_jobs), paced[0], alone
     finally:
         system.stop()
 
@@ -196,10 +207,7 @@ def _measure_live(ctx: BenchContext, flood_jobs: int) -> tuple[dict[int, list[fl
     ``latency_s`` after its last (``INSIDE`` while it is written, ``OTHERS`` after).
     Returns (samples per group, the flood's drain rate once written)."""
     config = ctx.config
-    loader = ctx.preloader(f"noisy{uuid.uuid4().hex[:4]}")
-    system = OurSystem(
-        ctx.settings, loader.queue, ctx.fresh_dir("noisy"), partitions=config.partitions, prefix=[]
-    )
+    loader, system = _fresh_system(ctx)
     directory = system.progress_dir
     try:
         system.start_leasekeeper()
@@ -226,14 +234,7 @@ def _measure_live(ctx: BenchContext, flood_jobs: int) -> tuple[dict[int, list[fl
         sent += _pace(loader.producer, loader.queue, config.latency_s, critical)
         writer.join()
 
-        def all_paced() -> bool:
-            groups = _groups(directory)
-            return len(groups[OTHERS]) + len(groups[INSIDE]) + len(groups[CRITICAL]) >= sent
-
-        procs.wait_until(all_paced, 300, "every paced job to start")
-        procs.wait_until(lambda: len(_groups(directory)[FLOOD]) >= flood_jobs,
-                         600, "every flood job to start")  # fmt: skip
-        return _groups(directory), rate[0]
+        return _all_started(directory, sent, flood_jobs), rate[0]
     finally:
         system.stop()
 
