@@ -12,10 +12,13 @@ import json
 import time
 import urllib.parse
 import uuid
+from collections import Counter
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from devtools.localkafka import KafkaUnavailable, LocalKafka, obtain
 from jobcore import status as status_module
 from jobcore.control import JobEnd, JobStatus
 from jobcore.kafka import KafkaSettings, make_admin, make_producer, topic_config
@@ -36,19 +39,19 @@ from producer.cli import main as producer_cli
 from schemas.codec import MARKER, SchemaRegistry
 from tests.apps.recording import SCHEMAS
 from tests.dashboards import get, served
-from tests.system import System, WorkerProcess, wait_until
+from tests.system import Leasekeeper, System, WorkerProcess, wait_until
 
 APP = "tests.apps.returning:app"
 HOUR_MS = 3600 * 1000
 
 
-def start_worker(system: System, name: str, *extra: str) -> WorkerProcess:
+def start_worker(system: System, name: str, *extra: str, concurrency: int = 4) -> WorkerProcess:
     """A worker of the returning app; a short grace, as a hung handler never returns."""
     args = ["--schema-path", str(SCHEMAS), "--grace", "1s", *extra]
     worker = WorkerProcess(app=APP, target=system.leasekeeper.target,
                            log=system.tmp / f"worker-{name}.log",
-                           env={"RECORDING_DIR": str(system.recordings)}, concurrency=4,
-                           extra_args=args)  # fmt: skip
+                           env={"RECORDING_DIR": str(system.recordings)},
+                           concurrency=concurrency, extra_args=args)  # fmt: skip
     system.workers.append(worker.start())
     return worker
 
@@ -150,6 +153,55 @@ def test_kill_9_between_the_return_and_the_settle_leaves_one_value_from_the_run_
     assert value == {"n": 7, "attempt": 2, "pid": survivor.process.pid}
     records = [m for m in system.read_topic(system.topics.results) if m.key() == job_id.encode()]
     assert [json.loads(m.value() or b"") for m in records] == [value]
+
+
+def test_results_of_jobs_acked_while_the_broker_is_down_are_written_once_it_is_back(
+    unique: str, tmp_path: Path
+) -> None:
+    """A result waits for Kafka however long it is away (the result producer never times
+    a record out, since one delivery report answers for a partition's group): the jobs
+    acked meanwhile resolve once their results are written, none runs again, and each
+    value is written once."""
+    cluster = LocalKafka(distribution=obtain(), workdir=tmp_path / "kafka", heap="384m")
+    try:
+        cluster.start()
+    except KafkaUnavailable as exc:
+        cluster.stop(grace=5)
+        pytest.skip(f"a Kafka of this test's own could not start: {exc}")
+    (tmp_path / "system").mkdir()
+    system = System(KafkaSettings(bootstrap=cluster.bootstrap), unique, tmp_path / "system")
+    count = 24
+    try:
+        system.configure(lease_s=120.0)  # no lease runs out during the outage
+        system.start(workers=0)
+        start_worker(system, "w", concurrency=count)
+        lk = system.leasekeeper
+        with producer(system) as jobs:
+            ids = [jobs.enqueue(task(system, n, sleep_ms=3000)) for n in range(count)]
+        wait_until(lambda: leases(lk) == count, 60, "every job leased")
+        cluster.kill_broker(0)
+        wait_until(lambda: acked(lk) == count, 60, "every job acked while Kafka is away")
+        cluster.restart_broker(0)
+        with producer(system) as jobs:
+            values = {job_id: jobs.result(system.queue, job_id, timeout=120) for job_id in ids}
+        assert sorted(v["n"] for v in values.values()) == list(range(count))  # type: ignore[index]
+        assert {v["attempt"] for v in values.values()} == {1}, "no job ran again"  # type: ignore[index]
+        written = Counter(m.key() for m in system.read_topic(system.topics.results))
+        assert written == Counter({job_id.encode(): 1 for job_id in ids}), "each value once"
+        lk.assert_alive()
+    finally:
+        system.stop()
+        cluster.stop()
+
+
+def leases(leasekeeper: Leasekeeper) -> int:
+    snapshot = leasekeeper.snapshot()
+    return -1 if snapshot is None else sum(len(p["leases"]) for p in snapshot["partitions"])
+
+
+def acked(leasekeeper: Leasekeeper) -> int:
+    snapshot = leasekeeper.snapshot()
+    return -1 if snapshot is None else int(snapshot["counters"]["acked"])
 
 
 def test_a_result_over_the_cap_dead_letters_the_job_saying_where_the_value_belongs(

@@ -1,7 +1,7 @@
-"""Result records on their own producer: one ``produce()`` each, resolved from the
-producer's one delivery callback in each partition's order; a transient failure is
-sent again, a refusal drops the result and resolves its job; the offset commits only
-once the result is durable, and the job's status follows it."""
+"""Result records on their own producer: one ``produce()`` each, and one delivery
+report per partition per turn, which answers for the group it ends; a transient
+failure sends the group again, a refusal drops its results and resolves their jobs;
+the offset commits only once the result is durable, and the job's status follows it."""
 
 from __future__ import annotations
 
@@ -44,26 +44,35 @@ class Message:
 
 @dataclass
 class Producer:
-    """A producer whose one delivery callback the test calls, per partition in order."""
+    """A producer that reports a record's delivery only to the callback it was produced
+    with, per partition in order, as librdkafka does."""
 
-    report: Report
     sent: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = field(default_factory=list)
+    callbacks: list[Report | None] = field(default_factory=list)  # of each record sent
     full: int = 0  # produce() calls to refuse with BufferError
-    reported: dict[int, int] = field(default_factory=dict)  # reports given, per partition
-    due: list[tuple[KafkaError | None, Message]] = field(default_factory=list)  # to serve
+    room: int | None = None  # produce() calls to take before the queue is full
+    reported: dict[int, int] = field(default_factory=dict)  # delivered, per partition
+    due: list[tuple[Report, KafkaError | None, Message]] = field(default_factory=list)
 
     def produce(self, topic: str, value: bytes, key: bytes, *, partition: int,
-                headers: list[tuple[str, bytes]]) -> None:  # fmt: skip
+                headers: list[tuple[str, bytes]], on_delivery: Report | None = None,
+                ) -> None:  # fmt: skip
+        if self.room == 0:
+            self.room, self.full = None, self.full + 1
         if self.full:
             self.full -= 1
             raise BufferError("queue full")
+        if self.room is not None:
+            self.room -= 1
+        assert isinstance(headers, list), "the client takes headers as a list or a dict"
         self.sent.append((partition, key, value, headers))
+        self.callbacks.append(on_delivery)
 
     def poll(self, timeout: float) -> int:
         """Reports are served here, as librdkafka serves them: inside a poll."""
         due, self.due = self.due, []
-        for error, message in due:
-            self.report(error, message)
+        for report, error, message in due:
+            report(error, message)
         return len(due)
 
     def flush(self, timeout: float) -> int:
@@ -74,9 +83,15 @@ class Producer:
         """The report of the partition's oldest unreported record, as librdkafka orders
         them."""
         reported = self.reported.get(partition, 0)
-        key = [k for p, k, _, _ in self.sent if p == partition][reported]
+        index = [n for n, (p, *_) in enumerate(self.sent) if p == partition][reported]
         self.reported[partition] = reported + 1
-        self.due.append((None if error is None else KafkaError(error), Message(partition, key)))
+        if (report := self.callbacks[index]) is not None:
+            message = Message(partition, self.sent[index][1])
+            self.due.append((report, None if error is None else KafkaError(error), message))
+
+    @property
+    def reports_asked(self) -> int:
+        return sum(c is not None for c in self.callbacks)
 
 
 def result(job_id: str, offset: int = 0) -> CopyRequest:
@@ -89,8 +104,9 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[Producer]:
     made: list[Producer] = []
 
     def make_producer(settings: KafkaSettings, **config: Any) -> Producer:
-        assert config["compression.type"] == "none" and "delivery.report.only.error" not in config
-        made.append(Producer(config["on_delivery"]))
+        assert config["compression.type"] == "none" and "on_delivery" not in config
+        assert config["message.timeout.ms"] == 0, "a group's report answers for every record"
+        made.append(Producer())
         return made[-1]
 
     monkeypatch.setattr(sender_module, "make_producer", make_producer)
@@ -126,9 +142,11 @@ def test_results_go_to_their_partition_and_resolve_in_each_partition_s_order(
                         generation=1)  # fmt: skip
     assert send.take([*map(result, ids), other]) == [other], "the rest is the outbox's"
     (producer,) = made
-    assert [(p, k) for p, k, _, _ in producer.sent] == [
+    assert sorted((p, k) for p, k, _, _ in producer.sent) == sorted(
         (results_partition(i), i.encode()) for i in ids
-    ]
+    )
+    partitions = {results_partition(i) for i in ids}
+    assert producer.reports_asked == len(partitions), "one report per partition"
     assert all(h == [("content-type", b"application/json")] for *_, h in producer.sent)
     for partition, *_ in producer.sent:  # reports come per partition, in produce order
         producer.deliver(partition)
@@ -179,6 +197,59 @@ def test_a_full_local_queue_keeps_the_result_for_later(made: list[Producer]) -> 
     producer.deliver(results_partition("a"))
     send.take([])
     assert [r.raw_key for r in delivered] == [b"a"]
+
+
+def same_partition(count: int) -> list[str]:
+    ids = (f"job-{n}" for n in range(1000))
+    return [i for i in ids if results_partition(i) == 3][:count]
+
+
+def test_a_group_s_one_report_answers_for_results_sent_without_one(made: list[Producer]) -> None:
+    """The queue fills in the middle of a group: what was sent waits for the next record
+    sent to its partition with a report, the result kept for later."""
+    clock = Clock()
+    send, delivered, dropped = sender(clock)
+    send.take([])
+    (producer,) = made
+    producer.room = 2
+    a, b, c, d = map(result, same_partition(4))
+    send.take([a, b, c])
+    assert [k for _, k, _, _ in producer.sent] == [a.raw_key, b.raw_key]
+    assert producer.reports_asked == 0 and send.in_flight == 3
+    producer.deliver(3)
+    producer.deliver(3)
+    send.take([])
+    assert delivered == [], "no report: a and b may not be durable yet"
+    clock.now += RETRY_AFTER_S
+    send.take([d])
+    assert [k for _, k, _, _ in producer.sent][2:] == [c.raw_key, d.raw_key]
+    assert producer.reports_asked == 1
+    producer.deliver(3)
+    send.take([])
+    assert delivered == []
+    producer.deliver(3)
+    send.take([])
+    assert delivered == [a, b, c, d] and dropped == [] and send.in_flight == 0
+
+
+def test_a_failed_group_is_sent_again_or_dropped_as_one(made: list[Producer]) -> None:
+    clock = Clock()
+    send, delivered, dropped = sender(clock)
+    first = list(map(result, same_partition(3)))
+    send.take(first)
+    (producer,) = made
+    for _ in first:
+        producer.deliver(3, None if _ is not first[-1] else KafkaError._MSG_TIMED_OUT)
+    send.take([])
+    assert delivered == [] and dropped == [] and send.in_flight == 3
+    clock.now += RETRY_AFTER_S
+    send.take([])
+    assert [k for _, k, _, _ in producer.sent][3:] == [r.raw_key for r in first], "all again"
+    for _ in first:
+        producer.deliver(3, None if _ is not first[-1] else KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    send.take([])
+    assert delivered == [] and [r for r, _ in dropped] == first and send.in_flight == 0
+    assert all("TOPIC_AUTHORIZATION_FAILED" in why for _, why in dropped)
 
 
 def test_through_the_outbox_the_offset_commits_only_once_the_result_is_durable(
