@@ -194,6 +194,38 @@ def test_results_of_jobs_acked_while_the_broker_is_down_are_written_once_it_is_b
         cluster.stop()
 
 
+def test_kill_9_of_the_leasekeeper_while_results_are_on_their_way_loses_no_value(
+    system: System,
+) -> None:
+    """A job counts as done only once its result is durable: after the leasekeeper dies
+    with results unsent or unreported, every job still has its value (the jobs whose
+    results were in flight run again, and may leave a second record, the first being
+    the answer), and the duplicates stay within what was in flight."""
+    count, slots = 400, 16
+    system.start(workers=0)
+    start_worker(system, "w", concurrency=slots)
+    with producer(system) as jobs:
+        ids = [jobs.enqueue(task(system, n, sleep_ms=20)) for n in range(count)]
+    wait_until(lambda: acked(system.leasekeeper) >= count // 4, 60, "a quarter of the jobs")
+    system.leasekeeper.kill()  # SIGKILL: results queued, sent or reported, unapplied
+    system.restart_leasekeeper()
+    system.wait_caught_up(timeout=120)  # every job resolved: committed past
+    records = system.read_topic(system.topics.results)
+    written = Counter(m.key() for m in records)
+    assert set(written) == {i.encode() for i in ids}, "every job's value is written"
+    first: dict[bytes | None, object] = {}
+    for m in records:
+        first.setdefault(m.key(), json.loads(m.value() or b""))
+    with producer(system) as jobs:  # callers get the first record's value
+        for n in range(0, count, 50):
+            assert jobs.result(system.queue, ids[n], timeout=5) == first[ids[n].encode()]
+            assert first[ids[n].encode()]["n"] == n  # type: ignore[index]
+    twice = sum(n - 1 for n in written.values())
+    # Bound: the leases held at the kill, plus the results a poll had not applied yet
+    # (a loop turn's worth: at most the worker's slots again).
+    assert twice <= 2 * slots, f"{twice} values written twice"
+
+
 def leases(leasekeeper: Leasekeeper) -> int:
     snapshot = leasekeeper.snapshot()
     return -1 if snapshot is None else sum(len(p["leases"]) for p in snapshot["partitions"])
