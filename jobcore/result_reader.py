@@ -18,10 +18,12 @@ from jobcore.job_ids import search_from_ms
 from jobcore.kafka import (
     OFFSET_END,
     Consumer,
+    ErrorKind,
     KafkaError,
     KafkaException,
     KafkaSettings,
     TopicPartition,
+    classify,
     make_consumer,
     topic_config,
 )
@@ -53,6 +55,8 @@ class ResultReader(Closing):
             low, self._end = self._consumer.get_watermark_offsets(tp, timeout=10)
         except KafkaException as exc:
             self._consumer.close()
+            if classify(exc) is ErrorKind.TRANSIENT:  # the cause says so to callers
+                raise ResultsUnreadable(f"cannot read {topic} now ({exc.args[0]})") from exc
             raise ResultsUnreadable(
                 f"cannot read {topic} ({exc.args[0]}): a queue created before job results "
                 "has none; `producer create-queue` adds it"

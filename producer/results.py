@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 
 from jobcore.control import JobEnd, JobStatus
 from jobcore.job_ids import search_from_ms
-from jobcore.kafka import KafkaException, KafkaSettings
+from jobcore.kafka import ErrorKind, KafkaException, KafkaSettings, classify
 from jobcore.result_reader import TURN_S, ResultReader, ResultsUnreadable, window_ms
 from jobcore.results import decode_result
 from jobcore.status import MAX_SCAN, StatusError, StatusReader
@@ -55,6 +55,10 @@ __all__ = [
 
 # The least time given to reading what the topics already hold, however short the wait.
 LOOK_S = 10.0
+# The pause before reading again after a transient broker error.
+RETRY_S = 0.5
+# What a read that found neither a value nor an end returns.
+_NOTHING = object()
 # Job ids a producer remembers having enqueued: its ``result`` waits for one of them
 # as for a job known to exist (a timeout, never "unknown").
 RECENT_IDS = 100_000
@@ -133,9 +137,14 @@ def wait_for_result(
     registry: SchemaRegistry | None = None,
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> object:
     """The value job ``job_id`` returned (None: it returned none), or a ``ResultError``;
-    an Avro value is decoded with ``registry`` (``ResultUndecodable`` without it)."""
+    an Avro value is decoded with ``registry`` (``ResultUndecodable`` without it).
+
+    A transient broker error (a leader moving, a broker restarting) starts the read
+    again after a pause, until the wait (or ``LOOK_S``, if longer) is over: a caller
+    waiting through a broker restart gets the value, not an error."""
     if not job_id:
         raise ValueError("job_id must be a non-empty string")
     deadline = clock() + max(0.0, timeout_s)
@@ -144,49 +153,73 @@ def wait_for_result(
     since_ms = search_from_ms(job_id, now_ms - window, now_ms)
     by_time = since_ms > now_ms - window  # the id told when the job was built
     queue = topics.queue
-    try:
-        with (  # the status reader's end first: see the module
-            StatusReader(settings, topics.status, since_ms=since_ms if by_time else None) as status,
-            ResultReader(settings, topics.results, job_id, since_ms) as results,
-        ):
-            # What is there already is read whatever the wait (``--wait 0s`` only looks).
-            look = max(deadline, clock() + LOOK_S)
-            read = status.first if by_time else status.latest
-            ended = read(job_id, timeout_s=look - clock())
-            # A status read may run past the end its reader began at (a fetch returns
-            # whole batches), and a result is durable before its job's status is sent:
-            # with a status in hand, the results are read to their end as it is now.
-            found = (
-                results.catch_up(look, clock) if ended is not None else results.scan(look, clock)
-            )
-            if found is not None:
-                return decode_result(found, registry)
-            if ended is not None:
-                return _ended(ended, queue)
-            while clock() < deadline:
-                found = results.next(TURN_S)
-                if found is not None:
-                    return decode_result(found, registry)
-                ended = status.wait_for(job_id, TURN_S)
-                if ended is not None:
-                    found = results.catch_up(clock() + LOOK_S, clock)
-                    return (
-                        decode_result(found, registry)
-                        if found is not None
-                        else _ended(ended, queue)
-                    )
-    except ResultsUnreadable as exc:
-        raise ResultReadError(str(exc)) from None
-    except (StatusError, KafkaException) as exc:
-        raise ResultReadError(
-            f"cannot read the status or result of job {job_id} ({exc}): check that queue "
-            f"{queue} exists with all its topics (`producer create-queue --queue {queue} "
-            f"--partitions N` adds missing ones, {topics.results} among them)"
-        ) from None
+    retry_until = max(deadline, clock() + LOOK_S)
+    while True:
+        try:
+            found = _read(settings, topics, job_id, since_ms, by_time=by_time,
+                          deadline=deadline, registry=registry, clock=clock)  # fmt: skip
+            break
+        except (ResultsUnreadable, StatusError, KafkaException) as exc:
+            if classify(exc) is ErrorKind.TRANSIENT and clock() < retry_until:
+                sleep(min(RETRY_S, max(0.0, retry_until - clock())))
+                continue
+            if isinstance(exc, ResultsUnreadable):
+                raise ResultReadError(str(exc)) from None
+            raise ResultReadError(
+                f"cannot read the status or result of job {job_id} ({exc}): check that queue "
+                f"{queue} exists with all its topics (`producer create-queue --queue {queue} "
+                f"--partitions N` adds missing ones, {topics.results} among them)"
+            ) from None
+    if found is not _NOTHING:
+        return found
     if known:
         raise ResultTimeout(f"job {job_id} of queue {queue} did not end within {timeout_s:g}s",
                             queue=queue, job_id=job_id)  # fmt: skip
     raise _unknown(topics, job_id, since_ms, by_time=by_time, timeout_s=timeout_s)
+
+
+def _read(
+    settings: KafkaSettings,
+    topics: QueueTopics,
+    job_id: str,
+    since_ms: int,
+    *,
+    by_time: bool,
+    deadline: float,
+    registry: SchemaRegistry | None,
+    clock: Callable[[], float],
+) -> object:
+    """One read of both topics: the value, a ``ResultError`` for a job that ended without
+    one, or ``_NOTHING`` once ``deadline`` passed with neither."""
+    with (  # the status reader's end first: see the module
+        StatusReader(settings, topics.status, since_ms=since_ms if by_time else None) as status,
+        ResultReader(settings, topics.results, job_id, since_ms) as results,
+    ):
+        # What is there already is read whatever the wait (``--wait 0s`` only looks).
+        look = max(deadline, clock() + LOOK_S)
+        read = status.first if by_time else status.latest
+        ended = read(job_id, timeout_s=look - clock())
+        # A status read may run past the end its reader began at (a fetch returns
+        # whole batches), and a result is durable before its job's status is sent:
+        # with a status in hand, the results are read to their end as it is now.
+        found = results.catch_up(look, clock) if ended is not None else results.scan(look, clock)
+        if found is not None:
+            return decode_result(found, registry)
+        if ended is not None:
+            return _ended(ended, topics.queue)
+        while clock() < deadline:
+            found = results.next(TURN_S)
+            if found is not None:
+                return decode_result(found, registry)
+            ended = status.wait_for(job_id, TURN_S)
+            if ended is not None:
+                found = results.catch_up(clock() + LOOK_S, clock)
+                return (
+                    decode_result(found, registry)
+                    if found is not None
+                    else _ended(ended, topics.queue)
+                )
+    return _NOTHING
 
 
 def _unknown(

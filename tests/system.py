@@ -9,13 +9,16 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
+from devtools.localkafka import KafkaUnavailable, LocalKafka, obtain
 from devtools.waiting import wait_until as wait_until
 from jobcore.kafka import (
     KafkaSettings,
@@ -370,3 +373,31 @@ class System:
             tail = "\n".join(text.splitlines()[-lines:])
             parts.append(f"----- {path.name} (last {lines} lines) -----\n{tail}\n")
         return "".join(parts)
+
+
+@contextmanager
+def private_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
+    """A one-broker Kafka of the test's own, for tests that kill or restart it (the
+    shared one serves the other tests); the test is skipped if it cannot start."""
+    cluster = LocalKafka(distribution=obtain(), workdir=tmp_path / "kafka", heap="384m")
+    try:
+        cluster.start()
+    except KafkaUnavailable as exc:
+        cluster.stop(grace=5)
+        pytest.skip(f"a Kafka of this test's own could not start: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@contextmanager
+def private_system(tmp_path: Path, queue: str) -> Iterator[tuple[LocalKafka, System]]:
+    """A ``System`` on a Kafka of the test's own (``private_kafka``), stopped after."""
+    with private_kafka(tmp_path) as cluster:
+        (tmp_path / "system").mkdir()
+        system = System(KafkaSettings(bootstrap=cluster.bootstrap), queue, tmp_path / "system")
+        try:
+            yield cluster, system
+        finally:
+            system.stop()

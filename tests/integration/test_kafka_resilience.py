@@ -10,9 +10,7 @@ import threading
 import urllib.request
 from pathlib import Path
 
-import pytest
-
-from devtools.localkafka import KafkaUnavailable, LocalKafka, free_port, obtain
+from devtools.localkafka import free_port
 from jobcore.control import Cancellation
 from jobcore.kafka import (
     Consumer,
@@ -28,7 +26,7 @@ from leasekeeper.kafka.consumer_loop import REJOINS
 from leasekeeper.kafka.control_feed import ControlFeed
 from leasekeeper.kafka.family_consumer import family_instance_id
 from producer import ensure_queue_topics
-from tests.system import PARTITIONS, Leasekeeper, System, wait_until
+from tests.system import PARTITIONS, Leasekeeper, System, private_system, wait_until
 
 
 class Forwarder:
@@ -160,15 +158,7 @@ def test_catch_up_finishes_when_every_control_record_expired(
 
 
 def test_serve_survives_a_broker_outage_while_running(unique: str, tmp_path: Path) -> None:
-    cluster = LocalKafka(distribution=obtain(), workdir=tmp_path / "kafka", heap="384m")
-    try:
-        cluster.start()
-    except KafkaUnavailable as exc:
-        cluster.stop(grace=5)
-        pytest.skip(f"a Kafka of this test's own could not start: {exc}")
-    (tmp_path / "system").mkdir()
-    system = System(KafkaSettings(bootstrap=cluster.bootstrap), unique, tmp_path / "system")
-    try:
+    with private_system(tmp_path, unique) as (cluster, system):
         system.start(workers=1)
         before = system.enqueue(10)
         wait_until(lambda: set(system.runs()) >= set(before), 60, "the jobs before the outage")
@@ -186,9 +176,6 @@ def test_serve_survives_a_broker_outage_while_running(unique: str, tmp_path: Pat
         after = system.enqueue(10)
         wait_until(lambda: set(system.runs()) >= set(after), 120, "the jobs after the outage")
         lk.assert_alive()
-    finally:
-        system.stop()
-        cluster.stop()
 
 
 def test_a_leasekeeper_fenced_again_and_again_rejoins_then_exits_non_zero(
