@@ -24,6 +24,7 @@ from jobcore.kafka import (
     Message,
     TopicPartition,
     make_consumer,
+    through_transient,
 )
 from jobcore.topic_admin import STATUS_RETENTION_MS
 
@@ -143,16 +144,21 @@ def ended_status(
     ran soon after it was built ends. Only when that finds nothing (a job delayed or
     waiting for long, or an id with no time) is the tail read as before: the last
     ``MAX_SCAN`` records, and the switched-off marker, which may be older than the job.
-    So a lookup reads at most twice ``MAX_SCAN`` records, however old the job."""
+    So a lookup reads at most twice ``MAX_SCAN`` records, however old the job. A
+    transient broker error (a leader being elected) reads again, ``timeout_s`` at most."""
     now_ms = int(wall() * 1000)
     since_ms = search_from_ms(job_id, now_ms - window_ms, now_ms)
-    if since_ms > now_ms - window_ms:
-        with StatusReader(settings, topic, since_ms=since_ms, most=MAX_SCAN) as reader:
-            found = reader.first(job_id, timeout_s)
-        if found is not None:
-            return found, None
-    with StatusReader(settings, topic) as reader:
-        return reader.latest(job_id, timeout_s), reader.switched_off
+
+    def look() -> tuple[JobStatus | None, StatusSwitchedOff | None]:
+        if since_ms > now_ms - window_ms:
+            with StatusReader(settings, topic, since_ms=since_ms, most=MAX_SCAN) as reader:
+                found = reader.first(job_id, timeout_s)
+            if found is not None:
+                return found, None
+        with StatusReader(settings, topic) as reader:
+            return reader.latest(job_id, timeout_s), reader.switched_off
+
+    return through_transient(look, until=time.monotonic() + timeout_s)
 
 
 def switched_off_note(queue: str, at_ms: int) -> str:

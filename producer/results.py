@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 
 from jobcore.control import JobEnd, JobStatus
 from jobcore.job_ids import search_from_ms
-from jobcore.kafka import ErrorKind, KafkaException, KafkaSettings, classify
+from jobcore.kafka import KafkaException, KafkaSettings, through_transient
 from jobcore.result_reader import TURN_S, ResultReader, ResultsUnreadable, window_ms
 from jobcore.results import decode_result
 from jobcore.status import MAX_SCAN, StatusError, StatusReader
@@ -153,23 +153,20 @@ def wait_for_result(
     since_ms = search_from_ms(job_id, now_ms - window, now_ms)
     by_time = since_ms > now_ms - window  # the id told when the job was built
     queue = topics.queue
-    retry_until = max(deadline, clock() + LOOK_S)
-    while True:
-        try:
-            found = _read(settings, topics, job_id, since_ms, by_time=by_time,
-                          deadline=deadline, registry=registry, clock=clock)  # fmt: skip
-            break
-        except (ResultsUnreadable, StatusError, KafkaException) as exc:
-            if classify(exc) is ErrorKind.TRANSIENT and clock() < retry_until:
-                sleep(min(RETRY_S, max(0.0, retry_until - clock())))
-                continue
-            if isinstance(exc, ResultsUnreadable):
-                raise ResultReadError(str(exc)) from None
-            raise ResultReadError(
-                f"cannot read the status or result of job {job_id} ({exc}): check that queue "
-                f"{queue} exists with all its topics (`producer create-queue --queue {queue} "
-                f"--partitions N` adds missing ones, {topics.results} among them)"
-            ) from None
+    try:
+        found = through_transient(
+            lambda: _read(settings, topics, job_id, since_ms, by_time=by_time,
+                          deadline=deadline, registry=registry, clock=clock),
+            until=max(deadline, clock() + LOOK_S), pause_s=RETRY_S, clock=clock, sleep=sleep,
+        )  # fmt: skip
+    except ResultsUnreadable as exc:
+        raise ResultReadError(str(exc)) from None
+    except (StatusError, KafkaException) as exc:
+        raise ResultReadError(
+            f"cannot read the status or result of job {job_id} ({exc}): check that queue "
+            f"{queue} exists with all its topics (`producer create-queue --queue {queue} "
+            f"--partitions N` adds missing ones, {topics.results} among them)"
+        ) from None
     if found is not _NOTHING:
         return found
     if known:

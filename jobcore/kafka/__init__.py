@@ -51,6 +51,7 @@ from jobcore.kafka.errors import (
     classify,
     classify_error,
     describe_setup_error,
+    through_transient,
 )
 from jobcore.kafka.offsets import (
     committed_offsets,
@@ -110,6 +111,7 @@ __all__ = [
     "read_to_end",
     "set_group_config",
     "set_topic_config",
+    "through_transient",
     "topic_config",
     "topic_ids",
     "wait_for_brokers",

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from enum import StrEnum
+from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -93,6 +96,31 @@ def classify(exc: BaseException) -> ErrorKind:
             return ErrorKind.TRANSIENT
         seen = seen.__cause__
     return ErrorKind.OTHER
+
+
+T = TypeVar("T")
+
+
+def through_transient(
+    call: Callable[[], T],
+    *,
+    until: float,
+    pause_s: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()``, made again after a pause while it fails with a transient error (a
+    leader being elected, a broker restarting) and ``clock()`` is before ``until``;
+    any other error, or one past ``until``, is raised as it came. For a caller that
+    waits a bounded time; a process that must outlive any outage uses
+    ``jobcore.kafka_retry.until_done``."""
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if classify(exc) is not ErrorKind.TRANSIENT or clock() >= until:
+                raise
+        sleep(min(pause_s, max(0.0, until - clock())))
 
 
 def describe_setup_error(error: KafkaError) -> str:

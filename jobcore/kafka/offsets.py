@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from confluent_kafka import (
     Consumer,
@@ -17,7 +18,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from jobcore.kafka.errors import ErrorKind, classify
+from jobcore.kafka.errors import through_transient
 
 
 def end_offsets(
@@ -28,15 +29,10 @@ def end_offsets(
     result = {}
     deadline = time.monotonic() + timeout
     for p in partitions:
-        while True:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-                break
-            except KafkaException as exc:
-                if classify(exc) is not ErrorKind.TRANSIENT or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        result[p] = high
+        tp = TopicPartition(topic, p)
+        _, result[p] = through_transient(
+            partial(consumer.get_watermark_offsets, tp, timeout=10), until=deadline, pause_s=0.1
+        )
     return result
 
 

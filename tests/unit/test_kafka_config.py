@@ -16,6 +16,7 @@ from jobcore.kafka import (
     KafkaSetupError,
     classify,
     classify_error,
+    through_transient,
 )
 from jobcore.kafka_retry import Backoff, Stopped, until_done
 from jobcore.properties import PropertiesError, load_properties, parse_properties
@@ -225,3 +226,34 @@ def test_a_missing_config_file_named_by_the_environment_exits_2(tmp_path: Path) 
         assert code == 2, output
         assert "nowhere.properties" in output and "KAFKA_CONFIG" in output, output
         assert "Traceback" not in output
+
+
+def test_a_call_is_made_again_through_transient_errors_until_its_time_is_up() -> None:
+    now = [0.0]
+    calls: list[int] = []
+
+    def pause(seconds: float) -> None:
+        now[0] += seconds
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return "read"
+
+    assert through_transient(flaky, until=5, clock=lambda: now[0], sleep=pause) == "read"
+    assert len(calls) == 3 and now[0] == 1.0
+
+    def down() -> str:
+        raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+
+    with pytest.raises(KafkaException):
+        through_transient(down, until=5, clock=lambda: now[0], sleep=pause)
+    assert now[0] == 5.0, "again until the time was up, then the error as it came"
+
+    def refused() -> str:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    with pytest.raises(KafkaException):
+        through_transient(refused, until=60, clock=lambda: now[0], sleep=pause)
+    assert now[0] == 5.0, "not again: no retry fixes a refusal"
