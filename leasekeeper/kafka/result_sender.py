@@ -7,8 +7,8 @@ closure and a wrapped delivery report per record). Here one result is one
 ``produce()`` call, and only the last result a turn sends to a partition asks for a
 report: an idempotent producer delivers each partition's records in the order they
 were produced, so that one report answers for the results before it (its group).
-A report per record was the largest part of what a result cost the leasekeeper (the
-client builds a message object for each and takes the interpreter's lock for each).
+A report per record cost a message object and a turn of the interpreter's lock each:
+about a tenth of what a result costs the leasekeeper (BENCHMARKS.md section 16).
 The results a poll reports delivered go to the engine together
 (``CopyPort.delivered_many``: their offsets resolve as acked, their status records
 go out), one lock and one store write for the lot.
