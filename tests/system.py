@@ -376,28 +376,19 @@ class System:
 
 
 @contextmanager
-def private_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
-    """A one-broker Kafka of the test's own, for tests that kill or restart it (the
-    shared one serves the other tests); the test is skipped if it cannot start."""
+def private_system(tmp_path: Path, queue: str) -> Iterator[tuple[LocalKafka, System]]:
+    """A ``System`` on a one-broker Kafka of the test's own, for tests that kill or
+    restart it (the shared one serves the other tests); skipped if it cannot start."""
     cluster = LocalKafka(distribution=obtain(), workdir=tmp_path / "kafka", heap="384m")
     try:
         cluster.start()
     except KafkaUnavailable as exc:
         cluster.stop(grace=5)
         pytest.skip(f"a Kafka of this test's own could not start: {exc}")
+    (tmp_path / "system").mkdir()
+    system = System(KafkaSettings(bootstrap=cluster.bootstrap), queue, tmp_path / "system")
     try:
-        yield cluster
+        yield cluster, system
     finally:
+        system.stop()
         cluster.stop()
-
-
-@contextmanager
-def private_system(tmp_path: Path, queue: str) -> Iterator[tuple[LocalKafka, System]]:
-    """A ``System`` on a Kafka of the test's own (``private_kafka``), stopped after."""
-    with private_kafka(tmp_path) as cluster:
-        (tmp_path / "system").mkdir()
-        system = System(KafkaSettings(bootstrap=cluster.bootstrap), queue, tmp_path / "system")
-        try:
-            yield cluster, system
-        finally:
-            system.stop()

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from devtools.localkafka import LocalKafka
 from jobcore import status as status_module
 from jobcore.control import JobEnd, JobStatus
 from jobcore.kafka import KafkaSettings, make_admin, make_producer, topic_config
@@ -164,34 +163,30 @@ def test_results_of_jobs_acked_while_the_broker_is_down_are_written_once_it_is_b
     job has one value."""
     count = 24
     with private_system(tmp_path, unique) as (cluster, system):
-        results_wait_out_an_outage(system, cluster, count)
-
-
-def results_wait_out_an_outage(system: System, cluster: LocalKafka, count: int) -> None:
-    # No lease runs out during the outage, and no session: the partitions stay here,
-    # so a job runs again only if its result failed (as it would after a lost session).
-    system.configure(lease_s=120.0, extra=["--session-timeout-ms", "90000"])
-    system.start(workers=0)
-    start_worker(system, "w", concurrency=count)
-    lk = system.leasekeeper
-    with producer(system) as jobs:
-        ids = [jobs.enqueue(task(system, n, sleep_ms=3000)) for n in range(count)]
-    wait_until(lambda: leases(lk) == count, 60, "every job leased")
-    cluster.kill_broker(0)
-    wait_until(lambda: acked(lk) == count, 60, "every job acked while Kafka is away")
-    cluster.restart_broker(0)
-    with producer(system) as jobs:
-        values = {job_id: jobs.result(system.queue, job_id, timeout=120) for job_id in ids}
-    assert sorted(v["n"] for v in values.values()) == list(range(count))  # type: ignore[index]
-    assert {v["attempt"] for v in values.values()} == {1}, "no job ran again"  # type: ignore[index]
-    # A batch the broker wrote and could not acknowledge before it died is written
-    # again (the same value): the first record is the answer, the others agree with it.
-    written: dict[bytes | None, set[bytes | None]] = {}
-    for record in system.read_topic(system.topics.results):
-        written.setdefault(record.key(), set()).add(record.value())
-    assert set(written) == {i.encode() for i in ids}, "every job's value is written"
-    assert all(len(values) == 1 for values in written.values()), "one value per job"
-    lk.assert_alive()
+        # No lease runs out during the outage, and no session: the partitions stay here,
+        # so a job runs again only if its result failed (as it would after a lost session).
+        system.configure(lease_s=120.0, extra=["--session-timeout-ms", "90000"])
+        system.start(workers=0)
+        start_worker(system, "w", concurrency=count)
+        lk = system.leasekeeper
+        with producer(system) as jobs:
+            ids = [jobs.enqueue(task(system, n, sleep_ms=3000)) for n in range(count)]
+        wait_until(lambda: leases(lk) == count, 60, "every job leased")
+        cluster.kill_broker(0)
+        wait_until(lambda: acked(lk) == count, 60, "every job acked while Kafka is away")
+        cluster.restart_broker(0)
+        with producer(system) as jobs:
+            values = {job_id: jobs.result(system.queue, job_id, timeout=120) for job_id in ids}
+        assert sorted(v["n"] for v in values.values()) == list(range(count))  # type: ignore[index]
+        assert {v["attempt"] for v in values.values()} == {1}, "no job ran again"  # type: ignore[index]
+        # A batch the broker wrote and could not acknowledge before it died is written
+        # again (the same value): the first record is the answer, the others agree with it.
+        written: dict[bytes | None, set[bytes | None]] = {}
+        for record in system.read_topic(system.topics.results):
+            written.setdefault(record.key(), set()).add(record.value())
+        assert set(written) == {i.encode() for i in ids}, "every job's value is written"
+        assert all(len(found) == 1 for found in written.values()), "one value per job"
+        lk.assert_alive()
 
 
 def test_kill_9_of_the_leasekeeper_while_results_are_on_their_way_loses_no_value(
